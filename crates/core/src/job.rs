@@ -1,0 +1,572 @@
+//! The job state machine (DESIGN §3).
+//!
+//! ```text
+//! queued ──claim──► provisioning ──accept──► running ──complete──► completed
+//!   ▲  ▲                │  (lease; keepalive extends it)
+//!   │  └──decline───────┘  (the declining runner is excluded from this job)
+//!   └──lease expired (attempts + 1; at max_attempts ► failed)
+//! queued/provisioning ──external start (GitHub in_progress)──► running
+//! any live state ──external completion (GitHub completed)──► completed
+//! any live state ──cancel──► cancelled
+//! (intake) ──no pool serves the labels──► unroutable
+//! ```
+//!
+//! [`Job::apply`] is the only way a job changes state. The store persists its
+//! result; it never decides a transition on its own (the one exception is the
+//! single-statement claim, whose effect the store's conformance suite checks
+//! against [`JobEvent::Claim`]).
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::runner::RunnerId;
+use crate::time::Timestamp;
+
+/// The store's identifier of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobId(pub i64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Where a job came from. Together with the external id it identifies a job
+/// across redeliveries, which is what makes enqueue idempotent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobSource {
+    /// A GitHub `workflow_job` webhook; the external id is GitHub's job id.
+    Github,
+    /// runway's own job API; the external id is the submitter's key.
+    Api,
+}
+
+impl JobSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobSource::Github => "github",
+            JobSource::Api => "api",
+        }
+    }
+}
+
+impl FromStr for JobSource {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "github" => Ok(JobSource::Github),
+            "api" => Ok(JobSource::Api),
+            other => Err(UnknownName::new("job source", other)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum JobState {
+    Queued,
+    Provisioning,
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+    Unroutable,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 7] = [
+        JobState::Queued,
+        JobState::Provisioning,
+        JobState::Running,
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Unroutable,
+    ];
+
+    /// Terminal states never change again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Completed | JobState::Failed | JobState::Cancelled | JobState::Unroutable
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Provisioning => "provisioning",
+            JobState::Running => "running",
+            JobState::Completed => "completed",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+            JobState::Unroutable => "unroutable",
+        }
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobState {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| UnknownName::new("job state", s))
+    }
+}
+
+/// How a completed job ended, in GitHub's vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Conclusion {
+    Success,
+    Failure,
+    Cancelled,
+    Skipped,
+    TimedOut,
+    Neutral,
+    ActionRequired,
+    Stale,
+}
+
+impl Conclusion {
+    pub const ALL: [Conclusion; 8] = [
+        Conclusion::Success,
+        Conclusion::Failure,
+        Conclusion::Cancelled,
+        Conclusion::Skipped,
+        Conclusion::TimedOut,
+        Conclusion::Neutral,
+        Conclusion::ActionRequired,
+        Conclusion::Stale,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Conclusion::Success => "success",
+            Conclusion::Failure => "failure",
+            Conclusion::Cancelled => "cancelled",
+            Conclusion::Skipped => "skipped",
+            Conclusion::TimedOut => "timed_out",
+            Conclusion::Neutral => "neutral",
+            Conclusion::ActionRequired => "action_required",
+            Conclusion::Stale => "stale",
+        }
+    }
+}
+
+impl fmt::Display for Conclusion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Conclusion {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Conclusion::ALL
+            .into_iter()
+            .find(|conclusion| conclusion.as_str() == s)
+            .ok_or_else(|| UnknownName::new("conclusion", s))
+    }
+}
+
+/// A name read from outside (the store, the wire) that is not one we know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} {value:?}")]
+pub struct UnknownName {
+    pub kind: &'static str,
+    pub value: String,
+}
+
+impl UnknownName {
+    pub fn new(kind: &'static str, value: &str) -> UnknownName {
+        UnknownName {
+            kind,
+            value: value.to_owned(),
+        }
+    }
+}
+
+/// One job as the store holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    pub id: JobId,
+    pub source: JobSource,
+    pub external_id: String,
+    /// The pool the job was routed to; `None` only for unroutable jobs.
+    pub pool: Option<String>,
+    pub labels: Vec<String>,
+    pub state: JobState,
+    /// Failed attempts so far (expired leases). Never decreases.
+    pub attempts: u32,
+    /// At this many failed attempts the job fails instead of being requeued.
+    pub max_attempts: u32,
+    /// The runner the job is bound to while provisioning or running, and the
+    /// one that ran it once it has completed.
+    pub runner: Option<RunnerId>,
+    /// Until when the bound runner's claim holds without a keepalive. Only set
+    /// while provisioning, or while running a job handed out by runway itself.
+    pub lease_deadline: Option<Timestamp>,
+    /// Runners that declined this job and are never offered it again.
+    pub excluded_runners: BTreeSet<RunnerId>,
+    /// Opaque source-specific data (the script of an API job, GitHub's run id).
+    pub payload: String,
+    pub created_at: Timestamp,
+    /// Position in the pool's FIFO queue; reset to `now` on every requeue so
+    /// a requeued job goes to the tail.
+    pub enqueued_at: Timestamp,
+    pub started_at: Option<Timestamp>,
+    pub finished_at: Option<Timestamp>,
+    pub conclusion: Option<Conclusion>,
+    /// Why the job is failed, cancelled or unroutable.
+    pub reason: Option<String>,
+    /// Bumped by every change; the store's compare-and-set token.
+    pub version: i64,
+}
+
+/// Where intake sent a new job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    Pool(String),
+    /// No pool serves the job's labels; the job is stored as `unroutable`.
+    Unroutable {
+        reason: String,
+    },
+}
+
+/// A job as intake hands it to the store, before it has an id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewJob {
+    pub source: JobSource,
+    pub external_id: String,
+    pub route: Route,
+    pub labels: Vec<String>,
+    pub payload: String,
+    pub max_attempts: u32,
+}
+
+impl NewJob {
+    /// The job as first stored: queued in its pool, or terminal `unroutable`.
+    pub fn initial(&self, id: JobId, now: Timestamp) -> Job {
+        let (state, pool, reason, finished_at) = match &self.route {
+            Route::Pool(pool) => (JobState::Queued, Some(pool.clone()), None, None),
+            Route::Unroutable { reason } => {
+                (JobState::Unroutable, None, Some(reason.clone()), Some(now))
+            }
+        };
+        Job {
+            id,
+            source: self.source,
+            external_id: self.external_id.clone(),
+            pool,
+            labels: self.labels.clone(),
+            state,
+            attempts: 0,
+            max_attempts: self.max_attempts.max(1),
+            runner: None,
+            lease_deadline: None,
+            excluded_runners: BTreeSet::new(),
+            payload: self.payload.clone(),
+            created_at: now,
+            enqueued_at: now,
+            started_at: None,
+            finished_at,
+            conclusion: None,
+            reason,
+            version: 0,
+        }
+    }
+}
+
+/// Everything that can happen to a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobEvent {
+    /// A runner takes the job under a lease; the job waits for its accept.
+    Claim {
+        runner: RunnerId,
+        lease_deadline: Timestamp,
+    },
+    /// The holder extends its lease (provisioning keepalive or running heartbeat).
+    Keepalive {
+        runner: RunnerId,
+        lease_deadline: Timestamp,
+    },
+    /// The holder really started the job.
+    Accept {
+        runner: RunnerId,
+    },
+    /// The holder will not run the job: back to the tail, never to this runner.
+    Decline {
+        runner: RunnerId,
+    },
+    /// The holder finished the job.
+    Complete {
+        runner: RunnerId,
+        conclusion: Conclusion,
+    },
+    /// Someone else assigned the job and it started (GitHub's `in_progress`).
+    ExternalStart {
+        runner: RunnerId,
+    },
+    /// Someone else says the job is over (GitHub's `completed`).
+    ExternalComplete {
+        conclusion: Conclusion,
+    },
+    Cancel {
+        reason: String,
+    },
+    /// The lease deadline passed without a keepalive.
+    LeaseExpired,
+}
+
+impl JobEvent {
+    pub fn name(&self) -> &'static str {
+        match self {
+            JobEvent::Claim { .. } => "claim",
+            JobEvent::Keepalive { .. } => "keepalive",
+            JobEvent::Accept { .. } => "accept",
+            JobEvent::Decline { .. } => "decline",
+            JobEvent::Complete { .. } => "complete",
+            JobEvent::ExternalStart { .. } => "external start",
+            JobEvent::ExternalComplete { .. } => "external completion",
+            JobEvent::Cancel { .. } => "cancel",
+            JobEvent::LeaseExpired => "lease expiry",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobTransitionError {
+    #[error("job {job} is {state}, which is final; {event} refused")]
+    Terminal {
+        job: JobId,
+        state: JobState,
+        event: &'static str,
+    },
+    #[error("job {job} is {state}; {event} is not allowed in that state")]
+    InvalidState {
+        job: JobId,
+        state: JobState,
+        event: &'static str,
+    },
+    #[error("job {job} is not held by runner {runner}")]
+    NotHolder { job: JobId, runner: RunnerId },
+    #[error("runner {runner} declined job {job} before and may not take it again")]
+    RunnerExcluded { job: JobId, runner: RunnerId },
+    #[error("the lease on job {job} runs until {deadline}; it has not expired at {now}")]
+    LeaseNotExpired {
+        job: JobId,
+        deadline: Timestamp,
+        now: Timestamp,
+    },
+}
+
+impl Job {
+    /// Whether `runner` holds the job's lease (or is the runner it started on).
+    pub fn is_held_by(&self, runner: RunnerId) -> bool {
+        self.runner == Some(runner)
+            && matches!(self.state, JobState::Provisioning | JobState::Running)
+    }
+
+    /// The job after `event` at `now`, or why the event is refused. Pure: the
+    /// job itself is untouched and the version is bumped on the result.
+    pub fn apply(&self, event: &JobEvent, now: Timestamp) -> Result<Job, JobTransitionError> {
+        use JobState::*;
+        if self.state.is_terminal() {
+            return Err(JobTransitionError::Terminal {
+                job: self.id,
+                state: self.state,
+                event: event.name(),
+            });
+        }
+        let invalid = || JobTransitionError::InvalidState {
+            job: self.id,
+            state: self.state,
+            event: event.name(),
+        };
+        let mut next = self.clone();
+        next.version += 1;
+        match event {
+            JobEvent::Claim {
+                runner,
+                lease_deadline,
+            } => {
+                if self.state != Queued {
+                    return Err(invalid());
+                }
+                if self.excluded_runners.contains(runner) {
+                    return Err(JobTransitionError::RunnerExcluded {
+                        job: self.id,
+                        runner: *runner,
+                    });
+                }
+                next.state = Provisioning;
+                next.runner = Some(*runner);
+                next.lease_deadline = Some(*lease_deadline);
+            }
+            JobEvent::Keepalive {
+                runner,
+                lease_deadline,
+            } => {
+                self.require_holder(*runner)?;
+                if self.lease_deadline.is_none() {
+                    // A job started by GitHub has no lease to extend.
+                    return Err(invalid());
+                }
+                // A late keepalive never shortens a lease.
+                next.lease_deadline = self.lease_deadline.max(Some(*lease_deadline));
+            }
+            JobEvent::Accept { runner } => {
+                if self.state != Provisioning {
+                    return Err(invalid());
+                }
+                self.require_holder(*runner)?;
+                next.state = Running;
+                next.started_at = Some(now);
+            }
+            JobEvent::Decline { runner } => {
+                if self.state != Provisioning {
+                    return Err(invalid());
+                }
+                self.require_holder(*runner)?;
+                next.excluded_runners.insert(*runner);
+                next.requeue(now);
+            }
+            JobEvent::Complete { runner, conclusion } => {
+                if self.state != Running {
+                    return Err(invalid());
+                }
+                self.require_holder(*runner)?;
+                next.finish(Completed, Some(*conclusion), None, now);
+            }
+            JobEvent::ExternalStart { runner } => {
+                if !matches!(self.state, Queued | Provisioning) {
+                    return Err(invalid());
+                }
+                next.state = Running;
+                next.runner = Some(*runner);
+                next.lease_deadline = None;
+                next.started_at = Some(now);
+            }
+            JobEvent::ExternalComplete { conclusion } => {
+                next.finish(Completed, Some(*conclusion), None, now);
+            }
+            JobEvent::Cancel { reason } => {
+                next.finish(Cancelled, None, Some(reason.clone()), now);
+            }
+            JobEvent::LeaseExpired => {
+                let Some(deadline) = self.lease_deadline else {
+                    return Err(invalid());
+                };
+                if deadline > now {
+                    return Err(JobTransitionError::LeaseNotExpired {
+                        job: self.id,
+                        deadline,
+                        now,
+                    });
+                }
+                next.attempts = self.attempts.saturating_add(1);
+                if next.attempts >= self.max_attempts {
+                    let reason = format!(
+                        "lease expired {} times (max_attempts = {})",
+                        next.attempts, self.max_attempts
+                    );
+                    next.finish(Failed, None, Some(reason), now);
+                } else {
+                    next.requeue(now);
+                }
+            }
+        }
+        Ok(next)
+    }
+
+    fn require_holder(&self, runner: RunnerId) -> Result<(), JobTransitionError> {
+        if self.is_held_by(runner) {
+            Ok(())
+        } else {
+            Err(JobTransitionError::NotHolder {
+                job: self.id,
+                runner,
+            })
+        }
+    }
+
+    fn requeue(&mut self, now: Timestamp) {
+        self.state = JobState::Queued;
+        self.runner = None;
+        self.lease_deadline = None;
+        self.started_at = None;
+        self.enqueued_at = now;
+    }
+
+    fn finish(
+        &mut self,
+        state: JobState,
+        conclusion: Option<Conclusion>,
+        reason: Option<String>,
+        now: Timestamp,
+    ) {
+        self.state = state;
+        self.lease_deadline = None;
+        self.finished_at = Some(now);
+        self.conclusion = conclusion;
+        self.reason = reason;
+    }
+
+    /// The structural invariants every stored job satisfies, as a list of
+    /// violations (empty when the job is consistent). Used by the property
+    /// tests here and by the store's crash tests on what survived a SIGKILL.
+    pub fn invariant_violations(&self) -> Vec<String> {
+        use JobState::*;
+        let mut problems = Vec::new();
+        let mut check = |ok: bool, what: &str| {
+            if !ok {
+                problems.push(format!("job {} ({}): {what}", self.id, self.state));
+            }
+        };
+        check(
+            self.lease_deadline.is_none() || matches!(self.state, Provisioning | Running),
+            "has a lease outside provisioning/running",
+        );
+        check(
+            self.state != Provisioning || (self.runner.is_some() && self.lease_deadline.is_some()),
+            "is provisioning without a runner and a lease",
+        );
+        check(
+            self.state != Running || self.runner.is_some(),
+            "is running without a runner",
+        );
+        check(
+            self.state != Queued || self.runner.is_none(),
+            "is queued but bound to a runner",
+        );
+        check(
+            self.state != Unroutable || self.pool.is_none(),
+            "is unroutable but has a pool",
+        );
+        check(
+            matches!(self.state, Unroutable) || self.pool.is_some(),
+            "has no pool",
+        );
+        check(
+            self.state != Failed || self.reason.is_some(),
+            "failed without a reason",
+        );
+        check(
+            self.finished_at.is_some() == self.state.is_terminal(),
+            "finished_at does not match a terminal state",
+        );
+        check(
+            self.attempts < self.max_attempts || self.state.is_terminal(),
+            "is live with attempts at max_attempts",
+        );
+        problems
+    }
+}

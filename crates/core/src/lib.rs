@@ -1,0 +1,16 @@
+//! runway's domain core: the job and runner state machines of DESIGN §3.
+//!
+//! Architecture invariant: this crate does no I/O and reads no clock. Every
+//! function that depends on time takes `now` as a parameter, so the same code
+//! runs in `runway serve` and on the simulator's virtual clock.
+
+pub mod job;
+pub mod runner;
+pub mod time;
+
+pub use job::{
+    Conclusion, Job, JobEvent, JobId, JobSource, JobState, JobTransitionError, NewJob, Route,
+    UnknownName,
+};
+pub use runner::{NewRunner, Runner, RunnerEvent, RunnerId, RunnerState, RunnerTransitionError};
+pub use time::Timestamp;

@@ -1,0 +1,326 @@
+//! The runner state machine (DESIGN §3).
+//!
+//! ```text
+//! requested ─► provisioning ─► idle ◄─► busy ─► terminating ─► terminated
+//!      │             │          │        │
+//!      └─────────────┴──────────┴─► failed (boot timeout, provider error, lost while idle)
+//!                                        └─► crashed (instance lost while busy)
+//! ```
+//!
+//! The one rule the rest of runway leans on: a `busy` runner is never asked to
+//! terminate. [`RunnerEvent::TerminateRequested`] on a busy runner is refused.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::job::{JobId, UnknownName};
+use crate::time::Timestamp;
+
+/// The store's identifier of a runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RunnerId(pub i64);
+
+impl fmt::Display for RunnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RunnerState {
+    Requested,
+    Provisioning,
+    Idle,
+    Busy,
+    Terminating,
+    Terminated,
+    Failed,
+    Crashed,
+}
+
+impl RunnerState {
+    pub const ALL: [RunnerState; 8] = [
+        RunnerState::Requested,
+        RunnerState::Provisioning,
+        RunnerState::Idle,
+        RunnerState::Busy,
+        RunnerState::Terminating,
+        RunnerState::Terminated,
+        RunnerState::Failed,
+        RunnerState::Crashed,
+    ];
+
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunnerState::Terminated | RunnerState::Failed | RunnerState::Crashed
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunnerState::Requested => "requested",
+            RunnerState::Provisioning => "provisioning",
+            RunnerState::Idle => "idle",
+            RunnerState::Busy => "busy",
+            RunnerState::Terminating => "terminating",
+            RunnerState::Terminated => "terminated",
+            RunnerState::Failed => "failed",
+            RunnerState::Crashed => "crashed",
+        }
+    }
+}
+
+impl fmt::Display for RunnerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RunnerState {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RunnerState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| UnknownName::new("runner state", s))
+    }
+}
+
+/// A runner as intake or the reconciler hands it to the store, before it has an id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRunner {
+    /// Unique and deterministic (pool plus a sequence), so a create that never
+    /// finished can still be found and deleted by name.
+    pub name: String,
+    pub pool: String,
+    pub provider: String,
+    pub labels: Vec<String>,
+}
+
+impl NewRunner {
+    pub fn initial(&self, id: RunnerId, now: Timestamp) -> Runner {
+        Runner {
+            id,
+            name: self.name.clone(),
+            pool: self.pool.clone(),
+            provider: self.provider.clone(),
+            labels: self.labels.clone(),
+            instance_id: None,
+            state: RunnerState::Requested,
+            job: None,
+            requested_at: now,
+            provisioning_at: None,
+            idle_at: None,
+            busy_at: None,
+            terminating_at: None,
+            ended_at: None,
+            reason: None,
+            version: 0,
+        }
+    }
+}
+
+/// One runner as the store holds it, with the time of each transition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Runner {
+    pub id: RunnerId,
+    pub name: String,
+    pub pool: String,
+    pub provider: String,
+    pub labels: Vec<String>,
+    /// The provider's own id of the machine or process, once it has one.
+    pub instance_id: Option<String>,
+    pub state: RunnerState,
+    /// The job the runner is running; set exactly while `busy`.
+    pub job: Option<JobId>,
+    pub requested_at: Timestamp,
+    pub provisioning_at: Option<Timestamp>,
+    /// When the runner last became idle (the start of its idle period).
+    pub idle_at: Option<Timestamp>,
+    /// When the runner last became busy.
+    pub busy_at: Option<Timestamp>,
+    pub terminating_at: Option<Timestamp>,
+    /// When the runner reached terminated, failed or crashed.
+    pub ended_at: Option<Timestamp>,
+    /// Why the runner failed or crashed.
+    pub reason: Option<String>,
+    pub version: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunnerEvent {
+    /// The provider accepted the create and named the instance.
+    ProvisioningStarted { instance_id: String },
+    /// The runner is up and can take a job.
+    Ready,
+    /// The runner took a job (from our job API or, for GitHub, `in_progress`).
+    JobAssigned { job: JobId },
+    /// The runner's job is over and the runner can take another.
+    JobFinished,
+    /// Scale-down or drain: delete this runner. Refused while busy.
+    TerminateRequested,
+    /// The provider confirmed the instance is gone.
+    Terminated,
+    /// Boot timeout, provider error, or the instance vanished while not busy.
+    Failed { reason: String },
+    /// The instance vanished while running a job.
+    Crashed { reason: String },
+}
+
+impl RunnerEvent {
+    pub fn name(&self) -> &'static str {
+        match self {
+            RunnerEvent::ProvisioningStarted { .. } => "provisioning start",
+            RunnerEvent::Ready => "ready",
+            RunnerEvent::JobAssigned { .. } => "job assignment",
+            RunnerEvent::JobFinished => "job finish",
+            RunnerEvent::TerminateRequested => "terminate request",
+            RunnerEvent::Terminated => "termination",
+            RunnerEvent::Failed { .. } => "failure",
+            RunnerEvent::Crashed { .. } => "crash",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunnerTransitionError {
+    #[error("runner {runner} is {state}, which is final; {event} refused")]
+    Terminal {
+        runner: RunnerId,
+        state: RunnerState,
+        event: &'static str,
+    },
+    #[error("runner {runner} is busy with job {job}; it is never terminated while running a job")]
+    Busy { runner: RunnerId, job: JobId },
+    #[error("runner {runner} is {state}; {event} is not allowed in that state")]
+    InvalidState {
+        runner: RunnerId,
+        state: RunnerState,
+        event: &'static str,
+    },
+}
+
+impl Runner {
+    /// The runner after `event` at `now`, or why the event is refused.
+    pub fn apply(
+        &self,
+        event: &RunnerEvent,
+        now: Timestamp,
+    ) -> Result<Runner, RunnerTransitionError> {
+        use RunnerState::*;
+        if self.state.is_terminal() {
+            return Err(RunnerTransitionError::Terminal {
+                runner: self.id,
+                state: self.state,
+                event: event.name(),
+            });
+        }
+        let invalid = || RunnerTransitionError::InvalidState {
+            runner: self.id,
+            state: self.state,
+            event: event.name(),
+        };
+        let mut next = self.clone();
+        next.version += 1;
+        match event {
+            RunnerEvent::ProvisioningStarted { instance_id } => {
+                if self.state != Requested {
+                    return Err(invalid());
+                }
+                next.state = Provisioning;
+                next.instance_id = Some(instance_id.clone());
+                next.provisioning_at = Some(now);
+            }
+            RunnerEvent::Ready => {
+                if !matches!(self.state, Requested | Provisioning) {
+                    return Err(invalid());
+                }
+                next.state = Idle;
+                next.idle_at = Some(now);
+            }
+            RunnerEvent::JobAssigned { job } => {
+                // A runner can pick up work before we saw it become idle:
+                // GitHub's `in_progress` may beat the provider's own report.
+                if !matches!(self.state, Requested | Provisioning | Idle) {
+                    return Err(invalid());
+                }
+                next.state = Busy;
+                next.job = Some(*job);
+                next.busy_at = Some(now);
+            }
+            RunnerEvent::JobFinished => {
+                if self.state != Busy {
+                    return Err(invalid());
+                }
+                next.state = Idle;
+                next.job = None;
+                next.idle_at = Some(now);
+            }
+            RunnerEvent::TerminateRequested => match (self.state, self.job) {
+                (Busy, Some(job)) => {
+                    return Err(RunnerTransitionError::Busy {
+                        runner: self.id,
+                        job,
+                    })
+                }
+                (Busy, None) | (Terminating, _) => return Err(invalid()),
+                _ => {
+                    next.state = Terminating;
+                    next.terminating_at = Some(now);
+                }
+            },
+            RunnerEvent::Terminated => {
+                if self.state != Terminating {
+                    return Err(invalid());
+                }
+                next.state = Terminated;
+                next.ended_at = Some(now);
+            }
+            RunnerEvent::Failed { reason } => {
+                if self.state == Busy {
+                    return Err(invalid());
+                }
+                next.state = Failed;
+                next.reason = Some(reason.clone());
+                next.ended_at = Some(now);
+            }
+            RunnerEvent::Crashed { reason } => {
+                if self.state != Busy {
+                    return Err(invalid());
+                }
+                next.state = Crashed;
+                next.reason = Some(reason.clone());
+                next.ended_at = Some(now);
+            }
+        }
+        Ok(next)
+    }
+
+    /// Structural invariants of a stored runner, as a list of violations.
+    pub fn invariant_violations(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut check = |ok: bool, what: &str| {
+            if !ok {
+                problems.push(format!("runner {} ({}): {what}", self.id, self.state));
+            }
+        };
+        check(
+            self.state != RunnerState::Busy || self.job.is_some(),
+            "is busy without a job",
+        );
+        check(
+            self.job.is_none() || matches!(self.state, RunnerState::Busy | RunnerState::Crashed),
+            "is bound to a job while neither busy nor crashed",
+        );
+        check(
+            self.ended_at.is_some() == self.state.is_terminal(),
+            "ended_at does not match a terminal state",
+        );
+        check(
+            self.state != RunnerState::Terminating || self.terminating_at.is_some(),
+            "terminating without terminating_at",
+        );
+        problems
+    }
+}

@@ -1,0 +1,353 @@
+//! Property tests: random event sequences against the job and runner state
+//! machines, checking the invariants the rest of runway relies on.
+
+use proptest::prelude::*;
+use runway_core::job::{NewJob, Route};
+use runway_core::runner::NewRunner;
+use runway_core::{
+    Conclusion, Job, JobEvent, JobId, JobSource, JobState, JobTransitionError, RunnerEvent,
+    RunnerId, RunnerState, RunnerTransitionError, Timestamp,
+};
+
+fn new_job(max_attempts: u32) -> Job {
+    NewJob {
+        source: JobSource::Api,
+        external_id: "ext-1".into(),
+        route: Route::Pool("default".into()),
+        labels: vec!["self-hosted".into()],
+        payload: "{}".into(),
+        max_attempts,
+    }
+    .initial(JobId(1), Timestamp::from_millis(0))
+}
+
+fn runner_id() -> impl Strategy<Value = RunnerId> {
+    (1i64..4).prop_map(RunnerId)
+}
+
+fn conclusion() -> impl Strategy<Value = Conclusion> {
+    prop::sample::select(Conclusion::ALL.to_vec())
+}
+
+/// Events with lease deadlines relative to the moment they are applied.
+#[derive(Debug, Clone)]
+enum Step {
+    Claim(RunnerId, i64),
+    Keepalive(RunnerId, i64),
+    Accept(RunnerId),
+    Decline(RunnerId),
+    Complete(RunnerId, Conclusion),
+    ExternalStart(RunnerId),
+    ExternalComplete(Conclusion),
+    Cancel,
+    LeaseExpired,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (runner_id(), 1i64..5_000).prop_map(|(r, d)| Step::Claim(r, d)),
+        2 => (runner_id(), 1i64..5_000).prop_map(|(r, d)| Step::Keepalive(r, d)),
+        3 => runner_id().prop_map(Step::Accept),
+        2 => runner_id().prop_map(Step::Decline),
+        1 => (runner_id(), conclusion()).prop_map(|(r, c)| Step::Complete(r, c)),
+        1 => runner_id().prop_map(Step::ExternalStart),
+        1 => conclusion().prop_map(Step::ExternalComplete),
+        1 => Just(Step::Cancel),
+        4 => Just(Step::LeaseExpired),
+    ]
+}
+
+fn event(step: &Step, now: Timestamp) -> JobEvent {
+    match step.clone() {
+        Step::Claim(runner, d) => JobEvent::Claim {
+            runner,
+            lease_deadline: Timestamp::from_millis(now.as_millis() + d),
+        },
+        Step::Keepalive(runner, d) => JobEvent::Keepalive {
+            runner,
+            lease_deadline: Timestamp::from_millis(now.as_millis() + d),
+        },
+        Step::Accept(runner) => JobEvent::Accept { runner },
+        Step::Decline(runner) => JobEvent::Decline { runner },
+        Step::Complete(runner, conclusion) => JobEvent::Complete { runner, conclusion },
+        Step::ExternalStart(runner) => JobEvent::ExternalStart { runner },
+        Step::ExternalComplete(conclusion) => JobEvent::ExternalComplete { conclusion },
+        Step::Cancel => JobEvent::Cancel {
+            reason: "test".into(),
+        },
+        Step::LeaseExpired => JobEvent::LeaseExpired,
+    }
+}
+
+proptest! {
+    #[test]
+    fn job_invariants_hold_under_any_event_sequence(
+        max_attempts in 1u32..5,
+        steps in prop::collection::vec((step(), 0i64..3_000), 1..60),
+    ) {
+        let mut job = new_job(max_attempts);
+        let mut now = Timestamp::from_millis(0);
+        prop_assert!(job.invariant_violations().is_empty());
+        for (step, advance) in steps {
+            now = Timestamp::from_millis(now.as_millis() + advance);
+            let event = event(&step, now);
+            let result = job.apply(&event, now);
+            if job.state.is_terminal() {
+                // A terminal job never moves again.
+                let is_terminal_error = matches!(result, Err(JobTransitionError::Terminal { .. }));
+                prop_assert!(is_terminal_error, "terminal job accepted {:?}", event);
+                continue;
+            }
+            let Ok(next) = result else { continue };
+            prop_assert!(next.invariant_violations().is_empty(), "{:?}", next.invariant_violations());
+            // Attempts only grow; declined runners stay excluded.
+            prop_assert!(next.attempts >= job.attempts);
+            prop_assert!(next.excluded_runners.is_superset(&job.excluded_runners));
+            prop_assert_eq!(next.version, job.version + 1);
+            prop_assert!(next.enqueued_at >= job.enqueued_at);
+            // Only the holder may act for a held job.
+            if let JobEvent::Accept { runner } | JobEvent::Decline { runner }
+                | JobEvent::Keepalive { runner, .. } | JobEvent::Complete { runner, .. } = &event
+            {
+                prop_assert!(job.is_held_by(*runner));
+            }
+            // A claimed job is bound to exactly the claiming runner, never an excluded one.
+            if let JobEvent::Claim { runner, .. } = &event {
+                prop_assert_eq!(next.runner, Some(*runner));
+                prop_assert!(!job.excluded_runners.contains(runner));
+            }
+            // A job moves off a runner only by going back to the queue or finishing.
+            if job.runner.is_some() && next.runner != job.runner {
+                let external_start = matches!(event, JobEvent::ExternalStart { .. });
+                prop_assert!(next.state == JobState::Queued || external_start);
+            }
+            job = next;
+        }
+    }
+
+    #[test]
+    fn runner_invariants_hold_and_busy_runners_are_never_terminated(
+        steps in prop::collection::vec(0u8..8, 1..40),
+    ) {
+        let mut runner = NewRunner {
+            name: "default-1".into(),
+            pool: "default".into(),
+            provider: "sim".into(),
+            labels: vec![],
+        }
+        .initial(RunnerId(1), Timestamp::from_millis(0));
+        let mut job_counter = 0;
+        for (i, choice) in steps.into_iter().enumerate() {
+            let now = Timestamp::from_millis(i as i64 * 1_000);
+            job_counter += 1;
+            let event = match choice {
+                0 => RunnerEvent::ProvisioningStarted { instance_id: format!("i-{i}") },
+                1 => RunnerEvent::Ready,
+                2 => RunnerEvent::JobAssigned { job: JobId(job_counter) },
+                3 => RunnerEvent::JobFinished,
+                4 => RunnerEvent::TerminateRequested,
+                5 => RunnerEvent::Terminated,
+                6 => RunnerEvent::Failed { reason: "boot timeout".into() },
+                _ => RunnerEvent::Crashed { reason: "lost".into() },
+            };
+            let result = runner.apply(&event, now);
+            if runner.state.is_terminal() {
+                let is_terminal_error = matches!(result, Err(RunnerTransitionError::Terminal { .. }));
+                prop_assert!(is_terminal_error);
+                continue;
+            }
+            if runner.state == RunnerState::Busy && event == RunnerEvent::TerminateRequested {
+                let is_busy_error = matches!(result, Err(RunnerTransitionError::Busy { .. }));
+                prop_assert!(is_busy_error);
+            }
+            let Ok(next) = result else { continue };
+            prop_assert!(next.invariant_violations().is_empty(), "{:?}", next.invariant_violations());
+            prop_assert_eq!(next.version, runner.version + 1);
+            runner = next;
+        }
+    }
+}
+
+#[test]
+fn decline_requeues_at_the_tail_and_excludes_the_runner() {
+    let job = new_job(3);
+    let (r1, r2) = (RunnerId(1), RunnerId(2));
+    let at = Timestamp::from_millis;
+    let claimed = job
+        .apply(
+            &JobEvent::Claim {
+                runner: r1,
+                lease_deadline: at(120_000),
+            },
+            at(10),
+        )
+        .expect("a queued job can be claimed");
+    let declined = claimed
+        .apply(&JobEvent::Decline { runner: r1 }, at(20))
+        .expect("holder may decline");
+    assert_eq!(declined.state, JobState::Queued);
+    assert_eq!(declined.enqueued_at, at(20));
+    assert_eq!(declined.runner, None);
+    assert_eq!(
+        declined.apply(
+            &JobEvent::Claim {
+                runner: r1,
+                lease_deadline: at(1_000)
+            },
+            at(30)
+        ),
+        Err(JobTransitionError::RunnerExcluded {
+            job: JobId(1),
+            runner: r1
+        })
+    );
+    let reclaimed = declined
+        .apply(
+            &JobEvent::Claim {
+                runner: r2,
+                lease_deadline: at(1_000),
+            },
+            at(30),
+        )
+        .expect("another runner may take it");
+    assert_eq!(
+        reclaimed.apply(&JobEvent::Accept { runner: r1 }, at(40)),
+        Err(JobTransitionError::NotHolder {
+            job: JobId(1),
+            runner: r1
+        })
+    );
+}
+
+#[test]
+fn lease_expiry_requeues_until_max_attempts_then_fails() {
+    let at = Timestamp::from_millis;
+    let runner = RunnerId(7);
+    let mut job = new_job(2);
+    let claim = |job: &Job, now: i64| {
+        job.apply(
+            &JobEvent::Claim {
+                runner,
+                lease_deadline: at(now + 100),
+            },
+            at(now),
+        )
+        .expect("claimable")
+    };
+    job = claim(&job, 0);
+    assert!(matches!(
+        job.apply(&JobEvent::LeaseExpired, at(99)),
+        Err(JobTransitionError::LeaseNotExpired { .. })
+    ));
+    job = job
+        .apply(&JobEvent::LeaseExpired, at(100))
+        .expect("expired at the deadline");
+    assert_eq!(
+        (job.state, job.attempts, job.enqueued_at),
+        (JobState::Queued, 1, at(100))
+    );
+    job = claim(&job, 200);
+    job = job
+        .apply(&JobEvent::Accept { runner }, at(250))
+        .expect("holder accepts");
+    job = job
+        .apply(&JobEvent::LeaseExpired, at(400))
+        .expect("a running job's lease expires too");
+    assert_eq!((job.state, job.attempts), (JobState::Failed, 2));
+    assert_eq!(
+        job.reason.as_deref(),
+        Some("lease expired 2 times (max_attempts = 2)")
+    );
+    assert!(job.invariant_violations().is_empty());
+}
+
+#[test]
+fn github_events_converge_without_a_lease() {
+    let at = Timestamp::from_millis;
+    let job = new_job(3);
+    let running = job
+        .apply(
+            &JobEvent::ExternalStart {
+                runner: RunnerId(9),
+            },
+            at(5),
+        )
+        .expect("GitHub may start a queued job");
+    assert_eq!(running.lease_deadline, None);
+    assert!(matches!(
+        running.apply(&JobEvent::LeaseExpired, at(10_000)),
+        Err(JobTransitionError::InvalidState { .. })
+    ));
+    let done = job
+        .apply(
+            &JobEvent::ExternalComplete {
+                conclusion: Conclusion::Success,
+            },
+            at(6),
+        )
+        .expect("completed may arrive before in_progress");
+    assert_eq!(done.state, JobState::Completed);
+}
+
+#[test]
+fn unroutable_jobs_are_terminal_from_the_start() {
+    let job = NewJob {
+        source: JobSource::Github,
+        external_id: "42".into(),
+        route: Route::Unroutable {
+            reason: "no pool serves labels [gpu]".into(),
+        },
+        labels: vec!["gpu".into()],
+        payload: "{}".into(),
+        max_attempts: 3,
+    }
+    .initial(JobId(2), Timestamp::from_millis(1));
+    assert_eq!(job.state, JobState::Unroutable);
+    assert!(job.invariant_violations().is_empty());
+    assert!(matches!(
+        job.apply(
+            &JobEvent::Cancel { reason: "x".into() },
+            Timestamp::from_millis(2)
+        ),
+        Err(JobTransitionError::Terminal { .. })
+    ));
+}
+
+#[test]
+fn a_busy_runner_refuses_termination() {
+    let at = Timestamp::from_millis;
+    let runner = NewRunner {
+        name: "r".into(),
+        pool: "p".into(),
+        provider: "sim".into(),
+        labels: vec![],
+    }
+    .initial(RunnerId(3), at(0));
+    let busy = runner
+        .apply(
+            &RunnerEvent::ProvisioningStarted {
+                instance_id: "i-1".into(),
+            },
+            at(1),
+        )
+        .and_then(|r| r.apply(&RunnerEvent::Ready, at(2)))
+        .and_then(|r| r.apply(&RunnerEvent::JobAssigned { job: JobId(5) }, at(3)))
+        .expect("requested → provisioning → idle → busy");
+    assert_eq!(
+        busy.apply(&RunnerEvent::TerminateRequested, at(4)),
+        Err(RunnerTransitionError::Busy {
+            runner: RunnerId(3),
+            job: JobId(5)
+        })
+    );
+    let terminated = busy
+        .apply(&RunnerEvent::JobFinished, at(5))
+        .and_then(|r| r.apply(&RunnerEvent::TerminateRequested, at(6)))
+        .and_then(|r| r.apply(&RunnerEvent::Terminated, at(7)))
+        .expect("idle runners can be terminated");
+    assert_eq!(
+        (terminated.state, terminated.ended_at),
+        (RunnerState::Terminated, Some(at(7)))
+    );
+    assert!(terminated.invariant_violations().is_empty());
+}
