@@ -1,1 +1,357 @@
+//! runway's durable store.
+//!
+//! # What do we store?
+//!
+//! - **jobs**: every job runway has heard of, one row per (source, external
+//!   id), in whatever state the job state machine of `runway_core::job` has
+//!   put it. The rows of state `queued` form one FIFO queue per pool, ordered
+//!   by `enqueued_at` (then id). A claim binds a job to a runner under a lease
+//!   deadline; the lease sweeper puts jobs whose deadline passed back at the
+//!   tail.
+//! - **runners**: every runner runway created or saw, with its pool,
+//!   provider, provider instance id, bound job and the time of each
+//!   transition of the runner state machine.
+//!
+//! Everything else (pool configuration, provider caches, metrics) is rebuilt
+//! at start-up.
+//!
+//! # How changes are made
+//!
+//! Every change except enqueue and claim is *read, decide, compare-and-set*:
+//! the store reads the row, [`runway_core`] decides the next value, and the
+//! store writes it only if the row's `version` is still the one it read. So
+//! the state machine has one definition, in `core`, and concurrent writers
+//! (several replicas on PostgreSQL) never overwrite each other's transitions.
+//! Claims are a single statement (`FOR UPDATE SKIP LOCKED` on PostgreSQL, the
+//! single writer connection on SQLite) because they are the contended path.
+//!
+//! Time is always a parameter (`now`); no statement reads a clock.
 
+mod common;
+mod postgres;
+mod rows;
+mod sqlite;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use runway_core::job::NewJob;
+use runway_core::runner::NewRunner;
+use runway_core::{
+    Conclusion, Job, JobEvent, JobId, JobSource, JobState, JobTransitionError, Runner, RunnerEvent,
+    RunnerId, RunnerState, RunnerTransitionError, Timestamp,
+};
+
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
+
+/// How many times a read-decide-write loses a race before we give up. Each
+/// loss means another writer made progress on the same row, so this is only
+/// reached under pathological contention.
+const MAX_COMPARE_AND_SET_ATTEMPTS: usize = 32;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("invalid database URL {url:?}: {reason}")]
+    InvalidUrl { url: String, reason: String },
+    #[error("cannot open {target}: {reason}")]
+    Open { target: String, reason: String },
+    #[error("cannot migrate {target}: {reason}")]
+    Migrate { target: String, reason: String },
+    #[error("{target} is not ready: {reason}")]
+    NotReady { target: String, reason: String },
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("stored row is corrupt: {0}")]
+    Corrupt(String),
+    #[error("job {0} not found")]
+    JobNotFound(JobId),
+    #[error("runner {0} not found")]
+    RunnerNotFound(RunnerId),
+    #[error("a runner named {0:?} already exists")]
+    DuplicateRunnerName(String),
+    #[error(transparent)]
+    JobTransition(#[from] JobTransitionError),
+    #[error(transparent)]
+    RunnerTransition(#[from] RunnerTransitionError),
+    #[error("{what} kept changing under us ({MAX_COMPARE_AND_SET_ATTEMPTS} attempts); try again")]
+    Contention { what: String },
+}
+
+impl StoreError {
+    /// Whether the same call may succeed if simply made again later.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StoreError::Database(error) => matches!(
+                error,
+                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
+            ),
+            StoreError::Contention { .. } | StoreError::NotReady { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The outcome of an enqueue: the stored job, and whether this call created
+/// it (false when the same (source, external id) was already stored).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enqueued {
+    pub job: Job,
+    pub created: bool,
+}
+
+/// A runner asking for up to `limit` jobs of `pool`, under a lease of
+/// `lease` from the moment of the claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub pool: String,
+    pub runner: RunnerId,
+    pub limit: u32,
+    pub lease: Duration,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobFilter {
+    pub state: Option<JobState>,
+    pub pool: Option<String>,
+    /// At most this many, oldest first; `None` for all.
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunnerFilter {
+    pub state: Option<RunnerState>,
+    pub pool: Option<String>,
+}
+
+/// Connection settings that are not part of the URL.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// PostgreSQL pool size (SQLite always has one writer and a few readers).
+    pub max_connections: u32,
+    /// How long to wait for the database at start-up before giving up.
+    pub connect_timeout: Duration,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            max_connections: 16,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The durable job and runner store. See the crate docs for what it holds.
+///
+/// Implementations provide the primitive operations; the state transitions
+/// (`apply_job_event`, `expire_leases`, …) are provided on top of them and
+/// are the same for every backend.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    fn backend(&self) -> Backend;
+
+    /// Whether the database answers and every migration has been applied.
+    async fn check_ready(&self) -> Result<(), StoreError>;
+
+    /// Stores a new job, or returns the one already stored under the same
+    /// (source, external id). Durable when it returns.
+    async fn enqueue(&self, job: &NewJob, now: Timestamp) -> Result<Enqueued, StoreError>;
+
+    /// [`Store::enqueue`] for many jobs in one transaction; results in input order.
+    async fn enqueue_many(
+        &self,
+        jobs: &[NewJob],
+        now: Timestamp,
+    ) -> Result<Vec<Enqueued>, StoreError>;
+
+    /// Takes up to `claim.limit` of the oldest queued jobs of the pool that
+    /// have not excluded the runner, binding them to it under a lease, in one
+    /// statement. Concurrent claims never return the same job.
+    async fn claim(&self, claim: &Claim, now: Timestamp) -> Result<Vec<Job>, StoreError>;
+
+    async fn get_job(&self, id: JobId) -> Result<Option<Job>, StoreError>;
+
+    async fn find_job(
+        &self,
+        source: JobSource,
+        external_id: &str,
+    ) -> Result<Option<Job>, StoreError>;
+
+    async fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Job>, StoreError>;
+
+    /// Jobs whose lease deadline is at or before `now`, earliest first.
+    async fn jobs_with_expired_leases(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<Job>, StoreError>;
+
+    /// Writes `next` over `current` if the stored row still has
+    /// `current.version`; false if someone else changed it first.
+    async fn replace_job(&self, current: &Job, next: &Job) -> Result<bool, StoreError>;
+
+    async fn create_runner(&self, runner: &NewRunner, now: Timestamp)
+        -> Result<Runner, StoreError>;
+
+    async fn get_runner(&self, id: RunnerId) -> Result<Option<Runner>, StoreError>;
+
+    async fn find_runner(&self, name: &str) -> Result<Option<Runner>, StoreError>;
+
+    async fn list_runners(&self, filter: &RunnerFilter) -> Result<Vec<Runner>, StoreError>;
+
+    /// Compare-and-set for runners, as [`Store::replace_job`].
+    async fn replace_runner(&self, current: &Runner, next: &Runner) -> Result<bool, StoreError>;
+
+    /// Applies `event` to the job through the core state machine and stores
+    /// the result, retrying if the row changes underneath.
+    async fn apply_job_event(
+        &self,
+        id: JobId,
+        event: &JobEvent,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        for _ in 0..MAX_COMPARE_AND_SET_ATTEMPTS {
+            let current = self.get_job(id).await?.ok_or(StoreError::JobNotFound(id))?;
+            let next = current.apply(event, now)?;
+            if self.replace_job(&current, &next).await? {
+                return Ok(next);
+            }
+        }
+        Err(StoreError::Contention {
+            what: format!("job {id}"),
+        })
+    }
+
+    async fn apply_runner_event(
+        &self,
+        id: RunnerId,
+        event: &RunnerEvent,
+        now: Timestamp,
+    ) -> Result<Runner, StoreError> {
+        for _ in 0..MAX_COMPARE_AND_SET_ATTEMPTS {
+            let current = self
+                .get_runner(id)
+                .await?
+                .ok_or(StoreError::RunnerNotFound(id))?;
+            let next = current.apply(event, now)?;
+            if self.replace_runner(&current, &next).await? {
+                return Ok(next);
+            }
+        }
+        Err(StoreError::Contention {
+            what: format!("runner {id}"),
+        })
+    }
+
+    /// Extends the holder's lease to `now + lease`.
+    async fn keepalive(
+        &self,
+        id: JobId,
+        runner: RunnerId,
+        lease: Duration,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        let event = JobEvent::Keepalive {
+            runner,
+            lease_deadline: now.plus(lease),
+        };
+        self.apply_job_event(id, &event, now).await
+    }
+
+    async fn accept(&self, id: JobId, runner: RunnerId, now: Timestamp) -> Result<Job, StoreError> {
+        self.apply_job_event(id, &JobEvent::Accept { runner }, now)
+            .await
+    }
+
+    async fn decline(
+        &self,
+        id: JobId,
+        runner: RunnerId,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        self.apply_job_event(id, &JobEvent::Decline { runner }, now)
+            .await
+    }
+
+    async fn complete(
+        &self,
+        id: JobId,
+        runner: RunnerId,
+        conclusion: Conclusion,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        self.apply_job_event(id, &JobEvent::Complete { runner, conclusion }, now)
+            .await
+    }
+
+    async fn cancel(&self, id: JobId, reason: &str, now: Timestamp) -> Result<Job, StoreError> {
+        let event = JobEvent::Cancel {
+            reason: reason.to_owned(),
+        };
+        self.apply_job_event(id, &event, now).await
+    }
+
+    /// Puts every job whose lease expired by `now` back at the tail of its
+    /// queue (`attempts + 1`), or fails it at `max_attempts`. Returns the jobs
+    /// it changed. A job whose lease was extended meanwhile is left alone.
+    async fn expire_leases(&self, now: Timestamp) -> Result<Vec<Job>, StoreError> {
+        const BATCH: u32 = 500;
+        let mut changed = Vec::new();
+        loop {
+            let expired = self.jobs_with_expired_leases(now, BATCH).await?;
+            let batch_len = expired.len();
+            for job in expired {
+                let next = job.apply(&JobEvent::LeaseExpired, now)?;
+                if self.replace_job(&job, &next).await? {
+                    changed.push(next);
+                } else {
+                    // Changed since we read it (keepalive, completion, another
+                    // sweeper): decide again on the fresh row.
+                    match self
+                        .apply_job_event(job.id, &JobEvent::LeaseExpired, now)
+                        .await
+                    {
+                        Ok(next) => changed.push(next),
+                        Err(StoreError::JobTransition(_)) => {}
+                        Err(other) => return Err(other),
+                    }
+                }
+            }
+            if batch_len < BATCH as usize {
+                return Ok(changed);
+            }
+        }
+    }
+}
+
+/// Opens the store named by `url`, creating the SQLite file if needed, and
+/// applies pending migrations.
+///
+/// `postgres://…` and `postgresql://…` open PostgreSQL; `sqlite://PATH`,
+/// `sqlite:PATH` or a bare file path open SQLite.
+pub async fn open(url: &str, options: &OpenOptions) -> Result<Arc<dyn Store>, StoreError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(PostgresStore::open(url, None, options).await?))
+    } else {
+        Ok(Arc::new(SqliteStore::open(url).await?))
+    }
+}
+
+/// The URL with any password replaced, safe to log and print.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}

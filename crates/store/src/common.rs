@@ -1,0 +1,195 @@
+//! The statements and method bodies both backends share. The SQL is written
+//! once with PostgreSQL's `$n` placeholders; SQLite rewrites them to its own
+//! numbered `?n` form, which means the same thing.
+
+use crate::rows::{assignments, column_count, placeholders, JOB_COLUMNS, RUNNER_COLUMNS};
+
+pub(crate) struct Statements {
+    pub insert_job: String,
+    pub job_by_id: String,
+    pub job_by_external_id: String,
+    pub replace_job: String,
+    pub expired_leases: String,
+    pub insert_runner: String,
+    pub runner_by_id: String,
+    pub runner_by_name: String,
+    pub replace_runner: String,
+}
+
+impl Statements {
+    pub fn new(rewrite_placeholders: fn(String) -> String) -> Statements {
+        let job_count = column_count(JOB_COLUMNS);
+        let runner_count = column_count(RUNNER_COLUMNS);
+        let select_job = format!("SELECT id, {JOB_COLUMNS} FROM jobs");
+        let select_runner = format!("SELECT id, {RUNNER_COLUMNS} FROM runners");
+        let statements = [
+            format!(
+                "INSERT INTO jobs ({JOB_COLUMNS}) VALUES ({}) \
+                 ON CONFLICT (source, external_id) DO NOTHING RETURNING id, {JOB_COLUMNS}",
+                placeholders(1, job_count)
+            ),
+            format!("{select_job} WHERE id = $1"),
+            format!("{select_job} WHERE source = $1 AND external_id = $2"),
+            format!(
+                "UPDATE jobs SET {} WHERE id = ${} AND version = ${}",
+                assignments(JOB_COLUMNS, 1),
+                job_count + 1,
+                job_count + 2
+            ),
+            format!(
+                "{select_job} WHERE lease_deadline IS NOT NULL AND lease_deadline <= $1 \
+                 ORDER BY lease_deadline, id LIMIT $2"
+            ),
+            format!(
+                "INSERT INTO runners ({RUNNER_COLUMNS}) VALUES ({}) RETURNING id, {RUNNER_COLUMNS}",
+                placeholders(1, runner_count)
+            ),
+            format!("{select_runner} WHERE id = $1"),
+            format!("{select_runner} WHERE name = $1"),
+            format!(
+                "UPDATE runners SET {} WHERE id = ${} AND version = ${}",
+                assignments(RUNNER_COLUMNS, 1),
+                runner_count + 1,
+                runner_count + 2
+            ),
+        ]
+        .map(rewrite_placeholders);
+        let [insert_job, job_by_id, job_by_external_id, replace_job, expired_leases, insert_runner, runner_by_id, runner_by_name, replace_runner] =
+            statements;
+        Statements {
+            insert_job,
+            job_by_id,
+            job_by_external_id,
+            replace_job,
+            expired_leases,
+            insert_runner,
+            runner_by_id,
+            runner_by_name,
+            replace_runner,
+        }
+    }
+}
+
+/// Expands to `impl Store for $store`: the backend-specific methods given in
+/// the braces plus the ones whose bodies are the same on both backends. The
+/// type provides `reader()` and `writer()` pools and a `statements` field;
+/// `$db` is the sqlx database type. (A macro inside an `#[async_trait]` impl
+/// would not be rewritten by it, hence the whole impl here.)
+macro_rules! impl_store {
+    ($store:ty, $db:ty, { $($backend_specific:tt)* }) => {
+        #[async_trait]
+        impl Store for $store {
+        $($backend_specific)*
+        async fn get_job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
+            let row: Option<JobRow> = sqlx::query_as(&self.statements.job_by_id)
+                .bind(id.0)
+                .fetch_optional(self.reader())
+                .await?;
+            row.map(Job::try_from).transpose()
+        }
+
+        async fn find_job(&self, source: JobSource, external_id: &str) -> Result<Option<Job>, StoreError> {
+            let row: Option<JobRow> = sqlx::query_as(&self.statements.job_by_external_id)
+                .bind(source.as_str())
+                .bind(external_id)
+                .fetch_optional(self.reader())
+                .await?;
+            row.map(Job::try_from).transpose()
+        }
+
+        async fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Job>, StoreError> {
+            let mut query = sqlx::QueryBuilder::<$db>::new(format!("SELECT id, {JOB_COLUMNS} FROM jobs WHERE 1 = 1"));
+            if let Some(state) = filter.state {
+                query.push(" AND state = ").push_bind(state.as_str());
+            }
+            if let Some(pool) = &filter.pool {
+                query.push(" AND pool = ").push_bind(pool.as_str());
+            }
+            query.push(" ORDER BY enqueued_at, id");
+            if let Some(limit) = filter.limit {
+                query.push(" LIMIT ").push_bind(i64::from(limit));
+            }
+            let rows: Vec<JobRow> = query.build_query_as().fetch_all(self.reader()).await?;
+            rows.into_iter().map(Job::try_from).collect()
+        }
+
+        async fn jobs_with_expired_leases(&self, now: Timestamp, limit: u32) -> Result<Vec<Job>, StoreError> {
+            let rows: Vec<JobRow> = sqlx::query_as(&self.statements.expired_leases)
+                .bind(now.as_millis())
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await?;
+            rows.into_iter().map(Job::try_from).collect()
+        }
+
+        async fn replace_job(&self, current: &Job, next: &Job) -> Result<bool, StoreError> {
+            let columns = JobColumns::from(next);
+            let result = bind_job(sqlx::query(&self.statements.replace_job), &columns)
+                .bind(current.id.0)
+                .bind(current.version)
+                .execute(self.writer())
+                .await?;
+            Ok(result.rows_affected() == 1)
+        }
+
+        async fn create_runner(&self, runner: &NewRunner, now: Timestamp) -> Result<Runner, StoreError> {
+            // The id is assigned by the database; the placeholder is ignored.
+            let initial = runner.initial(RunnerId(0), now);
+            let columns = RunnerColumns::from(&initial);
+            let row = bind_runner(sqlx::query(&self.statements.insert_runner), &columns)
+                .fetch_one(self.writer())
+                .await
+                .and_then(|row| RunnerRow::from_row(&row));
+            match row {
+                Ok(row) => Runner::try_from(row),
+                Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                    Err(StoreError::DuplicateRunnerName(runner.name.clone()))
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+
+        async fn get_runner(&self, id: RunnerId) -> Result<Option<Runner>, StoreError> {
+            let row: Option<RunnerRow> = sqlx::query_as(&self.statements.runner_by_id)
+                .bind(id.0)
+                .fetch_optional(self.reader())
+                .await?;
+            row.map(Runner::try_from).transpose()
+        }
+
+        async fn find_runner(&self, name: &str) -> Result<Option<Runner>, StoreError> {
+            let row: Option<RunnerRow> = sqlx::query_as(&self.statements.runner_by_name)
+                .bind(name)
+                .fetch_optional(self.reader())
+                .await?;
+            row.map(Runner::try_from).transpose()
+        }
+
+        async fn list_runners(&self, filter: &RunnerFilter) -> Result<Vec<Runner>, StoreError> {
+            let mut query =
+                sqlx::QueryBuilder::<$db>::new(format!("SELECT id, {RUNNER_COLUMNS} FROM runners WHERE 1 = 1"));
+            if let Some(state) = filter.state {
+                query.push(" AND state = ").push_bind(state.as_str());
+            }
+            if let Some(pool) = &filter.pool {
+                query.push(" AND pool = ").push_bind(pool.as_str());
+            }
+            query.push(" ORDER BY id");
+            let rows: Vec<RunnerRow> = query.build_query_as().fetch_all(self.reader()).await?;
+            rows.into_iter().map(Runner::try_from).collect()
+        }
+
+        async fn replace_runner(&self, current: &Runner, next: &Runner) -> Result<bool, StoreError> {
+            let columns = RunnerColumns::from(next);
+            let result = bind_runner(sqlx::query(&self.statements.replace_runner), &columns)
+                .bind(current.id.0)
+                .bind(current.version)
+                .execute(self.writer())
+                .await?;
+            Ok(result.rows_affected() == 1)
+        }
+        }
+    };
+}
+
+pub(crate) use impl_store;

@@ -1,0 +1,302 @@
+//! PostgreSQL, for several replicas sharing one database. Claims use
+//! `FOR UPDATE SKIP LOCKED`, so concurrent claimers on any replica never
+//! block each other and never take the same job.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+
+use async_trait::async_trait;
+use runway_core::job::NewJob;
+use runway_core::runner::NewRunner;
+use runway_core::{Job, JobId, JobSource, Runner, RunnerId, Timestamp};
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, Postgres};
+
+use sqlx::FromRow;
+
+use crate::common::{impl_store, Statements};
+use crate::rows::{
+    bind_job, bind_runner, JobColumns, JobRow, RunnerColumns, RunnerRow, JOB_COLUMNS,
+    RUNNER_COLUMNS,
+};
+use crate::sqlite::describe_sqlx_error;
+use crate::{
+    redact_url, Backend, Claim, Enqueued, JobFilter, OpenOptions, RunnerFilter, Store, StoreError,
+};
+
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
+
+pub struct PostgresStore {
+    pool: PgPool,
+    statements: Statements,
+    claim: String,
+    enqueue_many: String,
+    find_many: String,
+    target: String,
+}
+
+impl PostgresStore {
+    /// Connects to `url` and applies migrations. With `schema`, every table
+    /// lives in that schema (created if missing) instead of the URL's default;
+    /// the test suite gives each test its own.
+    pub async fn open(
+        url: &str,
+        schema: Option<&str>,
+        options: &OpenOptions,
+    ) -> Result<PostgresStore, StoreError> {
+        let target = format!("PostgreSQL database {}", redact_url(url));
+        let mut connect = PgConnectOptions::from_str(url).map_err(|e| StoreError::InvalidUrl {
+            url: redact_url(url),
+            reason: e.to_string(),
+        })?;
+        let open_error = |e: sqlx::Error| StoreError::Open {
+            target: target.clone(),
+            reason: describe_sqlx_error(&e),
+        };
+        if let Some(schema) = schema {
+            let mut connection = tokio_timeout(options, connect.connect())
+                .await
+                .map_err(open_error)?;
+            sqlx::query(&format!(
+                "CREATE SCHEMA IF NOT EXISTS \"{}\"",
+                schema.replace('"', "")
+            ))
+            .execute(&mut connection)
+            .await
+            .map_err(open_error)?;
+            connection.close().await.map_err(open_error)?;
+            connect = connect.options([("search_path", schema)]);
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.connect_timeout)
+            .connect_with(connect)
+            .await
+            .map_err(open_error)?;
+        MIGRATOR.run(&pool).await.map_err(|e| StoreError::Migrate {
+            target: target.clone(),
+            reason: e.to_string(),
+        })?;
+        let claim = format!(
+            "WITH next AS ( \
+               SELECT id FROM jobs WHERE state = 'queued' AND pool = $1 \
+                 AND (excluded_runners = '[]' OR NOT (excluded_runners::jsonb @> to_jsonb($2::bigint))) \
+               ORDER BY enqueued_at, id LIMIT $4 \
+               FOR UPDATE SKIP LOCKED) \
+             UPDATE jobs SET state = 'provisioning', runner_id = $2, lease_deadline = $3, version = jobs.version + 1 \
+             FROM next WHERE jobs.id = next.id \
+             RETURNING jobs.id, {}",
+            JOB_COLUMNS
+                .split(',')
+                .map(|c| format!("jobs.{}", c.trim()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        // Columns a new job sets; the rest take their defaults, which are
+        // exactly the initial values `NewJob::initial` gives them.
+        let enqueue_many = format!(
+            "INSERT INTO jobs (source, external_id, pool, labels, state, max_attempts, payload, \
+               created_at, enqueued_at, finished_at, reason) \
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+               $6::bigint[], $7::text[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[]) \
+             ON CONFLICT (source, external_id) DO NOTHING RETURNING id, {JOB_COLUMNS}"
+        );
+        let find_many = format!(
+            "SELECT id, {JOB_COLUMNS} FROM jobs \
+             WHERE (source, external_id) IN (SELECT * FROM UNNEST($1::text[], $2::text[]))"
+        );
+        Ok(PostgresStore {
+            pool,
+            statements: Statements::new(|sql| sql),
+            claim,
+            enqueue_many,
+            find_many,
+            target,
+        })
+    }
+
+    /// Drops `schema` and everything in it. For tests.
+    pub async fn drop_schema(url: &str, schema: &str) -> Result<(), StoreError> {
+        let mut connection = PgConnectOptions::from_str(url)?.connect().await?;
+        sqlx::query(&format!(
+            "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
+            schema.replace('"', "")
+        ))
+        .execute(&mut connection)
+        .await?;
+        connection.close().await?;
+        Ok(())
+    }
+
+    /// Closes the pool, waiting for connections in use to be returned.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    fn reader(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn writer(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+async fn tokio_timeout<T>(
+    options: &OpenOptions,
+    future: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, sqlx::Error> {
+    match tokio::time::timeout(options.connect_timeout, future).await {
+        Ok(result) => result,
+        Err(_) => Err(sqlx::Error::PoolTimedOut),
+    }
+}
+
+fn key(job: &Job) -> (&'static str, String) {
+    (job.source.as_str(), job.external_id.clone())
+}
+
+impl_store!(PostgresStore, Postgres, {
+    fn backend(&self) -> Backend {
+        Backend::Postgres
+    }
+
+    async fn check_ready(&self) -> Result<(), StoreError> {
+        let applied: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| StoreError::NotReady {
+                    target: self.target.clone(),
+                    reason: describe_sqlx_error(&e),
+                })?;
+        let expected = MIGRATOR.iter().count() as i64;
+        if applied < expected {
+            return Err(StoreError::NotReady {
+                target: self.target.clone(),
+                reason: format!("{applied} of {expected} migrations applied"),
+            });
+        }
+        Ok(())
+    }
+
+    async fn enqueue(&self, job: &NewJob, now: Timestamp) -> Result<Enqueued, StoreError> {
+        let columns = JobColumns::from(&job.initial(JobId(0), now));
+        let inserted = bind_job(sqlx::query(&self.statements.insert_job), &columns)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|row| JobRow::from_row(&row))
+            .transpose()?;
+        if let Some(row) = inserted {
+            return Ok(Enqueued {
+                job: Job::try_from(row)?,
+                created: true,
+            });
+        }
+        // ON CONFLICT waited for the conflicting insert to commit, so the
+        // existing row is visible now.
+        let existing = self
+            .find_job(job.source, &job.external_id)
+            .await?
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "job {} conflicted but is not stored",
+                    job.external_id
+                ))
+            })?;
+        Ok(Enqueued {
+            job: existing,
+            created: false,
+        })
+    }
+
+    async fn enqueue_many(
+        &self,
+        jobs: &[NewJob],
+        now: Timestamp,
+    ) -> Result<Vec<Enqueued>, StoreError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let initial: Vec<Job> = jobs.iter().map(|job| job.initial(JobId(0), now)).collect();
+        let column = |f: &dyn Fn(&Job) -> Option<String>| initial.iter().map(f).collect::<Vec<_>>();
+        let number = |f: &dyn Fn(&Job) -> Option<i64>| initial.iter().map(f).collect::<Vec<_>>();
+        let sources = column(&|j| Some(j.source.as_str().to_owned()));
+        let external_ids = column(&|j| Some(j.external_id.clone()));
+        let inserted: Vec<JobRow> = sqlx::query_as(&self.enqueue_many)
+            .bind(&sources)
+            .bind(&external_ids)
+            .bind(column(&|j| j.pool.clone()))
+            .bind(column(&|j| Some(crate::rows::json_list(&j.labels))))
+            .bind(column(&|j| Some(j.state.as_str().to_owned())))
+            .bind(number(&|j| Some(i64::from(j.max_attempts))))
+            .bind(column(&|j| Some(j.payload.clone())))
+            .bind(number(&|j| Some(j.created_at.as_millis())))
+            .bind(number(&|j| Some(j.enqueued_at.as_millis())))
+            .bind(number(&|j| j.finished_at.map(Timestamp::as_millis)))
+            .bind(column(&|j| j.reason.clone()))
+            .fetch_all(&self.pool)
+            .await?;
+        let mut created: HashMap<(&'static str, String), Job> = HashMap::new();
+        for row in inserted {
+            let job = Job::try_from(row)?;
+            created.insert(key(&job), job);
+        }
+        let mut existing: HashMap<(&'static str, String), Job> = HashMap::new();
+        if created.len() < jobs.len() {
+            let rows: Vec<JobRow> = sqlx::query_as(&self.find_many)
+                .bind(&sources)
+                .bind(&external_ids)
+                .fetch_all(&self.pool)
+                .await?;
+            for row in rows {
+                let job = Job::try_from(row)?;
+                existing.insert(key(&job), job);
+            }
+        }
+        let mut results = Vec::with_capacity(jobs.len());
+        for job in &initial {
+            // The first occurrence of a new key created it; any repeat did not.
+            let result = match created.remove(&key(job)) {
+                Some(stored) => {
+                    existing.insert(key(job), stored.clone());
+                    Enqueued {
+                        job: stored,
+                        created: true,
+                    }
+                }
+                None => {
+                    let stored = existing.get(&key(job)).cloned().ok_or_else(|| {
+                        StoreError::Corrupt(format!(
+                            "job {} conflicted but is not stored",
+                            job.external_id
+                        ))
+                    })?;
+                    Enqueued {
+                        job: stored,
+                        created: false,
+                    }
+                }
+            };
+            results.push(result);
+        }
+        Ok(results)
+    }
+
+    async fn claim(&self, claim: &Claim, now: Timestamp) -> Result<Vec<Job>, StoreError> {
+        let rows: Vec<JobRow> = sqlx::query_as(&self.claim)
+            .bind(claim.pool.as_str())
+            .bind(claim.runner.0)
+            .bind(now.plus(claim.lease).as_millis())
+            .bind(i64::from(claim.limit))
+            .fetch_all(&self.pool)
+            .await?;
+        let mut jobs = rows
+            .into_iter()
+            .map(Job::try_from)
+            .collect::<Result<Vec<_>, _>>()?;
+        jobs.sort_by_key(|job| (job.enqueued_at, job.id));
+        Ok(jobs)
+    }
+});

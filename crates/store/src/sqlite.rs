@@ -1,0 +1,211 @@
+//! The embedded default: one SQLite file in WAL mode with `synchronous =
+//! FULL`, so a commit has reached the disk before a call returns. All writes
+//! go through a single connection (SQLite has one writer anyway; queueing
+//! them in the pool avoids `SQLITE_BUSY`), reads through a few more.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use runway_core::job::NewJob;
+use runway_core::runner::NewRunner;
+use runway_core::{Job, JobId, JobSource, Runner, RunnerId, Timestamp};
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::Sqlite;
+
+use sqlx::FromRow;
+
+use crate::common::{impl_store, Statements};
+use crate::rows::{
+    bind_job, bind_runner, JobColumns, JobRow, RunnerColumns, RunnerRow, JOB_COLUMNS,
+    RUNNER_COLUMNS,
+};
+use crate::{Backend, Claim, Enqueued, JobFilter, RunnerFilter, Store, StoreError};
+
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
+
+pub struct SqliteStore {
+    writer: SqlitePool,
+    readers: SqlitePool,
+    statements: Statements,
+    claim: String,
+    target: String,
+}
+
+fn question_mark_placeholders(sql: String) -> String {
+    sql.replace('$', "?")
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database at `url`: `sqlite://PATH`,
+    /// `sqlite:PATH`, `sqlite::memory:` or a bare file path. Applies migrations.
+    pub async fn open(url: &str) -> Result<SqliteStore, StoreError> {
+        let (options, target) = if url.starts_with("sqlite:") {
+            let options =
+                SqliteConnectOptions::from_str(url).map_err(|e| StoreError::InvalidUrl {
+                    url: url.to_owned(),
+                    reason: e.to_string(),
+                })?;
+            (options, format!("SQLite database {url}"))
+        } else {
+            (
+                SqliteConnectOptions::new().filename(url),
+                format!("SQLite database {url:?}"),
+            )
+        };
+        let options = options
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let open_error = |e: sqlx::Error| StoreError::Open {
+            target: target.clone(),
+            reason: describe_sqlx_error(&e),
+        };
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(options.clone())
+            .await
+            .map_err(open_error)?;
+        MIGRATOR
+            .run(&writer)
+            .await
+            .map_err(|e| StoreError::Migrate {
+                target: target.clone(),
+                reason: e.to_string(),
+            })?;
+        let readers = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .map_err(open_error)?;
+        let claim = format!(
+            "UPDATE jobs SET state = 'provisioning', runner_id = ?2, lease_deadline = ?3, version = version + 1 \
+             WHERE id IN (SELECT id FROM jobs WHERE state = 'queued' AND pool = ?1 \
+               AND (excluded_runners = '[]' OR NOT EXISTS \
+                    (SELECT 1 FROM json_each(jobs.excluded_runners) WHERE json_each.value = ?2)) \
+               ORDER BY enqueued_at, id LIMIT ?4) \
+             RETURNING id, {JOB_COLUMNS}"
+        );
+        Ok(SqliteStore {
+            writer,
+            readers,
+            statements: Statements::new(question_mark_placeholders),
+            claim,
+            target,
+        })
+    }
+
+    fn reader(&self) -> &SqlitePool {
+        &self.readers
+    }
+
+    fn writer(&self) -> &SqlitePool {
+        &self.writer
+    }
+
+    async fn insert_job(
+        &self,
+        connection: &mut sqlx::SqliteConnection,
+        job: &NewJob,
+        now: Timestamp,
+    ) -> Result<Enqueued, StoreError> {
+        let columns = JobColumns::from(&job.initial(JobId(0), now));
+        let inserted = bind_job(sqlx::query(&self.statements.insert_job), &columns)
+            .fetch_optional(&mut *connection)
+            .await?
+            .map(|row| JobRow::from_row(&row))
+            .transpose()?;
+        if let Some(row) = inserted {
+            return Ok(Enqueued {
+                job: Job::try_from(row)?,
+                created: true,
+            });
+        }
+        let existing: JobRow = sqlx::query_as(&self.statements.job_by_external_id)
+            .bind(job.source.as_str())
+            .bind(job.external_id.as_str())
+            .fetch_one(&mut *connection)
+            .await?;
+        Ok(Enqueued {
+            job: Job::try_from(existing)?,
+            created: false,
+        })
+    }
+}
+
+/// SQLite's own words for what went wrong, without sqlx's wrapping.
+pub(crate) fn describe_sqlx_error(error: &sqlx::Error) -> String {
+    match error {
+        sqlx::Error::Database(e) => match e.code() {
+            Some(code) => format!("{} (code {code})", e.message()),
+            None => e.message().to_owned(),
+        },
+        other => other.to_string(),
+    }
+}
+
+impl_store!(SqliteStore, Sqlite, {
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
+    }
+
+    async fn check_ready(&self) -> Result<(), StoreError> {
+        let applied: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success")
+                .fetch_one(self.reader())
+                .await
+                .map_err(|e| StoreError::NotReady {
+                    target: self.target.clone(),
+                    reason: describe_sqlx_error(&e),
+                })?;
+        let expected = MIGRATOR.iter().count() as i64;
+        if applied < expected {
+            return Err(StoreError::NotReady {
+                target: self.target.clone(),
+                reason: format!("{applied} of {expected} migrations applied"),
+            });
+        }
+        Ok(())
+    }
+
+    async fn enqueue(&self, job: &NewJob, now: Timestamp) -> Result<Enqueued, StoreError> {
+        let mut connection = self.writer.acquire().await?;
+        self.insert_job(&mut connection, job, now).await
+    }
+
+    async fn enqueue_many(
+        &self,
+        jobs: &[NewJob],
+        now: Timestamp,
+    ) -> Result<Vec<Enqueued>, StoreError> {
+        let mut transaction = self.writer.begin().await?;
+        let mut results = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            results.push(self.insert_job(&mut transaction, job, now).await?);
+        }
+        transaction.commit().await?;
+        Ok(results)
+    }
+
+    async fn claim(&self, claim: &Claim, now: Timestamp) -> Result<Vec<Job>, StoreError> {
+        let rows: Vec<JobRow> = sqlx::query_as(&self.claim)
+            .bind(claim.pool.as_str())
+            .bind(claim.runner.0)
+            .bind(now.plus(claim.lease).as_millis())
+            .bind(i64::from(claim.limit))
+            .fetch_all(self.writer())
+            .await?;
+        let mut jobs = rows
+            .into_iter()
+            .map(Job::try_from)
+            .collect::<Result<Vec<_>, _>>()?;
+        jobs.sort_by_key(|job| (job.enqueued_at, job.id));
+        Ok(jobs)
+    }
+});

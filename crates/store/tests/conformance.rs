@@ -1,0 +1,477 @@
+//! The store conformance suite: every case runs against SQLite and
+//! PostgreSQL, so the two backends cannot drift apart.
+
+mod common;
+
+on_both_backends!(
+    enqueue_is_idempotent_on_source_and_external_id,
+    enqueue_many_returns_input_order_and_dedupes,
+    claim_takes_the_oldest_jobs_of_one_pool,
+    claim_matches_the_core_state_machine,
+    keepalive_accept_complete_by_the_holder_only,
+    decline_requeues_at_the_tail_and_excludes_the_runner,
+    expired_leases_requeue_then_fail_at_max_attempts,
+    extended_leases_do_not_expire,
+    cancel_is_terminal,
+    unroutable_jobs_are_stored_and_never_claimed,
+    list_jobs_filters_by_state_and_pool,
+    runners_move_through_their_states_with_timestamps,
+    runner_names_are_unique,
+    ready_after_open,
+);
+
+mod cases {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use runway_core::job::{NewJob, Route};
+    use runway_core::runner::NewRunner;
+    use runway_core::{
+        Conclusion, JobEvent, JobSource, JobState, JobTransitionError, RunnerEvent, RunnerId,
+        RunnerState, RunnerTransitionError,
+    };
+    use runway_store::{Claim, JobFilter, RunnerFilter, Store, StoreError};
+
+    use crate::common::{api_job, at};
+
+    const LEASE: Duration = Duration::from_secs(120);
+
+    fn claim(pool: &str, runner: i64, limit: u32) -> Claim {
+        Claim {
+            pool: pool.to_owned(),
+            runner: RunnerId(runner),
+            limit,
+            lease: LEASE,
+        }
+    }
+
+    pub async fn ready_after_open(store: Arc<dyn Store>) {
+        store
+            .check_ready()
+            .await
+            .expect("migrations applied at open");
+    }
+
+    pub async fn enqueue_is_idempotent_on_source_and_external_id(store: Arc<dyn Store>) {
+        let first = store
+            .enqueue(&api_job("build-1", "default"), at(1_000))
+            .await
+            .unwrap();
+        assert!(first.created);
+        assert_eq!(first.job.state, JobState::Queued);
+        assert_eq!(first.job.enqueued_at, at(1_000));
+        let again = store
+            .enqueue(&api_job("build-1", "default"), at(2_000))
+            .await
+            .unwrap();
+        assert!(!again.created);
+        assert_eq!(
+            again.job, first.job,
+            "a redelivery returns the stored job unchanged"
+        );
+        let github = NewJob {
+            source: JobSource::Github,
+            ..api_job("build-1", "default")
+        };
+        let other = store.enqueue(&github, at(3_000)).await.unwrap();
+        assert!(
+            other.created,
+            "the same external id from another source is another job"
+        );
+        assert_ne!(other.job.id, first.job.id);
+        let found = store.find_job(JobSource::Github, "build-1").await.unwrap();
+        assert_eq!(found, Some(other.job));
+    }
+
+    pub async fn enqueue_many_returns_input_order_and_dedupes(store: Arc<dyn Store>) {
+        let existing = store
+            .enqueue(&api_job("b", "default"), at(1))
+            .await
+            .unwrap();
+        let batch = [
+            api_job("a", "default"),
+            api_job("b", "default"),
+            api_job("c", "other"),
+            api_job("a", "default"),
+        ];
+        let results = store.enqueue_many(&batch, at(10)).await.unwrap();
+        let summary: Vec<(&str, bool)> = results
+            .iter()
+            .map(|r| (r.job.external_id.as_str(), r.created))
+            .collect();
+        assert_eq!(
+            summary,
+            [("a", true), ("b", false), ("c", true), ("a", false)]
+        );
+        assert_eq!(results[1].job, existing.job);
+        assert_eq!(results[0].job.id, results[3].job.id);
+        assert_eq!(results[2].job.pool.as_deref(), Some("other"));
+        assert!(store.enqueue_many(&[], at(11)).await.unwrap().is_empty());
+        let all = store.list_jobs(&JobFilter::default()).await.unwrap();
+        assert_eq!(all.len(), 3);
+    }
+
+    pub async fn claim_takes_the_oldest_jobs_of_one_pool(store: Arc<dyn Store>) {
+        store
+            .enqueue(&api_job("late", "default"), at(300))
+            .await
+            .unwrap();
+        store
+            .enqueue(&api_job("other-pool", "gpu"), at(50))
+            .await
+            .unwrap();
+        store
+            .enqueue(&api_job("early", "default"), at(100))
+            .await
+            .unwrap();
+        store
+            .enqueue(&api_job("middle", "default"), at(200))
+            .await
+            .unwrap();
+        let claimed = store
+            .claim(&claim("default", 1, 2), at(1_000))
+            .await
+            .unwrap();
+        let names: Vec<&str> = claimed.iter().map(|j| j.external_id.as_str()).collect();
+        assert_eq!(names, ["early", "middle"]);
+        let rest = store
+            .claim(&claim("default", 2, 10), at(1_000))
+            .await
+            .unwrap();
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].external_id, "late");
+        assert!(store
+            .claim(&claim("default", 3, 10), at(1_000))
+            .await
+            .unwrap()
+            .is_empty());
+        let gpu = store.claim(&claim("gpu", 3, 10), at(1_000)).await.unwrap();
+        assert_eq!(gpu[0].external_id, "other-pool");
+    }
+
+    pub async fn claim_matches_the_core_state_machine(store: Arc<dyn Store>) {
+        let queued = store
+            .enqueue(&api_job("j", "default"), at(10))
+            .await
+            .unwrap()
+            .job;
+        let claimed = store.claim(&claim("default", 7, 1), at(20)).await.unwrap();
+        let expected = queued
+            .apply(
+                &JobEvent::Claim {
+                    runner: RunnerId(7),
+                    lease_deadline: at(20).plus(LEASE),
+                },
+                at(20),
+            )
+            .unwrap();
+        assert_eq!(claimed, vec![expected.clone()]);
+        assert_eq!(store.get_job(queued.id).await.unwrap(), Some(expected));
+    }
+
+    pub async fn keepalive_accept_complete_by_the_holder_only(store: Arc<dyn Store>) {
+        let job = store
+            .enqueue(&api_job("j", "default"), at(0))
+            .await
+            .unwrap()
+            .job;
+        store.claim(&claim("default", 1, 1), at(0)).await.unwrap();
+        let intruder = store.accept(job.id, RunnerId(2), at(5)).await;
+        assert!(matches!(
+            intruder,
+            Err(StoreError::JobTransition(
+                JobTransitionError::NotHolder { .. }
+            ))
+        ));
+        let kept = store
+            .keepalive(job.id, RunnerId(1), LEASE, at(60_000))
+            .await
+            .unwrap();
+        assert_eq!(kept.lease_deadline, Some(at(60_000).plus(LEASE)));
+        let running = store.accept(job.id, RunnerId(1), at(61_000)).await.unwrap();
+        assert_eq!(
+            (running.state, running.started_at),
+            (JobState::Running, Some(at(61_000)))
+        );
+        let done = store
+            .complete(job.id, RunnerId(1), Conclusion::Success, at(90_000))
+            .await
+            .unwrap();
+        assert_eq!(done.state, JobState::Completed);
+        assert_eq!(done.conclusion, Some(Conclusion::Success));
+        assert_eq!(done.lease_deadline, None);
+        assert_eq!(store.get_job(job.id).await.unwrap(), Some(done));
+    }
+
+    pub async fn decline_requeues_at_the_tail_and_excludes_the_runner(store: Arc<dyn Store>) {
+        let a = store
+            .enqueue(&api_job("a", "default"), at(1))
+            .await
+            .unwrap()
+            .job;
+        store
+            .enqueue(&api_job("b", "default"), at(2))
+            .await
+            .unwrap();
+        let claimed = store.claim(&claim("default", 1, 1), at(3)).await.unwrap();
+        assert_eq!(claimed[0].id, a.id);
+        let declined = store.decline(a.id, RunnerId(1), at(4)).await.unwrap();
+        assert_eq!(
+            (declined.state, declined.enqueued_at),
+            (JobState::Queued, at(4))
+        );
+        // Runner 1 gets b and then nothing: it declined a.
+        let next = store.claim(&claim("default", 1, 5), at(5)).await.unwrap();
+        let names: Vec<&str> = next.iter().map(|j| j.external_id.as_str()).collect();
+        assert_eq!(names, ["b"]);
+        assert!(store
+            .claim(&claim("default", 1, 5), at(6))
+            .await
+            .unwrap()
+            .is_empty());
+        let other = store.claim(&claim("default", 2, 5), at(7)).await.unwrap();
+        assert_eq!(
+            other[0].id, a.id,
+            "another runner can still take the declined job"
+        );
+    }
+
+    pub async fn expired_leases_requeue_then_fail_at_max_attempts(store: Arc<dyn Store>) {
+        let job = NewJob {
+            max_attempts: 2,
+            ..api_job("j", "default")
+        };
+        let job = store.enqueue(&job, at(0)).await.unwrap().job;
+        store.claim(&claim("default", 1, 1), at(0)).await.unwrap();
+        let lease_end = at(0).plus(LEASE);
+        assert!(store
+            .expire_leases(at(lease_end.as_millis() - 1))
+            .await
+            .unwrap()
+            .is_empty());
+        let requeued = store.expire_leases(lease_end).await.unwrap();
+        assert_eq!(requeued.len(), 1);
+        assert_eq!(
+            (
+                requeued[0].state,
+                requeued[0].attempts,
+                requeued[0].enqueued_at
+            ),
+            (JobState::Queued, 1, lease_end)
+        );
+        store
+            .claim(&claim("default", 2, 1), at(200_000))
+            .await
+            .unwrap();
+        store
+            .accept(job.id, RunnerId(2), at(200_001))
+            .await
+            .unwrap();
+        let failed = store.expire_leases(at(10_000_000)).await.unwrap();
+        assert_eq!((failed[0].state, failed[0].attempts), (JobState::Failed, 2));
+        assert!(failed[0]
+            .reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("max_attempts = 2"));
+        assert!(store
+            .expire_leases(at(20_000_000))
+            .await
+            .unwrap()
+            .is_empty());
+    }
+
+    pub async fn extended_leases_do_not_expire(store: Arc<dyn Store>) {
+        let job = store
+            .enqueue(&api_job("j", "default"), at(0))
+            .await
+            .unwrap()
+            .job;
+        store.claim(&claim("default", 1, 1), at(0)).await.unwrap();
+        store
+            .keepalive(job.id, RunnerId(1), LEASE, at(100_000))
+            .await
+            .unwrap();
+        assert!(store.expire_leases(at(130_000)).await.unwrap().is_empty());
+        let stored = store.get_job(job.id).await.unwrap().unwrap();
+        assert_eq!(stored.state, JobState::Provisioning);
+    }
+
+    pub async fn cancel_is_terminal(store: Arc<dyn Store>) {
+        let job = store
+            .enqueue(&api_job("j", "default"), at(0))
+            .await
+            .unwrap()
+            .job;
+        let cancelled = store.cancel(job.id, "user asked", at(1)).await.unwrap();
+        assert_eq!(cancelled.state, JobState::Cancelled);
+        assert!(store
+            .claim(&claim("default", 1, 1), at(2))
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(matches!(
+            store.cancel(job.id, "again", at(3)).await,
+            Err(StoreError::JobTransition(
+                JobTransitionError::Terminal { .. }
+            ))
+        ));
+        assert!(matches!(
+            store
+                .cancel(runway_core::JobId(9_999), "missing", at(3))
+                .await,
+            Err(StoreError::JobNotFound(_))
+        ));
+    }
+
+    pub async fn unroutable_jobs_are_stored_and_never_claimed(store: Arc<dyn Store>) {
+        let job = NewJob {
+            route: Route::Unroutable {
+                reason: "no pool serves [gpu, huge]".into(),
+            },
+            ..api_job("u", "ignored")
+        };
+        let stored = store.enqueue(&job, at(5)).await.unwrap().job;
+        assert_eq!(stored.state, JobState::Unroutable);
+        assert_eq!(stored.pool, None);
+        assert_eq!(stored.reason.as_deref(), Some("no pool serves [gpu, huge]"));
+        assert!(stored.invariant_violations().is_empty());
+        let unroutable = store
+            .list_jobs(&JobFilter {
+                state: Some(JobState::Unroutable),
+                ..JobFilter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(unroutable, vec![stored]);
+    }
+
+    pub async fn list_jobs_filters_by_state_and_pool(store: Arc<dyn Store>) {
+        for (i, pool) in ["a", "b", "a", "a"].iter().enumerate() {
+            store
+                .enqueue(&api_job(&format!("j{i}"), pool), at(i as i64))
+                .await
+                .unwrap();
+        }
+        store.claim(&claim("a", 1, 1), at(10)).await.unwrap();
+        let queued_a = store
+            .list_jobs(&JobFilter {
+                state: Some(JobState::Queued),
+                pool: Some("a".into()),
+                limit: None,
+            })
+            .await
+            .unwrap();
+        let names: Vec<&str> = queued_a.iter().map(|j| j.external_id.as_str()).collect();
+        assert_eq!(names, ["j2", "j3"]);
+        let first_two = store
+            .list_jobs(&JobFilter {
+                limit: Some(2),
+                ..JobFilter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(first_two.len(), 2);
+    }
+
+    pub async fn runners_move_through_their_states_with_timestamps(store: Arc<dyn Store>) {
+        let new = NewRunner {
+            name: "default-0001".into(),
+            pool: "default".into(),
+            provider: "sim".into(),
+            labels: vec!["self-hosted".into()],
+        };
+        let runner = store.create_runner(&new, at(100)).await.unwrap();
+        assert_eq!(
+            (runner.state, runner.requested_at),
+            (RunnerState::Requested, at(100))
+        );
+        let id = runner.id;
+        let started = RunnerEvent::ProvisioningStarted {
+            instance_id: "i-abc".into(),
+        };
+        store
+            .apply_runner_event(id, &started, at(200))
+            .await
+            .unwrap();
+        store
+            .apply_runner_event(id, &RunnerEvent::Ready, at(300))
+            .await
+            .unwrap();
+        let job = store
+            .enqueue(&api_job("j", "default"), at(300))
+            .await
+            .unwrap()
+            .job;
+        let busy = store
+            .apply_runner_event(id, &RunnerEvent::JobAssigned { job: job.id }, at(400))
+            .await
+            .unwrap();
+        assert_eq!((busy.state, busy.job), (RunnerState::Busy, Some(job.id)));
+        assert!(matches!(
+            store
+                .apply_runner_event(id, &RunnerEvent::TerminateRequested, at(450))
+                .await,
+            Err(StoreError::RunnerTransition(
+                RunnerTransitionError::Busy { .. }
+            ))
+        ));
+        store
+            .apply_runner_event(id, &RunnerEvent::JobFinished, at(500))
+            .await
+            .unwrap();
+        store
+            .apply_runner_event(id, &RunnerEvent::TerminateRequested, at(600))
+            .await
+            .unwrap();
+        let gone = store
+            .apply_runner_event(id, &RunnerEvent::Terminated, at(700))
+            .await
+            .unwrap();
+        let stored = store.get_runner(id).await.unwrap().unwrap();
+        assert_eq!(stored, gone);
+        assert_eq!(stored.instance_id.as_deref(), Some("i-abc"));
+        assert_eq!(
+            (
+                stored.provisioning_at,
+                stored.idle_at,
+                stored.busy_at,
+                stored.terminating_at,
+                stored.ended_at
+            ),
+            (
+                Some(at(200)),
+                Some(at(500)),
+                Some(at(400)),
+                Some(at(600)),
+                Some(at(700))
+            )
+        );
+        assert_eq!(
+            store.find_runner("default-0001").await.unwrap(),
+            Some(stored)
+        );
+        let terminated = store
+            .list_runners(&RunnerFilter {
+                state: Some(RunnerState::Terminated),
+                pool: Some("default".into()),
+            })
+            .await
+            .unwrap();
+        assert_eq!(terminated.len(), 1);
+    }
+
+    pub async fn runner_names_are_unique(store: Arc<dyn Store>) {
+        let new = NewRunner {
+            name: "r-1".into(),
+            pool: "default".into(),
+            provider: "sim".into(),
+            labels: vec![],
+        };
+        store.create_runner(&new, at(0)).await.unwrap();
+        assert!(matches!(
+            store.create_runner(&new, at(1)).await,
+            Err(StoreError::DuplicateRunnerName(name)) if name == "r-1"
+        ));
+    }
+}
