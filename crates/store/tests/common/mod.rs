@@ -60,6 +60,12 @@ impl Harness {
     }
 }
 
+impl Harness {
+    pub fn postgres_schema(&self) -> Option<&str> {
+        self.postgres_schema.as_deref()
+    }
+}
+
 impl Drop for Harness {
     fn drop(&mut self) {
         if let Some(schema) = self.postgres_schema.take() {
