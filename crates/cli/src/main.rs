@@ -1,1 +1,184 @@
-fn main() {}
+//! The `runway` binary.
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use runway_server::{Config, Overrides, Service};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "runway",
+    version,
+    about = "Routes CI jobs to self-hosted runners and keeps exactly as many runners alive as the work needs."
+)]
+struct Cli {
+    /// Log format on standard error. The level is set with RUNWAY_LOG (e.g. `debug`, `info,runway_server=debug`).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the service: HTTP API, queue and (later) the reconciler.
+    Serve(ConfigArgs),
+    /// Work with configuration files.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate a configuration and print the effective one, secrets redacted.
+    Check(ConfigArgs),
+}
+
+#[derive(Args)]
+struct ConfigArgs {
+    /// The TOML configuration file (see examples/runway.toml). Without one, built-in defaults apply.
+    #[arg(long, env = "RUNWAY_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on; overrides `[server] listen`.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Database URL (sqlite://PATH or postgres://USER@HOST/DB); overrides `[server] database`.
+    #[arg(
+        long,
+        env = "RUNWAY_DATABASE_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    database: Option<String>,
+}
+
+impl ConfigArgs {
+    fn load(&self) -> anyhow::Result<Config> {
+        let overrides = Overrides {
+            listen: self.listen,
+            database: self.database.clone(),
+        };
+        Ok(Config::load(self.config.as_deref(), &overrides)?)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // One line, whole cause chain: what failed and why.
+            let message = format!("{error:#}");
+            eprintln!(
+                "error: {}",
+                message.split_whitespace().collect::<Vec<_>>().join(" ")
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter =
+        EnvFilter::try_from_env("RUNWAY_LOG").unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Serve(args) => serve(args).await,
+        Command::Config(ConfigCommand::Check(args)) => {
+            let config = args.load()?;
+            print!("{}", config.to_redacted_toml());
+            Ok(())
+        }
+    }
+}
+
+async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
+    // Configuration first: a bad file must not create or touch a database.
+    let config = args.load()?;
+    let listen = config.server.listen;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let address = listener
+        .local_addr()
+        .context("cannot read the listening address")?;
+    let service = Service::open(config).await?;
+    let pools: Vec<&str> = service
+        .config
+        .pools
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    tracing::info!(
+        address = %format!("http://{address}"),
+        store = %service.config.server.database,
+        pools = ?pools,
+        "runway listening"
+    );
+    runway_server::serve(Arc::new(service), listener, shutdown_signal())
+        .await
+        .context("HTTP server failed")?;
+    tracing::info!("runway stopped");
+    Ok(())
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("Ctrl-C received, shutting down"),
+        () = terminate => tracing::info!("SIGTERM received, shutting down"),
+    }
+}

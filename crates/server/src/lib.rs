@@ -1,1 +1,10 @@
+//! runway's service: configuration, the HTTP surface and the service root
+//! that holds the store. Later: GitHub intake, the runner and admin APIs,
+//! the reconciler and telemetry.
 
+pub mod config;
+pub mod http;
+pub mod service;
+
+pub use config::{Config, ConfigError, Overrides};
+pub use service::{serve, Service};

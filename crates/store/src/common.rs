@@ -113,6 +113,24 @@ macro_rules! impl_store {
             rows.into_iter().map(Job::try_from).collect()
         }
 
+        async fn job_counts(&self) -> Result<Vec<JobCount>, StoreError> {
+            let rows: Vec<(Option<String>, String, i64)> =
+                sqlx::query_as("SELECT pool, state, COUNT(*) FROM jobs GROUP BY pool, state ORDER BY pool, state")
+                    .fetch_all(self.reader())
+                    .await?;
+            rows.into_iter()
+                .map(|(pool, state, count)| {
+                    Ok(JobCount {
+                        pool,
+                        state: state
+                            .parse()
+                            .map_err(|e| StoreError::Corrupt(format!("job count: {e}")))?,
+                        count: u64::try_from(count).unwrap_or(0),
+                    })
+                })
+                .collect()
+        }
+
         async fn jobs_with_expired_leases(&self, now: Timestamp, limit: u32) -> Result<Vec<Job>, StoreError> {
             let rows: Vec<JobRow> = sqlx::query_as(&self.statements.expired_leases)
                 .bind(now.as_millis())

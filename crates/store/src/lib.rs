@@ -125,6 +125,14 @@ pub struct JobFilter {
     pub limit: Option<u32>,
 }
 
+/// How many jobs a pool has in one state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobCount {
+    pub pool: Option<String>,
+    pub state: JobState,
+    pub count: u64,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunnerFilter {
     pub state: Option<RunnerState>,
@@ -186,6 +194,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Option<Job>, StoreError>;
 
     async fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Job>, StoreError>;
+
+    /// Job counts per (pool, state), for status pages and gauges.
+    async fn job_counts(&self) -> Result<Vec<JobCount>, StoreError>;
 
     /// Jobs whose lease deadline is at or before `now`, earliest first.
     async fn jobs_with_expired_leases(

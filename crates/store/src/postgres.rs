@@ -22,7 +22,8 @@ use crate::rows::{
 };
 use crate::sqlite::describe_sqlx_error;
 use crate::{
-    redact_url, Backend, Claim, Enqueued, JobFilter, OpenOptions, RunnerFilter, Store, StoreError,
+    redact_url, Backend, Claim, Enqueued, JobCount, JobFilter, OpenOptions, RunnerFilter, Store,
+    StoreError,
 };
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
@@ -54,10 +55,12 @@ impl PostgresStore {
             target: target.clone(),
             reason: describe_sqlx_error(&e),
         };
+        // One direct connection first: a pool only reports "timed out" when
+        // the server is unreachable, this says why (refused, bad password, …).
+        let mut connection = tokio_timeout(options, connect.connect())
+            .await
+            .map_err(open_error)?;
         if let Some(schema) = schema {
-            let mut connection = tokio_timeout(options, connect.connect())
-                .await
-                .map_err(open_error)?;
             sqlx::query(&format!(
                 "CREATE SCHEMA IF NOT EXISTS \"{}\"",
                 schema.replace('"', "")
@@ -65,9 +68,9 @@ impl PostgresStore {
             .execute(&mut connection)
             .await
             .map_err(open_error)?;
-            connection.close().await.map_err(open_error)?;
             connect = connect.options([("search_path", schema)]);
         }
+        connection.close().await.map_err(open_error)?;
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.connect_timeout)
@@ -149,7 +152,10 @@ async fn tokio_timeout<T>(
 ) -> Result<T, sqlx::Error> {
     match tokio::time::timeout(options.connect_timeout, future).await {
         Ok(result) => result,
-        Err(_) => Err(sqlx::Error::PoolTimedOut),
+        Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {:?}", options.connect_timeout),
+        ))),
     }
 }
 

@@ -1,0 +1,357 @@
+//! End-to-end: the real `runway` binary, started as a user would, on an
+//! ephemeral loopback port.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
+
+fn runway(dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(RUNWAY);
+    command
+        .args(args)
+        .current_dir(dir)
+        .env_remove("RUNWAY_CONFIG")
+        .env_remove("RUNWAY_DATABASE_URL")
+        .env("RUNWAY_LOG", "info");
+    command
+}
+
+/// A running `runway serve`, killed on drop if a test fails half-way.
+struct Server {
+    child: Child,
+    base: String,
+    // Held so the reader thread keeps draining the pipe; a closed pipe
+    // would make runway's next log line fail.
+    _stderr: mpsc::Receiver<String>,
+}
+
+impl Server {
+    fn start(dir: &Path, extra: &[&str]) -> Server {
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        let mut child = runway(dir, &args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start runway");
+        let stderr = child.stderr.take().expect("stderr");
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut server = Server {
+            child,
+            base: String::new(),
+            _stderr: receiver,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while server.base.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = server
+                ._stderr
+                .recv_timeout(left)
+                .expect("runway did not report its address within 30 s");
+            if let Some(rest) = line.split("address=http://").nth(1) {
+                let address = rest.split_whitespace().next().unwrap_or_default();
+                server.base = format!("http://{address}");
+            }
+        }
+        server
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        let response =
+            reqwest::blocking::get(format!("{}{path}", self.base)).expect("HTTP request");
+        let status = response.status().as_u16();
+        (status, response.text().expect("body"))
+    }
+
+    /// Sends SIGTERM and waits (with a deadline) for a clean exit.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill -TERM");
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "runway did not stop within 20 s of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn stderr_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Exactly one line on stderr, and a non-zero exit.
+fn assert_one_line_failure(output: &Output) -> String {
+    assert!(
+        !output.status.success(),
+        "expected failure, got {:?}",
+        output.status
+    );
+    let stderr = stderr_of(output);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "expected a one-line error, got: {stderr}");
+    assert!(lines[0].starts_with("error: "), "{stderr}");
+    lines[0].to_owned()
+}
+
+#[test]
+fn serve_with_no_config_answers_health_readiness_and_status_then_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    assert_eq!(server.get("/healthz"), (200, "ok\n".to_owned()));
+    assert_eq!(server.get("/readyz"), (200, "ready\n".to_owned()));
+    let (status, body) = server.get("/");
+    assert_eq!(status, 200);
+    let status: serde_json::Value = serde_json::from_str(&body).expect("status is JSON");
+    assert_eq!(status["store"], "sqlite");
+    assert_eq!(status["pools"][0]["name"], "default");
+    assert!(
+        dir.path().join("runway.db").exists(),
+        "the default store is runway.db in the working directory"
+    );
+    let exit = server.terminate();
+    assert!(exit.success(), "graceful shutdown exits 0: {exit:?}");
+}
+
+#[test]
+fn serve_on_postgres_is_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = std::env::var("RUNWAY_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let schema = format!("runway_cli_test_{}", std::process::id());
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let scoped = format!("{url}{separator}options=-c%20search_path%3D{schema}");
+    // Create the schema the server will use, and drop it at the end.
+    let psql = |sql: &str| {
+        Command::new("psql")
+            .args([url.as_str(), "-qAtc", sql])
+            .output()
+            .expect("psql")
+    };
+    assert!(psql(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+        .status
+        .success());
+    let server = Server::start(dir.path(), &["--database", &scoped]);
+    assert_eq!(server.get("/readyz").0, 200);
+    let (_, body) = server.get("/");
+    assert!(body.contains(r#""store":"postgres""#), "{body}");
+    assert!(server.terminate().success());
+    let tables = psql(&format!(
+        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = '{schema}' AND table_name IN ('jobs', 'runners')"
+    ));
+    psql(&format!("DROP SCHEMA {schema} CASCADE"));
+    assert_eq!(
+        String::from_utf8_lossy(&tables.stdout).trim(),
+        "2",
+        "migrations ran in the schema"
+    );
+}
+
+#[test]
+fn config_file_values_and_flag_overrides() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("runway.toml"),
+        "[server]\nlisten = \"127.0.0.1:1\"\ndatabase = \"sqlite://from-file.db\"\n\n[[pools]]\nname = \"linux-large\"\nlabels = [\"self-hosted\", \"large\"]\n",
+    )
+    .unwrap();
+    // --listen beats the file's (unusable) port 1; --database beats its file name.
+    let server = Server::start(
+        dir.path(),
+        &["--config", "runway.toml", "--database", "sqlite://flag.db"],
+    );
+    let (_, body) = server.get("/");
+    assert!(body.contains("linux-large"), "{body}");
+    assert!(server.terminate().success());
+    assert!(dir.path().join("flag.db").exists());
+    assert!(!dir.path().join("from-file.db").exists());
+}
+
+#[test]
+fn malformed_config_fails_in_one_line_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "[server]\nlisten = \"127.0.0.1:0\"\nmax_conections = 3\n",
+    )
+    .unwrap();
+    let output = runway(dir.path(), &["serve", "--config", "bad.toml"])
+        .output()
+        .unwrap();
+    let line = assert_one_line_failure(&output);
+    assert!(line.contains("bad.toml"), "{line}");
+    assert!(
+        line.contains("[server] max_conections (line 3, column 1)"),
+        "{line}"
+    );
+    assert!(
+        !dir.path().join("runway.db").exists(),
+        "nothing was created"
+    );
+
+    let output = runway(dir.path(), &["serve", "--config", "missing.toml"])
+        .output()
+        .unwrap();
+    let line = assert_one_line_failure(&output);
+    assert!(
+        line.contains("cannot read config file missing.toml"),
+        "{line}"
+    );
+}
+
+#[test]
+fn corrupt_database_file_fails_in_one_line_and_is_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("corrupt.db");
+    let garbage =
+        b"this is not a SQLite database, just bytes that happen to be here.\n".repeat(100);
+    std::fs::write(&path, &garbage).unwrap();
+    let output = runway(
+        dir.path(),
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            "corrupt.db",
+        ],
+    )
+    .output()
+    .unwrap();
+    let line = assert_one_line_failure(&output);
+    assert!(
+        line.contains("corrupt.db") && line.contains("not a database"),
+        "{line}"
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        garbage,
+        "the file is unchanged"
+    );
+    assert!(!dir.path().join("corrupt.db-wal").exists());
+}
+
+#[test]
+fn unwritable_database_path_fails_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    // A path below a regular file can never be created, even as root.
+    std::fs::write(dir.path().join("plain-file"), "x").unwrap();
+    let output = runway(
+        dir.path(),
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            "plain-file/runway.db",
+        ],
+    )
+    .output()
+    .unwrap();
+    let line = assert_one_line_failure(&output);
+    assert!(
+        line.contains("plain-file/runway.db") && line.contains("unable to open"),
+        "{line}"
+    );
+}
+
+#[test]
+fn unreachable_postgres_fails_in_one_line_without_leaking_the_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = runway(
+        dir.path(),
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            "postgres://runway:s3cret@127.0.0.1:1/runway",
+        ],
+    )
+    .output()
+    .unwrap();
+    let line = assert_one_line_failure(&output);
+    assert!(
+        line.contains("127.0.0.1:1") && line.contains("refused"),
+        "{line}"
+    );
+    assert!(!line.contains("s3cret"), "{line}");
+}
+
+#[test]
+fn config_check_prints_the_effective_config_with_secrets_redacted() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("db-url"),
+        "postgres://runway:from-file-secret@db/runway\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("runway.toml"),
+        "[server]\ndatabase = \"file:db-url\"\n",
+    )
+    .unwrap();
+    let output = runway(dir.path(), &["config", "check", "--config", "runway.toml"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(printed.contains("database = \"file:"), "{printed}");
+    assert!(!printed.contains("from-file-secret"), "{printed}");
+    assert!(printed.contains("[[pools]]"), "{printed}");
+
+    let output = runway(
+        dir.path(),
+        &[
+            "config",
+            "check",
+            "--database",
+            "postgres://runway:literal-secret@db/runway",
+        ],
+    )
+    .output()
+    .unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        printed.contains("postgres://runway:***@db/runway"),
+        "{printed}"
+    );
+    assert!(!printed.contains("literal-secret"));
+
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "[[pools]]\nname = \"x\"\nlabels = []\n",
+    )
+    .unwrap();
+    let output = runway(dir.path(), &["config", "check", "--config", "bad.toml"])
+        .output()
+        .unwrap();
+    let line = assert_one_line_failure(&output);
+    assert!(line.contains("pools[0].labels"), "{line}");
+}

@@ -1,0 +1,582 @@
+//! runway's configuration: one TOML file (documented in
+//! `examples/runway.toml`), built-in defaults for everything, and command-line
+//! overrides for the listen address and the database.
+//!
+//! Secrets (the database URL can carry a password) may be written
+//! `env:NAME` or `file:PATH`; they are resolved at load time and never
+//! printed or logged: [`Secret`]'s `Debug` and `Display` show only where the
+//! value came from.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+pub const DEFAULT_DATABASE: &str = "sqlite://runway.db";
+
+/// A configuration that was read, resolved and validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub queue: QueueConfig,
+    pub pools: Vec<PoolConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub database: Secret,
+    /// PostgreSQL connection pool size.
+    pub database_max_connections: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueConfig {
+    /// A job whose lease expires this many times fails instead of requeueing.
+    pub max_attempts: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolConfig {
+    pub name: String,
+    /// The labels the pool's runners serve; a job can go to the pool when its
+    /// labels are a subset of these (compared case-insensitively).
+    pub labels: Vec<String>,
+    pub min_idle: u32,
+    pub max_runners: u32,
+}
+
+/// What went wrong with a configuration, always naming the file and, where
+/// there is one, the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {reason}")]
+    Read { path: String, reason: String },
+    #[error("config {origin}: {location}: {message}")]
+    Invalid {
+        origin: String,
+        location: String,
+        message: String,
+    },
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            server: ServerConfig {
+                listen: DEFAULT_LISTEN
+                    .parse()
+                    .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 8080))),
+                database: Secret::literal(DEFAULT_DATABASE),
+                database_max_connections: 16,
+            },
+            queue: QueueConfig { max_attempts: 3 },
+            pools: vec![PoolConfig {
+                name: "default".to_owned(),
+                labels: vec![
+                    "self-hosted".to_owned(),
+                    "linux".to_owned(),
+                    "x64".to_owned(),
+                ],
+                min_idle: 0,
+                max_runners: 10,
+            }],
+        }
+    }
+}
+
+/// Command-line values that win over the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub listen: Option<SocketAddr>,
+    pub database: Option<String>,
+}
+
+impl Config {
+    /// Reads `path`, or returns the built-in defaults when `path` is `None`;
+    /// then applies `overrides` and validates the result.
+    pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let (mut config, origin) = match path {
+            None => (Config::default(), "(built-in defaults)".to_owned()),
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+                    path: path.display().to_string(),
+                    reason: e.to_string(),
+                })?;
+                let origin = path.display().to_string();
+                (Config::parse(&text, &origin, path.parent())?, origin)
+            }
+        };
+        if let Some(listen) = overrides.listen {
+            config.server.listen = listen;
+        }
+        if let Some(database) = &overrides.database {
+            let invalid = |message| ConfigError::Invalid {
+                origin: "--database".to_owned(),
+                location: "value".to_owned(),
+                message,
+            };
+            config.server.database = Secret::parse(database, None).map_err(invalid)?;
+            check_database_url(config.server.database.expose()).map_err(invalid)?;
+        }
+        config
+            .validate()
+            .map_err(|(location, message)| ConfigError::Invalid {
+                origin,
+                location,
+                message,
+            })?;
+        Ok(config)
+    }
+
+    /// Parses TOML text. `origin` names it in errors; `base` is where
+    /// relative `file:` secrets are looked up (the config file's directory).
+    pub fn parse(text: &str, origin: &str, base: Option<&Path>) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Invalid {
+            origin: origin.to_owned(),
+            location: describe_location(text, e.span()),
+            message: one_line(e.message()),
+        })?;
+        raw.resolve(base)
+            .map_err(|(location, message)| ConfigError::Invalid {
+                origin: origin.to_owned(),
+                location,
+                message,
+            })
+    }
+
+    fn validate(&self) -> Result<(), (String, String)> {
+        check_database_url(self.server.database.expose())
+            .map_err(|m| ("[server] database".to_owned(), m))?;
+        if self.server.database_max_connections == 0 {
+            return Err((
+                "[server] database_max_connections".into(),
+                "must be at least 1".into(),
+            ));
+        }
+        if self.queue.max_attempts == 0 {
+            return Err(("[queue] max_attempts".into(), "must be at least 1".into()));
+        }
+        let mut names = BTreeSet::new();
+        for (i, pool) in self.pools.iter().enumerate() {
+            let key = |field: &str| format!("pools[{i}].{field}");
+            if pool.name.trim().is_empty() {
+                return Err((key("name"), "must not be empty".into()));
+            }
+            if !pool
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return Err((
+                    key("name"),
+                    format!(
+                        "{:?} may only contain letters, digits, '-' and '_'",
+                        pool.name
+                    ),
+                ));
+            }
+            if !names.insert(pool.name.to_lowercase()) {
+                return Err((key("name"), format!("duplicate pool name {:?}", pool.name)));
+            }
+            if pool.labels.is_empty() {
+                return Err((key("labels"), "a pool must serve at least one label".into()));
+            }
+            if let Some(label) = pool.labels.iter().find(|l| l.trim().is_empty()) {
+                return Err((key("labels"), format!("empty label {label:?}")));
+            }
+            if pool.max_runners < pool.min_idle {
+                return Err((
+                    key("max_runners"),
+                    format!(
+                        "max_runners ({}) is below min_idle ({})",
+                        pool.max_runners, pool.min_idle
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as TOML, with secrets shown only by
+    /// where they come from.
+    pub fn to_redacted_toml(&self) -> String {
+        let raw = RawConfig {
+            server: RawServer {
+                listen: Some(self.server.listen.to_string()),
+                database: Some(self.server.database.redacted()),
+                database_max_connections: Some(self.server.database_max_connections),
+            },
+            queue: RawQueue {
+                max_attempts: Some(self.queue.max_attempts),
+            },
+            pools: Some(
+                self.pools
+                    .iter()
+                    .map(|p| RawPool {
+                        name: p.name.clone(),
+                        labels: p.labels.clone(),
+                        min_idle: Some(p.min_idle),
+                        max_runners: Some(p.max_runners),
+                    })
+                    .collect(),
+            ),
+        };
+        toml::to_string(&raw)
+            .unwrap_or_else(|e| format!("# cannot render the configuration: {e}\n"))
+    }
+}
+
+fn check_database_url(url: &str) -> Result<(), String> {
+    if url.trim().is_empty() {
+        return Err("must not be empty".into());
+    }
+    match url.split_once("://") {
+        Some(("postgres" | "postgresql" | "sqlite", _)) => Ok(()),
+        Some((scheme, _)) => Err(format!(
+            "unsupported database URL scheme {scheme:?}; use sqlite://PATH or postgres://USER@HOST/DB"
+        )),
+        // `sqlite:PATH`, `sqlite::memory:` or a plain file path.
+        None => Ok(()),
+    }
+}
+
+/// Where a value came from: written in the file, or read from the
+/// environment or a file at load time.
+#[derive(Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    Literal,
+    Env(String),
+    File(PathBuf),
+}
+
+/// A configuration value that may be secret. Its `Debug` and `Display`
+/// never show the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret {
+    source: SecretSource,
+    value: String,
+}
+
+impl Secret {
+    pub fn literal(value: &str) -> Secret {
+        Secret {
+            source: SecretSource::Literal,
+            value: value.to_owned(),
+        }
+    }
+
+    /// `env:NAME` reads the environment variable, `file:PATH` the file
+    /// (relative to `base`; one trailing newline dropped); anything else is
+    /// the value itself.
+    pub fn parse(written: &str, base: Option<&Path>) -> Result<Secret, String> {
+        if let Some(name) = written.strip_prefix("env:") {
+            let value = std::env::var(name)
+                .map_err(|_| format!("environment variable {name} is not set"))?;
+            return Ok(Secret {
+                source: SecretSource::Env(name.to_owned()),
+                value,
+            });
+        }
+        if let Some(path) = written.strip_prefix("file:") {
+            let path = match base {
+                Some(base) if Path::new(path).is_relative() => base.join(path),
+                _ => PathBuf::from(path),
+            };
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let value = text.strip_suffix('\n').unwrap_or(&text);
+            let value = value.strip_suffix('\r').unwrap_or(value).to_owned();
+            return Ok(Secret {
+                source: SecretSource::File(path),
+                value,
+            });
+        }
+        Ok(Secret::literal(written))
+    }
+
+    /// The value itself. Only for handing to the code that needs it.
+    pub fn expose(&self) -> &str {
+        &self.value
+    }
+
+    /// Safe to print: `env:NAME`, `file:PATH`, or for a value written in the
+    /// file, the value with any URL password masked.
+    pub fn redacted(&self) -> String {
+        match &self.source {
+            SecretSource::Env(name) => format!("env:{name}"),
+            SecretSource::File(path) => format!("file:{}", path.display()),
+            SecretSource::Literal => runway_store::redact_url(&self.value),
+        }
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Secret({})", self.redacted())
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+// The file's shape. Every field is optional so defaults fill the gaps, and
+// unknown keys are errors, so a typo never silently does nothing.
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    queue: RawQueue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pools: Option<Vec<RawPool>>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: Option<String>,
+    database: Option<String>,
+    database_max_connections: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawQueue {
+    max_attempts: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawPool {
+    name: String,
+    labels: Vec<String>,
+    min_idle: Option<u32>,
+    max_runners: Option<u32>,
+}
+
+impl RawConfig {
+    fn resolve(self, base: Option<&Path>) -> Result<Config, (String, String)> {
+        let defaults = Config::default();
+        let listen = match self.server.listen {
+            None => defaults.server.listen,
+            Some(text) => text.parse().map_err(|_| {
+                (
+                    "[server] listen".to_owned(),
+                    format!("{text:?} is not an address like 127.0.0.1:8080 or [::1]:8080"),
+                )
+            })?,
+        };
+        let database = match self.server.database {
+            None => defaults.server.database,
+            Some(text) => {
+                Secret::parse(&text, base).map_err(|m| ("[server] database".to_owned(), m))?
+            }
+        };
+        let pools = match self.pools {
+            None => defaults.pools,
+            Some(pools) => pools
+                .into_iter()
+                .map(|p| PoolConfig {
+                    name: p.name,
+                    labels: p.labels,
+                    min_idle: p.min_idle.unwrap_or(0),
+                    max_runners: p.max_runners.unwrap_or(10),
+                })
+                .collect(),
+        };
+        Ok(Config {
+            server: ServerConfig {
+                listen,
+                database,
+                database_max_connections: self
+                    .server
+                    .database_max_connections
+                    .unwrap_or(defaults.server.database_max_connections),
+            },
+            queue: QueueConfig {
+                max_attempts: self
+                    .queue
+                    .max_attempts
+                    .unwrap_or(defaults.queue.max_attempts),
+            },
+            pools,
+        })
+    }
+}
+
+fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// "`[table] key` (line L, column C)" for the start of `span` in `text`.
+fn describe_location(text: &str, span: Option<std::ops::Range<usize>>) -> String {
+    let Some(span) = span else {
+        return "(unknown position)".to_owned();
+    };
+    let before = &text[..span.start.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    let line_text = text.lines().nth(line - 1).unwrap_or("");
+    let table = text
+        .lines()
+        .take(line)
+        .filter_map(|l| {
+            let l = l.trim();
+            l.starts_with('[')
+                .then(|| l.split('#').next().unwrap_or(l).trim().to_owned())
+        })
+        .last();
+    let key = line_text
+        .split_once('=')
+        .map(|(key, _)| key.trim().to_owned())
+        .filter(|key| !key.is_empty() && !key.starts_with('['));
+    let name = match (table, key) {
+        (Some(table), Some(key)) => format!("{table} {key} "),
+        (None, Some(key)) => format!("{key} "),
+        (Some(table), None) => format!("{table} "),
+        (None, None) => String::new(),
+    };
+    format!("{name}(line {line}, column {column})")
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::{expect, Expect};
+
+    use super::*;
+
+    fn check(text: &str, expect: Expect) {
+        let result = match Config::parse(text, "runway.toml", None) {
+            Ok(config) => match config.validate() {
+                Ok(()) => config.to_redacted_toml(),
+                Err((location, message)) => format!("error: {location}: {message}"),
+            },
+            Err(e) => format!("error: {e}"),
+        };
+        expect.assert_eq(&result);
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        check(
+            "",
+            expect![[r#"
+                [server]
+                listen = "127.0.0.1:8080"
+                database = "sqlite://runway.db"
+                database_max_connections = 16
+
+                [queue]
+                max_attempts = 3
+
+                [[pools]]
+                name = "default"
+                labels = ["self-hosted", "linux", "x64"]
+                min_idle = 0
+                max_runners = 10
+            "#]],
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_named_with_their_place() {
+        check(
+            "[server]\nlisten = \"127.0.0.1:9000\"\nlisen = \"x\"\n",
+            expect![[
+                r#"error: config runway.toml: [server] lisen (line 3, column 1): unknown field `lisen`, expected one of `listen`, `database`, `database_max_connections`"#
+            ]],
+        );
+    }
+
+    #[test]
+    fn wrong_types_are_named_with_their_place() {
+        check(
+            "[queue]\nmax_attempts = \"three\"\n",
+            expect![[
+                r#"error: config runway.toml: [queue] max_attempts (line 2, column 16): invalid type: string "three", expected u32"#
+            ]],
+        );
+        check(
+            "[server]\nlisten = \"localhost\"\n",
+            expect![[
+                r#"error: config runway.toml: [server] listen: "localhost" is not an address like 127.0.0.1:8080 or [::1]:8080"#
+            ]],
+        );
+        check(
+            "[server\n",
+            expect!["error: config runway.toml: [server (line 1, column 8): invalid table header expected `.`, `]`"],
+        );
+    }
+
+    #[test]
+    fn semantic_errors_name_the_key() {
+        check(
+            "[[pools]]\nname = \"a\"\nlabels = [\"x\"]\n[[pools]]\nname = \"A\"\nlabels = [\"y\"]\n",
+            expect![[r#"error: pools[1].name: duplicate pool name "A""#]],
+        );
+        check(
+            "[[pools]]\nname = \"a\"\nlabels = []\n",
+            expect![[r#"error: pools[0].labels: a pool must serve at least one label"#]],
+        );
+        check(
+            "[server]\ndatabase = \"mysql://x\"\n",
+            expect![[
+                r#"error: [server] database: unsupported database URL scheme "mysql"; use sqlite://PATH or postgres://USER@HOST/DB"#
+            ]],
+        );
+    }
+
+    #[test]
+    fn secrets_resolve_and_never_print() {
+        std::env::set_var(
+            "RUNWAY_CONFIG_TEST_DB",
+            "postgres://runway:hunter2@db/runway",
+        );
+        check(
+            "[server]\ndatabase = \"env:RUNWAY_CONFIG_TEST_DB\"\n[[pools]]\nname = \"p\"\nlabels = [\"self-hosted\"]\n",
+            expect![[r#"
+                [server]
+                listen = "127.0.0.1:8080"
+                database = "env:RUNWAY_CONFIG_TEST_DB"
+                database_max_connections = 16
+
+                [queue]
+                max_attempts = 3
+
+                [[pools]]
+                name = "p"
+                labels = ["self-hosted"]
+                min_idle = 0
+                max_runners = 10
+            "#]],
+        );
+        let config = Config::parse(
+            "[server]\ndatabase = \"env:RUNWAY_CONFIG_TEST_DB\"\n",
+            "t",
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            config.server.database.expose(),
+            "postgres://runway:hunter2@db/runway"
+        );
+        assert!(!format!("{config:?}").contains("hunter2"));
+        let literal = Secret::literal("postgres://runway:hunter2@db/runway");
+        assert_eq!(literal.to_string(), "postgres://runway:***@db/runway");
+        check(
+            "[server]\ndatabase = \"env:RUNWAY_CONFIG_TEST_UNSET\"\n",
+            expect![[
+                r#"error: config runway.toml: [server] database: environment variable RUNWAY_CONFIG_TEST_UNSET is not set"#
+            ]],
+        );
+    }
+}

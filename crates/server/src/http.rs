@@ -1,0 +1,96 @@
+//! The HTTP surface. One router; each handler reads the [`Service`] root.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
+
+use crate::service::Service;
+
+pub fn router(service: Arc<Service>) -> Router {
+    Router::new()
+        .route("/", get(status))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(service)
+}
+
+/// The process is up and serving HTTP.
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// The store answers and its migrations are applied.
+async fn readyz(State(service): State<Arc<Service>>) -> Response {
+    match service.store.check_ready().await {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(error) => {
+            tracing::warn!(%error, "readiness check failed");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: {error}\n"),
+            )
+                .into_response()
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct StatusDto {
+    service: &'static str,
+    version: &'static str,
+    store: &'static str,
+    pools: Vec<PoolStatusDto>,
+}
+
+#[derive(Serialize)]
+struct PoolStatusDto {
+    name: String,
+    labels: Vec<String>,
+    min_idle: u32,
+    max_runners: u32,
+    jobs: std::collections::BTreeMap<String, u64>,
+}
+
+/// What runway is doing, at a glance: its pools and how many jobs each has
+/// in each state.
+async fn status(State(service): State<Arc<Service>>) -> Response {
+    let counts = match service.store.job_counts().await {
+        Ok(counts) => counts,
+        Err(error) => {
+            tracing::error!(%error, "cannot count jobs");
+            return (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response();
+        }
+    };
+    let pools = service
+        .config
+        .pools
+        .iter()
+        .map(|pool| PoolStatusDto {
+            name: pool.name.clone(),
+            labels: pool.labels.clone(),
+            min_idle: pool.min_idle,
+            max_runners: pool.max_runners,
+            jobs: counts
+                .iter()
+                .filter(|c| c.pool.as_deref() == Some(pool.name.as_str()))
+                .map(|c| (c.state.as_str().to_owned(), c.count))
+                .collect(),
+        })
+        .collect();
+    let store = match service.store.backend() {
+        runway_store::Backend::Sqlite => "sqlite",
+        runway_store::Backend::Postgres => "postgres",
+    };
+    Json(StatusDto {
+        service: "runway",
+        version: env!("CARGO_PKG_VERSION"),
+        store,
+        pools,
+    })
+    .into_response()
+}
