@@ -1,1 +1,228 @@
-fn main() {}
+//! Queue throughput on both backends: enqueue, and the whole hand-out of a
+//! job to a runner (claim, accept, complete) with 1 and 8 concurrent workers.
+//!
+//! `cargo bench -p runway-store` (PostgreSQL from `RUNWAY_TEST_POSTGRES_URL`,
+//! default the local service). See `benches/README.md`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use runway_core::job::{NewJob, Route};
+use runway_core::{Conclusion, JobSource, RunnerId, Timestamp};
+use runway_store::{Claim, OpenOptions, PostgresStore, SqliteStore, Store};
+
+static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+
+fn next_id() -> u64 {
+    SEQUENCE.fetch_add(1, Ordering::Relaxed)
+}
+
+fn new_job(pool: &str) -> NewJob {
+    NewJob {
+        source: JobSource::Api,
+        external_id: format!("bench-{}-{}", std::process::id(), next_id()),
+        route: Route::Pool(pool.to_owned()),
+        labels: vec!["self-hosted".to_owned(), "linux".to_owned()],
+        payload: r#"{"script":"make test"}"#.to_owned(),
+        max_attempts: 3,
+    }
+}
+
+fn now() -> Timestamp {
+    Timestamp::from_millis(1_700_000_000_000)
+}
+
+struct Backend {
+    name: &'static str,
+    store: Arc<dyn Store>,
+    cleanup: Option<(String, String)>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+fn backends(runtime: &tokio::runtime::Runtime) -> Vec<Backend> {
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().join("bench.db").display().to_string();
+        let sqlite = SqliteStore::open(&path).await.expect("open SQLite");
+        let url = std::env::var("RUNWAY_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let schema = format!("runway_bench_{}", std::process::id());
+        let options = OpenOptions {
+            max_connections: 16,
+            ..OpenOptions::default()
+        };
+        let postgres = PostgresStore::open(&url, Some(&schema), &options)
+            .await
+            .expect("PostgreSQL must be running for the benchmarks");
+        vec![
+            Backend {
+                name: "sqlite",
+                store: Arc::new(sqlite),
+                cleanup: None,
+                _dir: Some(dir),
+            },
+            Backend {
+                name: "postgres",
+                store: Arc::new(postgres),
+                cleanup: Some((url, schema)),
+                _dir: None,
+            },
+        ]
+    })
+}
+
+/// Runs `iters` operations split over `workers` tasks and returns the wall time.
+async fn run_split<F, Fut>(iters: u64, workers: u64, operation: F) -> Duration
+where
+    F: Fn(u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..workers {
+        let share = iters / workers + u64::from(worker < iters % workers);
+        let operation = operation.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..share {
+                operation(worker).await;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("worker");
+    }
+    started.elapsed()
+}
+
+fn queue_benchmarks(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let backends = backends(&runtime);
+
+    let mut group = c.benchmark_group("enqueue");
+    group.throughput(Throughput::Elements(1));
+    for backend in &backends {
+        for workers in [1u64, 8] {
+            let store = backend.store.clone();
+            group.bench_with_input(
+                BenchmarkId::new(backend.name, format!("{workers}-workers")),
+                &workers,
+                |b, &workers| {
+                    b.to_async(&runtime).iter_custom(|iters| {
+                        let store = store.clone();
+                        async move {
+                            run_split(iters, workers, move |_| {
+                                let store = store.clone();
+                                async move {
+                                    store
+                                        .enqueue(&new_job("enqueue"), now())
+                                        .await
+                                        .expect("enqueue");
+                                }
+                            })
+                            .await
+                        }
+                    });
+                },
+            );
+        }
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("enqueue_many_100");
+    group.throughput(Throughput::Elements(100));
+    for backend in &backends {
+        let store = backend.store.clone();
+        group.bench_function(backend.name, |b| {
+            b.to_async(&runtime).iter_custom(|iters| {
+                let store = store.clone();
+                async move {
+                    let batches: Vec<Vec<NewJob>> = (0..iters)
+                        .map(|_| (0..100).map(|_| new_job("batch")).collect())
+                        .collect();
+                    let started = Instant::now();
+                    for batch in &batches {
+                        store
+                            .enqueue_many(batch, now())
+                            .await
+                            .expect("enqueue_many");
+                    }
+                    started.elapsed()
+                }
+            });
+        });
+    }
+    group.finish();
+
+    // One job handed out and finished: claim (lease) → accept → complete.
+    let mut group = c.benchmark_group("claim_accept_complete");
+    group.throughput(Throughput::Elements(1));
+    for backend in &backends {
+        for workers in [1u64, 8] {
+            let store = backend.store.clone();
+            group.bench_with_input(
+                BenchmarkId::new(backend.name, format!("{workers}-workers")),
+                &workers,
+                |b, &workers| {
+                    b.to_async(&runtime).iter_custom(|iters| {
+                        let store = store.clone();
+                        async move {
+                            // A pool of its own, filled outside the timed part.
+                            let pool = format!("claim-{}", next_id());
+                            let jobs: Vec<NewJob> = (0..iters).map(|_| new_job(&pool)).collect();
+                            for chunk in jobs.chunks(1_000) {
+                                store.enqueue_many(chunk, now()).await.expect("fill");
+                            }
+                            run_split(iters, workers, move |worker| {
+                                let store = store.clone();
+                                let pool = pool.clone();
+                                async move {
+                                    let runner = RunnerId(worker as i64 + 1);
+                                    let claim = Claim {
+                                        pool,
+                                        runner,
+                                        limit: 1,
+                                        lease: Duration::from_secs(120),
+                                    };
+                                    let jobs = store.claim(&claim, now()).await.expect("claim");
+                                    for job in jobs {
+                                        store.accept(job.id, runner, now()).await.expect("accept");
+                                        store
+                                            .complete(job.id, runner, Conclusion::Success, now())
+                                            .await
+                                            .expect("complete");
+                                    }
+                                }
+                            })
+                            .await
+                        }
+                    });
+                },
+            );
+        }
+    }
+    group.finish();
+
+    for backend in backends {
+        if let Some((url, schema)) = backend.cleanup {
+            runtime
+                .block_on(PostgresStore::drop_schema(&url, &schema))
+                .expect("drop benchmark schema");
+        }
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4));
+    targets = queue_benchmarks
+}
+criterion_main!(benches);

@@ -81,7 +81,7 @@ macro_rules! impl_store {
         impl Store for $store {
         $($backend_specific)*
         async fn get_job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
-            let row: Option<JobRow> = sqlx::query_as(&self.statements.job_by_id)
+            let row: Option<JobRow> = sqlx::query_as(&self.inner.statements.job_by_id)
                 .bind(id.0)
                 .fetch_optional(self.reader())
                 .await?;
@@ -89,7 +89,7 @@ macro_rules! impl_store {
         }
 
         async fn find_job(&self, source: JobSource, external_id: &str) -> Result<Option<Job>, StoreError> {
-            let row: Option<JobRow> = sqlx::query_as(&self.statements.job_by_external_id)
+            let row: Option<JobRow> = sqlx::query_as(&self.inner.statements.job_by_external_id)
                 .bind(source.as_str())
                 .bind(external_id)
                 .fetch_optional(self.reader())
@@ -132,7 +132,7 @@ macro_rules! impl_store {
         }
 
         async fn jobs_with_expired_leases(&self, now: Timestamp, limit: u32) -> Result<Vec<Job>, StoreError> {
-            let rows: Vec<JobRow> = sqlx::query_as(&self.statements.expired_leases)
+            let rows: Vec<JobRow> = sqlx::query_as(&self.inner.statements.expired_leases)
                 .bind(now.as_millis())
                 .bind(i64::from(limit))
                 .fetch_all(self.reader())
@@ -141,20 +141,41 @@ macro_rules! impl_store {
         }
 
         async fn replace_job(&self, current: &Job, next: &Job) -> Result<bool, StoreError> {
-            let columns = JobColumns::from(next);
-            let result = bind_job(sqlx::query(&self.statements.replace_job), &columns)
-                .bind(current.id.0)
-                .bind(current.version)
-                .execute(self.writer())
-                .await?;
-            Ok(result.rows_affected() == 1)
+            let op = Op::Replace {
+                id: current.id,
+                version: current.version,
+                next: Box::new(JobColumns::from(next)),
+            };
+            match self.group.submit(op).await? {
+                Outcome::Replaced(replaced) => Ok(replaced),
+                _ => Err(StoreError::Corrupt("group commit answered a replace with another outcome".into())),
+            }
+        }
+
+        async fn enqueue(&self, job: &NewJob, now: Timestamp) -> Result<Enqueued, StoreError> {
+            let op = Op::Enqueue { job: job.clone(), now };
+            match self.group.submit(op).await? {
+                Outcome::Enqueued(enqueued) => Ok(enqueued),
+                _ => Err(StoreError::Corrupt("group commit answered an enqueue with another outcome".into())),
+            }
+        }
+
+        async fn claim(&self, claim: &Claim, now: Timestamp) -> Result<Vec<Job>, StoreError> {
+            let op = Op::Claim { claim: claim.clone(), now };
+            match self.group.submit(op).await? {
+                Outcome::Claimed(mut jobs) => {
+                    jobs.sort_by_key(|job| (job.enqueued_at, job.id));
+                    Ok(jobs)
+                }
+                _ => Err(StoreError::Corrupt("group commit answered a claim with another outcome".into())),
+            }
         }
 
         async fn create_runner(&self, runner: &NewRunner, now: Timestamp) -> Result<Runner, StoreError> {
             // The id is assigned by the database; the placeholder is ignored.
             let initial = runner.initial(RunnerId(0), now);
             let columns = RunnerColumns::from(&initial);
-            let row = bind_runner(sqlx::query(&self.statements.insert_runner), &columns)
+            let row = bind_runner(sqlx::query(&self.inner.statements.insert_runner), &columns)
                 .fetch_one(self.writer())
                 .await
                 .and_then(|row| RunnerRow::from_row(&row));
@@ -168,7 +189,7 @@ macro_rules! impl_store {
         }
 
         async fn get_runner(&self, id: RunnerId) -> Result<Option<Runner>, StoreError> {
-            let row: Option<RunnerRow> = sqlx::query_as(&self.statements.runner_by_id)
+            let row: Option<RunnerRow> = sqlx::query_as(&self.inner.statements.runner_by_id)
                 .bind(id.0)
                 .fetch_optional(self.reader())
                 .await?;
@@ -176,7 +197,7 @@ macro_rules! impl_store {
         }
 
         async fn find_runner(&self, name: &str) -> Result<Option<Runner>, StoreError> {
-            let row: Option<RunnerRow> = sqlx::query_as(&self.statements.runner_by_name)
+            let row: Option<RunnerRow> = sqlx::query_as(&self.inner.statements.runner_by_name)
                 .bind(name)
                 .fetch_optional(self.reader())
                 .await?;
@@ -199,7 +220,7 @@ macro_rules! impl_store {
 
         async fn replace_runner(&self, current: &Runner, next: &Runner) -> Result<bool, StoreError> {
             let columns = RunnerColumns::from(next);
-            let result = bind_runner(sqlx::query(&self.statements.replace_runner), &columns)
+            let result = bind_runner(sqlx::query(&self.inner.statements.replace_runner), &columns)
                 .bind(current.id.0)
                 .bind(current.version)
                 .execute(self.writer())
@@ -211,3 +232,101 @@ macro_rules! impl_store {
 }
 
 pub(crate) use impl_store;
+
+/// Expands to the group-commit executor of a backend's inner state: runs a
+/// batch of writes in one transaction on the `writer` pool. `$inner` has
+/// `writer`, `statements` and `claim` (the backend's claim statement, with
+/// parameters pool, runner, lease deadline, limit).
+macro_rules! impl_batch_executor {
+    ($inner:ty, $connection:ty) => {
+        impl $inner {
+            /// Inserts a job, or reads the one already stored under its key.
+            async fn insert_job(
+                &self,
+                connection: &mut $connection,
+                job: &NewJob,
+                now: Timestamp,
+            ) -> Result<Enqueued, StoreError> {
+                let columns = JobColumns::from(&job.initial(JobId(0), now));
+                let inserted = bind_job(sqlx::query(&self.statements.insert_job), &columns)
+                    .fetch_optional(&mut *connection)
+                    .await?
+                    .map(|row| JobRow::from_row(&row))
+                    .transpose()?;
+                if let Some(row) = inserted {
+                    return Ok(Enqueued {
+                        job: Job::try_from(row)?,
+                        created: true,
+                    });
+                }
+                let existing: JobRow = sqlx::query_as(&self.statements.job_by_external_id)
+                    .bind(job.source.as_str())
+                    .bind(job.external_id.as_str())
+                    .fetch_one(&mut *connection)
+                    .await?;
+                Ok(Enqueued {
+                    job: Job::try_from(existing)?,
+                    created: false,
+                })
+            }
+        }
+
+        #[async_trait]
+        impl BatchExecutor for $inner {
+            async fn execute(&self, ops: &[&Op]) -> Result<Vec<Outcome>, StoreError> {
+                // A lone write is one statement (an enqueue may add a read):
+                // autocommit saves the BEGIN and COMMIT round trips.
+                if let [op] = ops {
+                    let mut connection = self.writer.acquire().await?;
+                    return Ok(vec![self.execute_one(&mut connection, op).await?]);
+                }
+                let mut transaction = self.writer.begin().await?;
+                let mut outcomes = Vec::with_capacity(ops.len());
+                for op in ops {
+                    outcomes.push(self.execute_one(&mut transaction, op).await?);
+                }
+                transaction.commit().await?;
+                Ok(outcomes)
+            }
+        }
+
+        impl $inner {
+            async fn execute_one(
+                &self,
+                connection: &mut $connection,
+                op: &Op,
+            ) -> Result<Outcome, StoreError> {
+                let transaction = connection;
+                Ok(match op {
+                    Op::Enqueue { job, now } => {
+                        Outcome::Enqueued(self.insert_job(&mut *transaction, job, *now).await?)
+                    }
+                    Op::Replace { id, version, next } => {
+                        let result = bind_job(sqlx::query(&self.statements.replace_job), next)
+                            .bind(id.0)
+                            .bind(*version)
+                            .execute(&mut *transaction)
+                            .await?;
+                        Outcome::Replaced(result.rows_affected() == 1)
+                    }
+                    Op::Claim { claim, now } => {
+                        let rows: Vec<JobRow> = sqlx::query_as(&self.claim)
+                            .bind(claim.pool.as_str())
+                            .bind(claim.runner.0)
+                            .bind(now.plus(claim.lease).as_millis())
+                            .bind(i64::from(claim.limit))
+                            .fetch_all(&mut *transaction)
+                            .await?;
+                        Outcome::Claimed(
+                            rows.into_iter()
+                                .map(Job::try_from)
+                                .collect::<Result<_, _>>()?,
+                        )
+                    }
+                })
+            }
+        }
+    };
+}
+
+pub(crate) use impl_batch_executor;

@@ -28,6 +28,7 @@
 //! Time is always a parameter (`now`); no statement reads a clock.
 
 mod common;
+mod group_commit;
 mod postgres;
 mod rows;
 mod sqlite;
@@ -75,6 +76,8 @@ pub enum StoreError {
     JobTransition(#[from] JobTransitionError),
     #[error(transparent)]
     RunnerTransition(#[from] RunnerTransitionError),
+    #[error("the store is shut down")]
+    Closed,
     #[error("{what} kept changing under us ({MAX_COMPARE_AND_SET_ATTEMPTS} attempts); try again")]
     Contention { what: String },
 }

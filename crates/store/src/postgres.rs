@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use runway_core::job::NewJob;
@@ -15,7 +16,8 @@ use sqlx::{ConnectOptions, Connection, Postgres};
 
 use sqlx::FromRow;
 
-use crate::common::{impl_store, Statements};
+use crate::common::{impl_batch_executor, impl_store, Statements};
+use crate::group_commit::{BatchExecutor, GroupCommit, Op, Outcome};
 use crate::rows::{
     bind_job, bind_runner, JobColumns, JobRow, RunnerColumns, RunnerRow, JOB_COLUMNS,
     RUNNER_COLUMNS,
@@ -29,13 +31,23 @@ use crate::{
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
 
 pub struct PostgresStore {
-    pool: PgPool,
+    inner: Arc<PostgresInner>,
+    group: GroupCommit,
+}
+
+struct PostgresInner {
+    /// Every statement uses this one pool; the name matches SQLite's writer
+    /// pool so the shared code reads the same on both.
+    writer: PgPool,
     statements: Statements,
     claim: String,
     enqueue_many: String,
     find_many: String,
     target: String,
 }
+
+/// Concurrent group-commit transactions: enough to keep the server's WAL
+/// flushes overlapping, few enough to leave pool connections for reads.
 
 impl PostgresStore {
     /// Connects to `url` and applies migrations. With `schema`, every table
@@ -109,14 +121,19 @@ impl PostgresStore {
             "SELECT id, {JOB_COLUMNS} FROM jobs \
              WHERE (source, external_id) IN (SELECT * FROM UNNEST($1::text[], $2::text[]))"
         );
-        Ok(PostgresStore {
-            pool,
+        let inner = Arc::new(PostgresInner {
+            writer: pool,
             statements: Statements::new(|sql| sql),
             claim,
             enqueue_many,
             find_many,
             target,
-        })
+        });
+        // Measured (BENCHMARKS.md): on PostgreSQL the server already overlaps
+        // WAL flushes of concurrent connections, and the extra hop and
+        // BEGIN/COMMIT of shared transactions cost more than they save.
+        let group = GroupCommit::direct(inner.clone());
+        Ok(PostgresStore { inner, group })
     }
 
     /// Drops `schema` and everything in it. For tests.
@@ -134,17 +151,23 @@ impl PostgresStore {
 
     /// Closes the pool, waiting for connections in use to be returned.
     pub async fn close(&self) {
-        self.pool.close().await;
+        self.inner.writer.close().await;
     }
 
     fn reader(&self) -> &PgPool {
-        &self.pool
+        &self.inner.writer
     }
 
     fn writer(&self) -> &PgPool {
-        &self.pool
+        &self.inner.writer
+    }
+
+    fn pool(&self) -> &PgPool {
+        &self.inner.writer
     }
 }
+
+impl_batch_executor!(PostgresInner, sqlx::PgConnection);
 
 async fn tokio_timeout<T>(
     options: &OpenOptions,
@@ -171,50 +194,20 @@ impl_store!(PostgresStore, Postgres, {
     async fn check_ready(&self) -> Result<(), StoreError> {
         let applied: i64 =
             sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success")
-                .fetch_one(&self.pool)
+                .fetch_one(self.pool())
                 .await
                 .map_err(|e| StoreError::NotReady {
-                    target: self.target.clone(),
+                    target: self.inner.target.clone(),
                     reason: describe_sqlx_error(&e),
                 })?;
         let expected = MIGRATOR.iter().count() as i64;
         if applied < expected {
             return Err(StoreError::NotReady {
-                target: self.target.clone(),
+                target: self.inner.target.clone(),
                 reason: format!("{applied} of {expected} migrations applied"),
             });
         }
         Ok(())
-    }
-
-    async fn enqueue(&self, job: &NewJob, now: Timestamp) -> Result<Enqueued, StoreError> {
-        let columns = JobColumns::from(&job.initial(JobId(0), now));
-        let inserted = bind_job(sqlx::query(&self.statements.insert_job), &columns)
-            .fetch_optional(&self.pool)
-            .await?
-            .map(|row| JobRow::from_row(&row))
-            .transpose()?;
-        if let Some(row) = inserted {
-            return Ok(Enqueued {
-                job: Job::try_from(row)?,
-                created: true,
-            });
-        }
-        // ON CONFLICT waited for the conflicting insert to commit, so the
-        // existing row is visible now.
-        let existing = self
-            .find_job(job.source, &job.external_id)
-            .await?
-            .ok_or_else(|| {
-                StoreError::Corrupt(format!(
-                    "job {} conflicted but is not stored",
-                    job.external_id
-                ))
-            })?;
-        Ok(Enqueued {
-            job: existing,
-            created: false,
-        })
     }
 
     async fn enqueue_many(
@@ -230,7 +223,7 @@ impl_store!(PostgresStore, Postgres, {
         let number = |f: &dyn Fn(&Job) -> Option<i64>| initial.iter().map(f).collect::<Vec<_>>();
         let sources = column(&|j| Some(j.source.as_str().to_owned()));
         let external_ids = column(&|j| Some(j.external_id.clone()));
-        let inserted: Vec<JobRow> = sqlx::query_as(&self.enqueue_many)
+        let inserted: Vec<JobRow> = sqlx::query_as(&self.inner.enqueue_many)
             .bind(&sources)
             .bind(&external_ids)
             .bind(column(&|j| j.pool.clone()))
@@ -242,7 +235,7 @@ impl_store!(PostgresStore, Postgres, {
             .bind(number(&|j| Some(j.enqueued_at.as_millis())))
             .bind(number(&|j| j.finished_at.map(Timestamp::as_millis)))
             .bind(column(&|j| j.reason.clone()))
-            .fetch_all(&self.pool)
+            .fetch_all(self.pool())
             .await?;
         let mut created: HashMap<(&'static str, String), Job> = HashMap::new();
         for row in inserted {
@@ -251,10 +244,10 @@ impl_store!(PostgresStore, Postgres, {
         }
         let mut existing: HashMap<(&'static str, String), Job> = HashMap::new();
         if created.len() < jobs.len() {
-            let rows: Vec<JobRow> = sqlx::query_as(&self.find_many)
+            let rows: Vec<JobRow> = sqlx::query_as(&self.inner.find_many)
                 .bind(&sources)
                 .bind(&external_ids)
-                .fetch_all(&self.pool)
+                .fetch_all(self.pool())
                 .await?;
             for row in rows {
                 let job = Job::try_from(row)?;
@@ -288,21 +281,5 @@ impl_store!(PostgresStore, Postgres, {
             results.push(result);
         }
         Ok(results)
-    }
-
-    async fn claim(&self, claim: &Claim, now: Timestamp) -> Result<Vec<Job>, StoreError> {
-        let rows: Vec<JobRow> = sqlx::query_as(&self.claim)
-            .bind(claim.pool.as_str())
-            .bind(claim.runner.0)
-            .bind(now.plus(claim.lease).as_millis())
-            .bind(i64::from(claim.limit))
-            .fetch_all(&self.pool)
-            .await?;
-        let mut jobs = rows
-            .into_iter()
-            .map(Job::try_from)
-            .collect::<Result<Vec<_>, _>>()?;
-        jobs.sort_by_key(|job| (job.enqueued_at, job.id));
-        Ok(jobs)
     }
 });

@@ -4,6 +4,7 @@
 //! them in the pool avoids `SQLITE_BUSY`), reads through a few more.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,7 +19,8 @@ use sqlx::Sqlite;
 
 use sqlx::FromRow;
 
-use crate::common::{impl_store, Statements};
+use crate::common::{impl_batch_executor, impl_store, Statements};
+use crate::group_commit::{BatchExecutor, GroupCommit, Op, Outcome};
 use crate::rows::{
     bind_job, bind_runner, JobColumns, JobRow, RunnerColumns, RunnerRow, JOB_COLUMNS,
     RUNNER_COLUMNS,
@@ -28,6 +30,11 @@ use crate::{Backend, Claim, Enqueued, JobCount, JobFilter, RunnerFilter, Store, 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 
 pub struct SqliteStore {
+    inner: Arc<SqliteInner>,
+    group: GroupCommit,
+}
+
+struct SqliteInner {
     writer: SqlitePool,
     readers: SqlitePool,
     statements: Statements,
@@ -92,52 +99,28 @@ impl SqliteStore {
                ORDER BY enqueued_at, id LIMIT ?4) \
              RETURNING id, {JOB_COLUMNS}"
         );
-        Ok(SqliteStore {
+        let inner = Arc::new(SqliteInner {
             writer,
             readers,
             statements: Statements::new(question_mark_placeholders),
             claim,
             target,
-        })
+        });
+        // SQLite has one writer: a single committer batches everything.
+        let group = GroupCommit::start(1, inner.clone());
+        Ok(SqliteStore { inner, group })
     }
 
     fn reader(&self) -> &SqlitePool {
-        &self.readers
+        &self.inner.readers
     }
 
     fn writer(&self) -> &SqlitePool {
-        &self.writer
-    }
-
-    async fn insert_job(
-        &self,
-        connection: &mut sqlx::SqliteConnection,
-        job: &NewJob,
-        now: Timestamp,
-    ) -> Result<Enqueued, StoreError> {
-        let columns = JobColumns::from(&job.initial(JobId(0), now));
-        let inserted = bind_job(sqlx::query(&self.statements.insert_job), &columns)
-            .fetch_optional(&mut *connection)
-            .await?
-            .map(|row| JobRow::from_row(&row))
-            .transpose()?;
-        if let Some(row) = inserted {
-            return Ok(Enqueued {
-                job: Job::try_from(row)?,
-                created: true,
-            });
-        }
-        let existing: JobRow = sqlx::query_as(&self.statements.job_by_external_id)
-            .bind(job.source.as_str())
-            .bind(job.external_id.as_str())
-            .fetch_one(&mut *connection)
-            .await?;
-        Ok(Enqueued {
-            job: Job::try_from(existing)?,
-            created: false,
-        })
+        &self.inner.writer
     }
 }
+
+impl_batch_executor!(SqliteInner, sqlx::SqliteConnection);
 
 /// SQLite's own words for what went wrong, without sqlx's wrapping.
 pub(crate) fn describe_sqlx_error(error: &sqlx::Error) -> String {
@@ -161,22 +144,17 @@ impl_store!(SqliteStore, Sqlite, {
                 .fetch_one(self.reader())
                 .await
                 .map_err(|e| StoreError::NotReady {
-                    target: self.target.clone(),
+                    target: self.inner.target.clone(),
                     reason: describe_sqlx_error(&e),
                 })?;
         let expected = MIGRATOR.iter().count() as i64;
         if applied < expected {
             return Err(StoreError::NotReady {
-                target: self.target.clone(),
+                target: self.inner.target.clone(),
                 reason: format!("{applied} of {expected} migrations applied"),
             });
         }
         Ok(())
-    }
-
-    async fn enqueue(&self, job: &NewJob, now: Timestamp) -> Result<Enqueued, StoreError> {
-        let mut connection = self.writer.acquire().await?;
-        self.insert_job(&mut connection, job, now).await
     }
 
     async fn enqueue_many(
@@ -184,28 +162,12 @@ impl_store!(SqliteStore, Sqlite, {
         jobs: &[NewJob],
         now: Timestamp,
     ) -> Result<Vec<Enqueued>, StoreError> {
-        let mut transaction = self.writer.begin().await?;
+        let mut transaction = self.inner.writer.begin().await?;
         let mut results = Vec::with_capacity(jobs.len());
         for job in jobs {
-            results.push(self.insert_job(&mut transaction, job, now).await?);
+            results.push(self.inner.insert_job(&mut transaction, job, now).await?);
         }
         transaction.commit().await?;
         Ok(results)
-    }
-
-    async fn claim(&self, claim: &Claim, now: Timestamp) -> Result<Vec<Job>, StoreError> {
-        let rows: Vec<JobRow> = sqlx::query_as(&self.claim)
-            .bind(claim.pool.as_str())
-            .bind(claim.runner.0)
-            .bind(now.plus(claim.lease).as_millis())
-            .bind(i64::from(claim.limit))
-            .fetch_all(self.writer())
-            .await?;
-        let mut jobs = rows
-            .into_iter()
-            .map(Job::try_from)
-            .collect::<Result<Vec<_>, _>>()?;
-        jobs.sort_by_key(|job| (job.enqueued_at, job.id));
-        Ok(jobs)
     }
 });

@@ -18,6 +18,8 @@ on_both_backends!(
     runners_move_through_their_states_with_timestamps,
     runner_names_are_unique,
     ready_after_open,
+    concurrent_duplicate_enqueues_create_one_job,
+    job_counts_per_pool_and_state,
 );
 
 mod cases {
@@ -81,6 +83,56 @@ mod cases {
         assert_ne!(other.job.id, first.job.id);
         let found = store.find_job(JobSource::Github, "build-1").await.unwrap();
         assert_eq!(found, Some(other.job));
+    }
+
+    pub async fn concurrent_duplicate_enqueues_create_one_job(store: Arc<dyn Store>) {
+        // Many deliveries of the same few jobs at once, as a webhook retry
+        // storm would send them: each job is created exactly once.
+        let mut tasks = Vec::new();
+        for delivery in 0..48 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let job = api_job(&format!("dup-{}", delivery % 3), "default");
+                store.enqueue(&job, at(delivery)).await.expect("enqueue")
+            }));
+        }
+        let mut created = 0;
+        let mut ids = std::collections::BTreeSet::new();
+        for task in tasks {
+            let enqueued = task.await.expect("task");
+            created += usize::from(enqueued.created);
+            ids.insert(enqueued.job.id);
+        }
+        assert_eq!((created, ids.len()), (3, 3));
+        assert_eq!(
+            store.list_jobs(&JobFilter::default()).await.unwrap().len(),
+            3
+        );
+    }
+
+    pub async fn job_counts_per_pool_and_state(store: Arc<dyn Store>) {
+        for (i, pool) in ["a", "a", "b"].iter().enumerate() {
+            store
+                .enqueue(&api_job(&format!("j{i}"), pool), at(i as i64))
+                .await
+                .unwrap();
+        }
+        store.claim(&claim("a", 1, 1), at(5)).await.unwrap();
+        let counts: Vec<(Option<String>, JobState, u64)> = store
+            .job_counts()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.pool, c.state, c.count))
+            .collect();
+        assert_eq!(
+            counts,
+            [
+                (Some("a".into()), JobState::Provisioning, 1),
+                (Some("a".into()), JobState::Queued, 1),
+                (Some("b".into()), JobState::Queued, 1),
+            ]
+        );
     }
 
     pub async fn enqueue_many_returns_input_order_and_dedupes(store: Arc<dyn Store>) {
