@@ -155,7 +155,7 @@ macro_rules! impl_store {
         async fn enqueue(&self, job: &NewJob, now: Timestamp) -> Result<Enqueued, StoreError> {
             let op = Op::Enqueue { job: job.clone(), now };
             match self.group.submit(op).await? {
-                Outcome::Enqueued(enqueued) => Ok(enqueued),
+                Outcome::Enqueued(enqueued) => Ok(*enqueued),
                 _ => Err(StoreError::Corrupt("group commit answered an enqueue with another outcome".into())),
             }
         }
@@ -298,9 +298,9 @@ macro_rules! impl_batch_executor {
             ) -> Result<Outcome, StoreError> {
                 let transaction = connection;
                 Ok(match op {
-                    Op::Enqueue { job, now } => {
-                        Outcome::Enqueued(self.insert_job(&mut *transaction, job, *now).await?)
-                    }
+                    Op::Enqueue { job, now } => Outcome::Enqueued(Box::new(
+                        self.insert_job(&mut *transaction, job, *now).await?,
+                    )),
                     Op::Replace { id, version, next } => {
                         let result = bind_job(sqlx::query(&self.statements.replace_job), next)
                             .bind(id.0)

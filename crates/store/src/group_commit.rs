@@ -48,7 +48,7 @@ pub(crate) enum Op {
 }
 
 pub(crate) enum Outcome {
-    Enqueued(Enqueued),
+    Enqueued(Box<Enqueued>),
     Replaced(bool),
     Claimed(Vec<Job>),
 }

@@ -45,10 +45,6 @@ struct PostgresInner {
     find_many: String,
     target: String,
 }
-
-/// Concurrent group-commit transactions: enough to keep the server's WAL
-/// flushes overlapping, few enough to leave pool connections for reads.
-
 impl PostgresStore {
     /// Connects to `url` and applies migrations. With `schema`, every table
     /// lives in that schema (created if missing) instead of the URL's default;
