@@ -466,6 +466,18 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_example_is_valid() {
+        let text = include_str!("../../../examples/runway.toml");
+        let config = Config::parse(text, "examples/runway.toml", None).expect("example parses");
+        config.validate().expect("example is valid");
+        assert_eq!(config.pools.len(), 2);
+        // Every key the example documents is at its default where it says so.
+        assert_eq!(config.server, Config::default().server);
+        assert_eq!(config.queue, Config::default().queue);
+        assert_eq!(config.pools[0], Config::default().pools[0]);
+    }
+
+    #[test]
     fn empty_file_gives_defaults() {
         check(
             "",
