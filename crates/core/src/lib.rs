@@ -5,6 +5,7 @@
 //! runs in `runway serve` and on the simulator's virtual clock.
 
 pub mod job;
+pub mod routing;
 pub mod runner;
 pub mod time;
 

@@ -14,6 +14,8 @@ pub(crate) struct Statements {
     pub runner_by_id: String,
     pub runner_by_name: String,
     pub replace_runner: String,
+    pub insert_delivery: String,
+    pub delivery_seen: String,
 }
 
 impl Statements {
@@ -52,9 +54,13 @@ impl Statements {
                 runner_count + 1,
                 runner_count + 2
             ),
+            "INSERT INTO deliveries (delivery_id, event, action, external_id, outcome, received_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (delivery_id) DO NOTHING"
+                .to_owned(),
+            "SELECT CAST(1 AS BIGINT) FROM deliveries WHERE delivery_id = $1".to_owned(),
         ]
         .map(rewrite_placeholders);
-        let [insert_job, job_by_id, job_by_external_id, replace_job, expired_leases, insert_runner, runner_by_id, runner_by_name, replace_runner] =
+        let [insert_job, job_by_id, job_by_external_id, replace_job, expired_leases, insert_runner, runner_by_id, runner_by_name, replace_runner, insert_delivery, delivery_seen] =
             statements;
         Statements {
             insert_job,
@@ -66,6 +72,8 @@ impl Statements {
             runner_by_id,
             runner_by_name,
             replace_runner,
+            insert_delivery,
+            delivery_seen,
         }
     }
 }
@@ -105,7 +113,14 @@ macro_rules! impl_store {
             if let Some(pool) = &filter.pool {
                 query.push(" AND pool = ").push_bind(pool.as_str());
             }
-            query.push(" ORDER BY enqueued_at, id");
+            if let Some(before) = filter.before {
+                query.push(" AND id < ").push_bind(before.0);
+            }
+            if filter.newest_first {
+                query.push(" ORDER BY id DESC");
+            } else {
+                query.push(" ORDER BY enqueued_at, id");
+            }
             if let Some(limit) = filter.limit {
                 query.push(" LIMIT ").push_bind(i64::from(limit));
             }
@@ -152,11 +167,38 @@ macro_rules! impl_store {
             }
         }
 
-        async fn enqueue(&self, job: &NewJob, now: Timestamp) -> Result<Enqueued, StoreError> {
-            let op = Op::Enqueue { job: job.clone(), now };
+        async fn enqueue_with_delivery(
+            &self,
+            job: &NewJob,
+            delivery: Option<&Delivery>,
+            now: Timestamp,
+        ) -> Result<Enqueued, StoreError> {
+            let op = Op::Enqueue {
+                job: job.clone(),
+                delivery: delivery.cloned(),
+                now,
+            };
             match self.group.submit(op).await? {
                 Outcome::Enqueued(enqueued) => Ok(*enqueued),
                 _ => Err(StoreError::Corrupt("group commit answered an enqueue with another outcome".into())),
+            }
+        }
+
+        async fn delivery_seen(&self, id: &str) -> Result<bool, StoreError> {
+            let seen: Option<i64> = sqlx::query_scalar(&self.inner.statements.delivery_seen)
+                .bind(id)
+                .fetch_optional(self.reader())
+                .await?;
+            Ok(seen.is_some())
+        }
+
+        async fn record_delivery(&self, delivery: &Delivery) -> Result<bool, StoreError> {
+            let op = Op::RecordDelivery {
+                delivery: delivery.clone(),
+            };
+            match self.group.submit(op).await? {
+                Outcome::Recorded(new) => Ok(new),
+                _ => Err(StoreError::Corrupt("group commit answered a delivery with another outcome".into())),
             }
         }
 
@@ -240,6 +282,24 @@ pub(crate) use impl_store;
 macro_rules! impl_batch_executor {
     ($inner:ty, $connection:ty) => {
         impl $inner {
+            /// Records a delivery; false if its id was already recorded.
+            async fn insert_delivery(
+                &self,
+                connection: &mut $connection,
+                delivery: &Delivery,
+            ) -> Result<bool, StoreError> {
+                let result = sqlx::query(&self.statements.insert_delivery)
+                    .bind(delivery.id.as_str())
+                    .bind(delivery.event.as_str())
+                    .bind(delivery.action.as_deref())
+                    .bind(delivery.external_id.as_deref())
+                    .bind(delivery.outcome.as_str())
+                    .bind(delivery.received_at.as_millis())
+                    .execute(&mut *connection)
+                    .await?;
+                Ok(result.rows_affected() == 1)
+            }
+
             /// Inserts a job, or reads the one already stored under its key.
             async fn insert_job(
                 &self,
@@ -298,9 +358,17 @@ macro_rules! impl_batch_executor {
             ) -> Result<Outcome, StoreError> {
                 let transaction = connection;
                 Ok(match op {
-                    Op::Enqueue { job, now } => Outcome::Enqueued(Box::new(
-                        self.insert_job(&mut *transaction, job, *now).await?,
-                    )),
+                    Op::Enqueue { job, delivery, now } => {
+                        if let Some(delivery) = delivery {
+                            self.insert_delivery(&mut *transaction, delivery).await?;
+                        }
+                        Outcome::Enqueued(Box::new(
+                            self.insert_job(&mut *transaction, job, *now).await?,
+                        ))
+                    }
+                    Op::RecordDelivery { delivery } => {
+                        Outcome::Recorded(self.insert_delivery(&mut *transaction, delivery).await?)
+                    }
                     Op::Replace { id, version, next } => {
                         let result = bind_job(sqlx::query(&self.statements.replace_job), next)
                             .bind(id.0)

@@ -24,7 +24,7 @@ use runway_core::{Job, JobId, Timestamp};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 use crate::rows::JobColumns;
-use crate::{Claim, Enqueued, StoreError};
+use crate::{Claim, Delivery, Enqueued, StoreError};
 
 /// How many writes one transaction takes at most.
 const MAX_BATCH: usize = 128;
@@ -34,7 +34,11 @@ const QUEUE_CAPACITY: usize = 4_096;
 pub(crate) enum Op {
     Enqueue {
         job: NewJob,
+        delivery: Option<Delivery>,
         now: Timestamp,
+    },
+    RecordDelivery {
+        delivery: Delivery,
     },
     Replace {
         id: JobId,
@@ -51,6 +55,7 @@ pub(crate) enum Outcome {
     Enqueued(Box<Enqueued>),
     Replaced(bool),
     Claimed(Vec<Job>),
+    Recorded(bool),
 }
 
 impl Op {
@@ -62,8 +67,9 @@ impl Op {
             Op::Enqueue { job, .. } => {
                 (0, format!("{}/{}", job.source.as_str(), job.external_id), 0)
             }
-            Op::Replace { id, .. } => (1, String::new(), id.0),
-            Op::Claim { .. } => (2, String::new(), 0),
+            Op::RecordDelivery { delivery } => (1, delivery.id.clone(), 0),
+            Op::Replace { id, .. } => (2, String::new(), id.0),
+            Op::Claim { .. } => (3, String::new(), 0),
         }
     }
 }

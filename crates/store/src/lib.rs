@@ -124,8 +124,25 @@ pub struct Claim {
 pub struct JobFilter {
     pub state: Option<JobState>,
     pub pool: Option<String>,
-    /// At most this many, oldest first; `None` for all.
+    /// At most this many; `None` for all.
     pub limit: Option<u32>,
+    /// Newest (highest id) first instead of queue order (oldest `enqueued_at` first).
+    pub newest_first: bool,
+    /// Only jobs with an id below this one: the cursor of a newest-first listing.
+    pub before: Option<JobId>,
+}
+
+/// One webhook delivery, recorded for deduplication and analysis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// `X-GitHub-Delivery`: unique per delivery, the same on a redelivery.
+    pub id: String,
+    pub event: String,
+    pub action: Option<String>,
+    /// The job the delivery was about, if any.
+    pub external_id: Option<String>,
+    pub outcome: String,
+    pub received_at: Timestamp,
 }
 
 /// How many jobs a pool has in one state.
@@ -174,7 +191,24 @@ pub trait Store: Send + Sync + 'static {
 
     /// Stores a new job, or returns the one already stored under the same
     /// (source, external id). Durable when it returns.
-    async fn enqueue(&self, job: &NewJob, now: Timestamp) -> Result<Enqueued, StoreError>;
+    async fn enqueue(&self, job: &NewJob, now: Timestamp) -> Result<Enqueued, StoreError> {
+        self.enqueue_with_delivery(job, None, now).await
+    }
+
+    /// [`Store::enqueue`], recording `delivery` in the same transaction, so
+    /// a delivery is never marked seen without its job, nor the reverse.
+    async fn enqueue_with_delivery(
+        &self,
+        job: &NewJob,
+        delivery: Option<&Delivery>,
+        now: Timestamp,
+    ) -> Result<Enqueued, StoreError>;
+
+    /// Whether a delivery with this id was recorded.
+    async fn delivery_seen(&self, id: &str) -> Result<bool, StoreError>;
+
+    /// Records a delivery; false if one with the same id was already recorded.
+    async fn record_delivery(&self, delivery: &Delivery) -> Result<bool, StoreError>;
 
     /// [`Store::enqueue`] for many jobs in one transaction; results in input order.
     async fn enqueue_many(

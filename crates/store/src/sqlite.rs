@@ -25,7 +25,9 @@ use crate::rows::{
     bind_job, bind_runner, JobColumns, JobRow, RunnerColumns, RunnerRow, JOB_COLUMNS,
     RUNNER_COLUMNS,
 };
-use crate::{Backend, Claim, Enqueued, JobCount, JobFilter, RunnerFilter, Store, StoreError};
+use crate::{
+    Backend, Claim, Delivery, Enqueued, JobCount, JobFilter, RunnerFilter, Store, StoreError,
+};
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 

@@ -20,6 +20,8 @@ on_both_backends!(
     ready_after_open,
     concurrent_duplicate_enqueues_create_one_job,
     job_counts_per_pool_and_state,
+    deliveries_are_recorded_once_and_with_their_job,
+    newest_first_listing_pages_with_a_cursor,
 );
 
 mod cases {
@@ -32,7 +34,7 @@ mod cases {
         Conclusion, JobEvent, JobSource, JobState, JobTransitionError, RunnerEvent, RunnerId,
         RunnerState, RunnerTransitionError,
     };
-    use runway_store::{Claim, JobFilter, RunnerFilter, Store, StoreError};
+    use runway_store::{Claim, Delivery, JobFilter, RunnerFilter, Store, StoreError};
 
     use crate::common::{api_job, at};
 
@@ -108,6 +110,54 @@ mod cases {
             store.list_jobs(&JobFilter::default()).await.unwrap().len(),
             3
         );
+    }
+
+    pub async fn deliveries_are_recorded_once_and_with_their_job(store: Arc<dyn Store>) {
+        let delivery = Delivery {
+            id: "72d3162e-cc78-11e3-81ab-4c9367dc0958".into(),
+            event: "workflow_job".into(),
+            action: Some("queued".into()),
+            external_id: Some("42".into()),
+            outcome: "queued".into(),
+            received_at: at(10),
+        };
+        assert!(!store.delivery_seen(&delivery.id).await.unwrap());
+        let enqueued = store
+            .enqueue_with_delivery(&api_job("42", "default"), Some(&delivery), at(10))
+            .await
+            .unwrap();
+        assert!(enqueued.created);
+        assert!(store.delivery_seen(&delivery.id).await.unwrap());
+        assert!(
+            !store.record_delivery(&delivery).await.unwrap(),
+            "a redelivery is not new"
+        );
+        let other = Delivery {
+            id: "another".into(),
+            ..delivery.clone()
+        };
+        assert!(store.record_delivery(&other).await.unwrap());
+    }
+
+    pub async fn newest_first_listing_pages_with_a_cursor(store: Arc<dyn Store>) {
+        for i in 0..5 {
+            store
+                .enqueue(&api_job(&format!("j{i}"), "default"), at(i))
+                .await
+                .unwrap();
+        }
+        let page = |before| JobFilter {
+            limit: Some(2),
+            newest_first: true,
+            before,
+            ..JobFilter::default()
+        };
+        let first = store.list_jobs(&page(None)).await.unwrap();
+        let names: Vec<&str> = first.iter().map(|j| j.external_id.as_str()).collect();
+        assert_eq!(names, ["j4", "j3"]);
+        let second = store.list_jobs(&page(Some(first[1].id))).await.unwrap();
+        let names: Vec<&str> = second.iter().map(|j| j.external_id.as_str()).collect();
+        assert_eq!(names, ["j2", "j1"]);
     }
 
     pub async fn job_counts_per_pool_and_state(store: Arc<dyn Store>) {
@@ -410,7 +460,7 @@ mod cases {
             .list_jobs(&JobFilter {
                 state: Some(JobState::Queued),
                 pool: Some("a".into()),
-                limit: None,
+                ..JobFilter::default()
             })
             .await
             .unwrap();
