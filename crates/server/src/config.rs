@@ -22,7 +22,26 @@ pub const DEFAULT_DATABASE: &str = "sqlite://runway.db";
 pub struct Config {
     pub server: ServerConfig,
     pub queue: QueueConfig,
+    pub github: GithubConfig,
+    pub routing: RoutingConfig,
     pub pools: Vec<PoolConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GithubConfig {
+    /// Secrets a webhook signature may be made with; several, so a secret
+    /// can be rotated without downtime. None configured: webhooks are refused.
+    pub webhook_secrets: Vec<Secret>,
+    /// Jobs lacking any of these labels are GitHub-hosted and ignored.
+    pub required_labels: Vec<String>,
+    /// Larger webhook bodies are refused with 413 (GitHub's own cap is 25 MiB).
+    pub max_body_bytes: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoutingConfig {
+    /// Preferred among several pools that can serve a job.
+    pub default_pool: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +50,8 @@ pub struct ServerConfig {
     pub database: Secret,
     /// PostgreSQL connection pool size.
     pub database_max_connections: u32,
+    /// Bearer tokens for the admin API (read and write).
+    pub admin_tokens: Vec<Secret>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -72,8 +93,15 @@ impl Default for Config {
                     .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 8080))),
                 database: Secret::literal(DEFAULT_DATABASE),
                 database_max_connections: 16,
+                admin_tokens: Vec::new(),
             },
             queue: QueueConfig { max_attempts: 3 },
+            github: GithubConfig {
+                webhook_secrets: Vec::new(),
+                required_labels: vec!["self-hosted".to_owned()],
+                max_body_bytes: 25 * 1024 * 1024,
+            },
+            routing: RoutingConfig { default_pool: None },
             pools: vec![PoolConfig {
                 name: "default".to_owned(),
                 labels: vec![
@@ -160,6 +188,42 @@ impl Config {
         if self.queue.max_attempts == 0 {
             return Err(("[queue] max_attempts".into(), "must be at least 1".into()));
         }
+        if self.github.max_body_bytes == 0 {
+            return Err((
+                "[github] max_body_bytes".into(),
+                "must be at least 1".into(),
+            ));
+        }
+        if let Some(index) = self
+            .github
+            .webhook_secrets
+            .iter()
+            .position(|s| s.expose().is_empty())
+        {
+            return Err((
+                format!("[github] webhook_secrets[{index}]"),
+                "is empty; an empty secret would accept anyone's signature".into(),
+            ));
+        }
+        if let Some(index) = self
+            .server
+            .admin_tokens
+            .iter()
+            .position(|s| s.expose().len() < 16)
+        {
+            return Err((
+                format!("[server] admin_tokens[{index}]"),
+                "is shorter than 16 characters; use a long random token".into(),
+            ));
+        }
+        if let Some(default) = &self.routing.default_pool {
+            if !self.pools.iter().any(|p| &p.name == default) {
+                return Err((
+                    "[routing] default_pool".into(),
+                    format!("{default:?} is not the name of a configured pool"),
+                ));
+            }
+        }
         let mut names = BTreeSet::new();
         for (i, pool) in self.pools.iter().enumerate() {
             let key = |field: &str| format!("pools[{i}].{field}");
@@ -209,9 +273,30 @@ impl Config {
                 listen: Some(self.server.listen.to_string()),
                 database: Some(self.server.database.redacted()),
                 database_max_connections: Some(self.server.database_max_connections),
+                admin_tokens: Some(
+                    self.server
+                        .admin_tokens
+                        .iter()
+                        .map(Secret::redacted)
+                        .collect(),
+                ),
             },
             queue: RawQueue {
                 max_attempts: Some(self.queue.max_attempts),
+            },
+            github: RawGithub {
+                webhook_secrets: Some(
+                    self.github
+                        .webhook_secrets
+                        .iter()
+                        .map(Secret::redacted)
+                        .collect(),
+                ),
+                required_labels: Some(self.github.required_labels.clone()),
+                max_body_bytes: Some(self.github.max_body_bytes),
+            },
+            routing: RawRouting {
+                default_pool: self.routing.default_pool.clone(),
             },
             pools: Some(
                 self.pools
@@ -304,12 +389,16 @@ impl Secret {
     }
 
     /// Safe to print: `env:NAME`, `file:PATH`, or for a value written in the
-    /// file, the value with any URL password masked.
+    /// file, `***` (a URL keeps everything but its password).
     pub fn redacted(&self) -> String {
         match &self.source {
             SecretSource::Env(name) => format!("env:{name}"),
             SecretSource::File(path) => format!("file:{}", path.display()),
-            SecretSource::Literal => runway_store::redact_url(&self.value),
+            // A URL keeps everything but its password; anything else is all secret.
+            SecretSource::Literal if self.value.contains("://") => {
+                runway_store::redact_url(&self.value)
+            }
+            SecretSource::Literal => "***".to_owned(),
         }
     }
 }
@@ -336,6 +425,10 @@ struct RawConfig {
     server: RawServer,
     #[serde(default)]
     queue: RawQueue,
+    #[serde(default)]
+    github: RawGithub,
+    #[serde(default)]
+    routing: RawRouting,
     #[serde(skip_serializing_if = "Option::is_none")]
     pools: Option<Vec<RawPool>>,
 }
@@ -346,6 +439,22 @@ struct RawServer {
     listen: Option<String>,
     database: Option<String>,
     database_max_connections: Option<u32>,
+    admin_tokens: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawGithub {
+    webhook_secrets: Option<Vec<String>>,
+    required_labels: Option<Vec<String>>,
+    max_body_bytes: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawRouting {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    default_pool: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -393,8 +502,35 @@ impl RawConfig {
                 })
                 .collect(),
         };
+        let secrets = |key: &str,
+                       written: Option<Vec<String>>|
+         -> Result<Vec<Secret>, (String, String)> {
+            written
+                .unwrap_or_default()
+                .iter()
+                .enumerate()
+                .map(|(i, text)| Secret::parse(text, base).map_err(|m| (format!("{key}[{i}]"), m)))
+                .collect()
+        };
+        let admin_tokens = secrets("[server] admin_tokens", self.server.admin_tokens)?;
+        let webhook_secrets = secrets("[github] webhook_secrets", self.github.webhook_secrets)?;
         Ok(Config {
+            github: GithubConfig {
+                webhook_secrets,
+                required_labels: self
+                    .github
+                    .required_labels
+                    .unwrap_or(defaults.github.required_labels),
+                max_body_bytes: self
+                    .github
+                    .max_body_bytes
+                    .unwrap_or(defaults.github.max_body_bytes),
+            },
+            routing: RoutingConfig {
+                default_pool: self.routing.default_pool,
+            },
             server: ServerConfig {
+                admin_tokens,
                 listen,
                 database,
                 database_max_connections: self
@@ -486,9 +622,17 @@ mod tests {
                 listen = "127.0.0.1:8080"
                 database = "sqlite://runway.db"
                 database_max_connections = 16
+                admin_tokens = []
 
                 [queue]
                 max_attempts = 3
+
+                [github]
+                webhook_secrets = []
+                required_labels = ["self-hosted"]
+                max_body_bytes = 26214400
+
+                [routing]
 
                 [[pools]]
                 name = "default"
@@ -503,9 +647,7 @@ mod tests {
     fn unknown_keys_are_named_with_their_place() {
         check(
             "[server]\nlisten = \"127.0.0.1:9000\"\nlisen = \"x\"\n",
-            expect![[
-                r#"error: config runway.toml: [server] lisen (line 3, column 1): unknown field `lisen`, expected one of `listen`, `database`, `database_max_connections`"#
-            ]],
+            expect!["error: config runway.toml: [server] lisen (line 3, column 1): unknown field `lisen`, expected one of `listen`, `database`, `database_max_connections`, `admin_tokens`"],
         );
     }
 
@@ -560,9 +702,17 @@ mod tests {
                 listen = "127.0.0.1:8080"
                 database = "env:RUNWAY_CONFIG_TEST_DB"
                 database_max_connections = 16
+                admin_tokens = []
 
                 [queue]
                 max_attempts = 3
+
+                [github]
+                webhook_secrets = []
+                required_labels = ["self-hosted"]
+                max_body_bytes = 26214400
+
+                [routing]
 
                 [[pools]]
                 name = "p"

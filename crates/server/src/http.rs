@@ -2,21 +2,42 @@
 
 use std::sync::Arc;
 
+use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
+use axum::http::header;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
 
 use crate::service::Service;
 
 pub fn router(service: Arc<Service>) -> Router {
+    let body_limit = service.config.github.max_body_bytes;
     Router::new()
         .route("/", get(status))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route(
+            "/webhooks/github",
+            post(crate::intake::github_webhook).layer(DefaultBodyLimit::max(body_limit)),
+        )
+        .merge(crate::api::router())
         .with_state(service)
+}
+
+/// OpenMetrics text for Prometheus.
+async fn metrics(State(service): State<Arc<Service>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        service.metrics.encode(),
+    )
+        .into_response()
 }
 
 /// The process is up and serving HTTP.

@@ -2,8 +2,13 @@
 //! that holds the store. Later: GitHub intake, the runner and admin APIs,
 //! the reconciler and telemetry.
 
+pub mod api;
 pub mod config;
+pub mod error;
+pub mod github;
 pub mod http;
+pub mod intake;
+pub mod metrics;
 pub mod service;
 
 pub use config::{Config, ConfigError, Overrides};

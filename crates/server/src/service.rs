@@ -5,15 +5,27 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use runway_core::Timestamp;
 use runway_store::{OpenOptions, Store, StoreError};
 use tokio::net::TcpListener;
 
 use crate::config::Config;
 use crate::http;
+use crate::metrics::Metrics;
 
 pub struct Service {
     pub config: Config,
     pub store: Arc<dyn Store>,
+    pub metrics: Metrics,
+}
+
+/// The wall clock, read only at the edges and passed inward as data.
+pub fn now() -> Timestamp {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis())
+        .unwrap_or(0);
+    Timestamp::from_millis(i64::try_from(millis).unwrap_or(i64::MAX))
 }
 
 impl Service {
@@ -24,7 +36,15 @@ impl Service {
             ..OpenOptions::default()
         };
         let store = runway_store::open(config.server.database.expose(), &options).await?;
-        Ok(Service { config, store })
+        Ok(Service::new(config, store))
+    }
+
+    pub fn new(config: Config, store: Arc<dyn Store>) -> Service {
+        Service {
+            config,
+            store,
+            metrics: Metrics::new(),
+        }
     }
 }
 

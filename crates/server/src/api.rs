@@ -1,0 +1,354 @@
+//! The admin read API: jobs, pools and runners, behind a bearer token from
+//! `[server] admin_tokens`. Wire types (DTOs) live here and are converted by
+//! hand from the core types.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::routing::get;
+use axum::{Json, Router};
+use runway_core::{Job, JobId, JobState, Runner, RunnerState, Timestamp};
+use runway_store::{JobFilter, RunnerFilter, StoreError};
+use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+use crate::error::ApiError;
+use crate::service::Service;
+
+pub const DEFAULT_PAGE: u32 = 100;
+pub const MAX_PAGE: u32 = 10_000;
+
+pub fn router() -> Router<Arc<Service>> {
+    Router::new()
+        .route("/api/v1/jobs", get(list_jobs))
+        .route("/api/v1/jobs/{id}", get(get_job))
+        .route("/api/v1/pools", get(list_pools))
+        .route("/api/v1/runners", get(list_runners))
+}
+
+/// Proof that the request carried one of the admin tokens.
+pub struct Admin;
+
+impl FromRequestParts<Arc<Service>> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        service: &Arc<Service>,
+    ) -> Result<Admin, ApiError> {
+        let tokens = &service.config.server.admin_tokens;
+        if tokens.is_empty() {
+            return Err(ApiError::unauthorized(
+                "the admin API is disabled: no [server] admin_tokens are configured",
+            ));
+        }
+        let presented = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .ok_or_else(|| {
+                ApiError::unauthorized("an Authorization: Bearer TOKEN header is required")
+            })?;
+        let matches = tokens
+            .iter()
+            .any(|token| bool::from(token.expose().as_bytes().ct_eq(presented.trim().as_bytes())));
+        if matches {
+            Ok(Admin)
+        } else {
+            Err(ApiError::unauthorized("the bearer token is not valid"))
+        }
+    }
+}
+
+fn store_error(service: &Service, operation: &str, error: StoreError) -> ApiError {
+    service.metrics.store_error(operation);
+    tracing::error!(%error, operation, "store operation failed in the admin API");
+    ApiError::store_unavailable()
+}
+
+pub fn rfc3339(timestamp: Timestamp) -> String {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(timestamp.as_millis()) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_else(|| timestamp.as_millis().to_string())
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct JobDto {
+    pub id: i64,
+    pub source: String,
+    pub external_id: String,
+    pub pool: Option<String>,
+    pub labels: Vec<String>,
+    pub state: String,
+    pub reason: Option<String>,
+    pub conclusion: Option<String>,
+    pub runner: Option<i64>,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub lease_deadline: Option<String>,
+    pub created_at: String,
+    pub enqueued_at: String,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub details: serde_json::Value,
+}
+
+impl From<&Job> for JobDto {
+    fn from(job: &Job) -> JobDto {
+        JobDto {
+            id: job.id.0,
+            source: job.source.as_str().to_owned(),
+            external_id: job.external_id.clone(),
+            pool: job.pool.clone(),
+            labels: job.labels.clone(),
+            state: job.state.as_str().to_owned(),
+            reason: job.reason.clone(),
+            conclusion: job.conclusion.map(|c| c.as_str().to_owned()),
+            runner: job.runner.map(|r| r.0),
+            attempts: job.attempts,
+            max_attempts: job.max_attempts,
+            lease_deadline: job.lease_deadline.map(rfc3339),
+            created_at: rfc3339(job.created_at),
+            enqueued_at: rfc3339(job.enqueued_at),
+            started_at: job.started_at.map(rfc3339),
+            finished_at: job.finished_at.map(rfc3339),
+            details: serde_json::from_str(&job.payload).unwrap_or(serde_json::Value::Null),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct JobPageDto {
+    pub jobs: Vec<JobDto>,
+    /// Pass as `cursor` for the next (older) page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct JobQuery {
+    state: Option<String>,
+    pool: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+async fn list_jobs(
+    _: Admin,
+    State(service): State<Arc<Service>>,
+    Query(query): Query<JobQuery>,
+) -> Result<Json<JobPageDto>, ApiError> {
+    let state = match query.state.as_deref().filter(|s| !s.is_empty()) {
+        None => None,
+        Some(text) => Some(text.parse::<JobState>().map_err(|_| {
+            let known: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::bad_request(
+                "invalid_query",
+                format!("state: {text:?} is not one of {}", known.join(", ")),
+            )
+        })?),
+    };
+    let limit = match query.limit.as_deref().filter(|s| !s.is_empty()) {
+        None => DEFAULT_PAGE,
+        Some(text) => match text.parse::<u32>() {
+            Ok(limit) if (1..=MAX_PAGE).contains(&limit) => limit,
+            _ => {
+                return Err(ApiError::bad_request(
+                    "invalid_query",
+                    format!("limit: {text:?} is not a number from 1 to {MAX_PAGE}"),
+                ))
+            }
+        },
+    };
+    let before = match query.cursor.as_deref().filter(|s| !s.is_empty()) {
+        None => None,
+        Some(text) => Some(JobId(text.parse::<i64>().map_err(|_| {
+            ApiError::bad_request(
+                "invalid_query",
+                format!("cursor: {text:?} is not a cursor this API gave out"),
+            )
+        })?)),
+    };
+    let filter = JobFilter {
+        state,
+        pool: query.pool.filter(|p| !p.is_empty()),
+        // One more than asked tells whether another page exists.
+        limit: Some(limit + 1),
+        newest_first: true,
+        before,
+    };
+    let mut jobs = service
+        .store
+        .list_jobs(&filter)
+        .await
+        .map_err(|e| store_error(&service, "list_jobs", e))?;
+    let more = jobs.len() > limit as usize;
+    jobs.truncate(limit as usize);
+    let next_cursor = if more {
+        jobs.last().map(|job| job.id.0.to_string())
+    } else {
+        None
+    };
+    Ok(Json(JobPageDto {
+        jobs: jobs.iter().map(JobDto::from).collect(),
+        next_cursor,
+    }))
+}
+
+async fn get_job(
+    _: Admin,
+    State(service): State<Arc<Service>>,
+    Path(id): Path<String>,
+) -> Result<Json<JobDto>, ApiError> {
+    let id = id
+        .parse::<i64>()
+        .map_err(|_| ApiError::bad_request("invalid_path", format!("{id:?} is not a job id")))?;
+    let job = service
+        .store
+        .get_job(JobId(id))
+        .await
+        .map_err(|e| store_error(&service, "get_job", e))?
+        .ok_or_else(|| ApiError::not_found(format!("no job {id}")))?;
+    Ok(Json(JobDto::from(&job)))
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct PoolDto {
+    pub name: String,
+    pub labels: Vec<String>,
+    pub min_idle: u32,
+    pub max_runners: u32,
+    pub queued: u64,
+    pub jobs: BTreeMap<String, u64>,
+    pub runners: BTreeMap<String, u64>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct PoolsDto {
+    pub pools: Vec<PoolDto>,
+}
+
+async fn list_pools(
+    _: Admin,
+    State(service): State<Arc<Service>>,
+) -> Result<Json<PoolsDto>, ApiError> {
+    let counts = service
+        .store
+        .job_counts()
+        .await
+        .map_err(|e| store_error(&service, "job_counts", e))?;
+    let runners = service
+        .store
+        .list_runners(&RunnerFilter::default())
+        .await
+        .map_err(|e| store_error(&service, "list_runners", e))?;
+    let pools = service
+        .config
+        .pools
+        .iter()
+        .map(|pool| {
+            let jobs: BTreeMap<String, u64> = counts
+                .iter()
+                .filter(|c| c.pool.as_deref() == Some(pool.name.as_str()))
+                .map(|c| (c.state.as_str().to_owned(), c.count))
+                .collect();
+            let mut by_state = BTreeMap::new();
+            for runner in runners
+                .iter()
+                .filter(|r| r.pool == pool.name && !r.state.is_terminal())
+            {
+                *by_state
+                    .entry(runner.state.as_str().to_owned())
+                    .or_insert(0) += 1;
+            }
+            PoolDto {
+                name: pool.name.clone(),
+                labels: pool.labels.clone(),
+                min_idle: pool.min_idle,
+                max_runners: pool.max_runners,
+                queued: jobs.get(JobState::Queued.as_str()).copied().unwrap_or(0),
+                jobs,
+                runners: by_state,
+            }
+        })
+        .collect();
+    Ok(Json(PoolsDto { pools }))
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct RunnerDto {
+    pub id: i64,
+    pub name: String,
+    pub pool: String,
+    pub provider: String,
+    pub instance_id: Option<String>,
+    pub state: String,
+    pub job: Option<i64>,
+    pub reason: Option<String>,
+    pub requested_at: String,
+    pub idle_at: Option<String>,
+    pub busy_at: Option<String>,
+    pub ended_at: Option<String>,
+}
+
+impl From<&Runner> for RunnerDto {
+    fn from(runner: &Runner) -> RunnerDto {
+        RunnerDto {
+            id: runner.id.0,
+            name: runner.name.clone(),
+            pool: runner.pool.clone(),
+            provider: runner.provider.clone(),
+            instance_id: runner.instance_id.clone(),
+            state: runner.state.as_str().to_owned(),
+            job: runner.job.map(|j| j.0),
+            reason: runner.reason.clone(),
+            requested_at: rfc3339(runner.requested_at),
+            idle_at: runner.idle_at.map(rfc3339),
+            busy_at: runner.busy_at.map(rfc3339),
+            ended_at: runner.ended_at.map(rfc3339),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct RunnersDto {
+    pub runners: Vec<RunnerDto>,
+}
+
+#[derive(Deserialize)]
+struct RunnerQuery {
+    state: Option<String>,
+    pool: Option<String>,
+}
+
+async fn list_runners(
+    _: Admin,
+    State(service): State<Arc<Service>>,
+    Query(query): Query<RunnerQuery>,
+) -> Result<Json<RunnersDto>, ApiError> {
+    let state = match query.state.as_deref().filter(|s| !s.is_empty()) {
+        None => None,
+        Some(text) => Some(text.parse::<RunnerState>().map_err(|_| {
+            ApiError::bad_request(
+                "invalid_query",
+                format!("state: {text:?} is not a runner state"),
+            )
+        })?),
+    };
+    let runners = service
+        .store
+        .list_runners(&RunnerFilter {
+            state,
+            pool: query.pool.filter(|p| !p.is_empty()),
+        })
+        .await
+        .map_err(|e| store_error(&service, "list_runners", e))?;
+    Ok(Json(RunnersDto {
+        runners: runners.iter().map(RunnerDto::from).collect(),
+    }))
+}

@@ -1,0 +1,529 @@
+//! `POST /webhooks/github`: verify, deduplicate, route and store
+//! `workflow_job` events, then answer. A 2xx answer means the effect is
+//! committed; anything refused changes nothing.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use runway_core::github::{converge, GithubUpdate, WorkflowJobAction};
+use runway_core::job::{NewJob, Route};
+use runway_core::routing::{route, PoolLabels, RouteDecision, RoutingPolicy};
+use runway_core::runner::NewRunner;
+use runway_core::{Conclusion, Job, JobSource, RunnerEvent, RunnerId, Timestamp};
+use runway_store::{Delivery, StoreError};
+use serde::Serialize;
+
+use crate::error::ApiError;
+use crate::github::payload::{action_of, WorkflowJob};
+use crate::github::signature::{verify, SignatureError};
+use crate::metrics::{PoolLabel, ReasonLabel};
+use crate::service::{now, Service};
+
+/// Events we name in metrics; anything else is counted as `other`, so an
+/// unauthenticated caller cannot invent label values.
+const KNOWN_EVENTS: &[&str] = &[
+    "ping",
+    "workflow_job",
+    "workflow_run",
+    "check_run",
+    "check_suite",
+    "push",
+    "pull_request",
+];
+
+#[derive(Serialize)]
+struct Answer {
+    outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    job: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pool: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+}
+
+impl Answer {
+    fn outcome(outcome: &'static str) -> Answer {
+        Answer {
+            outcome,
+            job: None,
+            pool: None,
+            reason: None,
+        }
+    }
+
+    fn for_job(outcome: &'static str, job: &Job) -> Answer {
+        Answer {
+            outcome,
+            job: Some(job.id.0),
+            pool: job.pool.clone(),
+            reason: job.reason.clone(),
+        }
+    }
+}
+
+/// What one delivery was, for metrics and the event log.
+struct Received<'a> {
+    delivery: Option<&'a str>,
+    event: &'a str,
+    action: String,
+    job_id: Option<u64>,
+}
+
+impl Received<'_> {
+    fn finish(&self, service: &Service, status: StatusCode, outcome: &str) {
+        let event = if KNOWN_EVENTS.contains(&self.event) {
+            self.event
+        } else {
+            "other"
+        };
+        service.metrics.webhook(event, &self.action, outcome);
+        tracing::info!(
+            target: "runway::events",
+            event = "webhook",
+            delivery = self.delivery.unwrap_or(""),
+            github_event = event,
+            action = %self.action,
+            job_id = self.job_id.map(|id| id.to_string()).unwrap_or_default(),
+            outcome,
+            status = status.as_u16(),
+        );
+    }
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|value| value.to_str().ok())
+}
+
+pub async fn github_webhook(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let event = header(&headers, "x-github-event").unwrap_or("");
+    let mut received = Received {
+        delivery: header(&headers, "x-github-delivery").filter(|d| !d.is_empty() && d.len() <= 200),
+        event,
+        action: String::new(),
+        job_id: None,
+    };
+    let result = handle(&service, &headers, body, &mut received).await;
+    match result {
+        Ok((status, answer)) => {
+            received.finish(&service, status, answer.outcome);
+            (status, Json(answer)).into_response()
+        }
+        Err(error) => {
+            received.finish(&service, error.status, error.code);
+            error.into_response()
+        }
+    }
+}
+
+async fn handle(
+    service: &Service,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    received: &mut Received<'_>,
+) -> Result<(StatusCode, Answer), ApiError> {
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!(
+                    "the body is larger than [github] max_body_bytes ({} bytes)",
+                    service.config.github.max_body_bytes
+                ),
+            )
+        } else {
+            ApiError::bad_request(
+                "unreadable_body",
+                format!("cannot read the body: {rejection}"),
+            )
+        }
+    })?;
+    let signature = headers
+        .get("x-hub-signature-256")
+        .map(|value| value.as_bytes());
+    verify(&service.config.github.webhook_secrets, &body, signature).map_err(|error| {
+        if error == SignatureError::NoSecretsConfigured {
+            tracing::warn!("a webhook arrived but [github] webhook_secrets is empty");
+        }
+        ApiError::unauthorized(error.to_string())
+    })?;
+    if received.event.is_empty() {
+        return Err(ApiError::bad_request(
+            "missing_event",
+            "the X-GitHub-Event header is missing",
+        ));
+    }
+    match received.event {
+        "ping" => return Ok((StatusCode::OK, Answer::outcome("pong"))),
+        "workflow_job" => {}
+        _ => {
+            received.action = action_of(&body).unwrap_or_default();
+            return Ok((StatusCode::ACCEPTED, Answer::outcome("ignored_event")));
+        }
+    }
+    let payload = WorkflowJob::parse(&body)
+        .map_err(|e| ApiError::bad_request("invalid_payload", e.to_string()))?;
+    received.action = payload.action.clone();
+    received.job_id = Some(payload.job_id);
+    if let Some(delivery) = received.delivery {
+        let seen = service
+            .store
+            .delivery_seen(delivery)
+            .await
+            .map_err(|e| store_failure(service, "delivery_seen", e))?;
+        if seen {
+            return Ok((StatusCode::OK, Answer::outcome("duplicate_delivery")));
+        }
+    }
+    let Some(action) = WorkflowJobAction::parse(&payload.action) else {
+        // GitHub may add actions; they are not errors of the sender.
+        return Ok((StatusCode::ACCEPTED, Answer::outcome("ignored_action")));
+    };
+    if action == WorkflowJobAction::InProgress
+        && payload.runner_name.as_deref().is_none_or(str::is_empty)
+    {
+        // Checked before anything is stored: a refused webhook changes nothing.
+        return Err(ApiError::bad_request(
+            "invalid_payload",
+            "workflow_job.runner_name: is missing on an in_progress event",
+        ));
+    }
+    let now = now();
+    let (status, answer) = apply(service, &payload, action, received.delivery, now).await?;
+    Ok((status, answer))
+}
+
+fn store_failure(service: &Service, operation: &str, error: StoreError) -> ApiError {
+    service.metrics.store_error(operation);
+    tracing::error!(%error, operation, "store operation failed during webhook intake");
+    ApiError::store_unavailable()
+}
+
+fn delivery_record(
+    delivery: Option<&str>,
+    payload: &WorkflowJob,
+    outcome: &str,
+    now: Timestamp,
+) -> Option<Delivery> {
+    delivery.map(|id| Delivery {
+        id: id.to_owned(),
+        event: "workflow_job".to_owned(),
+        action: Some(payload.action.clone()),
+        external_id: Some(payload.job_id.to_string()),
+        outcome: outcome.to_owned(),
+        received_at: now,
+    })
+}
+
+/// Source-specific facts kept with a GitHub job.
+fn github_payload(payload: &WorkflowJob) -> String {
+    let mut facts = serde_json::Map::new();
+    let mut put = |key: &str, value: Option<serde_json::Value>| {
+        if let Some(value) = value {
+            facts.insert(key.to_owned(), value);
+        }
+    };
+    put("repository", payload.repository.clone().map(Into::into));
+    put("workflow", payload.workflow.clone().map(Into::into));
+    put("name", payload.name.clone().map(Into::into));
+    put("run_id", payload.run_id.map(Into::into));
+    put(
+        "created_at_ms",
+        payload.created_at.map(|t| t.as_millis().into()),
+    );
+    serde_json::Value::Object(facts).to_string()
+}
+
+async fn apply(
+    service: &Service,
+    payload: &WorkflowJob,
+    action: WorkflowJobAction,
+    delivery: Option<&str>,
+    now: Timestamp,
+) -> Result<(StatusCode, Answer), ApiError> {
+    let external_id = payload.job_id.to_string();
+    let existing = service
+        .store
+        .find_job(JobSource::Github, &external_id)
+        .await
+        .map_err(|e| store_failure(service, "find_job", e))?;
+    let job = match existing {
+        Some(job) => job,
+        None => {
+            let pools: Vec<PoolLabels> = service
+                .config
+                .pools
+                .iter()
+                .map(|p| PoolLabels {
+                    name: p.name.clone(),
+                    labels: p.labels.clone(),
+                })
+                .collect();
+            let policy = RoutingPolicy {
+                required_labels: service.config.github.required_labels.clone(),
+                default_pool: service.config.routing.default_pool.clone(),
+            };
+            let decision = route(&payload.labels, &pools, &policy);
+            let route = match decision {
+                RouteDecision::Ignore { .. } => {
+                    record(
+                        service,
+                        delivery_record(delivery, payload, "ignored_github_hosted", now),
+                    )
+                    .await?;
+                    count_rejection(service, "github_hosted");
+                    return Ok((
+                        StatusCode::ACCEPTED,
+                        Answer::outcome("ignored_github_hosted"),
+                    ));
+                }
+                RouteDecision::Pool(pool) => Route::Pool(pool),
+                RouteDecision::Unroutable { reason, detail } => {
+                    tracing::warn!(job_id = payload.job_id, labels = ?payload.labels, reason = %reason, %detail, "unroutable job");
+                    Route::Unroutable { reason: detail }
+                }
+            };
+            if !action.creates_job() {
+                record(service, delivery_record(delivery, payload, "waiting", now)).await?;
+                return Ok((StatusCode::ACCEPTED, Answer::outcome("waiting")));
+            }
+            let unroutable = matches!(route, Route::Unroutable { .. });
+            let new_job = NewJob {
+                source: JobSource::Github,
+                external_id: external_id.clone(),
+                route,
+                labels: payload.labels.clone(),
+                payload: github_payload(payload),
+                max_attempts: service.config.queue.max_attempts,
+            };
+            let outcome = if unroutable { "unroutable" } else { "queued" };
+            // A queued event creates the job and records its delivery in one
+            // transaction; later events create it, then move it below.
+            let delivery_now = if action == WorkflowJobAction::Queued {
+                delivery_record(delivery, payload, outcome, now)
+            } else {
+                None
+            };
+            let enqueued = service
+                .store
+                .enqueue_with_delivery(&new_job, delivery_now.as_ref(), now)
+                .await
+                .map_err(|e| store_failure(service, "enqueue", e))?;
+            if enqueued.created {
+                match &enqueued.job.pool {
+                    Some(pool) => {
+                        service
+                            .metrics
+                            .jobs_routed
+                            .get_or_create(&PoolLabel { pool: pool.clone() })
+                            .inc();
+                    }
+                    None => count_rejection(service, "no_matching_pool"),
+                }
+            }
+            if action == WorkflowJobAction::Queued || unroutable {
+                if action != WorkflowJobAction::Queued {
+                    record(service, delivery_record(delivery, payload, outcome, now)).await?;
+                }
+                let outcome = if enqueued.created {
+                    outcome
+                } else {
+                    "duplicate_job"
+                };
+                return Ok((
+                    StatusCode::ACCEPTED,
+                    Answer::for_job(outcome, &enqueued.job),
+                ));
+            }
+            enqueued.job
+        }
+    };
+    let update = match action {
+        WorkflowJobAction::Queued => GithubUpdate::Queued,
+        WorkflowJobAction::Waiting => GithubUpdate::Waiting,
+        WorkflowJobAction::InProgress => {
+            let Some(runner_name) = payload
+                .runner_name
+                .as_deref()
+                .filter(|name| !name.is_empty())
+            else {
+                return Err(ApiError::bad_request(
+                    "invalid_payload",
+                    "workflow_job.runner_name: is missing on an in_progress event",
+                ));
+            };
+            let runner = runner_for(service, runner_name, &job).await?;
+            GithubUpdate::InProgress { runner }
+        }
+        WorkflowJobAction::Completed => GithubUpdate::Completed {
+            conclusion: conclusion_of(payload),
+        },
+    };
+    let moved = move_job(service, &job, &update, now).await?;
+    let outcome = match (&moved, action) {
+        (None, WorkflowJobAction::Queued) => "duplicate_job",
+        (None, _) => "no_change",
+        (Some(_), WorkflowJobAction::InProgress) => "started",
+        (Some(_), _) => "completed",
+    };
+    if let Some(moved) = &moved {
+        after_move(service, payload, moved, now).await;
+    }
+    record(service, delivery_record(delivery, payload, outcome, now)).await?;
+    let job = moved.as_ref().unwrap_or(&job);
+    Ok((StatusCode::ACCEPTED, Answer::for_job(outcome, job)))
+}
+
+fn count_rejection(service: &Service, reason: &str) {
+    service
+        .metrics
+        .jobs_rejected
+        .get_or_create(&ReasonLabel {
+            reason: reason.to_owned(),
+        })
+        .inc();
+}
+
+async fn record(service: &Service, delivery: Option<Delivery>) -> Result<(), ApiError> {
+    if let Some(delivery) = delivery {
+        service
+            .store
+            .record_delivery(&delivery)
+            .await
+            .map_err(|e| store_failure(service, "record_delivery", e))?;
+    }
+    Ok(())
+}
+
+/// An unknown conclusion (GitHub adds some now and then) still completes the
+/// job: a job left queued would create demand forever.
+fn conclusion_of(payload: &WorkflowJob) -> Conclusion {
+    match payload.conclusion.as_deref().map(str::parse::<Conclusion>) {
+        Some(Ok(conclusion)) => conclusion,
+        other => {
+            tracing::warn!(job_id = payload.job_id, conclusion = ?payload.conclusion, ?other, "unknown or missing conclusion; recorded as neutral");
+            Conclusion::Neutral
+        }
+    }
+}
+
+/// Reads, converges and compare-and-sets until the job is where the update
+/// says or further. `None` when nothing changed.
+async fn move_job(
+    service: &Service,
+    job: &Job,
+    update: &GithubUpdate,
+    now: Timestamp,
+) -> Result<Option<Job>, ApiError> {
+    let mut current = job.clone();
+    for _ in 0..32 {
+        let Some(event) = converge(&current, update) else {
+            return Ok(None);
+        };
+        let next = match current.apply(&event, now) {
+            Ok(next) => next,
+            Err(error) => {
+                tracing::debug!(%error, "GitHub event does not apply; nothing to change");
+                return Ok(None);
+            }
+        };
+        if service
+            .store
+            .replace_job(&current, &next)
+            .await
+            .map_err(|e| store_failure(service, "replace_job", e))?
+        {
+            return Ok(Some(next));
+        }
+        current = service
+            .store
+            .get_job(job.id)
+            .await
+            .map_err(|e| store_failure(service, "get_job", e))?
+            .ok_or_else(ApiError::store_unavailable)?;
+    }
+    Err(ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "contention",
+        "the job kept changing under us; retry",
+    ))
+}
+
+/// The runner a GitHub job runs on: ours if we know the name, else an
+/// external runner recorded for the job's pool.
+async fn runner_for(service: &Service, name: &str, job: &Job) -> Result<RunnerId, ApiError> {
+    let store = &service.store;
+    if let Some(runner) = store
+        .find_runner(name)
+        .await
+        .map_err(|e| store_failure(service, "find_runner", e))?
+    {
+        return Ok(runner.id);
+    }
+    let new = NewRunner {
+        name: name.to_owned(),
+        pool: job.pool.clone().unwrap_or_default(),
+        provider: "external".to_owned(),
+        labels: Vec::new(),
+    };
+    match store.create_runner(&new, now()).await {
+        Ok(runner) => Ok(runner.id),
+        Err(StoreError::DuplicateRunnerName(_)) => store
+            .find_runner(name)
+            .await
+            .map_err(|e| store_failure(service, "find_runner", e))?
+            .map(|runner| runner.id)
+            .ok_or_else(ApiError::store_unavailable),
+        Err(error) => Err(store_failure(service, "create_runner", error)),
+    }
+}
+
+/// Bookkeeping after a job moved: the runner's state and the durations.
+/// Failures here are logged, never fail the webhook: the job is stored.
+async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Timestamp) {
+    let pool = PoolLabel {
+        pool: job.pool.clone().unwrap_or_default(),
+    };
+    let running = job.state == runway_core::JobState::Running;
+    if running {
+        if let (Some(created), Some(started)) = (payload.created_at, payload.started_at) {
+            let seconds = started.since(created).as_secs_f64();
+            service
+                .metrics
+                .job_queue_duration
+                .get_or_create(&pool)
+                .observe(seconds);
+        }
+    } else if let (Some(started), Some(completed)) = (payload.started_at, payload.completed_at) {
+        let seconds = completed.since(started).as_secs_f64();
+        service
+            .metrics
+            .job_run_duration
+            .get_or_create(&pool)
+            .observe(seconds);
+    }
+    let Some(runner) = job.runner else {
+        return;
+    };
+    let event = if running {
+        RunnerEvent::JobAssigned { job: job.id }
+    } else {
+        match service.store.get_runner(runner).await {
+            Ok(Some(r)) if r.job == Some(job.id) => RunnerEvent::JobFinished,
+            _ => return,
+        }
+    };
+    if let Err(error) = service.store.apply_runner_event(runner, &event, now).await {
+        tracing::debug!(%error, runner = %runner, "runner bookkeeping skipped");
+    }
+}

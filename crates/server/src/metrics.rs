@@ -1,0 +1,144 @@
+//! The Prometheus metrics registry (prefix `runway_`), served at `/metrics`
+//! in the OpenMetrics text format.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabels {
+    pub event: String,
+    pub action: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabel {
+    pub pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabel {
+    pub operation: String,
+}
+
+type HistogramFamily = Family<PoolLabel, Histogram, fn() -> Histogram>;
+
+/// Job run durations: 30 s … 6000 s, as the GitHub-runner metrics spec asks.
+fn run_duration_histogram() -> Histogram {
+    Histogram::new([
+        30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 6000.0,
+    ])
+}
+
+/// Queue durations: 1 s … 1 h.
+fn queue_duration_histogram() -> Histogram {
+    Histogram::new([
+        1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+    ])
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub webhooks_received: Family<WebhookLabels, Counter>,
+    pub jobs_routed: Family<PoolLabel, Counter>,
+    pub jobs_rejected: Family<ReasonLabel, Counter>,
+    pub store_errors: Family<OperationLabel, Counter>,
+    pub job_queue_duration: HistogramFamily,
+    pub job_run_duration: HistogramFamily,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("runway");
+        let webhooks_received = Family::<WebhookLabels, Counter>::default();
+        registry.register(
+            "webhooks_received",
+            "Webhooks received, by GitHub event, action and what runway did with them",
+            webhooks_received.clone(),
+        );
+        let jobs_routed = Family::<PoolLabel, Counter>::default();
+        registry.register(
+            "jobs_routed",
+            "New jobs routed to a pool's queue",
+            jobs_routed.clone(),
+        );
+        let jobs_rejected = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "jobs_rejected",
+            "Jobs not queued, by reason (no_matching_pool: no pool serves the labels; github_hosted: a required label is missing)",
+            jobs_rejected.clone(),
+        );
+        let store_errors = Family::<OperationLabel, Counter>::default();
+        registry.register(
+            "store_errors",
+            "Store operations that failed, by operation",
+            store_errors.clone(),
+        );
+        let job_queue_duration: HistogramFamily =
+            Family::new_with_constructor(queue_duration_histogram);
+        registry.register_with_unit(
+            "job_queue_duration",
+            "Time from a job's creation to its start, as GitHub reports them",
+            Unit::Seconds,
+            job_queue_duration.clone(),
+        );
+        let job_run_duration: HistogramFamily =
+            Family::new_with_constructor(run_duration_histogram);
+        registry.register_with_unit(
+            "job_run_duration",
+            "Time from a job's start to its completion, as GitHub reports them",
+            Unit::Seconds,
+            job_run_duration.clone(),
+        );
+        Metrics {
+            registry,
+            webhooks_received,
+            jobs_routed,
+            jobs_rejected,
+            store_errors,
+            job_queue_duration,
+            job_run_duration,
+        }
+    }
+
+    pub fn webhook(&self, event: &str, action: &str, outcome: &str) {
+        self.webhooks_received
+            .get_or_create(&WebhookLabels {
+                event: event.to_owned(),
+                action: action.to_owned(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn store_error(&self, operation: &str) {
+        self.store_errors
+            .get_or_create(&OperationLabel {
+                operation: operation.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
+            tracing::error!(%error, "cannot encode metrics");
+        }
+        text
+    }
+}

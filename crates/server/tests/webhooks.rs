@@ -1,0 +1,585 @@
+//! GitHub intake, driven through the real router (no socket) on a real
+//! SQLite store, with GitHub's own example payloads and signature vectors.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use runway_core::{JobSource, JobState, RunnerState};
+use runway_server::config::{Config, GithubConfig, PoolConfig, Secret};
+use runway_server::github::signature::{sign, verify};
+use runway_server::Service;
+use runway_store::{JobFilter, RunnerFilter, SqliteStore, Store};
+use tower::ServiceExt;
+
+const SECRET: &str = "rotate-me-1";
+const ADMIN: &str = "admin-token-0123456789";
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/github")
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(fixtures().join("webhooks").join(name))
+        .unwrap_or_else(|e| panic!("fixture {name}: {e}"))
+}
+
+fn pool(name: &str, labels: &[&str]) -> PoolConfig {
+    PoolConfig {
+        name: name.to_owned(),
+        labels: labels.iter().map(|l| (*l).to_owned()).collect(),
+        min_idle: 0,
+        max_runners: 10,
+    }
+}
+
+fn config(pools: Vec<PoolConfig>, required_labels: &[&str]) -> Config {
+    let defaults = Config::default();
+    Config {
+        pools,
+        github: GithubConfig {
+            webhook_secrets: vec![Secret::literal("old-secret"), Secret::literal(SECRET)],
+            required_labels: required_labels.iter().map(|l| (*l).to_owned()).collect(),
+            max_body_bytes: 64 * 1024,
+        },
+        server: runway_server::config::ServerConfig {
+            admin_tokens: vec![Secret::literal(ADMIN)],
+            ..defaults.server.clone()
+        },
+        ..defaults
+    }
+}
+
+struct Harness {
+    service: Arc<Service>,
+    _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    async fn new(config: Config) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runway.db").display().to_string();
+        let store = SqliteStore::open(&path).await.unwrap();
+        Harness {
+            service: Arc::new(Service::new(config, Arc::new(store))),
+            _dir: dir,
+        }
+    }
+
+    fn store(&self) -> &Arc<dyn Store> {
+        &self.service.store
+    }
+
+    async fn send(&self, request: Request<Body>) -> (StatusCode, serde_json::Value) {
+        let router = runway_server::http::router(self.service.clone());
+        let response = router.oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let body = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into());
+        (status, body)
+    }
+
+    async fn webhook(
+        &self,
+        event: &str,
+        delivery: &str,
+        body: &[u8],
+    ) -> (StatusCode, serde_json::Value) {
+        let request = Request::post("/webhooks/github")
+            .header("x-github-event", event)
+            .header("x-github-delivery", delivery)
+            .header("x-hub-signature-256", sign(SECRET.as_bytes(), body))
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_vec()))
+            .unwrap();
+        self.send(request).await
+    }
+
+    async fn admin_get(&self, path: &str) -> (StatusCode, serde_json::Value) {
+        let request = Request::get(path)
+            .header("authorization", format!("Bearer {ADMIN}"))
+            .body(Body::empty())
+            .unwrap();
+        self.send(request).await
+    }
+
+    async fn jobs(&self) -> Vec<runway_core::Job> {
+        self.store().list_jobs(&JobFilter::default()).await.unwrap()
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Vectors {
+    vectors: Vec<Vector>,
+}
+
+#[derive(serde::Deserialize)]
+struct Vector {
+    secret: String,
+    body_file: String,
+    x_hub_signature_256: String,
+}
+
+/// Positions to alter in a body: all of a short one, else the ends and an
+/// even spread (every byte of a 10 kB body would hash 100 MB per vector).
+fn positions(len: usize) -> Vec<usize> {
+    if len <= 1_024 {
+        return (0..len).collect();
+    }
+    let mut positions: Vec<usize> = (0..256).map(|i| i * len / 256).collect();
+    positions.extend([1, len - 2, len - 1]);
+    positions
+}
+
+#[test]
+fn every_signature_vector_verifies_and_every_one_byte_change_is_refused() {
+    let vectors: Vectors =
+        serde_json::from_slice(&std::fs::read(fixtures().join("signatures.json")).unwrap())
+            .unwrap();
+    assert!(vectors.vectors.len() >= 3);
+    for vector in &vectors.vectors {
+        let body = std::fs::read(fixtures().join(&vector.body_file)).unwrap();
+        let secrets = [
+            Secret::literal("some-other-secret"),
+            Secret::literal(&vector.secret),
+        ];
+        let header = vector.x_hub_signature_256.as_bytes();
+        assert_eq!(
+            verify(&secrets, &body, Some(header)),
+            Ok(()),
+            "{}",
+            vector.body_file
+        );
+        assert_eq!(
+            sign(vector.secret.as_bytes(), &body),
+            vector.x_hub_signature_256
+        );
+        assert!(
+            verify(&secrets[..1], &body, Some(header)).is_err(),
+            "wrong secret refused"
+        );
+        for position in positions(body.len()) {
+            let mut changed = body.clone();
+            changed[position] ^= 0x01;
+            assert!(
+                verify(&secrets, &changed, Some(header)).is_err(),
+                "{} byte {position}",
+                vector.body_file
+            );
+        }
+        for position in 0..header.len() {
+            let mut changed = header.to_vec();
+            changed[position] = if changed[position] == b'0' {
+                b'1'
+            } else {
+                b'0'
+            };
+            assert!(
+                verify(&secrets, &body, Some(&changed)).is_err(),
+                "signature byte {position}"
+            );
+        }
+    }
+}
+
+/// Outcome of each example with one default pool (as `runway serve` starts).
+#[tokio::test]
+async fn github_examples_with_the_default_pool() {
+    let harness = Harness::new(config(
+        vec![pool("default", &["self-hosted", "linux", "x64"])],
+        &["self-hosted"],
+    ))
+    .await;
+    let mut seen = Vec::new();
+    for (i, name) in [
+        "workflow_job.queued.5.json",
+        "workflow_job.queued.6.json",
+        "workflow_job.waiting.7.json",
+        "workflow_job.in_progress.0.json",
+        "workflow_job.in_progress.3.json",
+        "workflow_job.in_progress.4.json",
+        "workflow_job.completed.1.json",
+        "workflow_job.completed.2.json",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (status, body) = harness
+            .webhook("workflow_job", &format!("d-{i}"), &fixture(name))
+            .await;
+        seen.push(format!(
+            "{name}: {} {}",
+            status.as_u16(),
+            body["outcome"].as_str().unwrap_or("?")
+        ));
+    }
+    assert_eq!(
+        seen,
+        [
+            "workflow_job.queued.5.json: 202 ignored_github_hosted",
+            "workflow_job.queued.6.json: 202 unroutable",
+            "workflow_job.waiting.7.json: 202 no_change",
+            "workflow_job.in_progress.0.json: 202 ignored_github_hosted",
+            "workflow_job.in_progress.3.json: 202 ignored_github_hosted",
+            "workflow_job.in_progress.4.json: 202 ignored_github_hosted",
+            "workflow_job.completed.1.json: 202 ignored_github_hosted",
+            "workflow_job.completed.2.json: 202 ignored_github_hosted",
+        ]
+    );
+    let jobs = harness.jobs().await;
+    assert_eq!(jobs.len(), 1, "only the self-hosted job is stored");
+    assert_eq!(jobs[0].state, JobState::Unroutable);
+    assert_eq!(jobs[0].external_id, "12877621891");
+    let reason = jobs[0].reason.clone().unwrap_or_default();
+    assert!(reason.contains("k8s"), "{reason}");
+    let metrics = harness
+        .send(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .1;
+    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    assert!(
+        metrics.contains(r#"runway_jobs_rejected_total{reason="no_matching_pool"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"runway_jobs_rejected_total{reason="github_hosted"} 6"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(
+        r#"runway_webhooks_received_total{event="workflow_job",action="queued",outcome="unroutable"} 1"#
+    ));
+    assert!(metrics.trim_end().ends_with("# EOF"));
+}
+
+/// With pools for every label set the examples use, each is routed and the
+/// job 289782451 converges to completed whatever order its events come in.
+#[tokio::test]
+async fn github_examples_with_pools_for_their_labels() {
+    let pools = vec![
+        pool("k8s", &["self-hosted", "k8s"]),
+        pool("gpu", &["gpu", "db-app", "dc-03"]),
+        pool("hosted", &["ubuntu-latest"]),
+    ];
+    let harness = Harness::new(config(pools, &[])).await;
+    let mut seen = Vec::new();
+    for (i, name) in [
+        "workflow_job.waiting.7.json",
+        "workflow_job.queued.6.json",
+        "workflow_job.in_progress.0.json",
+        "workflow_job.completed.2.json",
+        "workflow_job.in_progress.3.json",
+        "workflow_job.queued.5.json",
+        "workflow_job.completed.1.json",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (status, body) = harness
+            .webhook("workflow_job", &format!("d-{i}"), &fixture(name))
+            .await;
+        seen.push(format!(
+            "{name}: {} {} {}",
+            status.as_u16(),
+            body["outcome"].as_str().unwrap_or("?"),
+            body["pool"].as_str().unwrap_or("-")
+        ));
+    }
+    assert_eq!(
+        seen,
+        [
+            "workflow_job.waiting.7.json: 202 waiting -",
+            "workflow_job.queued.6.json: 202 queued k8s",
+            "workflow_job.in_progress.0.json: 202 started gpu",
+            "workflow_job.completed.2.json: 202 completed hosted",
+            "workflow_job.in_progress.3.json: 202 no_change hosted",
+            "workflow_job.queued.5.json: 202 duplicate_job hosted",
+            "workflow_job.completed.1.json: 202 no_change hosted",
+        ]
+    );
+    let store = harness.store();
+    let done = store
+        .find_job(JobSource::Github, "289782451")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(done.state, JobState::Completed);
+    assert_eq!(
+        done.conclusion.map(|c| c.as_str()),
+        Some("success"),
+        "the first completion wins"
+    );
+    let running = store
+        .find_job(JobSource::Github, "2832853555")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(running.state, JobState::Running);
+    let runner = store
+        .find_runner("my runner")
+        .await
+        .unwrap()
+        .expect("the runner is recorded");
+    assert_eq!(
+        (runner.state, runner.job, runner.provider.as_str()),
+        (RunnerState::Busy, Some(running.id), "external")
+    );
+    assert_eq!(running.runner, Some(runner.id));
+    let queued = store
+        .find_job(JobSource::Github, "12877621891")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (queued.state, queued.pool.as_deref()),
+        (JobState::Queued, Some("k8s"))
+    );
+    let busy = store
+        .list_runners(&RunnerFilter {
+            state: Some(RunnerState::Busy),
+            pool: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(busy.len(), 1);
+}
+
+#[tokio::test]
+async fn refusals_change_nothing() {
+    let harness = Harness::new(config(
+        vec![pool("k8s", &["self-hosted", "k8s"])],
+        &["self-hosted"],
+    ))
+    .await;
+    let body = fixture("workflow_job.queued.6.json");
+    let post = |signature: Option<String>, event: &str, body: Vec<u8>| {
+        let mut request = Request::post("/webhooks/github")
+            .header("x-github-event", event)
+            .header("x-github-delivery", "refusal");
+        if let Some(signature) = signature {
+            request = request.header("x-hub-signature-256", signature);
+        }
+        request.body(Body::from(body)).unwrap()
+    };
+    let (status, answer) = harness.send(post(None, "workflow_job", body.clone())).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(answer["error"].as_str().unwrap().contains("missing"));
+    let wrong = sign(b"not-the-secret", &body);
+    assert_eq!(
+        harness
+            .send(post(Some(wrong), "workflow_job", body.clone()))
+            .await
+            .0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        harness
+            .send(post(Some("sha256=zz".into()), "workflow_job", body.clone()))
+            .await
+            .0,
+        StatusCode::UNAUTHORIZED
+    );
+    let big = vec![b' '; 65 * 1024];
+    let (status, answer) = harness
+        .send(post(
+            Some(sign(SECRET.as_bytes(), &big)),
+            "workflow_job",
+            big,
+        ))
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{answer}");
+    let not_json = b"{not json".to_vec();
+    let (status, answer) = harness
+        .send(post(
+            Some(sign(SECRET.as_bytes(), &not_json)),
+            "workflow_job",
+            not_json,
+        ))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        answer["error"].as_str().unwrap().contains("not JSON"),
+        "{answer}"
+    );
+    for (payload, field) in [
+        (r#"{"action":"queued"}"#, "workflow_job: is missing"),
+        (
+            r#"{"action":"queued","workflow_job":{"labels":[]}}"#,
+            "workflow_job.id: is missing",
+        ),
+        (
+            r#"{"action":"queued","workflow_job":{"id":1}}"#,
+            "workflow_job.labels: is missing",
+        ),
+        (
+            r#"{"action":"queued","workflow_job":{"id":1,"labels":[3]}}"#,
+            "workflow_job.labels: must hold only strings",
+        ),
+        (
+            r#"{"workflow_job":{"id":1,"labels":[]}}"#,
+            "action: is missing",
+        ),
+        (
+            r#"{"action":"in_progress","workflow_job":{"id":1,"labels":["self-hosted","k8s"]}}"#,
+            "workflow_job.runner_name",
+        ),
+    ] {
+        let body = payload.as_bytes().to_vec();
+        let (status, answer) = harness
+            .send(post(
+                Some(sign(SECRET.as_bytes(), &body)),
+                "workflow_job",
+                body,
+            ))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{payload}");
+        let message = answer["error"].as_str().unwrap().to_owned();
+        assert!(message.contains(field), "{payload}: {message}");
+    }
+    assert!(
+        harness.jobs().await.is_empty(),
+        "no refused webhook stored anything"
+    );
+    assert!(!harness.store().delivery_seen("refusal").await.unwrap());
+
+    let ping = fixture("ping.ghes-35.0.json");
+    assert_eq!(
+        harness.webhook("ping", "p-1", &ping).await.0,
+        StatusCode::OK
+    );
+    let run = fixture("workflow_run.completed.0.json");
+    let (status, answer) = harness.webhook("workflow_run", "r-1", &run).await;
+    assert_eq!(
+        (status, answer["outcome"].as_str()),
+        (StatusCode::ACCEPTED, Some("ignored_event"))
+    );
+}
+
+#[tokio::test]
+async fn redeliveries_and_repeats_change_nothing() {
+    let harness = Harness::new(config(
+        vec![pool("k8s", &["self-hosted", "k8s"])],
+        &["self-hosted"],
+    ))
+    .await;
+    let body = fixture("workflow_job.queued.6.json");
+    let (status, first) = harness.webhook("workflow_job", "delivery-1", &body).await;
+    assert_eq!(
+        (status, first["outcome"].as_str()),
+        (StatusCode::ACCEPTED, Some("queued"))
+    );
+    let (status, again) = harness.webhook("workflow_job", "delivery-1", &body).await;
+    assert_eq!(
+        (status, again["outcome"].as_str()),
+        (StatusCode::OK, Some("duplicate_delivery"))
+    );
+    let (status, repeat) = harness.webhook("workflow_job", "delivery-2", &body).await;
+    assert_eq!(
+        (status, repeat["outcome"].as_str()),
+        (StatusCode::ACCEPTED, Some("duplicate_job"))
+    );
+    assert_eq!(harness.jobs().await.len(), 1);
+}
+
+#[tokio::test]
+async fn admin_api_lists_pages_and_guards() {
+    let harness = Harness::new(config(
+        vec![pool("k8s", &["self-hosted", "k8s"])],
+        &["self-hosted"],
+    ))
+    .await;
+    let template: serde_json::Value =
+        serde_json::from_slice(&fixture("workflow_job.queued.6.json")).unwrap();
+    for id in 1..=5u64 {
+        let mut payload = template.clone();
+        payload["workflow_job"]["id"] = id.into();
+        let body = serde_json::to_vec(&payload).unwrap();
+        assert_eq!(
+            harness
+                .webhook("workflow_job", &format!("a-{id}"), &body)
+                .await
+                .0,
+            StatusCode::ACCEPTED
+        );
+    }
+    let anonymous = harness
+        .send(Request::get("/api/v1/jobs").body(Body::empty()).unwrap())
+        .await;
+    assert_eq!(anonymous.0, StatusCode::UNAUTHORIZED);
+    let wrong = Request::get("/api/v1/jobs")
+        .header("authorization", "Bearer not-the-admin-token")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(harness.send(wrong).await.0, StatusCode::UNAUTHORIZED);
+
+    let (status, page) = harness.admin_get("/api/v1/jobs?limit=2").await;
+    assert_eq!(status, StatusCode::OK);
+    let ids: Vec<&str> = page["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["external_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["5", "4"], "newest first");
+    let cursor = page["next_cursor"].as_str().unwrap().to_owned();
+    let (_, page) = harness
+        .admin_get(&format!("/api/v1/jobs?limit=2&cursor={cursor}"))
+        .await;
+    let ids: Vec<&str> = page["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["external_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["3", "2"]);
+    let (_, page) = harness
+        .admin_get("/api/v1/jobs?state=queued&pool=k8s&limit=10")
+        .await;
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 5);
+    assert!(page["next_cursor"].is_null());
+    let job = &page["jobs"][0];
+    for field in [
+        "id",
+        "source",
+        "external_id",
+        "pool",
+        "labels",
+        "state",
+        "reason",
+        "runner",
+        "attempts",
+        "created_at",
+    ] {
+        assert!(job.get(field).is_some(), "job has {field}: {job}");
+    }
+    assert_eq!(
+        job["details"]["repository"],
+        "lineville/elastic-machines-testing"
+    );
+    let id = job["id"].as_i64().unwrap();
+    let (status, one) = harness.admin_get(&format!("/api/v1/jobs/{id}")).await;
+    assert_eq!((status, &one["id"]), (StatusCode::OK, &job["id"]));
+    assert_eq!(
+        harness.admin_get("/api/v1/jobs/999999").await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        harness.admin_get("/api/v1/jobs?state=bogus").await.0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        harness.admin_get("/api/v1/jobs?limit=10001").await.0,
+        StatusCode::BAD_REQUEST
+    );
+    let (_, pools) = harness.admin_get("/api/v1/pools").await;
+    assert_eq!(pools["pools"][0]["name"], "k8s");
+    assert_eq!(pools["pools"][0]["queued"], 5);
+    let (status, runners) = harness.admin_get("/api/v1/runners").await;
+    assert_eq!(
+        (status, runners["runners"].as_array().map(Vec::len)),
+        (StatusCode::OK, Some(0))
+    );
+}
