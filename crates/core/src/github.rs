@@ -50,8 +50,13 @@ impl WorkflowJobAction {
 pub enum GithubUpdate {
     Queued,
     Waiting,
-    InProgress { runner: RunnerId },
-    Completed { conclusion: Conclusion },
+    InProgress {
+        runner: RunnerId,
+    },
+    Completed {
+        conclusion: Conclusion,
+        runner: Option<RunnerId>,
+    },
 }
 
 /// The job event to apply to `job` for `update`, or `None` when the update
@@ -68,8 +73,9 @@ pub fn converge(job: &Job, update: &GithubUpdate) -> Option<JobEvent> {
             }
             _ => None,
         },
-        GithubUpdate::Completed { conclusion } => Some(JobEvent::ExternalComplete {
+        GithubUpdate::Completed { conclusion, runner } => Some(JobEvent::ExternalComplete {
             conclusion: *conclusion,
+            runner: *runner,
         }),
     }
 }

@@ -315,9 +315,11 @@ pub enum JobEvent {
     ExternalStart {
         runner: RunnerId,
     },
-    /// Someone else says the job is over (GitHub's `completed`).
+    /// Someone else says the job is over (GitHub's `completed`), naming the
+    /// runner it ran on when it knows.
     ExternalComplete {
         conclusion: Conclusion,
+        runner: Option<RunnerId>,
     },
     Cancel {
         reason: String,
@@ -455,7 +457,12 @@ impl Job {
                 next.lease_deadline = None;
                 next.started_at = Some(now);
             }
-            JobEvent::ExternalComplete { conclusion } => {
+            JobEvent::ExternalComplete { conclusion, runner } => {
+                // Whichever event named the runner first keeps it, so the
+                // order of `in_progress` and `completed` does not matter.
+                if next.runner.is_none() {
+                    next.runner = *runner;
+                }
                 next.finish(Completed, Some(*conclusion), None, now);
             }
             JobEvent::Cancel { reason } => {

@@ -71,7 +71,10 @@ fn event(step: &Step, now: Timestamp) -> JobEvent {
         Step::Decline(runner) => JobEvent::Decline { runner },
         Step::Complete(runner, conclusion) => JobEvent::Complete { runner, conclusion },
         Step::ExternalStart(runner) => JobEvent::ExternalStart { runner },
-        Step::ExternalComplete(conclusion) => JobEvent::ExternalComplete { conclusion },
+        Step::ExternalComplete(conclusion) => JobEvent::ExternalComplete {
+            conclusion,
+            runner: None,
+        },
         Step::Cancel => JobEvent::Cancel {
             reason: "test".into(),
         },
@@ -282,6 +285,7 @@ fn github_events_converge_without_a_lease() {
         .apply(
             &JobEvent::ExternalComplete {
                 conclusion: Conclusion::Success,
+                runner: None,
             },
             at(6),
         )

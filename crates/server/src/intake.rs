@@ -365,9 +365,20 @@ async fn apply(
             let runner = runner_for(service, runner_name, &job).await?;
             GithubUpdate::InProgress { runner }
         }
-        WorkflowJobAction::Completed => GithubUpdate::Completed {
-            conclusion: conclusion_of(payload),
-        },
+        WorkflowJobAction::Completed => {
+            let runner = match payload
+                .runner_name
+                .as_deref()
+                .filter(|name| !name.is_empty())
+            {
+                Some(name) => Some(runner_for(service, name, &job).await?),
+                None => None,
+            };
+            GithubUpdate::Completed {
+                conclusion: conclusion_of(payload),
+                runner,
+            }
+        }
     };
     let moved = move_job(service, &job, &update, now).await?;
     let outcome = match (&moved, action) {
