@@ -1,5 +1,8 @@
 //! The `runway` binary.
 
+mod admin;
+mod bench;
+
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,6 +41,21 @@ enum Command {
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// List jobs of a running runway, newest first.
+    Jobs(admin::JobsArgs),
+    /// List the pools of a running runway with their queues and runners.
+    Pools(admin::Connection),
+    /// List the runners of a running runway.
+    Runners(admin::RunnersArgs),
+    /// Load generators.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Send distinct signed `queued` webhooks to a runway and report throughput and latency.
+    Intake(bench::IntakeArgs),
 }
 
 #[derive(Subcommand)]
@@ -122,6 +140,10 @@ async fn run(command: Command) -> anyhow::Result<()> {
             print!("{}", config.to_redacted_toml());
             Ok(())
         }
+        Command::Jobs(args) => admin::jobs(args).await,
+        Command::Pools(connection) => admin::pools(connection).await,
+        Command::Runners(args) => admin::runners(args).await,
+        Command::Bench(BenchCommand::Intake(args)) => bench::intake(args).await,
     }
 }
 

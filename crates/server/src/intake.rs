@@ -175,16 +175,6 @@ async fn handle(
         .map_err(|e| ApiError::bad_request("invalid_payload", e.to_string()))?;
     received.action = payload.action.clone();
     received.job_id = Some(payload.job_id);
-    if let Some(delivery) = received.delivery {
-        let seen = service
-            .store
-            .delivery_seen(delivery)
-            .await
-            .map_err(|e| store_failure(service, "delivery_seen", e))?;
-        if seen {
-            return Ok((StatusCode::OK, Answer::outcome("duplicate_delivery")));
-        }
-    }
     let Some(action) = WorkflowJobAction::parse(&payload.action) else {
         // GitHub may add actions; they are not errors of the sender.
         return Ok((StatusCode::ACCEPTED, Answer::outcome("ignored_action")));
@@ -199,8 +189,20 @@ async fn handle(
         ));
     }
     let now = now();
-    let (status, answer) = apply(service, &payload, action, received.delivery, now).await?;
-    Ok((status, answer))
+    if action == WorkflowJobAction::Queued {
+        return queued(service, &payload, received.delivery, now).await;
+    }
+    if let Some(delivery) = received.delivery {
+        let seen = service
+            .store
+            .delivery_seen(delivery)
+            .await
+            .map_err(|e| store_failure(service, "delivery_seen", e))?;
+        if seen {
+            return Ok((StatusCode::OK, Answer::outcome("duplicate_delivery")));
+        }
+    }
+    apply(service, &payload, action, received.delivery, now).await
 }
 
 fn store_failure(service: &Service, operation: &str, error: StoreError) -> ApiError {
@@ -244,6 +246,108 @@ fn github_payload(payload: &WorkflowJob) -> String {
     serde_json::Value::Object(facts).to_string()
 }
 
+/// Routes a job seen for the first time. `None` for a GitHub-hosted job.
+fn route_new_job(service: &Service, payload: &WorkflowJob) -> Option<Route> {
+    let pools: Vec<PoolLabels> = service
+        .config
+        .pools
+        .iter()
+        .map(|p| PoolLabels {
+            name: p.name.clone(),
+            labels: p.labels.clone(),
+        })
+        .collect();
+    let policy = RoutingPolicy {
+        required_labels: service.config.github.required_labels.clone(),
+        default_pool: service.config.routing.default_pool.clone(),
+    };
+    match route(&payload.labels, &pools, &policy) {
+        RouteDecision::Ignore { .. } => {
+            count_rejection(service, "github_hosted");
+            None
+        }
+        RouteDecision::Pool(pool) => Some(Route::Pool(pool)),
+        RouteDecision::Unroutable { reason, detail } => {
+            tracing::warn!(job_id = payload.job_id, labels = ?payload.labels, reason = %reason, %detail, "unroutable job");
+            Some(Route::Unroutable { reason: detail })
+        }
+    }
+}
+
+fn new_job(service: &Service, payload: &WorkflowJob, route: Route) -> NewJob {
+    NewJob {
+        source: JobSource::Github,
+        external_id: payload.job_id.to_string(),
+        route,
+        labels: payload.labels.clone(),
+        payload: github_payload(payload),
+        max_attempts: service.config.queue.max_attempts,
+    }
+}
+
+fn count_new_job(service: &Service, job: &Job) {
+    match &job.pool {
+        Some(pool) => {
+            service
+                .metrics
+                .jobs_routed
+                .get_or_create(&PoolLabel { pool: pool.clone() })
+                .inc();
+        }
+        None => count_rejection(service, "no_matching_pool"),
+    }
+}
+
+/// The hot path: a `queued` event is one write, which records the delivery
+/// and creates the job (or finds it) in one transaction. GitHub-hosted jobs
+/// cost nothing but a count. No read happens first: a redelivery is
+/// recognised by the delivery insert itself.
+async fn queued(
+    service: &Service,
+    payload: &WorkflowJob,
+    delivery: Option<&str>,
+    now: Timestamp,
+) -> Result<(StatusCode, Answer), ApiError> {
+    let Some(route) = route_new_job(service, payload) else {
+        return Ok((
+            StatusCode::ACCEPTED,
+            Answer::outcome("ignored_github_hosted"),
+        ));
+    };
+    let outcome = if matches!(route, Route::Unroutable { .. }) {
+        "unroutable"
+    } else {
+        "queued"
+    };
+    let record = delivery_record(delivery, payload, outcome, now);
+    let (enqueued, new_delivery) = service
+        .store
+        .enqueue_with_delivery(&new_job(service, payload, route), record.as_ref(), now)
+        .await
+        .map_err(|e| store_failure(service, "enqueue", e))?;
+    if record.is_some() && !new_delivery {
+        return Ok((
+            StatusCode::OK,
+            Answer::for_job("duplicate_delivery", &enqueued.job),
+        ));
+    }
+    if !enqueued.created {
+        return Ok((
+            StatusCode::ACCEPTED,
+            Answer::for_job("duplicate_job", &enqueued.job),
+        ));
+    }
+    count_new_job(service, &enqueued.job);
+    Ok((
+        StatusCode::ACCEPTED,
+        Answer::for_job(outcome, &enqueued.job),
+    ))
+}
+
+/// `waiting`, `in_progress` and `completed`: find or create the job, move it
+/// forward if the event is news, then record the delivery. The effect comes
+/// first, so a crash in between at worst makes a redelivery apply it again,
+/// which changes nothing.
 async fn apply(
     service: &Service,
     payload: &WorkflowJob,
@@ -251,99 +355,31 @@ async fn apply(
     delivery: Option<&str>,
     now: Timestamp,
 ) -> Result<(StatusCode, Answer), ApiError> {
-    let external_id = payload.job_id.to_string();
     let existing = service
         .store
-        .find_job(JobSource::Github, &external_id)
+        .find_job(JobSource::Github, &payload.job_id.to_string())
         .await
         .map_err(|e| store_failure(service, "find_job", e))?;
     let job = match existing {
         Some(job) => job,
         None => {
-            let pools: Vec<PoolLabels> = service
-                .config
-                .pools
-                .iter()
-                .map(|p| PoolLabels {
-                    name: p.name.clone(),
-                    labels: p.labels.clone(),
-                })
-                .collect();
-            let policy = RoutingPolicy {
-                required_labels: service.config.github.required_labels.clone(),
-                default_pool: service.config.routing.default_pool.clone(),
-            };
-            let decision = route(&payload.labels, &pools, &policy);
-            let route = match decision {
-                RouteDecision::Ignore { .. } => {
-                    record(
-                        service,
-                        delivery_record(delivery, payload, "ignored_github_hosted", now),
-                    )
-                    .await?;
-                    count_rejection(service, "github_hosted");
-                    return Ok((
-                        StatusCode::ACCEPTED,
-                        Answer::outcome("ignored_github_hosted"),
-                    ));
-                }
-                RouteDecision::Pool(pool) => Route::Pool(pool),
-                RouteDecision::Unroutable { reason, detail } => {
-                    tracing::warn!(job_id = payload.job_id, labels = ?payload.labels, reason = %reason, %detail, "unroutable job");
-                    Route::Unroutable { reason: detail }
-                }
+            let Some(route) = route_new_job(service, payload) else {
+                return Ok((
+                    StatusCode::ACCEPTED,
+                    Answer::outcome("ignored_github_hosted"),
+                ));
             };
             if !action.creates_job() {
                 record(service, delivery_record(delivery, payload, "waiting", now)).await?;
                 return Ok((StatusCode::ACCEPTED, Answer::outcome("waiting")));
             }
-            let unroutable = matches!(route, Route::Unroutable { .. });
-            let new_job = NewJob {
-                source: JobSource::Github,
-                external_id: external_id.clone(),
-                route,
-                labels: payload.labels.clone(),
-                payload: github_payload(payload),
-                max_attempts: service.config.queue.max_attempts,
-            };
-            let outcome = if unroutable { "unroutable" } else { "queued" };
-            // A queued event creates the job and records its delivery in one
-            // transaction; later events create it, then move it below.
-            let delivery_now = if action == WorkflowJobAction::Queued {
-                delivery_record(delivery, payload, outcome, now)
-            } else {
-                None
-            };
             let enqueued = service
                 .store
-                .enqueue_with_delivery(&new_job, delivery_now.as_ref(), now)
+                .enqueue(&new_job(service, payload, route), now)
                 .await
                 .map_err(|e| store_failure(service, "enqueue", e))?;
             if enqueued.created {
-                match &enqueued.job.pool {
-                    Some(pool) => {
-                        service
-                            .metrics
-                            .jobs_routed
-                            .get_or_create(&PoolLabel { pool: pool.clone() })
-                            .inc();
-                    }
-                    None => count_rejection(service, "no_matching_pool"),
-                }
-            }
-            if action == WorkflowJobAction::Queued || unroutable {
-                if action != WorkflowJobAction::Queued {
-                    record(service, delivery_record(delivery, payload, outcome, now)).await?;
-                }
-                let outcome = if enqueued.created {
-                    outcome
-                } else {
-                    "duplicate_job"
-                };
-                return Ok((
-                    StatusCode::ACCEPTED,
-                    Answer::for_job(outcome, &enqueued.job),
-                ));
+                count_new_job(service, &enqueued.job);
             }
             enqueued.job
         }
@@ -352,18 +388,10 @@ async fn apply(
         WorkflowJobAction::Queued => GithubUpdate::Queued,
         WorkflowJobAction::Waiting => GithubUpdate::Waiting,
         WorkflowJobAction::InProgress => {
-            let Some(runner_name) = payload
-                .runner_name
-                .as_deref()
-                .filter(|name| !name.is_empty())
-            else {
-                return Err(ApiError::bad_request(
-                    "invalid_payload",
-                    "workflow_job.runner_name: is missing on an in_progress event",
-                ));
-            };
-            let runner = runner_for(service, runner_name, &job).await?;
-            GithubUpdate::InProgress { runner }
+            let name = payload.runner_name.as_deref().unwrap_or_default();
+            GithubUpdate::InProgress {
+                runner: runner_for(service, name, &job).await?,
+            }
         }
         WorkflowJobAction::Completed => {
             let runner = match payload
@@ -382,7 +410,6 @@ async fn apply(
     };
     let moved = move_job(service, &job, &update, now).await?;
     let outcome = match (&moved, action) {
-        (None, WorkflowJobAction::Queued) => "duplicate_job",
         (None, _) => "no_change",
         (Some(_), WorkflowJobAction::InProgress) => "started",
         (Some(_), _) => "completed",

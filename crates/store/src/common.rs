@@ -172,14 +172,14 @@ macro_rules! impl_store {
             job: &NewJob,
             delivery: Option<&Delivery>,
             now: Timestamp,
-        ) -> Result<Enqueued, StoreError> {
+        ) -> Result<(Enqueued, bool), StoreError> {
             let op = Op::Enqueue {
                 job: job.clone(),
                 delivery: delivery.cloned(),
                 now,
             };
             match self.group.submit(op).await? {
-                Outcome::Enqueued(enqueued) => Ok(*enqueued),
+                Outcome::Enqueued(enqueued, new_delivery) => Ok((*enqueued, new_delivery)),
                 _ => Err(StoreError::Corrupt("group commit answered an enqueue with another outcome".into())),
             }
         }
@@ -359,12 +359,14 @@ macro_rules! impl_batch_executor {
                 let transaction = connection;
                 Ok(match op {
                     Op::Enqueue { job, delivery, now } => {
-                        if let Some(delivery) = delivery {
-                            self.insert_delivery(&mut *transaction, delivery).await?;
-                        }
-                        Outcome::Enqueued(Box::new(
-                            self.insert_job(&mut *transaction, job, *now).await?,
-                        ))
+                        let new_delivery = match delivery {
+                            Some(delivery) => {
+                                self.insert_delivery(&mut *transaction, delivery).await?
+                            }
+                            None => false,
+                        };
+                        let enqueued = self.insert_job(&mut *transaction, job, *now).await?;
+                        Outcome::Enqueued(Box::new(enqueued), new_delivery)
                     }
                     Op::RecordDelivery { delivery } => {
                         Outcome::Recorded(self.insert_delivery(&mut *transaction, delivery).await?)

@@ -52,7 +52,8 @@ pub(crate) enum Op {
 }
 
 pub(crate) enum Outcome {
-    Enqueued(Box<Enqueued>),
+    /// The job, and whether the delivery that came with it was new.
+    Enqueued(Box<Enqueued>, bool),
     Replaced(bool),
     Claimed(Vec<Job>),
     Recorded(bool),

@@ -192,17 +192,19 @@ pub trait Store: Send + Sync + 'static {
     /// Stores a new job, or returns the one already stored under the same
     /// (source, external id). Durable when it returns.
     async fn enqueue(&self, job: &NewJob, now: Timestamp) -> Result<Enqueued, StoreError> {
-        self.enqueue_with_delivery(job, None, now).await
+        Ok(self.enqueue_with_delivery(job, None, now).await?.0)
     }
 
     /// [`Store::enqueue`], recording `delivery` in the same transaction, so
     /// a delivery is never marked seen without its job, nor the reverse.
+    /// The flag says whether the delivery was new (false for a redelivery,
+    /// and when there is no delivery).
     async fn enqueue_with_delivery(
         &self,
         job: &NewJob,
         delivery: Option<&Delivery>,
         now: Timestamp,
-    ) -> Result<Enqueued, StoreError>;
+    ) -> Result<(Enqueued, bool), StoreError>;
 
     /// Whether a delivery with this id was recorded.
     async fn delivery_seen(&self, id: &str) -> Result<bool, StoreError>;

@@ -122,11 +122,19 @@ mod cases {
             received_at: at(10),
         };
         assert!(!store.delivery_seen(&delivery.id).await.unwrap());
-        let enqueued = store
+        let (enqueued, new_delivery) = store
             .enqueue_with_delivery(&api_job("42", "default"), Some(&delivery), at(10))
             .await
             .unwrap();
-        assert!(enqueued.created);
+        assert!(enqueued.created && new_delivery);
+        let (again, new_delivery) = store
+            .enqueue_with_delivery(&api_job("42", "default"), Some(&delivery), at(11))
+            .await
+            .unwrap();
+        assert!(
+            !again.created && !new_delivery,
+            "a redelivery creates nothing"
+        );
         assert!(store.delivery_seen(&delivery.id).await.unwrap());
         assert!(
             !store.record_delivery(&delivery).await.unwrap(),

@@ -1,0 +1,242 @@
+//! Read-only admin commands: `runway jobs`, `runway pools`, `runway runners`.
+//! They call the admin API of a running runway and print tables.
+
+use anyhow::{bail, Context};
+use clap::Args;
+use runway_server::api::{JobPageDto, PoolsDto, RunnersDto};
+
+#[derive(Args, Debug, Clone)]
+pub struct Connection {
+    /// The runway server to ask.
+    #[arg(long, env = "RUNWAY_URL", default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// An admin token ([server] admin_tokens).
+    #[arg(long, env = "RUNWAY_TOKEN", hide_env_values = true)]
+    token: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct JobsArgs {
+    #[command(flatten)]
+    connection: Connection,
+    /// Only jobs in this state (queued, provisioning, running, completed, failed, cancelled, unroutable).
+    #[arg(long)]
+    state: Option<String>,
+    /// Only jobs of this pool.
+    #[arg(long)]
+    pool: Option<String>,
+    /// At most this many, newest first.
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunnersArgs {
+    #[command(flatten)]
+    connection: Connection,
+    #[arg(long)]
+    state: Option<String>,
+    #[arg(long)]
+    pool: Option<String>,
+}
+
+async fn get<T: serde::de::DeserializeOwned>(
+    connection: &Connection,
+    path: &str,
+    query: &[(&str, String)],
+) -> anyhow::Result<T> {
+    let url = format!("{}{path}", connection.url.trim_end_matches('/'));
+    let response = reqwest::Client::new()
+        .get(&url)
+        .bearer_auth(&connection.token)
+        .query(query)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach {url}"))?;
+    let status = response.status();
+    let body = response
+        .text()
+        .await
+        .with_context(|| format!("cannot read the answer of {url}"))?;
+    if !status.is_success() {
+        let message = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["error"].as_str().map(str::to_owned))
+            .unwrap_or(body);
+        bail!("{url} answered {status}: {message}");
+    }
+    serde_json::from_str(&body)
+        .with_context(|| format!("{url} answered something that is not what runway sends"))
+}
+
+/// Left-aligned columns, two spaces apart.
+fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| format!("{cell:<width$}", width = widths[i]))
+            .collect();
+        padded.join("  ").trim_end().to_owned() + "\n"
+    };
+    let mut text = line(header.iter().map(|h| (*h).to_owned()).collect());
+    for row in rows {
+        text.push_str(&line(row));
+    }
+    text
+}
+
+fn or_dash(value: Option<impl ToString>) -> String {
+    value
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| "-".to_owned())
+}
+
+pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
+    let mut query = vec![("limit", args.limit.to_string())];
+    if let Some(state) = args.state {
+        query.push(("state", state));
+    }
+    if let Some(pool) = args.pool {
+        query.push(("pool", pool));
+    }
+    let page: JobPageDto = get(&args.connection, "/api/v1/jobs", &query).await?;
+    let rows = page
+        .jobs
+        .iter()
+        .map(|job| {
+            vec![
+                job.id.to_string(),
+                job.source.clone(),
+                job.external_id.clone(),
+                or_dash(job.pool.as_ref()),
+                job.state.clone(),
+                job.labels.join(","),
+                or_dash(job.runner),
+                job.attempts.to_string(),
+                job.created_at.clone(),
+                or_dash(job.conclusion.as_ref().or(job.reason.as_ref())),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(
+            &[
+                "ID",
+                "SOURCE",
+                "EXTERNAL",
+                "POOL",
+                "STATE",
+                "LABELS",
+                "RUNNER",
+                "ATTEMPTS",
+                "CREATED",
+                "RESULT/REASON"
+            ],
+            rows
+        )
+    );
+    if page.next_cursor.is_some() {
+        println!("(more jobs: raise --limit or filter by --state / --pool)");
+    }
+    Ok(())
+}
+
+pub async fn pools(connection: Connection) -> anyhow::Result<()> {
+    let pools: PoolsDto = get(&connection, "/api/v1/pools", &[]).await?;
+    let rows = pools
+        .pools
+        .iter()
+        .map(|pool| {
+            let runners: Vec<String> = pool
+                .runners
+                .iter()
+                .map(|(s, n)| format!("{s}={n}"))
+                .collect();
+            vec![
+                pool.name.clone(),
+                pool.labels.join(","),
+                pool.queued.to_string(),
+                pool.min_idle.to_string(),
+                pool.max_runners.to_string(),
+                if runners.is_empty() {
+                    "-".to_owned()
+                } else {
+                    runners.join(" ")
+                },
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(
+            &["POOL", "LABELS", "QUEUED", "MIN_IDLE", "MAX", "RUNNERS"],
+            rows
+        )
+    );
+    Ok(())
+}
+
+pub async fn runners(args: RunnersArgs) -> anyhow::Result<()> {
+    let mut query = Vec::new();
+    if let Some(state) = args.state {
+        query.push(("state", state));
+    }
+    if let Some(pool) = args.pool {
+        query.push(("pool", pool));
+    }
+    let runners: RunnersDto = get(&args.connection, "/api/v1/runners", &query).await?;
+    let rows = runners
+        .runners
+        .iter()
+        .map(|runner| {
+            vec![
+                runner.id.to_string(),
+                runner.name.clone(),
+                runner.pool.clone(),
+                runner.provider.clone(),
+                runner.state.clone(),
+                or_dash(runner.job),
+                runner.requested_at.clone(),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(
+            &[
+                "ID",
+                "NAME",
+                "POOL",
+                "PROVIDER",
+                "STATE",
+                "JOB",
+                "REQUESTED"
+            ],
+            rows
+        )
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tables_align_columns() {
+        let text = super::table(
+            &["ID", "NAME"],
+            vec![
+                vec!["1".into(), "a-long-name".into()],
+                vec!["22".into(), "b".into()],
+            ],
+        );
+        assert_eq!(text, "ID  NAME\n1   a-long-name\n22  b\n");
+    }
+}

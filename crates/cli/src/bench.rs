@@ -1,0 +1,236 @@
+//! `runway bench intake`: a load generator that sends distinct, signed
+//! `workflow_job` `queued` webhooks to a runway, at a fixed rate or as fast
+//! as it can, bounded in count and in time, and reports throughput and
+//! latency percentiles.
+//!
+//! Latency is measured from the moment a request was *due* (its slot in the
+//! fixed-rate schedule), not from when it was sent, so a stalled server is
+//! not hidden by the generator waiting for it (coordinated omission).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use runway_server::github::signature::sign;
+use tokio::sync::Mutex;
+
+#[derive(Args, Debug, Clone)]
+pub struct IntakeArgs {
+    /// The webhook endpoint.
+    #[arg(long, default_value = "http://127.0.0.1:8080/webhooks/github")]
+    url: String,
+    /// The webhook secret to sign with (one of the server's [github] webhook_secrets).
+    #[arg(long, env = "RUNWAY_BENCH_SECRET", hide_env_values = true)]
+    secret: String,
+    /// How many webhooks to send at most.
+    #[arg(long, default_value_t = 10_000)]
+    count: u64,
+    /// Webhooks per second; 0 sends as fast as the server answers.
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 32)]
+    concurrency: u64,
+    /// Stop after this many seconds even if `count` was not reached.
+    #[arg(long, default_value_t = 60)]
+    max_seconds: u64,
+    /// The labels of every job, comma-separated.
+    #[arg(long, default_value = "self-hosted,linux,x64")]
+    labels: String,
+    /// The PID of the runway server, to report its peak memory (VmHWM) after the run.
+    #[arg(long)]
+    server_pid: Option<u32>,
+}
+
+/// A realistic `queued` payload (GitHub's are 7–13 kB; the fields runway
+/// reads plus the usual repository block).
+fn payload(job_id: u64, labels: &[&str]) -> Vec<u8> {
+    serde_json::json!({
+        "action": "queued",
+        "workflow_job": {
+            "id": job_id,
+            "run_id": job_id / 4,
+            "run_attempt": 1,
+            "name": "build (ubuntu, stable)",
+            "workflow_name": "CI",
+            "head_branch": "main",
+            "head_sha": "d6fde92930d4715a2b49857d24b940956b26d2d3",
+            "status": "queued",
+            "conclusion": null,
+            "labels": labels,
+            "runner_id": null,
+            "runner_name": null,
+            "created_at": "2026-11-21T10:00:00Z",
+            "started_at": "2026-11-21T10:00:00Z",
+            "completed_at": null,
+            "steps": [],
+            "html_url": format!("https://github.com/org/repo/actions/runs/{}/job/{job_id}", job_id / 4),
+        },
+        "repository": {
+            "id": 186853002,
+            "name": "repo",
+            "full_name": "org/repo",
+            "private": true,
+            "owner": { "login": "org", "id": 21031067, "type": "Organization" },
+            "default_branch": "main",
+        },
+        "organization": { "login": "org", "id": 21031067 },
+        "sender": { "login": "octocat", "id": 583231, "type": "User" },
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+pub async fn intake(args: IntakeArgs) -> anyhow::Result<()> {
+    if args.concurrency == 0 {
+        bail!("--concurrency must be at least 1");
+    }
+    let labels: Vec<String> = args
+        .labels
+        .split(',')
+        .map(|l| l.trim().to_owned())
+        .collect();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency as usize)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .context("cannot build the HTTP client")?;
+    // Job ids unique across runs, so every webhook creates a new job.
+    let base_id = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+        * 1_000;
+    let next = Arc::new(AtomicU64::new(0));
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(args.count as usize)));
+    let statuses = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(args.max_seconds);
+    let mut workers = Vec::new();
+    for _ in 0..args.concurrency {
+        let (client, next, latencies, statuses) = (
+            client.clone(),
+            next.clone(),
+            latencies.clone(),
+            statuses.clone(),
+        );
+        let (url, secret, labels) = (args.url.clone(), args.secret.clone(), labels.clone());
+        let (count, rate) = (args.count, args.rate);
+        workers.push(tokio::spawn(async move {
+            let label_refs: Vec<&str> = labels.iter().map(String::as_str).collect();
+            let mut mine = Vec::new();
+            loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                if index >= count || Instant::now() >= deadline {
+                    break;
+                }
+                let due = match (index * 1_000_000_000).checked_div(rate) {
+                    Some(offset) => {
+                        let due = started + Duration::from_nanos(offset);
+                        tokio::time::sleep_until(due.into()).await;
+                        due
+                    }
+                    // --rate 0: as fast as the server answers.
+                    None => Instant::now(),
+                };
+                let body = payload(base_id + index, &label_refs);
+                let signature = sign(secret.as_bytes(), &body);
+                let result = client
+                    .post(&url)
+                    .header("x-github-event", "workflow_job")
+                    .header("x-github-delivery", format!("bench-{base_id}-{index}"))
+                    .header("x-hub-signature-256", signature)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await;
+                let status = match result {
+                    Ok(response) => {
+                        let code = response.status().as_u16().to_string();
+                        let _ = response.bytes().await;
+                        code
+                    }
+                    Err(error) if error.is_timeout() => "timeout".to_owned(),
+                    Err(_) => "connection error".to_owned(),
+                };
+                mine.push(due.elapsed());
+                *statuses.lock().await.entry(status).or_insert(0) += 1;
+            }
+            latencies.lock().await.extend(mine);
+        }));
+    }
+    for worker in workers {
+        worker.await.context("a load worker failed")?;
+    }
+    let elapsed = started.elapsed();
+    let mut latencies = latencies.lock().await.clone();
+    latencies.sort();
+    let statuses = statuses.lock().await.clone();
+    let sent = latencies.len() as u64;
+    let accepted: u64 = statuses
+        .iter()
+        .filter(|(code, _)| code.starts_with('2'))
+        .map(|(_, n)| n)
+        .sum();
+    println!(
+        "sent        {sent} webhooks in {:.2} s",
+        elapsed.as_secs_f64()
+    );
+    println!(
+        "throughput  {:.0} webhooks/s ({:.0} answered 2xx/s)",
+        sent as f64 / elapsed.as_secs_f64(),
+        accepted as f64 / elapsed.as_secs_f64()
+    );
+    if args.rate > 0 {
+        println!("target rate {} webhooks/s", args.rate);
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
+    println!(
+        "latency ms  p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
+        ms(percentile(&latencies, 50.0)),
+        ms(percentile(&latencies, 90.0)),
+        ms(percentile(&latencies, 99.0)),
+        ms(percentile(&latencies, 99.9)),
+        ms(latencies.last().copied().unwrap_or_default())
+    );
+    let statuses: Vec<String> = statuses
+        .iter()
+        .map(|(code, n)| format!("{code}: {n}"))
+        .collect();
+    println!("statuses    {}", statuses.join(", "));
+    if let Some(pid) = args.server_pid {
+        match peak_rss_kib(pid) {
+            Some(kib) => println!(
+                "server peak RSS {:.1} MiB (VmHWM of pid {pid})",
+                kib as f64 / 1024.0
+            ),
+            None => println!("server peak RSS unknown (cannot read /proc/{pid}/status)"),
+        }
+    }
+    if accepted < sent {
+        bail!(
+            "{} of {sent} webhooks were not answered 2xx",
+            sent - accepted
+        );
+    }
+    Ok(())
+}
