@@ -370,14 +370,37 @@ fn load_generator_and_admin_commands_against_a_running_server() {
     .unwrap();
     let token = "cli-test-admin-token-0123";
     let secret = "cli-test-webhook-secret";
-    let mut command = runway(dir.path(), &["serve", "--listen", "127.0.0.1:0", "--config", "runway.toml"]);
-    command.env("TEST_ADMIN_TOKEN", token).env("TEST_WEBHOOK_SECRET", secret);
+    let mut command = runway(
+        dir.path(),
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            "runway.toml",
+        ],
+    );
+    command
+        .env("TEST_ADMIN_TOKEN", token)
+        .env("TEST_WEBHOOK_SECRET", secret);
     let server = Server::spawn(command);
     let url = format!("{}/webhooks/github", server.base);
-    let output = runway(dir.path(), &["bench", "intake", "--url", &url, "--count", "40", "--concurrency", "4"])
-        .env("RUNWAY_BENCH_SECRET", secret)
-        .output()
-        .unwrap();
+    let output = runway(
+        dir.path(),
+        &[
+            "bench",
+            "intake",
+            "--url",
+            &url,
+            "--count",
+            "40",
+            "--concurrency",
+            "4",
+        ],
+    )
+    .env("RUNWAY_BENCH_SECRET", secret)
+    .output()
+    .unwrap();
     assert!(output.status.success(), "{}", stderr_of(&output));
     let report = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(report.contains("sent        40 webhooks"), "{report}");
@@ -387,21 +410,38 @@ fn load_generator_and_admin_commands_against_a_running_server() {
     let admin = |args: &[&str]| {
         let mut full = args.to_vec();
         full.extend_from_slice(&["--url", &server.base]);
-        let output = runway(dir.path(), &full).env("RUNWAY_TOKEN", token).output().unwrap();
+        let output = runway(dir.path(), &full)
+            .env("RUNWAY_TOKEN", token)
+            .output()
+            .unwrap();
         assert!(output.status.success(), "{args:?}: {}", stderr_of(&output));
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
     let jobs = admin(&["jobs", "--limit", "10"]);
     let lines: Vec<&str> = jobs.lines().collect();
-    assert!(lines[0].starts_with("ID  ") && lines[0].contains("STATE"), "{jobs}");
-    assert_eq!(lines.len(), 12, "header, 10 jobs, and a note that there are more: {jobs}");
-    assert!(lines[1].contains("github") && lines[1].contains("queued") && lines[1].contains("default"));
+    assert!(
+        lines[0].starts_with("ID  ") && lines[0].contains("STATE"),
+        "{jobs}"
+    );
+    assert_eq!(
+        lines.len(),
+        12,
+        "header, 10 jobs, and a note that there are more: {jobs}"
+    );
+    assert!(
+        lines[1].contains("github") && lines[1].contains("queued") && lines[1].contains("default")
+    );
     let pools = admin(&["pools"]);
     assert!(pools.lines().nth(1).unwrap_or("").contains("40"), "{pools}");
     let runners = admin(&["runners"]);
     assert_eq!(runners.lines().count(), 1, "only the header: {runners}");
 
-    let output = runway(dir.path(), &["jobs", "--url", &server.base, "--token", "wrong-token"]).output().unwrap();
+    let output = runway(
+        dir.path(),
+        &["jobs", "--url", &server.base, "--token", "wrong-token"],
+    )
+    .output()
+    .unwrap();
     let line = assert_one_line_failure(&output);
     assert!(line.contains("401") && line.contains("not valid"), "{line}");
     assert!(server.terminate().success());
