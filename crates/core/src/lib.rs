@@ -9,6 +9,7 @@ pub mod job;
 pub mod routing;
 pub mod runner;
 pub mod time;
+pub mod worker_config;
 
 pub use job::{
     Conclusion, Job, JobEvent, JobId, JobSource, JobState, JobTransitionError, NewJob, Route,
