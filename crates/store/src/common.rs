@@ -16,6 +16,53 @@ pub(crate) struct Statements {
     pub replace_runner: String,
     pub insert_delivery: String,
     pub delivery_seen: String,
+    pub worker_configs: WorkerConfigStatements,
+}
+
+pub(crate) struct WorkerConfigStatements {
+    pub list: String,
+    pub get: String,
+    pub all_pools: String,
+    pub pools_of: String,
+    pub insert: String,
+    pub update_any: String,
+    pub update_if: String,
+    pub version: String,
+    pub delete_pools: String,
+    pub insert_pool: String,
+    pub pool_owner: String,
+    pub delete_any: String,
+    pub delete_if: String,
+}
+
+impl WorkerConfigStatements {
+    fn new(rewrite: fn(String) -> String) -> WorkerConfigStatements {
+        let sql = |text: &str| rewrite(text.to_owned());
+        WorkerConfigStatements {
+            list: sql("SELECT id, version, body, updated_at FROM worker_configs ORDER BY id"),
+            get: sql("SELECT id, version, body, updated_at FROM worker_configs WHERE id = $1"),
+            all_pools: sql("SELECT pool, config_id FROM worker_config_pools ORDER BY pool"),
+            pools_of: sql("SELECT pool FROM worker_config_pools WHERE config_id = $1 ORDER BY pool"),
+            insert: sql(
+                "INSERT INTO worker_configs (id, version, body, updated_at) VALUES ($1, 1, $2, $3) \
+                 ON CONFLICT (id) DO NOTHING",
+            ),
+            update_any: sql(
+                "UPDATE worker_configs SET version = version + 1, body = $2, updated_at = $3 \
+                 WHERE id = $1 RETURNING version",
+            ),
+            update_if: sql(
+                "UPDATE worker_configs SET version = version + 1, body = $2, updated_at = $3 \
+                 WHERE id = $1 AND version = $4 RETURNING version",
+            ),
+            version: sql("SELECT version FROM worker_configs WHERE id = $1"),
+            delete_pools: sql("DELETE FROM worker_config_pools WHERE config_id = $1"),
+            insert_pool: sql("INSERT INTO worker_config_pools (pool, config_id) VALUES ($1, $2)"),
+            pool_owner: sql("SELECT config_id FROM worker_config_pools WHERE pool = $1"),
+            delete_any: sql("DELETE FROM worker_configs WHERE id = $1"),
+            delete_if: sql("DELETE FROM worker_configs WHERE id = $1 AND version = $2"),
+        }
+    }
 }
 
 impl Statements {
@@ -63,6 +110,7 @@ impl Statements {
         let [insert_job, job_by_id, job_by_external_id, replace_job, expired_leases, insert_runner, runner_by_id, runner_by_name, replace_runner, insert_delivery, delivery_seen] =
             statements;
         Statements {
+            worker_configs: WorkerConfigStatements::new(rewrite_placeholders),
             insert_job,
             job_by_id,
             job_by_external_id,
@@ -258,6 +306,142 @@ macro_rules! impl_store {
             query.push(" ORDER BY id");
             let rows: Vec<RunnerRow> = query.build_query_as().fetch_all(self.reader()).await?;
             rows.into_iter().map(Runner::try_from).collect()
+        }
+
+        async fn list_worker_configs(&self) -> Result<Vec<StoredWorkerConfig>, StoreError> {
+            let sql = &self.inner.statements.worker_configs;
+            let rows: Vec<(String, i64, String, i64)> = sqlx::query_as(&sql.list).fetch_all(self.reader()).await?;
+            let pools: Vec<(String, String)> = sqlx::query_as(&sql.all_pools).fetch_all(self.reader()).await?;
+            Ok(rows
+                .into_iter()
+                .map(|(id, version, body, updated_at)| StoredWorkerConfig {
+                    pools: pools.iter().filter(|(_, owner)| owner == &id).map(|(pool, _)| pool.clone()).collect(),
+                    id,
+                    version,
+                    body,
+                    updated_at: Timestamp::from_millis(updated_at),
+                })
+                .collect())
+        }
+
+        async fn get_worker_config(&self, id: &str) -> Result<Option<StoredWorkerConfig>, StoreError> {
+            let sql = &self.inner.statements.worker_configs;
+            let mut transaction = self.reader().begin().await?;
+            let row: Option<(String, i64, String, i64)> =
+                sqlx::query_as(&sql.get).bind(id).fetch_optional(&mut *transaction).await?;
+            let pools: Vec<String> = sqlx::query_scalar(&sql.pools_of).bind(id).fetch_all(&mut *transaction).await?;
+            transaction.commit().await?;
+            Ok(row.map(|(id, version, body, updated_at)| StoredWorkerConfig {
+                id,
+                version,
+                body,
+                pools,
+                updated_at: Timestamp::from_millis(updated_at),
+            }))
+        }
+
+        async fn put_worker_config(
+            &self,
+            id: &str,
+            body: &str,
+            pools: &[String],
+            expect: Expect,
+            now: Timestamp,
+        ) -> Result<i64, StoreError> {
+            let sql = &self.inner.statements.worker_configs;
+            let mut transaction = self.writer().begin().await?;
+            let version: Option<i64> = match expect {
+                Expect::Any => {
+                    let inserted = sqlx::query(&sql.insert)
+                        .bind(id)
+                        .bind(body)
+                        .bind(now.as_millis())
+                        .execute(&mut *transaction)
+                        .await?;
+                    if inserted.rows_affected() == 1 {
+                        Some(1)
+                    } else {
+                        sqlx::query_scalar(&sql.update_any)
+                            .bind(id)
+                            .bind(body)
+                            .bind(now.as_millis())
+                            .fetch_optional(&mut *transaction)
+                            .await?
+                    }
+                }
+                Expect::Version(expected) => {
+                    let updated: Option<i64> = sqlx::query_scalar(&sql.update_if)
+                        .bind(id)
+                        .bind(body)
+                        .bind(now.as_millis())
+                        .bind(expected)
+                        .fetch_optional(&mut *transaction)
+                        .await?;
+                    if updated.is_none() {
+                        let current: Option<i64> =
+                            sqlx::query_scalar(&sql.version).bind(id).fetch_optional(&mut *transaction).await?;
+                        return Err(StoreError::VersionConflict {
+                            id: id.to_owned(),
+                            expected,
+                            current,
+                        });
+                    }
+                    updated
+                }
+            };
+            let version = version.ok_or_else(|| StoreError::Corrupt(format!("worker configuration {id} vanished mid-write")))?;
+            for pool in pools {
+                let owner: Option<String> =
+                    sqlx::query_scalar(&sql.pool_owner).bind(pool).fetch_optional(&mut *transaction).await?;
+                if let Some(owner) = owner.filter(|owner| owner != id) {
+                    return Err(StoreError::PoolTaken { pool: pool.clone(), owner });
+                }
+            }
+            sqlx::query(&sql.delete_pools).bind(id).execute(&mut *transaction).await?;
+            for pool in pools {
+                let inserted = sqlx::query(&sql.insert_pool).bind(pool).bind(id).execute(&mut *transaction).await;
+                match inserted {
+                    Ok(_) => {}
+                    // Another configuration claimed it between our check and insert.
+                    Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                        return Err(StoreError::PoolTaken {
+                            pool: pool.clone(),
+                            owner: "another configuration written at the same time".to_owned(),
+                        })
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            transaction.commit().await?;
+            Ok(version)
+        }
+
+        async fn delete_worker_config(&self, id: &str, expect: Expect) -> Result<bool, StoreError> {
+            let sql = &self.inner.statements.worker_configs;
+            let mut transaction = self.writer().begin().await?;
+            let deleted = match expect {
+                Expect::Any => sqlx::query(&sql.delete_any).bind(id).execute(&mut *transaction).await?,
+                Expect::Version(expected) => {
+                    let deleted = sqlx::query(&sql.delete_if).bind(id).bind(expected).execute(&mut *transaction).await?;
+                    if deleted.rows_affected() == 0 {
+                        let current: Option<i64> =
+                            sqlx::query_scalar(&sql.version).bind(id).fetch_optional(&mut *transaction).await?;
+                        if current.is_some() {
+                            return Err(StoreError::VersionConflict {
+                                id: id.to_owned(),
+                                expected,
+                                current,
+                            });
+                        }
+                    }
+                    deleted
+                }
+            };
+            // Pools go with their configuration (ON DELETE CASCADE), stated
+            // here too so the outcome does not hang on a pragma.
+            sqlx::query(&sql.delete_pools).bind(id).execute(&mut *transaction).await?;
+            transaction.commit().await?;
+            Ok(deleted.rows_affected() == 1)
         }
 
         async fn replace_runner(&self, current: &Runner, next: &Runner) -> Result<bool, StoreError> {

@@ -76,6 +76,14 @@ pub enum StoreError {
     JobTransition(#[from] JobTransitionError),
     #[error(transparent)]
     RunnerTransition(#[from] RunnerTransitionError),
+    #[error("worker configuration {id:?} is at version {current:?}, not the expected {expected}")]
+    VersionConflict {
+        id: String,
+        expected: i64,
+        current: Option<i64>,
+    },
+    #[error("pool {pool:?} already belongs to worker configuration {owner:?}")]
+    PoolTaken { pool: String, owner: String },
     #[error("the store is shut down")]
     Closed,
     #[error("{what} kept changing under us ({MAX_COMPARE_AND_SET_ATTEMPTS} attempts); try again")]
@@ -143,6 +151,26 @@ pub struct Delivery {
     pub external_id: Option<String>,
     pub outcome: String,
     pub received_at: Timestamp,
+}
+
+/// A worker configuration as stored: its JSON body is parsed and checked by
+/// the caller; the store keeps versions and pool ownership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredWorkerConfig {
+    pub id: String,
+    pub version: i64,
+    pub body: String,
+    pub pools: Vec<String>,
+    pub updated_at: Timestamp,
+}
+
+/// The precondition of a worker-configuration write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Write whatever is stored (or create).
+    Any,
+    /// Only if the stored version is this one.
+    Version(i64),
 }
 
 /// How many jobs a pool has in one state.
@@ -259,6 +287,26 @@ pub trait Store: Send + Sync + 'static {
 
     /// Compare-and-set for runners, as [`Store::replace_job`].
     async fn replace_runner(&self, current: &Runner, next: &Runner) -> Result<bool, StoreError>;
+
+    async fn list_worker_configs(&self) -> Result<Vec<StoredWorkerConfig>, StoreError>;
+
+    async fn get_worker_config(&self, id: &str) -> Result<Option<StoredWorkerConfig>, StoreError>;
+
+    /// Creates or replaces a worker configuration and its pools atomically;
+    /// returns the new version. Refused with `VersionConflict` when `expect`
+    /// names another version, and with `PoolTaken` when another
+    /// configuration owns one of `pools`.
+    async fn put_worker_config(
+        &self,
+        id: &str,
+        body: &str,
+        pools: &[String],
+        expect: Expect,
+        now: Timestamp,
+    ) -> Result<i64, StoreError>;
+
+    /// Deletes a worker configuration; false if there was none.
+    async fn delete_worker_config(&self, id: &str, expect: Expect) -> Result<bool, StoreError>;
 
     /// Applies `event` to the job through the core state machine and stores
     /// the result, retrying if the row changes underneath.

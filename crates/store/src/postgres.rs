@@ -24,8 +24,8 @@ use crate::rows::{
 };
 use crate::sqlite::describe_sqlx_error;
 use crate::{
-    redact_url, Backend, Claim, Delivery, Enqueued, JobCount, JobFilter, OpenOptions, RunnerFilter,
-    Store, StoreError,
+    redact_url, Backend, Claim, Delivery, Enqueued, Expect, JobCount, JobFilter, OpenOptions,
+    RunnerFilter, Store, StoreError, StoredWorkerConfig,
 };
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");

@@ -26,7 +26,8 @@ use crate::rows::{
     RUNNER_COLUMNS,
 };
 use crate::{
-    Backend, Claim, Delivery, Enqueued, JobCount, JobFilter, RunnerFilter, Store, StoreError,
+    Backend, Claim, Delivery, Enqueued, Expect, JobCount, JobFilter, RunnerFilter, Store,
+    StoreError, StoredWorkerConfig,
 };
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");

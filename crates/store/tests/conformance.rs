@@ -22,6 +22,8 @@ on_both_backends!(
     job_counts_per_pool_and_state,
     deliveries_are_recorded_once_and_with_their_job,
     newest_first_listing_pages_with_a_cursor,
+    worker_configs_are_versioned_and_own_their_pools,
+    concurrent_worker_config_writes_with_one_version_let_one_win,
 );
 
 mod cases {
@@ -34,7 +36,7 @@ mod cases {
         Conclusion, JobEvent, JobSource, JobState, JobTransitionError, RunnerEvent, RunnerId,
         RunnerState, RunnerTransitionError,
     };
-    use runway_store::{Claim, Delivery, JobFilter, RunnerFilter, Store, StoreError};
+    use runway_store::{Claim, Delivery, Expect, JobFilter, RunnerFilter, Store, StoreError};
 
     use crate::common::{api_job, at};
 
@@ -166,6 +168,132 @@ mod cases {
         let second = store.list_jobs(&page(Some(first[1].id))).await.unwrap();
         let names: Vec<&str> = second.iter().map(|j| j.external_id.as_str()).collect();
         assert_eq!(names, ["j2", "j1"]);
+    }
+
+    pub async fn worker_configs_are_versioned_and_own_their_pools(store: Arc<dyn Store>) {
+        let pools = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        let v1 = store
+            .put_worker_config(
+                "build",
+                r#"{"rules":[]}"#,
+                &pools(&["a", "b"]),
+                Expect::Any,
+                at(1),
+            )
+            .await
+            .unwrap();
+        assert_eq!(v1, 1);
+        let stored = store.get_worker_config("build").await.unwrap().unwrap();
+        assert_eq!(
+            (stored.version, stored.pools.clone()),
+            (1, pools(&["a", "b"]))
+        );
+        let v2 = store
+            .put_worker_config(
+                "build",
+                r#"{"rules":[1]}"#,
+                &pools(&["b", "c"]),
+                Expect::Version(1),
+                at(2),
+            )
+            .await
+            .unwrap();
+        assert_eq!(v2, 2);
+        let stale = store
+            .put_worker_config("build", "{}", &pools(&["a"]), Expect::Version(1), at(3))
+            .await;
+        assert!(
+            matches!(
+                stale,
+                Err(StoreError::VersionConflict {
+                    current: Some(2),
+                    ..
+                })
+            ),
+            "{stale:?}"
+        );
+        let taken = store
+            .put_worker_config("test", "{}", &pools(&["x", "c"]), Expect::Any, at(4))
+            .await;
+        assert!(
+            matches!(&taken, Err(StoreError::PoolTaken { pool, owner }) if pool == "c" && owner == "build"),
+            "{taken:?}"
+        );
+        assert!(
+            store.get_worker_config("test").await.unwrap().is_none(),
+            "a refused write leaves nothing"
+        );
+        store
+            .put_worker_config("test", "{}", &pools(&["a"]), Expect::Any, at(5))
+            .await
+            .expect("pool a was released by build's second version");
+        let all = store.list_worker_configs().await.unwrap();
+        let summary: Vec<(String, i64, Vec<String>)> = all
+            .into_iter()
+            .map(|c| (c.id, c.version, c.pools))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("build".into(), 2, pools(&["b", "c"])),
+                ("test".into(), 1, pools(&["a"]))
+            ]
+        );
+        assert!(matches!(
+            store
+                .delete_worker_config("build", Expect::Version(1))
+                .await,
+            Err(StoreError::VersionConflict { .. })
+        ));
+        assert!(store
+            .delete_worker_config("build", Expect::Version(2))
+            .await
+            .unwrap());
+        assert!(!store
+            .delete_worker_config("build", Expect::Any)
+            .await
+            .unwrap());
+        store
+            .put_worker_config("other", "{}", &pools(&["c"]), Expect::Any, at(6))
+            .await
+            .expect("a deleted configuration's pools are free");
+        assert!(matches!(
+            store
+                .put_worker_config("new", "{}", &[], Expect::Version(3), at(7))
+                .await,
+            Err(StoreError::VersionConflict { current: None, .. })
+        ));
+    }
+
+    pub async fn concurrent_worker_config_writes_with_one_version_let_one_win(
+        store: Arc<dyn Store>,
+    ) {
+        store
+            .put_worker_config("c", "{}", &[], Expect::Any, at(0))
+            .await
+            .unwrap();
+        let mut tasks = Vec::new();
+        for writer in 0..8 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let body = format!("{{\"writer\":{writer}}}");
+                store
+                    .put_worker_config("c", &body, &[], Expect::Version(1), at(writer))
+                    .await
+            }));
+        }
+        let mut wins = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(version) => {
+                    assert_eq!(version, 2);
+                    wins += 1;
+                }
+                Err(StoreError::VersionConflict { .. }) => {}
+                Err(other) => panic!("unexpected {other}"),
+            }
+        }
+        assert_eq!(wins, 1);
     }
 
     pub async fn job_counts_per_pool_and_state(store: Arc<dyn Store>) {
