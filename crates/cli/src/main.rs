@@ -62,6 +62,22 @@ enum BenchCommand {
 enum ConfigCommand {
     /// Validate a configuration and print the effective one, secrets redacted.
     Check(ConfigArgs),
+    /// Evaluate one worker configuration (a JSON file) for some condition inputs and print the result as JSON.
+    Eval(EvalArgs),
+}
+
+#[derive(Args)]
+struct EvalArgs {
+    /// The worker configuration: a JSON file like examples/worker-config.json.
+    file: PathBuf,
+    /// A condition input, NAME=VALUE (e.g. provider=ec2, region=us-east-1); repeatable.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    inputs: Vec<String>,
+    /// A runway config whose [providers] check condition names and results.
+    /// Without it, evaluation is standalone: any condition name is accepted
+    /// and no provider validation runs.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -140,11 +156,35 @@ async fn run(command: Command) -> anyhow::Result<()> {
             print!("{}", config.to_redacted_toml());
             Ok(())
         }
+        Command::Config(ConfigCommand::Eval(args)) => eval_worker_config(args),
         Command::Jobs(args) => admin::jobs(args).await,
         Command::Pools(connection) => admin::pools(connection).await,
         Command::Runners(args) => admin::runners(args).await,
         Command::Bench(BenchCommand::Intake(args)) => bench::intake(args).await,
     }
+}
+
+fn eval_worker_config(args: EvalArgs) -> anyhow::Result<()> {
+    let schemas = match &args.config {
+        Some(path) => Config::load(Some(path), &Overrides::default())?.schemas(),
+        None => runway_core::worker_config::Schemas::default(),
+    };
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("cannot read worker configuration {}", args.file.display()))?;
+    let config = runway_server::worker_configs::parse(&text, &args.file.display().to_string())
+        .map_err(anyhow::Error::msg)?;
+    let mut inputs = std::collections::BTreeMap::new();
+    for pair in &args.inputs {
+        let Some((name, value)) = pair.split_once('=') else {
+            anyhow::bail!("--set {pair:?}: expected NAME=VALUE");
+        };
+        inputs.insert(name.trim().to_owned(), value.trim().to_owned());
+    }
+    let evaluation = config
+        .evaluate(&inputs, &schemas)
+        .with_context(|| format!("worker configuration {}", args.file.display()))?;
+    println!("{}", serde_json::to_string_pretty(&evaluation.values)?);
+    Ok(())
 }
 
 async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
@@ -158,6 +198,10 @@ async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
         .local_addr()
         .context("cannot read the listening address")?;
     let service = Service::open(config).await?;
+    service
+        .install_worker_configs()
+        .await
+        .context("cannot install the worker configurations of the config file")?;
     let pools: Vec<&str> = service
         .config
         .pools

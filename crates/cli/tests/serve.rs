@@ -446,3 +446,154 @@ fn load_generator_and_admin_commands_against_a_running_server() {
     assert!(line.contains("401") && line.contains("not valid"), "{line}");
     assert!(server.terminate().success());
 }
+
+fn example_worker_config() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/worker-config.json");
+    std::fs::read_to_string(path).unwrap()
+}
+
+#[test]
+fn config_eval_standalone_and_with_declared_providers() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("build.json"), example_worker_config()).unwrap();
+    let output = runway(
+        dir.path(),
+        &[
+            "config",
+            "eval",
+            "build.json",
+            "--set",
+            "provider=ec2",
+            "--set",
+            "region=us-east-1",
+            "--set",
+            "availabilityZone=us-east-1a",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        result,
+        serde_json::json!({
+            "scalingRatio": 1,
+            "owner": "build-team@my-open-source-project.com",
+            "description": "configuration for builds",
+            "ec2": {"ImageId": "ami-12345abcdef", "SubnetID": "sn-302433abcdef"},
+        })
+    );
+    // A provider that does not declare availabilityZone makes the rule an error.
+    std::fs::write(
+        dir.path().join("runway.toml"),
+        "[providers.ec2]\nkind = \"exec\"\nrequired_keys = [\"ec2.ImageId\"]\n",
+    )
+    .unwrap();
+    let output = runway(
+        dir.path(),
+        &[
+            "config",
+            "eval",
+            "build.json",
+            "--config",
+            "runway.toml",
+            "--set",
+            "provider=ec2",
+        ],
+    )
+    .output()
+    .unwrap();
+    let line = assert_one_line_failure(&output);
+    assert!(
+        line.contains("us-east-1a subnets") && line.contains("availabilityZone"),
+        "{line}"
+    );
+    std::fs::write(
+        dir.path().join("runway.toml"),
+        "[providers.ec2]\nkind = \"exec\"\nconditions = [\"availabilityZone\"]\nrequired_keys = [\"ec2.ImageId\"]\n",
+    )
+    .unwrap();
+    let output = runway(
+        dir.path(),
+        &[
+            "config",
+            "eval",
+            "build.json",
+            "--config",
+            "runway.toml",
+            "--set",
+            "provider=ec2",
+            "--set",
+            "region=us-west-2",
+        ],
+    )
+    .output()
+    .unwrap();
+    let line = assert_one_line_failure(&output);
+    assert!(
+        line.contains("ec2.ImageId") && line.contains("basic-options"),
+        "{line}"
+    );
+}
+
+#[test]
+fn worker_configs_from_the_config_file_are_installed_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("build.json"), example_worker_config()).unwrap();
+    std::fs::write(
+        dir.path().join("runway.toml"),
+        r#"[server]
+admin_tokens = ["worker-config-cli-token"]
+
+[providers.ec2]
+kind = "exec"
+conditions = ["availabilityZone"]
+
+[[worker_configs]]
+file = "build.json"
+
+[[worker_configs]]
+id = "tests"
+pools = ["tests"]
+
+[[worker_configs.rules]]
+rule_id = "base"
+description = "inline in TOML"
+values = { scalingRatio = 2 }
+"#,
+    )
+    .unwrap();
+    let check = runway(dir.path(), &["config", "check", "--config", "runway.toml"])
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", stderr_of(&check));
+    let server = Server::start(dir.path(), &["--config", "runway.toml"]);
+    let response = reqwest::blocking::Client::new()
+        .get(format!("{}/api/v1/worker-configs", server.base))
+        .bearer_auth("worker-config-cli-token")
+        .send()
+        .unwrap();
+    let body: serde_json::Value = response.json().unwrap();
+    let ids: Vec<&str> = body["worker_configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["build", "tests"]);
+    assert!(server.terminate().success());
+
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "[[worker_configs]]\nid = \"a\"\npools = [\"p\"]\n[[worker_configs]]\nid = \"b\"\npools = [\"p\"]\n",
+    )
+    .unwrap();
+    let output = runway(dir.path(), &["config", "check", "--config", "bad.toml"])
+        .output()
+        .unwrap();
+    let line = assert_one_line_failure(&output);
+    assert!(
+        line.contains("worker_configs[1].pools") && line.contains("\"a\""),
+        "{line}"
+    );
+}

@@ -7,12 +7,15 @@
 //! printed or logged: [`Secret`]'s `Debug` and `Display` show only where the
 //! value came from.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use runway_core::worker_config::{ProviderSchema, Schemas, WorkerConfig};
 use serde::{Deserialize, Serialize};
+
+use crate::worker_configs::WorkerConfigDto;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATABASE: &str = "sqlite://runway.db";
@@ -25,7 +28,26 @@ pub struct Config {
     pub github: GithubConfig,
     pub routing: RoutingConfig,
     pub pools: Vec<PoolConfig>,
+    /// Providers by name, in name order.
+    pub providers: Vec<ProviderConfig>,
+    /// Worker configurations given in the file (written to the store at start-up).
+    pub worker_configs: Vec<WorkerConfig>,
+    /// The `[[worker_configs]]` entries as written, for `config check`.
+    pub worker_config_sources: Vec<toml::Value>,
 }
+
+/// A provider declaration. Creating runners through it lands with the
+/// autoscaling work; today it declares what worker configurations for it
+/// may say (its own condition names) and must contain (required keys).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderConfig {
+    pub name: String,
+    pub kind: String,
+    pub conditions: Vec<String>,
+    pub required_keys: Vec<String>,
+}
+
+pub const PROVIDER_KINDS: [&str; 3] = ["sim", "process", "exec"];
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GithubConfig {
@@ -102,6 +124,9 @@ impl Default for Config {
                 max_body_bytes: 25 * 1024 * 1024,
             },
             routing: RoutingConfig { default_pool: None },
+            providers: Vec::new(),
+            worker_configs: Vec::new(),
+            worker_config_sources: Vec::new(),
             pools: vec![PoolConfig {
                 name: "default".to_owned(),
                 labels: vec![
@@ -176,7 +201,58 @@ impl Config {
             })
     }
 
+    /// What the declared providers allow worker configurations to say.
+    pub fn schemas(&self) -> Schemas {
+        Schemas {
+            providers: self
+                .providers
+                .iter()
+                .map(|p| ProviderSchema {
+                    name: p.name.clone(),
+                    conditions: p.conditions.clone(),
+                    required_keys: p.required_keys.clone(),
+                })
+                .collect(),
+        }
+    }
+
     fn validate(&self) -> Result<(), (String, String)> {
+        for provider in &self.providers {
+            if !PROVIDER_KINDS.contains(&provider.kind.as_str()) {
+                return Err((
+                    format!("[providers.{}] kind", provider.name),
+                    format!(
+                        "{:?} is not one of {}",
+                        provider.kind,
+                        PROVIDER_KINDS.join(", ")
+                    ),
+                ));
+            }
+        }
+        let schemas = self.schemas();
+        let mut owners: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut ids = BTreeSet::new();
+        for (i, config) in self.worker_configs.iter().enumerate() {
+            let key = format!("worker_configs[{i}]");
+            if !ids.insert(config.id.as_str()) {
+                return Err((
+                    format!("{key}.id"),
+                    format!("duplicate worker configuration id {:?}", config.id),
+                ));
+            }
+            config
+                .check(&schemas)
+                .map_err(|e| (key.clone(), e.to_string()))?;
+            for pool in &config.pools {
+                if let Some(owner) = owners.insert(pool, &config.id) {
+                    return Err((
+                        format!("{key}.pools"),
+                        format!("pool {pool:?} already belongs to worker configuration {owner:?}"),
+                    ));
+                }
+            }
+        }
+
         check_database_url(self.server.database.expose())
             .map_err(|m| ("[server] database".to_owned(), m))?;
         if self.server.database_max_connections == 0 {
@@ -298,6 +374,21 @@ impl Config {
             routing: RawRouting {
                 default_pool: self.routing.default_pool.clone(),
             },
+            providers: (!self.providers.is_empty()).then(|| {
+                self.providers
+                    .iter()
+                    .map(|p| {
+                        let raw = RawProvider {
+                            kind: p.kind.clone(),
+                            conditions: p.conditions.clone(),
+                            required_keys: p.required_keys.clone(),
+                        };
+                        (p.name.clone(), raw)
+                    })
+                    .collect()
+            }),
+            worker_configs: (!self.worker_config_sources.is_empty())
+                .then(|| self.worker_config_sources.clone()),
             pools: Some(
                 self.pools
                     .iter()
@@ -431,6 +522,20 @@ struct RawConfig {
     routing: RawRouting,
     #[serde(skip_serializing_if = "Option::is_none")]
     pools: Option<Vec<RawPool>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    providers: Option<BTreeMap<String, RawProvider>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker_configs: Option<Vec<toml::Value>>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvider {
+    kind: String,
+    #[serde(default)]
+    conditions: Vec<String>,
+    #[serde(default)]
+    required_keys: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -513,8 +618,31 @@ impl RawConfig {
                 .collect()
         };
         let admin_tokens = secrets("[server] admin_tokens", self.server.admin_tokens)?;
+        let providers = self
+            .providers
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, p)| ProviderConfig {
+                name,
+                kind: p.kind,
+                conditions: p.conditions,
+                required_keys: p.required_keys,
+            })
+            .collect();
+        let worker_config_sources = self.worker_configs.unwrap_or_default();
+        let worker_configs = worker_config_sources
+            .iter()
+            .enumerate()
+            .map(|(i, source)| {
+                worker_config_from_toml(source, base)
+                    .map_err(|m| (format!("worker_configs[{i}]"), m))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let webhook_secrets = secrets("[github] webhook_secrets", self.github.webhook_secrets)?;
         Ok(Config {
+            providers,
+            worker_configs,
+            worker_config_sources,
             github: GithubConfig {
                 webhook_secrets,
                 required_labels: self
@@ -547,6 +675,31 @@ impl RawConfig {
             pools,
         })
     }
+}
+
+/// One `[[worker_configs]]` entry: `{ file = "build.json" }` (JSON, which
+/// can say `null`), or the configuration written inline in TOML.
+fn worker_config_from_toml(
+    source: &toml::Value,
+    base: Option<&Path>,
+) -> Result<WorkerConfig, String> {
+    if let Some(file) = source.get("file").and_then(toml::Value::as_str) {
+        if source.as_table().map_or(0, |t| t.len()) != 1 {
+            return Err("an entry with `file` takes no other keys".into());
+        }
+        let path = match base {
+            Some(base) if Path::new(file).is_relative() => base.join(file),
+            _ => PathBuf::from(file),
+        };
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        return crate::worker_configs::parse(&text, &path.display().to_string());
+    }
+    let json = serde_json::to_value(source).map_err(|e| e.to_string())?;
+    let dto: WorkerConfigDto =
+        serde_json::from_value(json).map_err(|e| one_line(&e.to_string()))?;
+    let id = dto.id.clone().unwrap_or_default();
+    Ok(dto.into_core(&id))
 }
 
 fn one_line(message: &str) -> String {

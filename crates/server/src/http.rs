@@ -25,6 +25,7 @@ pub fn router(service: Arc<Service>) -> Router {
             post(crate::intake::github_webhook).layer(DefaultBodyLimit::max(body_limit)),
         )
         .merge(crate::api::router())
+        .merge(crate::worker_configs::router())
         .with_state(service)
 }
 

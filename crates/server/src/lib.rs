@@ -10,6 +10,7 @@ pub mod http;
 pub mod intake;
 pub mod metrics;
 pub mod service;
+pub mod worker_configs;
 
 pub use config::{Config, ConfigError, Overrides};
 pub use service::{serve, Service};

@@ -5,18 +5,21 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use runway_core::worker_config::Schemas;
 use runway_core::Timestamp;
-use runway_store::{OpenOptions, Store, StoreError};
+use runway_store::{Expect, OpenOptions, Store, StoreError};
 use tokio::net::TcpListener;
 
 use crate::config::Config;
 use crate::http;
 use crate::metrics::Metrics;
+use crate::worker_configs::{EvaluationCache, WorkerConfigDto};
 
 pub struct Service {
     pub config: Config,
     pub store: Arc<dyn Store>,
     pub metrics: Metrics,
+    pub evaluations: EvaluationCache,
 }
 
 /// The wall clock, read only at the edges and passed inward as data.
@@ -44,7 +47,28 @@ impl Service {
             config,
             store,
             metrics: Metrics::new(),
+            evaluations: EvaluationCache::default(),
         }
+    }
+
+    /// What the configured providers declare, for worker-configuration checks.
+    pub fn schemas(&self) -> Schemas {
+        self.config.schemas()
+    }
+
+    /// Writes the worker configurations of the config file into the store,
+    /// replacing what is stored under the same ids: the file is the source
+    /// of truth at start-up.
+    pub async fn install_worker_configs(&self) -> Result<(), StoreError> {
+        for config in &self.config.worker_configs {
+            let body =
+                serde_json::to_string(&WorkerConfigDto::from_core(config)).unwrap_or_default();
+            self.store
+                .put_worker_config(&config.id, &body, &config.pools, Expect::Any, now())
+                .await?;
+            self.evaluations.forget_all();
+        }
+        Ok(())
     }
 }
 
