@@ -188,6 +188,7 @@ fn queue_benchmarks(c: &mut Criterion) {
                                         runner,
                                         limit: 1,
                                         lease: Duration::from_secs(120),
+                                        runner_labels: None,
                                     };
                                     let jobs = store.claim(&claim, now()).await.expect("claim");
                                     for job in jobs {

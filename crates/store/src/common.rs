@@ -17,6 +17,40 @@ pub(crate) struct Statements {
     pub insert_delivery: String,
     pub delivery_seen: String,
     pub worker_configs: WorkerConfigStatements,
+    pub runner_api: RunnerApiStatements,
+}
+
+pub(crate) struct RunnerApiStatements {
+    pub insert_registration: String,
+    pub redeem_registration: String,
+    pub set_runner_token: String,
+    pub runner_by_token: String,
+    pub put_log: String,
+    pub get_log: String,
+}
+
+impl RunnerApiStatements {
+    fn new(rewrite: fn(String) -> String) -> RunnerApiStatements {
+        let sql = |text: String| rewrite(text);
+        RunnerApiStatements {
+            insert_registration: sql(
+                "INSERT INTO registration_tokens (token_hash, pool, created_at, expires_at) VALUES ($1, $2, $3, $4)".into(),
+            ),
+            redeem_registration: sql(
+                "UPDATE registration_tokens SET used_at = $2 \
+                 WHERE token_hash = $1 AND used_at IS NULL AND expires_at > $2 RETURNING pool"
+                    .into(),
+            ),
+            set_runner_token: sql("UPDATE runners SET token_hash = $2 WHERE id = $1".into()),
+            runner_by_token: sql(format!("SELECT id, {RUNNER_COLUMNS} FROM runners WHERE token_hash = $1")),
+            put_log: sql(
+                "INSERT INTO job_logs (job_id, exit_code, log) VALUES ($1, $2, $3) \
+                 ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log"
+                    .into(),
+            ),
+            get_log: sql("SELECT exit_code, log FROM job_logs WHERE job_id = $1".into()),
+        }
+    }
 }
 
 pub(crate) struct WorkerConfigStatements {
@@ -111,6 +145,7 @@ impl Statements {
             statements;
         Statements {
             worker_configs: WorkerConfigStatements::new(rewrite_placeholders),
+            runner_api: RunnerApiStatements::new(rewrite_placeholders),
             insert_job,
             job_by_id,
             job_by_external_id,
@@ -306,6 +341,92 @@ macro_rules! impl_store {
             query.push(" ORDER BY id");
             let rows: Vec<RunnerRow> = query.build_query_as().fetch_all(self.reader()).await?;
             rows.into_iter().map(Runner::try_from).collect()
+        }
+
+        async fn create_registration_token(
+            &self,
+            token_hash: &str,
+            pool: &str,
+            expires_at: Timestamp,
+            now: Timestamp,
+        ) -> Result<(), StoreError> {
+            sqlx::query(&self.inner.statements.runner_api.insert_registration)
+                .bind(token_hash)
+                .bind(pool)
+                .bind(now.as_millis())
+                .bind(expires_at.as_millis())
+                .execute(self.writer())
+                .await?;
+            Ok(())
+        }
+
+        async fn register_runner(
+            &self,
+            registration_token_hash: &str,
+            name: &str,
+            labels: &[String],
+            runner_token_hash: &str,
+            now: Timestamp,
+        ) -> Result<Runner, StoreError> {
+            let sql = &self.inner.statements.runner_api;
+            let mut transaction = self.writer().begin().await?;
+            let pool: Option<String> = sqlx::query_scalar(&sql.redeem_registration)
+                .bind(registration_token_hash)
+                .bind(now.as_millis())
+                .fetch_optional(&mut *transaction)
+                .await?;
+            let pool = pool.ok_or(StoreError::InvalidToken)?;
+            let new = NewRunner {
+                name: name.to_owned(),
+                pool,
+                provider: "registered".to_owned(),
+                labels: labels.to_vec(),
+            };
+            let columns = RunnerColumns::from(&new.initial(RunnerId(0), now));
+            let row = bind_runner(sqlx::query(&self.inner.statements.insert_runner), &columns)
+                .fetch_one(&mut *transaction)
+                .await
+                .and_then(|row| RunnerRow::from_row(&row));
+            let runner = match row {
+                Ok(row) => Runner::try_from(row)?,
+                Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                    return Err(StoreError::DuplicateRunnerName(name.to_owned()))
+                }
+                Err(e) => return Err(e.into()),
+            };
+            sqlx::query(&sql.set_runner_token)
+                .bind(runner.id.0)
+                .bind(runner_token_hash)
+                .execute(&mut *transaction)
+                .await?;
+            transaction.commit().await?;
+            Ok(runner)
+        }
+
+        async fn find_runner_by_token(&self, token_hash: &str) -> Result<Option<Runner>, StoreError> {
+            let row: Option<RunnerRow> = sqlx::query_as(&self.inner.statements.runner_api.runner_by_token)
+                .bind(token_hash)
+                .fetch_optional(self.reader())
+                .await?;
+            row.map(Runner::try_from).transpose()
+        }
+
+        async fn put_job_log(&self, job: JobId, exit_code: Option<i64>, log: &str) -> Result<(), StoreError> {
+            sqlx::query(&self.inner.statements.runner_api.put_log)
+                .bind(job.0)
+                .bind(exit_code)
+                .bind(log)
+                .execute(self.writer())
+                .await?;
+            Ok(())
+        }
+
+        async fn get_job_log(&self, job: JobId) -> Result<Option<(Option<i64>, String)>, StoreError> {
+            let row: Option<(Option<i64>, String)> = sqlx::query_as(&self.inner.statements.runner_api.get_log)
+                .bind(job.0)
+                .fetch_optional(self.reader())
+                .await?;
+            Ok(row)
         }
 
         async fn list_worker_configs(&self) -> Result<Vec<StoredWorkerConfig>, StoreError> {
@@ -569,6 +690,11 @@ macro_rules! impl_batch_executor {
                             .bind(claim.runner.0)
                             .bind(now.plus(claim.lease).as_millis())
                             .bind(i64::from(claim.limit))
+                            .bind(claim.runner_labels.as_ref().map(|labels| {
+                                let lower: Vec<String> =
+                                    labels.iter().map(|l| l.to_lowercase()).collect();
+                                crate::rows::json_list(&lower)
+                            }))
                             .fetch_all(&mut *transaction)
                             .await?;
                         Outcome::Claimed(

@@ -84,6 +84,8 @@ pub enum StoreError {
     },
     #[error("pool {pool:?} already belongs to worker configuration {owner:?}")]
     PoolTaken { pool: String, owner: String },
+    #[error("the token is unknown, used or expired")]
+    InvalidToken,
     #[error("the store is shut down")]
     Closed,
     #[error("{what} kept changing under us ({MAX_COMPARE_AND_SET_ATTEMPTS} attempts); try again")]
@@ -126,6 +128,9 @@ pub struct Claim {
     pub runner: RunnerId,
     pub limit: u32,
     pub lease: Duration,
+    /// Only jobs whose labels are all among these (case-insensitively);
+    /// `None` takes any job of the pool.
+    pub runner_labels: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -287,6 +292,39 @@ pub trait Store: Send + Sync + 'static {
 
     /// Compare-and-set for runners, as [`Store::replace_job`].
     async fn replace_runner(&self, current: &Runner, next: &Runner) -> Result<bool, StoreError>;
+
+    /// Stores a one-time registration token (its hash) for `pool`.
+    async fn create_registration_token(
+        &self,
+        token_hash: &str,
+        pool: &str,
+        expires_at: Timestamp,
+        now: Timestamp,
+    ) -> Result<(), StoreError>;
+
+    /// Redeems a registration token and creates the runner it admits, with
+    /// its own token (hash), in one transaction. `InvalidToken` when the
+    /// registration token is unknown, used or expired.
+    async fn register_runner(
+        &self,
+        registration_token_hash: &str,
+        name: &str,
+        labels: &[String],
+        runner_token_hash: &str,
+        now: Timestamp,
+    ) -> Result<Runner, StoreError>;
+
+    async fn find_runner_by_token(&self, token_hash: &str) -> Result<Option<Runner>, StoreError>;
+
+    /// Stores (replacing) the output tail and exit code a runner reported.
+    async fn put_job_log(
+        &self,
+        job: JobId,
+        exit_code: Option<i64>,
+        log: &str,
+    ) -> Result<(), StoreError>;
+
+    async fn get_job_log(&self, job: JobId) -> Result<Option<(Option<i64>, String)>, StoreError>;
 
     async fn list_worker_configs(&self) -> Result<Vec<StoredWorkerConfig>, StoreError>;
 

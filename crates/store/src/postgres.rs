@@ -93,6 +93,8 @@ impl PostgresStore {
             "WITH next AS ( \
                SELECT id FROM jobs WHERE state = 'queued' AND pool = $1 \
                  AND (excluded_runners = '[]' OR NOT (excluded_runners::jsonb @> to_jsonb($2::bigint))) \
+                 AND ($5::text IS NULL OR NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(labels::jsonb) AS l(v) \
+                      WHERE lower(l.v) NOT IN (SELECT jsonb_array_elements_text($5::jsonb)))) \
                ORDER BY enqueued_at, id LIMIT $4 \
                FOR UPDATE SKIP LOCKED) \
              UPDATE jobs SET state = 'provisioning', runner_id = $2, lease_deadline = $3, version = jobs.version + 1 \

@@ -99,6 +99,8 @@ impl SqliteStore {
              WHERE id IN (SELECT id FROM jobs WHERE state = 'queued' AND pool = ?1 \
                AND (excluded_runners = '[]' OR NOT EXISTS \
                     (SELECT 1 FROM json_each(jobs.excluded_runners) WHERE json_each.value = ?2)) \
+               AND (?5 IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(jobs.labels) AS l \
+                    WHERE lower(l.value) NOT IN (SELECT value FROM json_each(?5)))) \
                ORDER BY enqueued_at, id LIMIT ?4) \
              RETURNING id, {JOB_COLUMNS}"
         );

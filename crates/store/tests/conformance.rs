@@ -24,6 +24,9 @@ on_both_backends!(
     newest_first_listing_pages_with_a_cursor,
     worker_configs_are_versioned_and_own_their_pools,
     concurrent_worker_config_writes_with_one_version_let_one_win,
+    claims_honour_runner_labels,
+    registration_tokens_are_single_use_and_expire,
+    job_logs_are_replaced,
 );
 
 mod cases {
@@ -48,6 +51,7 @@ mod cases {
             runner: RunnerId(runner),
             limit,
             lease: LEASE,
+            runner_labels: None,
         }
     }
 
@@ -294,6 +298,104 @@ mod cases {
             }
         }
         assert_eq!(wins, 1);
+    }
+
+    pub async fn claims_honour_runner_labels(store: Arc<dyn Store>) {
+        let job = |id: &str, labels: &[&str]| NewJob {
+            labels: labels.iter().map(|l| (*l).to_owned()).collect(),
+            ..api_job(id, "default")
+        };
+        store
+            .enqueue(&job("gpu", &["self-hosted", "GPU"]), at(1))
+            .await
+            .unwrap();
+        store
+            .enqueue(&job("plain", &["self-hosted"]), at(2))
+            .await
+            .unwrap();
+        let labelled = |runner: i64, labels: &[&str]| Claim {
+            runner_labels: Some(labels.iter().map(|l| (*l).to_owned()).collect()),
+            ..claim("default", runner, 5)
+        };
+        let cpu = store
+            .claim(&labelled(1, &["Self-Hosted", "linux"]), at(3))
+            .await
+            .unwrap();
+        let names: Vec<&str> = cpu.iter().map(|j| j.external_id.as_str()).collect();
+        assert_eq!(
+            names,
+            ["plain"],
+            "the gpu job needs a runner with gpu; labels compare case-insensitively"
+        );
+        let gpu = store
+            .claim(&labelled(2, &["self-hosted", "gpu"]), at(4))
+            .await
+            .unwrap();
+        assert_eq!(gpu[0].external_id, "gpu");
+    }
+
+    pub async fn registration_tokens_are_single_use_and_expire(store: Arc<dyn Store>) {
+        store
+            .create_registration_token("hash-1", "default", at(1_000), at(0))
+            .await
+            .unwrap();
+        store
+            .create_registration_token("hash-2", "default", at(1_000), at(0))
+            .await
+            .unwrap();
+        let labels = vec!["self-hosted".to_owned()];
+        let runner = store
+            .register_runner("hash-1", "r1", &labels, "runner-hash-1", at(10))
+            .await
+            .unwrap();
+        assert_eq!(
+            (runner.pool.as_str(), runner.labels.clone()),
+            ("default", labels.clone())
+        );
+        let again = store
+            .register_runner("hash-1", "r2", &labels, "runner-hash-2", at(11))
+            .await;
+        assert!(
+            matches!(again, Err(StoreError::InvalidToken)),
+            "used: {again:?}"
+        );
+        let unknown = store
+            .register_runner("nope", "r3", &labels, "runner-hash-3", at(12))
+            .await;
+        assert!(matches!(unknown, Err(StoreError::InvalidToken)));
+        let expired = store
+            .register_runner("hash-2", "r4", &labels, "runner-hash-4", at(1_000))
+            .await;
+        assert!(
+            matches!(expired, Err(StoreError::InvalidToken)),
+            "expired at its deadline"
+        );
+        let found = store
+            .find_runner_by_token("runner-hash-1")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.id, runner.id);
+        assert!(store
+            .find_runner_by_token("hash-1")
+            .await
+            .unwrap()
+            .is_none());
+    }
+
+    pub async fn job_logs_are_replaced(store: Arc<dyn Store>) {
+        let job = store
+            .enqueue(&api_job("j", "default"), at(0))
+            .await
+            .unwrap()
+            .job;
+        assert_eq!(store.get_job_log(job.id).await.unwrap(), None);
+        store.put_job_log(job.id, None, "partial").await.unwrap();
+        store.put_job_log(job.id, Some(2), "done\n").await.unwrap();
+        assert_eq!(
+            store.get_job_log(job.id).await.unwrap(),
+            Some((Some(2), "done\n".to_owned()))
+        );
     }
 
     pub async fn job_counts_per_pool_and_state(store: Arc<dyn Store>) {

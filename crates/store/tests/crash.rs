@@ -123,6 +123,7 @@ async fn child_workload(target: &str, life: i64) {
                     runner,
                     limit: rng.gen_range(1..4),
                     lease: LEASE,
+                    runner_labels: None,
                 };
                 for job in store.claim(&claim, at(now)).await.expect("claim") {
                     report(format!("claimed {}", job.id));

@@ -1,0 +1,17 @@
+-- One-time registration tokens, stored only as SHA-256 hashes.
+CREATE TABLE registration_tokens (
+    token_hash  TEXT   PRIMARY KEY,
+    pool        TEXT   NOT NULL,
+    created_at  BIGINT NOT NULL,
+    expires_at  BIGINT NOT NULL,
+    used_at     BIGINT
+);
+-- A registered runner's bearer token, also only as a hash.
+ALTER TABLE runners ADD COLUMN token_hash TEXT;
+CREATE UNIQUE INDEX runners_token ON runners (token_hash);
+-- The bounded tail of a job's output, as its runner reported it.
+CREATE TABLE job_logs (
+    job_id     BIGINT PRIMARY KEY,
+    exit_code  BIGINT,
+    log        TEXT   NOT NULL
+);
