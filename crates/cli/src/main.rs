@@ -214,9 +214,23 @@ async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
         pools = ?pools,
         "runway listening"
     );
-    runway_server::serve(Arc::new(service), listener, shutdown_signal())
-        .await
-        .context("HTTP server failed")?;
+    let service = Arc::new(service);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let sweeper = tokio::spawn(runway_server::background::lease_sweeper(
+        service.clone(),
+        stopped.clone(),
+    ));
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let mut server_stop = stopped;
+    runway_server::serve(service, listener, async move {
+        let _ = server_stop.wait_for(|stop| *stop).await;
+    })
+    .await
+    .context("HTTP server failed")?;
+    let _ = sweeper.await;
     tracing::info!("runway stopped");
     Ok(())
 }

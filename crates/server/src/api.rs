@@ -5,17 +5,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::{FromRequestParts, Path, Query, State};
-use axum::http::request::Parts;
+use axum::extract::{Path, Query, State};
 use axum::routing::get;
 use axum::{Json, Router};
 use runway_core::{Job, JobId, JobState, Runner, RunnerState, Timestamp};
 use runway_store::{JobFilter, RunnerFilter, StoreError};
 use serde::{Deserialize, Serialize};
-use subtle::ConstantTimeEq;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
+use crate::auth::Reader;
 use crate::error::ApiError;
 use crate::service::Service;
 
@@ -28,41 +27,6 @@ pub fn router() -> Router<Arc<Service>> {
         .route("/api/v1/jobs/{id}", get(get_job))
         .route("/api/v1/pools", get(list_pools))
         .route("/api/v1/runners", get(list_runners))
-}
-
-/// Proof that the request carried one of the admin tokens.
-pub struct Admin;
-
-impl FromRequestParts<Arc<Service>> for Admin {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        service: &Arc<Service>,
-    ) -> Result<Admin, ApiError> {
-        let tokens = &service.config.server.admin_tokens;
-        if tokens.is_empty() {
-            return Err(ApiError::unauthorized(
-                "the admin API is disabled: no [server] admin_tokens are configured",
-            ));
-        }
-        let presented = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .ok_or_else(|| {
-                ApiError::unauthorized("an Authorization: Bearer TOKEN header is required")
-            })?;
-        let matches = tokens
-            .iter()
-            .any(|token| bool::from(token.expose().as_bytes().ct_eq(presented.trim().as_bytes())));
-        if matches {
-            Ok(Admin)
-        } else {
-            Err(ApiError::unauthorized("the bearer token is not valid"))
-        }
-    }
 }
 
 fn store_error(service: &Service, operation: &str, error: StoreError) -> ApiError {
@@ -139,7 +103,7 @@ struct JobQuery {
 }
 
 async fn list_jobs(
-    _: Admin,
+    _: Reader,
     State(service): State<Arc<Service>>,
     Query(query): Query<JobQuery>,
 ) -> Result<Json<JobPageDto>, ApiError> {
@@ -201,7 +165,7 @@ async fn list_jobs(
 }
 
 async fn get_job(
-    _: Admin,
+    _: Reader,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
 ) -> Result<Json<JobDto>, ApiError> {
@@ -234,7 +198,7 @@ pub struct PoolsDto {
 }
 
 async fn list_pools(
-    _: Admin,
+    _: Reader,
     State(service): State<Arc<Service>>,
 ) -> Result<Json<PoolsDto>, ApiError> {
     let counts = service
@@ -327,7 +291,7 @@ struct RunnerQuery {
 }
 
 async fn list_runners(
-    _: Admin,
+    _: Reader,
     State(service): State<Arc<Service>>,
     Query(query): Query<RunnerQuery>,
 ) -> Result<Json<RunnersDto>, ApiError> {

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use runway_core::worker_config::{ProviderSchema, Schemas, WorkerConfig};
 use serde::{Deserialize, Serialize};
@@ -27,6 +28,7 @@ pub struct Config {
     pub queue: QueueConfig,
     pub github: GithubConfig,
     pub routing: RoutingConfig,
+    pub runner_api: RunnerApiConfig,
     pub pools: Vec<PoolConfig>,
     /// Providers by name, in name order.
     pub providers: Vec<ProviderConfig>,
@@ -74,6 +76,16 @@ pub struct ServerConfig {
     pub database_max_connections: u32,
     /// Bearer tokens for the admin API (read and write).
     pub admin_tokens: Vec<Secret>,
+    /// Bearer tokens that may only read the admin API.
+    pub read_tokens: Vec<Secret>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunnerApiConfig {
+    /// How long `POST /api/v1/jobs/request` waits for a job before 204.
+    pub poll_timeout: Duration,
+    /// How long a claim holds without a keepalive or heartbeat.
+    pub lease: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -116,6 +128,11 @@ impl Default for Config {
                 database: Secret::literal(DEFAULT_DATABASE),
                 database_max_connections: 16,
                 admin_tokens: Vec::new(),
+                read_tokens: Vec::new(),
+            },
+            runner_api: RunnerApiConfig {
+                poll_timeout: Duration::from_secs(30),
+                lease: Duration::from_secs(120),
             },
             queue: QueueConfig { max_attempts: 3 },
             github: GithubConfig {
@@ -356,6 +373,17 @@ impl Config {
                         .map(Secret::redacted)
                         .collect(),
                 ),
+                read_tokens: Some(
+                    self.server
+                        .read_tokens
+                        .iter()
+                        .map(Secret::redacted)
+                        .collect(),
+                ),
+            },
+            runner_api: RawRunnerApi {
+                poll_timeout: Some(format_duration(self.runner_api.poll_timeout)),
+                lease: Some(format_duration(self.runner_api.lease)),
             },
             queue: RawQueue {
                 max_attempts: Some(self.queue.max_attempts),
@@ -520,6 +548,8 @@ struct RawConfig {
     github: RawGithub,
     #[serde(default)]
     routing: RawRouting,
+    #[serde(default)]
+    runner_api: RawRunnerApi,
     #[serde(skip_serializing_if = "Option::is_none")]
     pools: Option<Vec<RawPool>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -545,6 +575,14 @@ struct RawServer {
     database: Option<String>,
     database_max_connections: Option<u32>,
     admin_tokens: Option<Vec<String>>,
+    read_tokens: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawRunnerApi {
+    poll_timeout: Option<String>,
+    lease: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -618,6 +656,23 @@ impl RawConfig {
                 .collect()
         };
         let admin_tokens = secrets("[server] admin_tokens", self.server.admin_tokens)?;
+        let read_tokens = secrets("[server] read_tokens", self.server.read_tokens)?;
+        let duration = |key: &str, written: Option<String>, default: Duration| match written {
+            None => Ok(default),
+            Some(text) => parse_duration(&text).map_err(|m| (key.to_owned(), m)),
+        };
+        let runner_api = RunnerApiConfig {
+            poll_timeout: duration(
+                "[runner_api] poll_timeout",
+                self.runner_api.poll_timeout,
+                defaults.runner_api.poll_timeout,
+            )?,
+            lease: duration(
+                "[runner_api] lease",
+                self.runner_api.lease,
+                defaults.runner_api.lease,
+            )?,
+        };
         let providers = self
             .providers
             .unwrap_or_default()
@@ -640,6 +695,7 @@ impl RawConfig {
             .collect::<Result<Vec<_>, _>>()?;
         let webhook_secrets = secrets("[github] webhook_secrets", self.github.webhook_secrets)?;
         Ok(Config {
+            runner_api,
             providers,
             worker_configs,
             worker_config_sources,
@@ -659,6 +715,7 @@ impl RawConfig {
             },
             server: ServerConfig {
                 admin_tokens,
+                read_tokens,
                 listen,
                 database,
                 database_max_connections: self
@@ -700,6 +757,36 @@ fn worker_config_from_toml(
         serde_json::from_value(json).map_err(|e| one_line(&e.to_string()))?;
     let id = dto.id.clone().unwrap_or_default();
     Ok(dto.into_core(&id))
+}
+
+/// `30s`, `2m`, `1h`, `500ms`, or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 30s, 2m, 1h or 500ms"))?;
+    let millis = match unit.trim() {
+        "" | "s" => value.checked_mul(1_000),
+        "ms" => Some(value),
+        "m" => value.checked_mul(60_000),
+        "h" => value.checked_mul(3_600_000),
+        _ => None,
+    }
+    .ok_or_else(|| format!("{text:?} is not a duration like 30s, 2m, 1h or 500ms"))?;
+    Ok(Duration::from_millis(millis))
+}
+
+fn format_duration(duration: Duration) -> String {
+    let millis = duration.as_millis();
+    if millis % 1_000 == 0 {
+        format!("{}s", millis / 1_000)
+    } else {
+        format!("{millis}ms")
+    }
 }
 
 fn one_line(message: &str) -> String {
@@ -776,6 +863,7 @@ mod tests {
                 database = "sqlite://runway.db"
                 database_max_connections = 16
                 admin_tokens = []
+                read_tokens = []
 
                 [queue]
                 max_attempts = 3
@@ -786,6 +874,10 @@ mod tests {
                 max_body_bytes = 26214400
 
                 [routing]
+
+                [runner_api]
+                poll_timeout = "30s"
+                lease = "120s"
 
                 [[pools]]
                 name = "default"
@@ -800,7 +892,7 @@ mod tests {
     fn unknown_keys_are_named_with_their_place() {
         check(
             "[server]\nlisten = \"127.0.0.1:9000\"\nlisen = \"x\"\n",
-            expect!["error: config runway.toml: [server] lisen (line 3, column 1): unknown field `lisen`, expected one of `listen`, `database`, `database_max_connections`, `admin_tokens`"],
+            expect!["error: config runway.toml: [server] lisen (line 3, column 1): unknown field `lisen`, expected one of `listen`, `database`, `database_max_connections`, `admin_tokens`, `read_tokens`"],
         );
     }
 
@@ -856,6 +948,7 @@ mod tests {
                 database = "env:RUNWAY_CONFIG_TEST_DB"
                 database_max_connections = 16
                 admin_tokens = []
+                read_tokens = []
 
                 [queue]
                 max_attempts = 3
@@ -866,6 +959,10 @@ mod tests {
                 max_body_bytes = 26214400
 
                 [routing]
+
+                [runner_api]
+                poll_timeout = "30s"
+                lease = "120s"
 
                 [[pools]]
                 name = "p"

@@ -534,6 +534,18 @@ async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Ti
     };
     let running = job.state == runway_core::JobState::Running;
     if running {
+        service.metrics.jobs_started.get_or_create(&pool).inc();
+    } else if let Some(conclusion) = job.conclusion {
+        service
+            .metrics
+            .jobs_completed
+            .get_or_create(&crate::metrics::ConclusionLabels {
+                pool: pool.pool.clone(),
+                conclusion: conclusion.as_str().to_owned(),
+            })
+            .inc();
+    }
+    if running {
         if let (Some(created), Some(started)) = (payload.created_at, payload.started_at) {
             let seconds = started.since(created).as_secs_f64();
             service

@@ -3,12 +3,15 @@
 //! the reconciler and telemetry.
 
 pub mod api;
+pub mod auth;
+pub mod background;
 pub mod config;
 pub mod error;
 pub mod github;
 pub mod http;
 pub mod intake;
 pub mod metrics;
+pub mod runner_api;
 pub mod service;
 pub mod worker_configs;
 

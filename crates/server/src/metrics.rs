@@ -29,6 +29,12 @@ pub struct OperationLabel {
     pub operation: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConclusionLabels {
+    pub pool: String,
+    pub conclusion: String,
+}
+
 type HistogramFamily = Family<PoolLabel, Histogram, fn() -> Histogram>;
 
 /// Job run durations: 30 s … 6000 s, as the GitHub-runner metrics spec asks.
@@ -53,6 +59,9 @@ pub struct Metrics {
     pub store_errors: Family<OperationLabel, Counter>,
     pub job_queue_duration: HistogramFamily,
     pub job_run_duration: HistogramFamily,
+    pub jobs_started: Family<PoolLabel, Counter>,
+    pub jobs_completed: Family<ConclusionLabels, Counter>,
+    pub runners_crashed: Family<PoolLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -104,7 +113,28 @@ impl Metrics {
             Unit::Seconds,
             job_run_duration.clone(),
         );
+        let jobs_started = Family::<PoolLabel, Counter>::default();
+        registry.register(
+            "jobs_started",
+            "Jobs that started running",
+            jobs_started.clone(),
+        );
+        let jobs_completed = Family::<ConclusionLabels, Counter>::default();
+        registry.register(
+            "jobs_completed",
+            "Jobs that completed, by conclusion",
+            jobs_completed.clone(),
+        );
+        let runners_crashed = Family::<PoolLabel, Counter>::default();
+        registry.register(
+            "runners_crashed",
+            "Runners lost while running a job",
+            runners_crashed.clone(),
+        );
         Metrics {
+            jobs_started,
+            jobs_completed,
+            runners_crashed,
             registry,
             webhooks_received,
             jobs_routed,

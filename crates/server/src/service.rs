@@ -20,6 +20,8 @@ pub struct Service {
     pub store: Arc<dyn Store>,
     pub metrics: Metrics,
     pub evaluations: EvaluationCache,
+    /// Wakes long-polling runners when a job may have become available.
+    pub job_available: tokio::sync::Notify,
 }
 
 /// The wall clock, read only at the edges and passed inward as data.
@@ -48,6 +50,7 @@ impl Service {
             store,
             metrics: Metrics::new(),
             evaluations: EvaluationCache::default(),
+            job_available: tokio::sync::Notify::new(),
         }
     }
 

@@ -19,7 +19,8 @@ use runway_store::{Expect, StoreError, StoredWorkerConfig};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::api::{rfc3339, Admin};
+use crate::api::rfc3339;
+use crate::auth::{Reader, Writer};
 use crate::error::ApiError;
 use crate::service::{now, Service};
 
@@ -249,7 +250,7 @@ fn etag(version: i64) -> (header::HeaderName, String) {
     (header::ETAG, format!("\"{version}\""))
 }
 
-async fn list(_: Admin, State(service): State<Arc<Service>>) -> Result<Response, ApiError> {
+async fn list(_: Reader, State(service): State<Arc<Service>>) -> Result<Response, ApiError> {
     let configs = service
         .store
         .list_worker_configs()
@@ -263,7 +264,7 @@ async fn list(_: Admin, State(service): State<Arc<Service>>) -> Result<Response,
 }
 
 async fn read(
-    _: Admin,
+    _: Reader,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -285,7 +286,7 @@ fn checked(config: &WorkerConfig, schemas: &Schemas) -> Result<(), ApiError> {
 }
 
 async fn write(
-    _: Admin,
+    _: Writer,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -332,7 +333,7 @@ async fn write(
 }
 
 async fn remove(
-    _: Admin,
+    _: Writer,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -354,7 +355,7 @@ async fn remove(
 }
 
 async fn evaluate(
-    _: Admin,
+    _: Reader,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
     body: axum::body::Bytes,

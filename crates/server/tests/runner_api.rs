@@ -1,0 +1,505 @@
+//! The runner API over HTTP (the real router, no socket) on a real store:
+//! every transition and its refusals.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use runway_core::{JobId, JobState, RunnerState, Timestamp};
+use runway_server::config::{Config, PoolConfig, RunnerApiConfig, Secret};
+use runway_server::runner_api::sweep_leases;
+use runway_server::Service;
+use runway_store::SqliteStore;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+const ADMIN: &str = "runner-api-admin-token";
+const READER: &str = "runner-api-read-only-token";
+
+struct Harness {
+    service: Arc<Service>,
+    _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    async fn new() -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("runway.db").display().to_string())
+            .await
+            .unwrap();
+        let mut config = Config::default();
+        config.server.admin_tokens = vec![Secret::literal(ADMIN)];
+        config.server.read_tokens = vec![Secret::literal(READER)];
+        config.runner_api = RunnerApiConfig {
+            poll_timeout: Duration::from_millis(300),
+            lease: Duration::from_secs(120),
+        };
+        config.pools = vec![PoolConfig {
+            name: "default".into(),
+            labels: vec!["self-hosted".into(), "linux".into(), "gpu".into()],
+            min_idle: 0,
+            max_runners: 10,
+        }];
+        Harness {
+            service: Arc::new(Service::new(config, Arc::new(store))),
+            _dir: dir,
+        }
+    }
+
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("authorization", format!("Bearer {token}"))
+            .body(
+                body.map(|b| Body::from(b.to_string()))
+                    .unwrap_or_else(Body::empty),
+            )
+            .unwrap();
+        let response = runway_server::http::router(self.service.clone())
+            .oneshot(request)
+            .await
+            .unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        (status, value)
+    }
+
+    /// A registered runner's token.
+    async fn runner(&self, name: &str, labels: &[&str]) -> String {
+        let (status, token) = self
+            .call(
+                "POST",
+                "/api/v1/registration-tokens",
+                ADMIN,
+                Some(json!({"pool": "default", "ttl": 60})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{token}");
+        let (status, registered) = self
+            .call(
+                "POST",
+                "/api/v1/runners/register",
+                "",
+                Some(json!({"token": token["token"], "name": name, "labels": labels})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{registered}");
+        registered["runner_token"].as_str().unwrap().to_owned()
+    }
+
+    async fn submit(&self, labels: &[&str], external_id: Option<&str>) -> i64 {
+        let (status, body) = self
+            .call(
+                "POST",
+                "/api/v1/jobs",
+                ADMIN,
+                Some(json!({"labels": labels, "script": "echo hi", "timeout_seconds": 60, "external_id": external_id})),
+            )
+            .await;
+        assert!(
+            status == StatusCode::CREATED || status == StatusCode::OK,
+            "{status} {body}"
+        );
+        body["id"].as_i64().unwrap()
+    }
+}
+
+#[tokio::test]
+async fn scopes_and_registration() {
+    let harness = Harness::new().await;
+    let (status, _) = harness.call("GET", "/api/v1/jobs", READER, None).await;
+    assert_eq!(status, StatusCode::OK, "a read token reads");
+    let (status, body) = harness
+        .call(
+            "POST",
+            "/api/v1/jobs",
+            READER,
+            Some(json!({"labels": ["linux"], "script": "true"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let (status, _) = harness
+        .call(
+            "POST",
+            "/api/v1/registration-tokens",
+            READER,
+            Some(json!({"pool": "default"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = harness
+        .call(
+            "POST",
+            "/api/v1/registration-tokens",
+            ADMIN,
+            Some(json!({"pool": "nope"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    let (_, token) = harness
+        .call(
+            "POST",
+            "/api/v1/registration-tokens",
+            ADMIN,
+            Some(json!({"pool": "default"})),
+        )
+        .await;
+    let register = |name: &str| json!({"token": token["token"], "name": name, "labels": ["linux"]});
+    let (status, registered) = harness
+        .call("POST", "/api/v1/runners/register", "", Some(register("r1")))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = harness
+        .call("POST", "/api/v1/runners/register", "", Some(register("r2")))
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "a registration token works once"
+    );
+    let unknown = json!({"token": "rwr_unknown", "name": "r3"});
+    assert_eq!(
+        harness
+            .call("POST", "/api/v1/runners/register", "", Some(unknown))
+            .await
+            .0,
+        StatusCode::UNAUTHORIZED
+    );
+    // Expired: stored directly with a deadline in the past.
+    let store = &harness.service.store;
+    let expired_token = "rwr_expired-token";
+    store
+        .create_registration_token(
+            &runway_server::auth::token_hash(expired_token),
+            "default",
+            Timestamp::from_millis(1),
+            Timestamp::from_millis(0),
+        )
+        .await
+        .unwrap();
+    let expired = json!({"token": expired_token, "name": "r4"});
+    assert_eq!(
+        harness
+            .call("POST", "/api/v1/runners/register", "", Some(expired))
+            .await
+            .0,
+        StatusCode::UNAUTHORIZED
+    );
+
+    let runner = store
+        .get_runner(runway_core::RunnerId(
+            registered["runner_id"].as_i64().unwrap(),
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (runner.state, runner.pool.as_str()),
+        (RunnerState::Idle, "default")
+    );
+    let (status, _) = harness
+        .call("POST", "/api/v1/jobs/request", "rwt_not-a-runner", None)
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn submission_is_idempotent_and_refuses_unroutable_labels() {
+    let harness = Harness::new().await;
+    let first = harness.submit(&["linux"], Some("build-7")).await;
+    let again = harness.submit(&["linux"], Some("build-7")).await;
+    assert_eq!(first, again);
+    let (status, body) = harness
+        .call(
+            "POST",
+            "/api/v1/jobs",
+            ADMIN,
+            Some(json!({"labels": ["windows"], "script": "dir"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        body["error"].as_str().unwrap().contains("windows"),
+        "{body}"
+    );
+    let (status, _) = harness
+        .call(
+            "POST",
+            "/api/v1/jobs",
+            ADMIN,
+            Some(json!({"labels": ["linux"], "script": ""})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn two_phase_start_and_completion() {
+    let harness = Harness::new().await;
+    let alice = harness.runner("alice", &["self-hosted", "linux"]).await;
+    let bob = harness.runner("bob", &["self-hosted", "linux"]).await;
+    let (status, _) = harness
+        .call("POST", "/api/v1/jobs/request", &alice, None)
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::NO_CONTENT,
+        "nothing queued: 204 after the poll timeout"
+    );
+
+    let id = harness.submit(&["linux"], None).await;
+    let (status, job) = harness
+        .call("POST", "/api/v1/jobs/request", &alice, None)
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(
+        (
+            job["id"].as_i64(),
+            job["script"].as_str(),
+            job["lease_seconds"].as_u64()
+        ),
+        (Some(id), Some("echo hi"), Some(120))
+    );
+    let path = |what: &str| format!("/api/v1/jobs/{id}/{what}");
+    let (status, _) = harness
+        .call(
+            "POST",
+            &path("provisioning"),
+            &bob,
+            Some(json!({"status": "accepted"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "only the holder");
+    let (status, state) = harness
+        .call(
+            "POST",
+            &path("provisioning"),
+            &alice,
+            Some(json!({"status": "pending"})),
+        )
+        .await;
+    assert_eq!(
+        (status, state["state"].as_str()),
+        (StatusCode::OK, Some("provisioning"))
+    );
+    let (status, _) = harness
+        .call(
+            "POST",
+            &path("provisioning"),
+            &alice,
+            Some(json!({"status": "maybe"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, state) = harness
+        .call(
+            "POST",
+            &path("provisioning"),
+            &alice,
+            Some(json!({"status": "accepted"})),
+        )
+        .await;
+    assert_eq!(
+        (status, state["state"].as_str()),
+        (StatusCode::OK, Some("running"))
+    );
+    let (status, _) = harness.call("POST", &path("heartbeat"), &alice, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = harness.call("POST", &path("heartbeat"), &bob, None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let done = json!({"exit_code": 3, "log_tail": "step 1\nstep 2 failed\n"});
+    let (status, state) = harness
+        .call("POST", &path("complete"), &alice, Some(done.clone()))
+        .await;
+    assert_eq!(
+        (status, state["state"].as_str()),
+        (StatusCode::OK, Some("completed"))
+    );
+    let stored = harness
+        .service
+        .store
+        .get_job(JobId(id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored.conclusion.map(|c| c.as_str()),
+        Some("failure"),
+        "a non-zero exit code fails the job"
+    );
+    let (status, _) = harness
+        .call("POST", &path("complete"), &alice, Some(done))
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "a completed job does not complete twice"
+    );
+    let request = Request::get(path("log"))
+        .header("authorization", format!("Bearer {READER}"))
+        .body(Body::empty())
+        .unwrap();
+    let response = runway_server::http::router(harness.service.clone())
+        .oneshot(request)
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["x-runway-exit-code"], "3");
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(&bytes[..], b"step 1\nstep 2 failed\n");
+    let runner = harness
+        .service
+        .store
+        .find_runner("alice")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        runner.state,
+        RunnerState::Idle,
+        "back to idle after its job"
+    );
+}
+
+#[tokio::test]
+async fn decline_excludes_the_runner_and_labels_must_fit() {
+    let harness = Harness::new().await;
+    let plain = harness.runner("plain", &["self-hosted", "linux"]).await;
+    let gpu = harness
+        .runner("gpu", &["self-hosted", "linux", "gpu"])
+        .await;
+    let id = harness.submit(&["linux", "gpu"], None).await;
+    let (status, _) = harness
+        .call("POST", "/api/v1/jobs/request", &plain, None)
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::NO_CONTENT,
+        "a runner without gpu never gets a gpu job"
+    );
+    let (_, job) = harness
+        .call("POST", "/api/v1/jobs/request", &gpu, None)
+        .await;
+    assert_eq!(job["id"].as_i64(), Some(id));
+    let path = format!("/api/v1/jobs/{id}/provisioning");
+    let (status, state) = harness
+        .call("POST", &path, &gpu, Some(json!({"status": "declined"})))
+        .await;
+    assert_eq!(
+        (status, state["state"].as_str()),
+        (StatusCode::OK, Some("queued"))
+    );
+    let (status, _) = harness
+        .call("POST", "/api/v1/jobs/request", &gpu, None)
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::NO_CONTENT,
+        "the declining runner is excluded"
+    );
+    let other = harness
+        .runner("gpu-2", &["self-hosted", "linux", "gpu"])
+        .await;
+    let (_, job) = harness
+        .call("POST", "/api/v1/jobs/request", &other, None)
+        .await;
+    assert_eq!(job["id"].as_i64(), Some(id));
+}
+
+#[tokio::test]
+async fn a_long_poll_is_woken_by_a_submission() {
+    let harness = Arc::new(Harness::new().await);
+    let token = harness.runner("waiter", &["linux"]).await;
+    // A long poll longer than the test's patience: only a wake-up answers it in time.
+    let waiter = {
+        let harness = harness.clone();
+        tokio::spawn(async move {
+            harness
+                .call("POST", "/api/v1/jobs/request", &token, None)
+                .await
+        })
+    };
+    let id = harness.submit(&["linux"], None).await;
+    let (status, job) = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("answered")
+        .expect("task");
+    // Either the poll was already waiting and was woken, or it started after
+    // the submission and found the job at once; both answer 201.
+    assert_eq!(
+        (status, job["id"].as_i64()),
+        (StatusCode::CREATED, Some(id))
+    );
+}
+
+#[tokio::test]
+async fn expired_leases_requeue_and_crash_the_runner_of_a_running_job() {
+    let harness = Harness::new().await;
+    let dead = harness.runner("dead", &["linux"]).await;
+    let id = harness.submit(&["linux"], None).await;
+    harness
+        .call("POST", "/api/v1/jobs/request", &dead, None)
+        .await;
+    harness
+        .call(
+            "POST",
+            &format!("/api/v1/jobs/{id}/provisioning"),
+            &dead,
+            Some(json!({"status": "accepted"})),
+        )
+        .await;
+    let later = runway_server::service::now().plus(Duration::from_secs(121));
+    assert_eq!(sweep_leases(&harness.service, later).await.unwrap(), 1);
+    let job = harness
+        .service
+        .store
+        .get_job(JobId(id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((job.state, job.attempts), (JobState::Queued, 1));
+    let runner = harness
+        .service
+        .store
+        .find_runner("dead")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(runner.state, RunnerState::Crashed);
+    let (status, _) = harness
+        .call("POST", "/api/v1/jobs/request", &dead, None)
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "a crashed runner must register again"
+    );
+    let fresh = harness.runner("fresh", &["linux"]).await;
+    let (_, again) = harness
+        .call("POST", "/api/v1/jobs/request", &fresh, None)
+        .await;
+    assert_eq!(
+        again["id"].as_i64(),
+        Some(id),
+        "another runner takes the requeued job"
+    );
+    let metrics = harness.service.metrics.encode();
+    assert!(
+        metrics.contains("runway_runners_crashed_total{pool=\"default\"} 1"),
+        "{metrics}"
+    );
+}
