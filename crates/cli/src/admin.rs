@@ -10,9 +10,147 @@ pub struct Connection {
     /// The runway server to ask.
     #[arg(long, env = "RUNWAY_URL", default_value = "http://127.0.0.1:8080")]
     url: String,
-    /// An admin token ([server] admin_tokens).
+    /// An admin token ([server] admin_tokens). Default: the one `runway serve`
+    /// wrote to ./runway-admin.token when it started without a config file.
     #[arg(long, env = "RUNWAY_TOKEN", hide_env_values = true)]
-    token: String,
+    token: Option<String>,
+}
+
+/// Where `runway serve` without a config file keeps its generated admin token.
+pub const TOKEN_FILE: &str = "runway-admin.token";
+
+impl Connection {
+    fn token(&self) -> anyhow::Result<String> {
+        if let Some(token) = &self.token {
+            return Ok(token.clone());
+        }
+        std::fs::read_to_string(TOKEN_FILE)
+            .map(|t| t.trim().to_owned())
+            .map_err(|_| anyhow::anyhow!("no admin token: pass --token or RUNWAY_TOKEN, or run where `runway serve` wrote {TOKEN_FILE}"))
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    connection: Connection,
+    /// The job's labels, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "self-hosted,linux,x64")]
+    labels: Vec<String>,
+    /// Seconds the job may run.
+    #[arg(long, default_value_t = 3600)]
+    timeout: u64,
+    /// Submitting the same id twice returns the first job.
+    #[arg(long)]
+    external_id: Option<String>,
+    /// Wait for the job to finish, print its log and exit with its exit code.
+    #[arg(long)]
+    wait: bool,
+    /// With --wait: give up after this many seconds.
+    #[arg(long, default_value_t = 3600)]
+    wait_seconds: u64,
+    /// The command to run (with `sh -c`).
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+/// One shell word, quoted if it needs to be.
+fn shell_quote(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c))
+    {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+pub async fn submit(args: SubmitArgs) -> anyhow::Result<std::process::ExitCode> {
+    let token = args.connection.token()?;
+    let base = args.connection.url.trim_end_matches('/').to_owned();
+    // One argument is a script as written; several are a command to quote.
+    let script = if args.command.len() == 1 {
+        args.command[0].clone()
+    } else {
+        args.command
+            .iter()
+            .map(|w| shell_quote(w))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let client = reqwest::Client::new();
+    let response = client
+        .post(format!("{base}/api/v1/jobs"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({
+            "labels": args.labels,
+            "script": script,
+            "timeout_seconds": args.timeout,
+            "external_id": args.external_id,
+        }))
+        .send()
+        .await
+        .with_context(|| format!("cannot reach {base}"))?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await.unwrap_or_default();
+    if !status.is_success() {
+        bail!(
+            "{base} refused the job ({status}): {}",
+            body["error"].as_str().unwrap_or("")
+        );
+    }
+    let id = body["id"].as_i64().unwrap_or_default();
+    eprintln!(
+        "job {id} queued in pool {}",
+        body["pool"].as_str().unwrap_or("?")
+    );
+    if !args.wait {
+        println!("{id}");
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(args.wait_seconds);
+    let state = loop {
+        let job: serde_json::Value =
+            get(&args.connection, &format!("/api/v1/jobs/{id}"), &[]).await?;
+        let state = job["state"].as_str().unwrap_or("").to_owned();
+        if ["completed", "failed", "cancelled", "unroutable"].contains(&state.as_str()) {
+            break job;
+        }
+        if std::time::Instant::now() >= deadline {
+            bail!("job {id} is still {state} after {} s", args.wait_seconds);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let response = client
+        .get(format!("{base}/api/v1/jobs/{id}/log"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .with_context(|| format!("cannot read the log of job {id}"))?;
+    let exit_code: Option<i64> = response
+        .headers()
+        .get("x-runway-exit-code")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    print!("{}", response.text().await.unwrap_or_default());
+    let conclusion = state["conclusion"].as_str().unwrap_or("");
+    eprintln!(
+        "job {id} {}{}",
+        state["state"].as_str().unwrap_or(""),
+        if conclusion.is_empty() {
+            String::new()
+        } else {
+            format!(" ({conclusion})")
+        }
+    );
+    let code = match exit_code {
+        Some(code) => u8::try_from(code.clamp(0, 255)).unwrap_or(1),
+        None if conclusion == "success" => 0,
+        None => 1,
+    };
+    Ok(std::process::ExitCode::from(code))
 }
 
 #[derive(Args, Debug, Clone)]
@@ -48,7 +186,7 @@ async fn get<T: serde::de::DeserializeOwned>(
     let url = format!("{}{path}", connection.url.trim_end_matches('/'));
     let response = reqwest::Client::new()
         .get(&url)
-        .bearer_auth(&connection.token)
+        .bearer_auth(connection.token()?)
         .query(query)
         .send()
         .await

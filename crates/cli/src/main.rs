@@ -1,6 +1,7 @@
 //! The `runway` binary.
 
 mod admin;
+mod agent;
 mod bench;
 
 use std::io::IsTerminal;
@@ -47,6 +48,10 @@ enum Command {
     Pools(admin::Connection),
     /// List the runners of a running runway.
     Runners(admin::RunnersArgs),
+    /// Submit a job: `runway submit [--labels a,b] [--wait] -- COMMAND...`.
+    Submit(admin::SubmitArgs),
+    /// Run the reference runner: register, take jobs, run them with `sh -c`.
+    Agent(agent::AgentArgs),
     /// Load generators.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -122,7 +127,7 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(cli.command)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(error) => {
             // One line, whole cause chain: what failed and why.
             let message = format!("{error:#}");
@@ -148,20 +153,22 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn run(command: Command) -> anyhow::Result<()> {
+async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Serve(args) => serve(args).await,
+        Command::Submit(args) => return admin::submit(args).await,
+        Command::Serve(args) => serve(args).await?,
         Command::Config(ConfigCommand::Check(args)) => {
             let config = args.load()?;
             print!("{}", config.to_redacted_toml());
-            Ok(())
         }
-        Command::Config(ConfigCommand::Eval(args)) => eval_worker_config(args),
-        Command::Jobs(args) => admin::jobs(args).await,
-        Command::Pools(connection) => admin::pools(connection).await,
-        Command::Runners(args) => admin::runners(args).await,
-        Command::Bench(BenchCommand::Intake(args)) => bench::intake(args).await,
+        Command::Config(ConfigCommand::Eval(args)) => eval_worker_config(args)?,
+        Command::Jobs(args) => admin::jobs(args).await?,
+        Command::Pools(connection) => admin::pools(connection).await?,
+        Command::Runners(args) => admin::runners(args).await?,
+        Command::Agent(args) => agent::run(args).await?,
+        Command::Bench(BenchCommand::Intake(args)) => bench::intake(args).await?,
     }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn eval_worker_config(args: EvalArgs) -> anyhow::Result<()> {
@@ -189,7 +196,14 @@ fn eval_worker_config(args: EvalArgs) -> anyhow::Result<()> {
 
 async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
     // Configuration first: a bad file must not create or touch a database.
-    let config = args.load()?;
+    let mut config = args.load()?;
+    if args.config.is_none() && config.server.admin_tokens.is_empty() {
+        let token = admin_token_file()?;
+        config
+            .server
+            .admin_tokens
+            .push(runway_server::config::Secret::literal(&token));
+    }
     let listen = config.server.listen;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -233,6 +247,33 @@ async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
     let _ = sweeper.await;
     tracing::info!("runway stopped");
     Ok(())
+}
+
+/// Without a config file, the admin API still needs a token: reuse the one
+/// in ./runway-admin.token, or write a new one there (mode 0600) for the CLI.
+fn admin_token_file() -> anyhow::Result<String> {
+    let path = std::path::Path::new(admin::TOKEN_FILE);
+    if let Ok(existing) = std::fs::read_to_string(path) {
+        let existing = existing.trim().to_owned();
+        if existing.len() >= 16 {
+            return Ok(existing);
+        }
+    }
+    let token = runway_server::auth::new_token("rwa_");
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    use std::io::Write;
+    options
+        .open(path)
+        .and_then(|mut file| file.write_all(format!("{token}\n").as_bytes()))
+        .with_context(|| format!("cannot write the admin token to {}", path.display()))?;
+    tracing::info!(file = %path.display(), "generated an admin token for the CLI (runway jobs, runway submit)");
+    Ok(token)
 }
 
 /// Completes on Ctrl-C or SIGTERM.

@@ -1,0 +1,293 @@
+//! End-to-end with real processes: `runway serve`, `runway agent`s and
+//! `runway submit`, on loopback.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
+const ADMIN: &str = "agent-test-admin-token";
+
+fn runway(dir: &Path) -> Command {
+    let mut command = Command::new(RUNWAY);
+    command
+        .current_dir(dir)
+        .env("RUNWAY_LOG", "info")
+        .env_remove("RUNWAY_CONFIG")
+        .env_remove("RUNWAY_DATABASE_URL")
+        .env_remove("RUNWAY_URL")
+        .env_remove("RUNWAY_TOKEN");
+    command
+}
+
+/// A child process killed (SIGKILL) on drop.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn write_config(dir: &Path, listen: &str) {
+    std::fs::write(
+        dir.join("runway.toml"),
+        format!(
+            "[server]\nlisten = \"{listen}\"\nadmin_tokens = [\"{ADMIN}\"]\n\
+             [runner_api]\npoll_timeout = \"1s\"\nlease = \"2s\"\n\
+             [[pools]]\nname = \"default\"\nlabels = [\"self-hosted\", \"linux\"]\n"
+        ),
+    )
+    .unwrap();
+}
+
+/// Starts `runway serve` and returns it with its base URL.
+fn serve(dir: &Path) -> (Process, String) {
+    let mut child = runway(dir)
+        .args(["serve", "--config", "runway.toml"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start runway serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let process = Process(child);
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = sender.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let line = receiver
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("runway serve reports its address");
+        if let Some(rest) = line.split("address=http://").nth(1) {
+            let address = rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            // Keep draining stderr in the background.
+            std::thread::spawn(move || while receiver.recv().is_ok() {});
+            return (process, format!("http://{address}"));
+        }
+    }
+}
+
+fn api(base: &str) -> reqwest::blocking::Client {
+    let _ = base;
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+fn registration_token(base: &str) -> String {
+    let body: serde_json::Value = api(base)
+        .post(format!("{base}/api/v1/registration-tokens"))
+        .bearer_auth(ADMIN)
+        .json(&serde_json::json!({"pool": "default", "ttl": 600}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    body["token"].as_str().unwrap().to_owned()
+}
+
+fn agent(dir: &Path, base: &str, name: &str) -> Process {
+    let work = dir.join(format!("work-{name}"));
+    Process(
+        runway(dir)
+            .args([
+                "agent",
+                "--url",
+                base,
+                "--labels",
+                "self-hosted,linux",
+                "--name",
+                name,
+            ])
+            .arg("--work-dir")
+            .arg(&work)
+            .env("RUNWAY_REGISTRATION_TOKEN", registration_token(base))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start runway agent"),
+    )
+}
+
+fn submit(base: &str, script: &str) -> i64 {
+    let body: serde_json::Value = api(base)
+        .post(format!("{base}/api/v1/jobs"))
+        .bearer_auth(ADMIN)
+        .json(&serde_json::json!({"labels": ["linux"], "script": script, "timeout_seconds": 60}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    body["id"].as_i64().expect("job id")
+}
+
+fn job(base: &str, id: i64) -> serde_json::Value {
+    api(base)
+        .get(format!("{base}/api/v1/jobs/{id}"))
+        .bearer_auth(ADMIN)
+        .send()
+        .and_then(|r| r.json())
+        .unwrap_or_default()
+}
+
+fn wait_until(what: &str, seconds: u64, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn agents_run_submitted_jobs_exactly_once_each() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "127.0.0.1:0");
+    let (_server, base) = serve(dir.path());
+    let _agents: Vec<Process> = (0..3)
+        .map(|i| agent(dir.path(), &base, &format!("a{i}")))
+        .collect();
+    let ids: Vec<i64> = (0..20)
+        .map(|i| {
+            submit(
+                &base,
+                &format!(
+                    "echo job {i} >> {}/ran.log; echo out-{i}",
+                    dir.path().display()
+                ),
+            )
+        })
+        .collect();
+    wait_until("20 jobs to complete", 60, || {
+        ids.iter().all(|id| job(&base, *id)["state"] == "completed")
+    });
+    for (i, id) in ids.iter().enumerate() {
+        let job = job(&base, *id);
+        assert_eq!(job["conclusion"], "success");
+        let log = api(&base)
+            .get(format!("{base}/api/v1/jobs/{id}/log"))
+            .bearer_auth(ADMIN)
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        assert_eq!(log, format!("out-{i}\n"));
+    }
+    let ran = std::fs::read_to_string(dir.path().join("ran.log")).unwrap();
+    assert_eq!(
+        ran.lines().count(),
+        20,
+        "every job ran exactly once:\n{ran}"
+    );
+
+    // runway submit --wait prints the log and exits with the job's code.
+    let output = runway(dir.path())
+        .args([
+            "submit", "--url", &base, "--token", ADMIN, "--labels", "linux", "--wait", "--",
+        ])
+        .args(["sh", "-c", "echo waited; exit 4"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "waited\n");
+}
+
+#[test]
+fn a_job_whose_agent_is_killed_is_finished_by_another_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "127.0.0.1:0");
+    let (_server, base) = serve(dir.path());
+    let marker = dir.path().join("first-attempt");
+    let mut doomed = agent(dir.path(), &base, "doomed");
+    // The first attempt marks itself and hangs; a second attempt finishes.
+    let script = format!(
+        "if [ -e {m} ]; then echo second attempt; else touch {m}; sleep 60; fi",
+        m = marker.display()
+    );
+    let id = submit(&base, &script);
+    wait_until("the first attempt to start", 30, || marker.exists());
+    assert_eq!(job(&base, id)["state"], "running");
+    doomed.0.kill().expect("SIGKILL the agent");
+    let _ = doomed.0.wait();
+    let _rescuer = agent(dir.path(), &base, "rescuer");
+    // The 2 s lease expires, the sweeper requeues the job, the rescuer runs it.
+    wait_until("the job to complete", 60, || {
+        job(&base, id)["state"] == "completed"
+    });
+    let finished = job(&base, id);
+    assert_eq!(
+        (
+            finished["conclusion"].as_str(),
+            finished["attempts"].as_u64()
+        ),
+        (Some("success"), Some(1))
+    );
+    let runners: serde_json::Value = api(&base)
+        .get(format!("{base}/api/v1/runners"))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let doomed_state = runners["runners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "doomed")
+        .map(|r| r["state"].clone());
+    assert_eq!(doomed_state, Some(serde_json::json!("crashed")));
+}
+
+#[test]
+fn jobs_complete_once_each_across_a_sigkill_of_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    // A fixed port, so the agents find the restarted server where they left it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    write_config(dir.path(), &format!("127.0.0.1:{port}"));
+    let (server, base) = serve(dir.path());
+    let _agents: Vec<Process> = (0..2)
+        .map(|i| agent(dir.path(), &base, &format!("s{i}")))
+        .collect();
+    let ran = dir.path().join("ran.log");
+    let ids: Vec<i64> = (0..30)
+        .map(|i| submit(&base, &format!("sleep 0.05; echo {i} >> {}", ran.display())))
+        .collect();
+    wait_until("some jobs to run", 30, || {
+        std::fs::read_to_string(&ran)
+            .map(|t| t.lines().count() >= 5)
+            .unwrap_or(false)
+    });
+    drop(server); // SIGKILL
+    let (_server, base) = serve(dir.path());
+    wait_until("every job to complete after the restart", 90, || {
+        ids.iter().all(|id| job(&base, *id)["state"] == "completed")
+    });
+    let text = std::fs::read_to_string(&ran).unwrap();
+    for i in 0..30 {
+        assert!(text.lines().any(|l| l == i.to_string()), "job {i} ran");
+    }
+    for id in &ids {
+        let job = job(&base, *id);
+        assert_eq!(job["conclusion"], "success", "{job}");
+    }
+}
