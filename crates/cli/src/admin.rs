@@ -378,3 +378,37 @@ mod tests {
         assert_eq!(text, "ID  NAME\n1   a-long-name\n22  b\n");
     }
 }
+
+#[derive(Args, Debug, Clone)]
+pub struct RegistrationTokenArgs {
+    #[command(flatten)]
+    connection: Connection,
+    /// The pool the runner will serve.
+    #[arg(long, default_value = "default")]
+    pool: String,
+    /// Seconds the token stays valid.
+    #[arg(long, default_value_t = 3600)]
+    ttl: u64,
+}
+
+/// Prints a one-time registration token for `runway agent --token`.
+pub async fn registration_token(args: RegistrationTokenArgs) -> anyhow::Result<()> {
+    let base = args.connection.url.trim_end_matches('/').to_owned();
+    let response = reqwest::Client::new()
+        .post(format!("{base}/api/v1/registration-tokens"))
+        .bearer_auth(args.connection.token()?)
+        .json(&serde_json::json!({"pool": args.pool, "ttl": args.ttl}))
+        .send()
+        .await
+        .with_context(|| format!("cannot reach {base}"))?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await.unwrap_or_default();
+    if !status.is_success() {
+        bail!(
+            "{base} refused ({status}): {}",
+            body["error"].as_str().unwrap_or("")
+        );
+    }
+    println!("{}", body["token"].as_str().unwrap_or_default());
+    Ok(())
+}

@@ -48,6 +48,8 @@ enum Command {
     Pools(admin::Connection),
     /// List the runners of a running runway.
     Runners(admin::RunnersArgs),
+    /// Print a one-time registration token for `runway agent --token`.
+    RegistrationToken(admin::RegistrationTokenArgs),
     /// Submit a job: `runway submit [--labels a,b] [--wait] -- COMMAND...`.
     Submit(admin::SubmitArgs),
     /// Run the reference runner: register, take jobs, run them with `sh -c`.
@@ -166,6 +168,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Pools(connection) => admin::pools(connection).await?,
         Command::Runners(args) => admin::runners(args).await?,
         Command::Agent(args) => agent::run(args).await?,
+        Command::RegistrationToken(args) => admin::registration_token(args).await?,
         Command::Bench(BenchCommand::Intake(args)) => bench::intake(args).await?,
     }
     Ok(ExitCode::SUCCESS)
