@@ -234,3 +234,173 @@ pub async fn intake(args: IntakeArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[derive(Args, Debug, Clone)]
+pub struct LongPollArgs {
+    /// The runway server.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// An admin token (to mint registration tokens and submit jobs).
+    #[arg(long, env = "RUNWAY_TOKEN", hide_env_values = true)]
+    token: String,
+    /// The pool the runners register in.
+    #[arg(long, default_value = "default")]
+    pool: String,
+    /// Labels of the runners and jobs, comma-separated.
+    #[arg(long, default_value = "self-hosted,linux,x64")]
+    labels: String,
+    /// Runners long-polling at once.
+    #[arg(long, default_value_t = 100)]
+    runners: usize,
+    /// Jobs to submit, one at a time.
+    #[arg(long, default_value_t = 200)]
+    jobs: usize,
+    /// Pause between submissions, so each job meets a crowd of waiting runners.
+    #[arg(long, default_value_t = 20)]
+    gap_ms: u64,
+}
+
+/// `runway bench longpoll`: how long a submitted job takes to reach one of
+/// many waiting runners, from the start of `POST /api/v1/jobs` to the
+/// moment a runner's long poll answers with that job.
+pub async fn longpoll(args: LongPollArgs) -> anyhow::Result<()> {
+    use std::collections::HashMap;
+    let base = args.url.trim_end_matches('/').to_owned();
+    let labels: Vec<String> = args
+        .labels
+        .split(',')
+        .map(|l| l.trim().to_owned())
+        .collect();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.runners + 8)
+        .timeout(Duration::from_secs(120))
+        .build()?;
+    let run = format!("{:x}", rand::random::<u32>());
+    let mut runner_tokens = Vec::new();
+    for i in 0..args.runners {
+        let token: serde_json::Value = client
+            .post(format!("{base}/api/v1/registration-tokens"))
+            .bearer_auth(&args.token)
+            .json(&serde_json::json!({"pool": args.pool, "ttl": 600}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let registered: serde_json::Value = client
+            .post(format!("{base}/api/v1/runners/register"))
+            .json(&serde_json::json!({"token": token["token"], "name": format!("bench-{run}-{i}"), "labels": labels}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let Some(runner_token) = registered["runner_token"].as_str() else {
+            bail!("registration refused: {registered}");
+        };
+        runner_tokens.push(runner_token.to_owned());
+    }
+    let submitted: Arc<Mutex<HashMap<i64, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
+    let latencies = Arc::new(Mutex::new(Vec::new()));
+    let received = Arc::new(AtomicU64::new(0));
+    let total = args.jobs as u64;
+    let mut pollers = Vec::new();
+    for runner_token in runner_tokens {
+        let (client, base, submitted, latencies, received) = (
+            client.clone(),
+            base.clone(),
+            submitted.clone(),
+            latencies.clone(),
+            received.clone(),
+        );
+        pollers.push(tokio::spawn(async move {
+            while received.load(Ordering::Relaxed) < total {
+                let Ok(response) = client
+                    .post(format!("{base}/api/v1/jobs/request"))
+                    .bearer_auth(&runner_token)
+                    .send()
+                    .await
+                else {
+                    continue;
+                };
+                if response.status().as_u16() != 201 {
+                    continue;
+                }
+                let arrived = Instant::now();
+                let job: serde_json::Value = response.json().await.unwrap_or_default();
+                let id = job["id"].as_i64().unwrap_or_default();
+                // The submitter records the time once its POST returns; wait for it.
+                let sent = loop {
+                    if let Some(sent) = submitted.lock().await.get(&id).copied() {
+                        break sent;
+                    }
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                };
+                latencies
+                    .lock()
+                    .await
+                    .push(arrived.saturating_duration_since(sent));
+                received.fetch_add(1, Ordering::Relaxed);
+                for (path, body) in [
+                    ("provisioning", serde_json::json!({"status": "accepted"})),
+                    ("complete", serde_json::json!({"exit_code": 0})),
+                ] {
+                    let _ = client
+                        .post(format!("{base}/api/v1/jobs/{id}/{path}"))
+                        .bearer_auth(&runner_token)
+                        .json(&body)
+                        .send()
+                        .await;
+                }
+            }
+        }));
+    }
+    // Let every runner reach its long poll before the first job.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 0..args.jobs {
+        let body = serde_json::json!({"labels": labels, "script": "true", "external_id": format!("bench-{run}-{i}")});
+        // Measured from the start of the submission: it includes the durable enqueue.
+        let sent = Instant::now();
+        let response: serde_json::Value = client
+            .post(format!("{base}/api/v1/jobs"))
+            .bearer_auth(&args.token)
+            .json(&body)
+            .send()
+            .await?
+            .json()
+            .await?;
+        let Some(id) = response["id"].as_i64() else {
+            bail!("submission refused: {response}");
+        };
+        submitted.lock().await.insert(id, sent);
+        tokio::time::sleep(Duration::from_millis(args.gap_ms)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while received.load(Ordering::Relaxed) < total && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for poller in &pollers {
+        poller.abort();
+    }
+    let mut latencies = latencies.lock().await.clone();
+    latencies.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
+    println!(
+        "{} runners waiting, {} of {} jobs received",
+        args.runners,
+        latencies.len(),
+        args.jobs
+    );
+    println!(
+        "submit → runner ms  p50 {:.2}  p90 {:.2}  p99 {:.2}  max {:.2}",
+        ms(percentile(&latencies, 50.0)),
+        ms(percentile(&latencies, 90.0)),
+        ms(percentile(&latencies, 99.0)),
+        ms(latencies.last().copied().unwrap_or_default())
+    );
+    if (latencies.len() as u64) < total {
+        bail!(
+            "{} jobs never reached a runner",
+            total - latencies.len() as u64
+        );
+    }
+    Ok(())
+}

@@ -63,6 +63,8 @@ enum Command {
 enum BenchCommand {
     /// Send distinct signed `queued` webhooks to a runway and report throughput and latency.
     Intake(bench::IntakeArgs),
+    /// Measure how fast a submitted job reaches one of many long-polling runners.
+    Longpoll(bench::LongPollArgs),
 }
 
 #[derive(Subcommand)]
@@ -170,6 +172,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Agent(args) => agent::run(args).await?,
         Command::RegistrationToken(args) => admin::registration_token(args).await?,
         Command::Bench(BenchCommand::Intake(args)) => bench::intake(args).await?,
+        Command::Bench(BenchCommand::Longpoll(args)) => bench::longpoll(args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -291,3 +291,37 @@ fn jobs_complete_once_each_across_a_sigkill_of_the_server() {
         assert_eq!(job["conclusion"], "success", "{job}");
     }
 }
+
+#[test]
+fn the_long_poll_benchmark_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "127.0.0.1:0");
+    let (_server, base) = serve(dir.path());
+    let output = runway(dir.path())
+        .args([
+            "bench",
+            "longpoll",
+            "--url",
+            &base,
+            "--token",
+            ADMIN,
+            "--runners",
+            "5",
+            "--jobs",
+            "10",
+        ])
+        .args(["--labels", "self-hosted,linux", "--gap-ms", "5"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        report.contains("5 runners waiting, 10 of 10 jobs received"),
+        "{report}"
+    );
+    assert!(report.contains("p99"), "{report}");
+}
