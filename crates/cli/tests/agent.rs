@@ -325,3 +325,56 @@ fn the_long_poll_benchmark_runs() {
     );
     assert!(report.contains("p99"), "{report}");
 }
+
+#[test]
+fn the_github_runner_hook_scripts_report_to_runway() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "127.0.0.1:0");
+    let (_server, base) = serve(dir.path());
+    let registered: serde_json::Value = api(&base)
+        .post(format!("{base}/api/v1/runners/register"))
+        .json(&serde_json::json!({"token": registration_token(&base), "name": "hooked", "labels": ["linux"]}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let hooks = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib/github-runner-hooks");
+    for script in ["job-started.sh", "job-completed.sh"] {
+        let status = Command::new("sh")
+            .arg(hooks.join(script))
+            .env("RUNWAY_URL", &base)
+            .env("RUNWAY_RUNNER_ID", registered["runner_id"].to_string())
+            .env(
+                "RUNWAY_RUNNER_TOKEN",
+                registered["runner_token"].as_str().unwrap(),
+            )
+            .env("GITHUB_WORKFLOW", "CI \"main\"")
+            .env("GITHUB_REPOSITORY", "org/repo")
+            .env("GITHUB_EVENT_NAME", "push")
+            .env("GITHUB_RUN_ID", "5373506832")
+            .status()
+            .unwrap();
+        assert!(status.success(), "{script}");
+    }
+    let metrics = api(&base)
+        .get(format!("{base}/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        metrics.contains("runway_runner_reports_total{phase=\"pre-job\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("runway_runner_reports_total{phase=\"post-job\"} 1"),
+        "{metrics}"
+    );
+    // Without runway's variables a hook does nothing and still succeeds.
+    let status = Command::new("sh")
+        .arg(hooks.join("job-started.sh"))
+        .env_remove("RUNWAY_URL")
+        .status()
+        .unwrap();
+    assert!(status.success());
+}

@@ -27,6 +27,7 @@ pub fn router(service: Arc<Service>) -> Router {
         .merge(crate::api::router())
         .merge(crate::worker_configs::router())
         .merge(crate::runner_api::router())
+        .merge(crate::runner_reports::router())
         .with_state(service)
 }
 

@@ -12,6 +12,7 @@ pub mod http;
 pub mod intake;
 pub mod metrics;
 pub mod runner_api;
+pub mod runner_reports;
 pub mod service;
 pub mod worker_configs;
 

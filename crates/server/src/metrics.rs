@@ -35,6 +35,11 @@ pub struct ConclusionLabels {
     pub conclusion: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    pub phase: String,
+}
+
 type HistogramFamily = Family<PoolLabel, Histogram, fn() -> Histogram>;
 
 /// Job run durations: 30 s … 6000 s, as the GitHub-runner metrics spec asks.
@@ -62,6 +67,9 @@ pub struct Metrics {
     pub jobs_started: Family<PoolLabel, Counter>,
     pub jobs_completed: Family<ConclusionLabels, Counter>,
     pub runners_crashed: Family<PoolLabel, Counter>,
+    pub runner_reports_rejected: Family<ReasonLabel, Counter>,
+    pub runner_reports: Family<PhaseLabel, Counter>,
+    pub runner_idle_duration: HistogramFamily,
 }
 
 impl Default for Metrics {
@@ -131,7 +139,30 @@ impl Metrics {
             "Runners lost while running a job",
             runners_crashed.clone(),
         );
+        let runner_reports_rejected = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "runner_reports_rejected",
+            "Runner reports refused, by reason; nothing of them is stored",
+            runner_reports_rejected.clone(),
+        );
+        let runner_reports = Family::<PhaseLabel, Counter>::default();
+        registry.register(
+            "runner_reports",
+            "Runner reports accepted and stored, by phase (pre-job, post-job)",
+            runner_reports.clone(),
+        );
+        let runner_idle_duration: HistogramFamily =
+            Family::new_with_constructor(queue_duration_histogram);
+        registry.register_with_unit(
+            "runner_idle_duration",
+            "How long a runner was idle before it took a job",
+            Unit::Seconds,
+            runner_idle_duration.clone(),
+        );
         Metrics {
+            runner_reports_rejected,
+            runner_reports,
+            runner_idle_duration,
             jobs_started,
             jobs_completed,
             runners_crashed,

@@ -452,12 +452,24 @@ async fn provisioning(
                 .job_queue_duration
                 .get_or_create(&pool)
                 .observe(queued_for);
-            if let Err(error) = service
+            match service
                 .store
                 .apply_runner_event(runner.id, &RunnerEvent::JobAssigned { job: job.id }, now)
                 .await
             {
-                tracing::debug!(%error, runner = %runner.id, "runner bookkeeping skipped");
+                Ok(_) => {
+                    if let Some(idle_since) = runner.idle_at {
+                        let idle = now.since(idle_since).as_secs_f64();
+                        service
+                            .metrics
+                            .runner_idle_duration
+                            .get_or_create(&pool)
+                            .observe(idle);
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(%error, runner = %runner.id, "runner bookkeeping skipped")
+                }
             }
         }
         JobEvent::Decline { .. } => service.job_available.notify_waiters(),

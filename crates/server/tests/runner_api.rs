@@ -503,3 +503,86 @@ async fn expired_leases_requeue_and_crash_the_runner_of_a_running_job() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn runner_reports_are_validated_and_stored() {
+    let harness = Harness::new().await;
+    let token = harness.runner("reporter", &["linux"]).await;
+    let other = harness.runner("other", &["linux"]).await;
+    let runner = harness
+        .service
+        .store
+        .find_runner("reporter")
+        .await
+        .unwrap()
+        .unwrap();
+    let path = format!("/api/v1/runners/{}/metrics", runner.id);
+    let now = runway_server::service::now().as_millis() / 1_000;
+    let pre = json!({"phase": "pre-job", "workflow": "CI", "repository": "org/repo", "event": "push",
+                     "workflow_run_id": 5_373_506_832u64, "timestamp": now});
+    let (status, _) = harness.call("POST", &path, &token, Some(pre.clone())).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let post =
+        json!({"phase": "post-job", "timestamp": now, "status": "repo-policy-check-failure"});
+    assert_eq!(
+        harness.call("POST", &path, &token, Some(post)).await.0,
+        StatusCode::ACCEPTED
+    );
+
+    let mut unknown = pre.clone();
+    unknown["extra"] = json!(1);
+    let mut long = pre.clone();
+    long["workflow"] = json!("w".repeat(300));
+    let mut old = pre.clone();
+    old["timestamp"] = json!(now - 24 * 3600);
+    let mut future = pre.clone();
+    future["timestamp"] = json!(now + 24 * 3600);
+    let bad_status = json!({"phase": "post-job", "timestamp": now, "status": "weird"});
+    for (body, what) in [
+        (unknown, "unknown field"),
+        (long, "over-long string"),
+        (old, "before the runner existed"),
+        (future, "in the future"),
+        (bad_status, "unknown status"),
+        (json!({"phase": "mid-job"}), "unknown phase"),
+    ] {
+        let (status, answer) = harness.call("POST", &path, &token, Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{what}: {answer}");
+    }
+    let huge = json!({"phase": "post-job", "timestamp": now, "status": "normal", "pad": "x".repeat(70 * 1024)});
+    assert_eq!(
+        harness.call("POST", &path, &token, Some(huge)).await.0,
+        StatusCode::PAYLOAD_TOO_LARGE
+    );
+    assert_eq!(
+        harness.call("POST", &path, &other, Some(pre)).await.0,
+        StatusCode::FORBIDDEN,
+        "only about itself"
+    );
+    let stored = harness
+        .service
+        .store
+        .runner_reports(runner.id)
+        .await
+        .unwrap();
+    let phases: Vec<&str> = stored.iter().map(|(phase, _)| phase.as_str()).collect();
+    assert_eq!(
+        phases,
+        ["pre-job", "post-job"],
+        "refused reports store nothing"
+    );
+    let metrics = harness.service.metrics.encode();
+    assert!(
+        metrics.contains("runway_runner_reports_rejected_total{reason=\"malformed\"} 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .contains("runway_runner_reports_rejected_total{reason=\"timestamp_out_of_range\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("runway_runner_reports_rejected_total{reason=\"too_large\"} 1"),
+        "{metrics}"
+    );
+}

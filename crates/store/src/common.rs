@@ -27,6 +27,8 @@ pub(crate) struct RunnerApiStatements {
     pub runner_by_token: String,
     pub put_log: String,
     pub get_log: String,
+    pub add_report: String,
+    pub reports: String,
 }
 
 impl RunnerApiStatements {
@@ -49,6 +51,10 @@ impl RunnerApiStatements {
                     .into(),
             ),
             get_log: sql("SELECT exit_code, log FROM job_logs WHERE job_id = $1".into()),
+            add_report: sql(
+                "INSERT INTO runner_reports (runner_id, phase, body, reported_at) VALUES ($1, $2, $3, $4)".into(),
+            ),
+            reports: sql("SELECT phase, body FROM runner_reports WHERE runner_id = $1 ORDER BY id".into()),
         }
     }
 }
@@ -427,6 +433,25 @@ macro_rules! impl_store {
                 .fetch_optional(self.reader())
                 .await?;
             Ok(row)
+        }
+
+        async fn add_runner_report(&self, runner: RunnerId, phase: &str, body: &str, now: Timestamp) -> Result<(), StoreError> {
+            sqlx::query(&self.inner.statements.runner_api.add_report)
+                .bind(runner.0)
+                .bind(phase)
+                .bind(body)
+                .bind(now.as_millis())
+                .execute(self.writer())
+                .await?;
+            Ok(())
+        }
+
+        async fn runner_reports(&self, runner: RunnerId) -> Result<Vec<(String, String)>, StoreError> {
+            let rows: Vec<(String, String)> = sqlx::query_as(&self.inner.statements.runner_api.reports)
+                .bind(runner.0)
+                .fetch_all(self.reader())
+                .await?;
+            Ok(rows)
         }
 
         async fn list_worker_configs(&self) -> Result<Vec<StoredWorkerConfig>, StoreError> {

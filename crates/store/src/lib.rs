@@ -326,6 +326,18 @@ pub trait Store: Send + Sync + 'static {
 
     async fn get_job_log(&self, job: JobId) -> Result<Option<(Option<i64>, String)>, StoreError>;
 
+    /// Stores a validated report of a runner (`phase` pre-job or post-job).
+    async fn add_runner_report(
+        &self,
+        runner: RunnerId,
+        phase: &str,
+        body: &str,
+        now: Timestamp,
+    ) -> Result<(), StoreError>;
+
+    /// A runner's reports, oldest first, as (phase, body).
+    async fn runner_reports(&self, runner: RunnerId) -> Result<Vec<(String, String)>, StoreError>;
+
     async fn list_worker_configs(&self) -> Result<Vec<StoredWorkerConfig>, StoreError>;
 
     async fn get_worker_config(&self, id: &str) -> Result<Option<StoredWorkerConfig>, StoreError>;

@@ -1,0 +1,221 @@
+//! `POST /api/v1/runners/{id}/metrics`: what a runner reports about the job
+//! it is running, in the shapes of the GitHub-runner metrics spec:
+//!
+//! - pre-job `{phase: "pre-job", workflow, repository, event, workflow_run_id, timestamp}`
+//! - post-job `{phase: "post-job", timestamp, status: "normal" | "repo-policy-check-failure"}`
+//!
+//! The runner is untrusted: the body is size-limited, unknown fields are
+//! refused, strings are bounded, and a timestamp (Unix seconds) must fall
+//! within the runner's lifetime. A refused report is counted by reason and
+//! stores nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use runway_core::Timestamp;
+use serde::Deserialize;
+
+use crate::auth::RunnerAuth;
+use crate::error::ApiError;
+use crate::metrics::ReasonLabel;
+use crate::service::{now, Service};
+
+pub const MAX_REPORT_BYTES: usize = 64 * 1024;
+const MAX_STRING: usize = 256;
+/// Clock skew tolerated between a runner and runway.
+const SKEW: Duration = Duration::from_secs(300);
+
+pub fn router() -> Router<Arc<Service>> {
+    Router::new().route(
+        "/api/v1/runners/{id}/metrics",
+        post(report).layer(DefaultBodyLimit::max(MAX_REPORT_BYTES)),
+    )
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "phase", deny_unknown_fields)]
+enum Report {
+    #[serde(rename = "pre-job")]
+    PreJob {
+        workflow: String,
+        repository: String,
+        event: String,
+        workflow_run_id: RunId,
+        timestamp: f64,
+    },
+    #[serde(rename = "post-job")]
+    PostJob {
+        timestamp: f64,
+        status: PostJobStatus,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RunId {
+    Number(u64),
+    Text(String),
+}
+
+#[derive(Deserialize)]
+enum PostJobStatus {
+    #[serde(rename = "normal")]
+    Normal,
+    #[serde(rename = "repo-policy-check-failure")]
+    RepoPolicyCheckFailure,
+}
+
+impl PostJobStatus {
+    fn as_str(&self) -> &'static str {
+        match self {
+            PostJobStatus::Normal => "normal",
+            PostJobStatus::RepoPolicyCheckFailure => "repo-policy-check-failure",
+        }
+    }
+}
+
+fn refuse(service: &Service, reason: &str, status: StatusCode, message: String) -> ApiError {
+    service
+        .metrics
+        .runner_reports_rejected
+        .get_or_create(&ReasonLabel {
+            reason: reason.to_owned(),
+        })
+        .inc();
+    ApiError::new(status, "invalid_report", message)
+}
+
+async fn report(
+    RunnerAuth(runner): RunnerAuth,
+    State(service): State<Arc<Service>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            refuse(
+                &service,
+                "too_large",
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("a report is at most {MAX_REPORT_BYTES} bytes"),
+            )
+        } else {
+            refuse(
+                &service,
+                "unreadable",
+                StatusCode::BAD_REQUEST,
+                rejection.to_string(),
+            )
+        }
+    })?;
+    if id != runner.id.0.to_string() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "not_this_runner",
+            format!("runner {} may only report about itself", runner.id),
+        ));
+    }
+    let parsed: Report = serde_json::from_slice(&body).map_err(|e| {
+        refuse(
+            &service,
+            "malformed",
+            StatusCode::BAD_REQUEST,
+            format!("body: {e}"),
+        )
+    })?;
+    let now = now();
+    let earliest =
+        Timestamp::from_millis(runner.requested_at.as_millis() - SKEW.as_millis() as i64);
+    let latest = now.plus(SKEW);
+    let check_time = |seconds: f64| -> Result<(), ApiError> {
+        let millis = (seconds * 1_000.0).round();
+        let fits = millis.is_finite()
+            && millis >= earliest.as_millis() as f64
+            && millis <= latest.as_millis() as f64;
+        if fits {
+            Ok(())
+        } else {
+            Err(refuse(
+                &service,
+                "timestamp_out_of_range",
+                StatusCode::BAD_REQUEST,
+                format!("timestamp: {seconds} is outside this runner's lifetime"),
+            ))
+        }
+    };
+    let check_string = |field: &str, value: &str| -> Result<(), ApiError> {
+        if value.is_empty() || value.len() > MAX_STRING || value.chars().any(char::is_control) {
+            Err(refuse(
+                &service,
+                "bad_string",
+                StatusCode::BAD_REQUEST,
+                format!("{field}: must be 1 to {MAX_STRING} printable characters"),
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let phase = match &parsed {
+        Report::PreJob {
+            workflow,
+            repository,
+            event,
+            workflow_run_id,
+            timestamp,
+        } => {
+            check_string("workflow", workflow)?;
+            check_string("repository", repository)?;
+            check_string("event", event)?;
+            let valid_run_id = match workflow_run_id {
+                RunId::Number(number) => *number > 0,
+                RunId::Text(text) => {
+                    !text.is_empty() && text.len() <= 32 && text.chars().all(|c| c.is_ascii_digit())
+                }
+            };
+            {
+                if !valid_run_id {
+                    return Err(refuse(
+                        &service,
+                        "bad_string",
+                        StatusCode::BAD_REQUEST,
+                        "workflow_run_id: must be a positive number".to_owned(),
+                    ));
+                }
+            }
+            check_time(*timestamp)?;
+            "pre-job"
+        }
+        // The status was checked by deserialisation: only the two values parse.
+        Report::PostJob { timestamp, status } => {
+            check_time(*timestamp)?;
+            tracing::debug!(runner = %runner.id, status = status.as_str(), "post-job report");
+            "post-job"
+        }
+    };
+    let text = String::from_utf8_lossy(&body);
+    service
+        .store
+        .add_runner_report(runner.id, phase, &text, now)
+        .await
+        .map_err(|error| {
+            service.metrics.store_error("add_runner_report");
+            tracing::error!(%error, "cannot store a runner report");
+            ApiError::store_unavailable()
+        })?;
+    service
+        .metrics
+        .runner_reports
+        .get_or_create(&crate::metrics::PhaseLabel {
+            phase: phase.to_owned(),
+        })
+        .inc();
+    tracing::info!(target: "runway::events", event = "runner_report", runner = %runner.id, phase);
+    Ok(StatusCode::ACCEPTED.into_response())
+}
