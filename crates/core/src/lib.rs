@@ -6,6 +6,7 @@
 
 pub mod github;
 pub mod job;
+pub mod planner;
 pub mod routing;
 pub mod runner;
 pub mod time;

@@ -1,0 +1,388 @@
+//! The scaling planner (DESIGN §8): `plan(snapshot, policies, now)`, a pure
+//! function from what the store and the providers report to the actions
+//! that bring each pool to the capacity its queue needs, plus the reason
+//! every queued job is still waiting.
+//!
+//! Per pool, with Q queued jobs and I idle, P booting and B busy runners:
+//!
+//! ```text
+//! want   = ceil(Q × scaling_ratio) + min_idle
+//! create = clamp(want − I − P, 0, max_runners − I − P − B)
+//! ```
+//!
+//! Idle runners beyond `want` are deleted, longest idle first, once idle for
+//! longer than `idle_grace`. A runner still booting past `boot_timeout` is
+//! failed and deleted, and does not count as capacity, so it is replaced.
+//! Busy runners are never deleted. Demand is level-triggered: it is the
+//! queue, not a per-job reservation, so a runner started for job A that
+//! takes job B leaves A queued and still creating demand.
+//!
+//! New runners go to the cheapest reliable offers first (price ÷
+//! reliability, then boot time), split across providers when one lacks
+//! quota; providers in back-off are skipped.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::job::JobId;
+use crate::runner::{RunnerId, RunnerState};
+use crate::time::Timestamp;
+
+/// A pool's scaling settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolPolicy {
+    pub name: String,
+    pub min_idle: u32,
+    pub max_runners: u32,
+    pub scaling_ratio: f64,
+    pub idle_grace: Duration,
+    pub boot_timeout: Duration,
+    /// Providers the pool may use, in preference order; empty means any.
+    pub providers: Vec<String>,
+}
+
+/// A queued job as the planner sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedJob {
+    pub id: JobId,
+    pub enqueued_at: Timestamp,
+    /// Failed attempts so far: above zero, the job was requeued by an expired lease.
+    pub attempts: u32,
+}
+
+/// A live runner as the planner sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerView {
+    pub id: RunnerId,
+    pub provider: String,
+    pub state: RunnerState,
+    pub requested_at: Timestamp,
+    /// When it last became idle.
+    pub idle_at: Option<Timestamp>,
+}
+
+/// A provider's offer of capacity for one pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offer {
+    pub provider: String,
+    /// How many runners it can start now (quota left).
+    pub capacity: u32,
+    pub price_per_hour: f64,
+    pub boot_time: Duration,
+    /// Share of recent creates that succeeded, in (0, 1].
+    pub reliability: f64,
+}
+
+/// A provider that failed recently and must not be asked until `retry_at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backoff {
+    pub provider: String,
+    pub retry_at: Timestamp,
+    pub last_error: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolSnapshot {
+    pub policy: PoolPolicy,
+    /// Queued jobs, in any order (the planner sorts them FIFO).
+    pub queued: Vec<QueuedJob>,
+    /// Runners that are not terminal.
+    pub runners: Vec<RunnerView>,
+    pub offers: Vec<Offer>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Snapshot {
+    pub pools: Vec<PoolSnapshot>,
+    pub backoffs: Vec<Backoff>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Start `count` runners in `pool` through `provider`.
+    Create {
+        pool: String,
+        provider: String,
+        count: u32,
+    },
+    /// Delete an idle runner the pool no longer needs.
+    Delete { pool: String, runner: RunnerId },
+    /// Fail a runner that did not boot in time, and delete it.
+    FailAndDelete {
+        pool: String,
+        runner: RunnerId,
+        reason: String,
+    },
+}
+
+/// Why a queued job has no runner yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitReason {
+    /// An idle runner exists and should take it at its next poll.
+    RunnerIdle { runner: RunnerId },
+    /// A runner is booting for the pool's demand.
+    RunnerBooting { runner: RunnerId, since: Timestamp },
+    /// This plan starts a runner for it.
+    RunnerRequested { provider: String },
+    /// The pool is at `max_runners`.
+    AtMaxRunners { max_runners: u32 },
+    /// The providers that could start a runner are backing off.
+    ProviderBackoff {
+        provider: String,
+        last_error: String,
+        retry_at: Timestamp,
+    },
+    /// No provider has quota left for the pool.
+    NoProviderCapacity,
+    /// `scaling_ratio` below 1 starts fewer runners than queued jobs.
+    ScalingRatio { scaling_ratio: String },
+    /// It was requeued after its runner's lease expired; capacity is on its way.
+    LeaseExpiredRequeued { attempts: u32 },
+}
+
+impl WaitReason {
+    pub fn code(&self) -> &'static str {
+        match self {
+            WaitReason::RunnerIdle { .. } => "runner_idle",
+            WaitReason::RunnerBooting { .. } => "runner_booting",
+            WaitReason::RunnerRequested { .. } => "runner_requested",
+            WaitReason::AtMaxRunners { .. } => "at_max_runners",
+            WaitReason::ProviderBackoff { .. } => "provider_backoff",
+            WaitReason::NoProviderCapacity => "no_provider_capacity",
+            WaitReason::ScalingRatio { .. } => "scaling_ratio",
+            WaitReason::LeaseExpiredRequeued { .. } => "lease_expired_requeued",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolSummary {
+    pub pool: String,
+    pub queued: u32,
+    pub idle: u32,
+    pub booting: u32,
+    pub busy: u32,
+    pub want: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    pub waiting: BTreeMap<JobId, WaitReason>,
+    pub pools: Vec<PoolSummary>,
+}
+
+/// The plan for `snapshot` at `now`.
+pub fn plan(snapshot: &Snapshot, now: Timestamp) -> Plan {
+    let mut result = Plan::default();
+    for pool in &snapshot.pools {
+        plan_pool(pool, &snapshot.backoffs, now, &mut result);
+    }
+    result
+}
+
+fn is_booting(state: RunnerState) -> bool {
+    matches!(state, RunnerState::Requested | RunnerState::Provisioning)
+}
+
+fn plan_pool(pool: &PoolSnapshot, backoffs: &[Backoff], now: Timestamp, out: &mut Plan) {
+    let policy = &pool.policy;
+    let mut idle: Vec<&RunnerView> = Vec::new();
+    let mut booting: Vec<&RunnerView> = Vec::new();
+    let mut busy = 0u32;
+    for runner in &pool.runners {
+        match runner.state {
+            RunnerState::Idle => idle.push(runner),
+            state if is_booting(state) => {
+                if now.since(runner.requested_at) > policy.boot_timeout {
+                    out.actions.push(Action::FailAndDelete {
+                        pool: policy.name.clone(),
+                        runner: runner.id,
+                        reason: format!(
+                            "not ready {}s after it was requested (boot_timeout)",
+                            policy.boot_timeout.as_secs()
+                        ),
+                    });
+                } else {
+                    booting.push(runner);
+                }
+            }
+            RunnerState::Busy => busy += 1,
+            _ => {}
+        }
+    }
+    let queued = u32::try_from(pool.queued.len()).unwrap_or(u32::MAX);
+    let demand = (f64::from(queued) * policy.scaling_ratio.max(0.0)).ceil();
+    let demand = if demand >= f64::from(u32::MAX) {
+        u32::MAX
+    } else {
+        demand as u32
+    };
+    let want = demand.saturating_add(policy.min_idle);
+    let (i, p) = (idle.len() as u32, booting.len() as u32);
+    let room = policy.max_runners.saturating_sub(i + p + busy);
+    let needed = want.saturating_sub(i + p);
+    let to_create = needed.min(room);
+
+    // Allocate creates over the usable offers, cheapest reliable first.
+    let backoff_of = |provider: &str| {
+        backoffs
+            .iter()
+            .find(|b| b.provider == provider && b.retry_at > now)
+    };
+    let allowed = |provider: &str| {
+        policy.providers.is_empty() || policy.providers.iter().any(|p| p == provider)
+    };
+    let mut offers: Vec<&Offer> = pool
+        .offers
+        .iter()
+        .filter(|o| allowed(&o.provider) && o.capacity > 0 && backoff_of(&o.provider).is_none())
+        .collect();
+    offers.sort_by(|a, b| {
+        let cost = |o: &Offer| o.price_per_hour / o.reliability.clamp(0.01, 1.0);
+        cost(a)
+            .total_cmp(&cost(b))
+            .then(a.boot_time.cmp(&b.boot_time))
+            .then(preference(policy, &a.provider).cmp(&preference(policy, &b.provider)))
+    });
+    let mut left = to_create;
+    let mut created: Vec<String> = Vec::new();
+    for offer in offers {
+        if left == 0 {
+            break;
+        }
+        let count = left.min(offer.capacity);
+        out.actions.push(Action::Create {
+            pool: policy.name.clone(),
+            provider: offer.provider.clone(),
+            count,
+        });
+        created.extend(std::iter::repeat_n(offer.provider.clone(), count as usize));
+        left -= count;
+    }
+    let unplaced = left;
+
+    // Scale down: idle runners beyond want, longest idle first, past grace.
+    if i > want {
+        let mut candidates: Vec<&&RunnerView> = idle
+            .iter()
+            .filter(|r| {
+                r.idle_at
+                    .is_some_and(|at| now.since(at) > policy.idle_grace)
+            })
+            .collect();
+        candidates.sort_by_key(|r| (r.idle_at, r.id));
+        for runner in candidates.into_iter().take((i - want) as usize) {
+            out.actions.push(Action::Delete {
+                pool: policy.name.clone(),
+                runner: runner.id,
+            });
+        }
+    }
+
+    // Why each queued job waits, FIFO: idle runners first, then booting
+    // ones, then runners this plan starts, then whatever blocks the rest.
+    let mut jobs: Vec<&QueuedJob> = pool.queued.iter().collect();
+    jobs.sort_by_key(|j| (j.enqueued_at, j.id));
+    let mut booting_sorted = booting.clone();
+    booting_sorted.sort_by_key(|r| (r.requested_at, r.id));
+    let covered_by_ratio = demand as usize;
+    let blocked = blocking_reason(policy, pool, backoffs, now, unplaced, room, needed);
+    for (index, job) in jobs.iter().enumerate() {
+        let reason = if index < idle.len() {
+            WaitReason::RunnerIdle {
+                runner: idle[index].id,
+            }
+        } else if let Some(runner) = booting_sorted.get(index - idle.len()) {
+            WaitReason::RunnerBooting {
+                runner: runner.id,
+                since: runner.requested_at,
+            }
+        } else if let Some(provider) = created.get(index - idle.len() - booting_sorted.len()) {
+            WaitReason::RunnerRequested {
+                provider: provider.clone(),
+            }
+        } else if index >= covered_by_ratio {
+            WaitReason::ScalingRatio {
+                scaling_ratio: format!("{}", policy.scaling_ratio),
+            }
+        } else {
+            blocked.clone()
+        };
+        let reason = match reason {
+            WaitReason::RunnerIdle { .. }
+            | WaitReason::RunnerBooting { .. }
+            | WaitReason::RunnerRequested { .. }
+                if job.attempts > 0 =>
+            {
+                WaitReason::LeaseExpiredRequeued {
+                    attempts: job.attempts,
+                }
+            }
+            other => other,
+        };
+        out.waiting.insert(job.id, reason);
+    }
+    out.pools.push(PoolSummary {
+        pool: policy.name.clone(),
+        queued,
+        idle: i,
+        booting: p,
+        busy,
+        want,
+    });
+}
+
+fn preference(policy: &PoolPolicy, provider: &str) -> usize {
+    policy
+        .providers
+        .iter()
+        .position(|p| p == provider)
+        .unwrap_or(usize::MAX)
+}
+
+/// What keeps the pool from starting runners for the jobs beyond capacity.
+fn blocking_reason(
+    policy: &PoolPolicy,
+    pool: &PoolSnapshot,
+    backoffs: &[Backoff],
+    now: Timestamp,
+    unplaced: u32,
+    room: u32,
+    needed: u32,
+) -> WaitReason {
+    if needed > room {
+        return WaitReason::AtMaxRunners {
+            max_runners: policy.max_runners,
+        };
+    }
+    if unplaced > 0 {
+        let allowed = |provider: &str| {
+            policy.providers.is_empty() || policy.providers.iter().any(|p| p == provider)
+        };
+        let backing_off = backoffs
+            .iter()
+            .filter(|b| b.retry_at > now && allowed(&b.provider))
+            .filter(|b| {
+                pool.offers.iter().any(|o| o.provider == b.provider) || pool.offers.is_empty()
+            })
+            .min_by_key(|b| b.retry_at);
+        if let Some(backoff) = backing_off {
+            return WaitReason::ProviderBackoff {
+                provider: backoff.provider.clone(),
+                last_error: backoff.last_error.clone(),
+                retry_at: backoff.retry_at,
+            };
+        }
+    }
+    WaitReason::NoProviderCapacity
+}
+
+/// Jittered exponential back-off after `consecutive_failures` failed
+/// creates: 5 s doubling to at most 10 min, scaled by `jitter` in [0.5, 1].
+pub fn backoff_delay(consecutive_failures: u32, jitter: f64) -> Duration {
+    let base = Duration::from_secs(5)
+        .saturating_mul(1u32 << consecutive_failures.saturating_sub(1).min(7));
+    base.min(Duration::from_secs(600))
+        .mul_f64(jitter.clamp(0.5, 1.0))
+}
