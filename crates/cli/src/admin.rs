@@ -166,6 +166,9 @@ pub struct JobsArgs {
     /// At most this many, newest first.
     #[arg(long, default_value_t = 50)]
     limit: u32,
+    /// Add why each queued job is waiting (and why unroutable ones were refused).
+    #[arg(long)]
+    explain: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -244,12 +247,39 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
     if let Some(pool) = args.pool {
         query.push(("pool", pool));
     }
+    if args.explain {
+        query.push(("explain", "true".to_owned()));
+    }
     let page: JobPageDto = get(&args.connection, "/api/v1/jobs", &query).await?;
+    let why = |job: &runway_server::api::JobDto| match &job.waiting {
+        None => "-".to_owned(),
+        Some(waiting) => {
+            let code = waiting["code"].as_str().unwrap_or("?");
+            let details: Vec<String> = waiting["details"]
+                .as_object()
+                .map(|d| {
+                    d.iter()
+                        .map(|(k, v)| {
+                            format!(
+                                "{k}={}",
+                                v.as_str().map(str::to_owned).unwrap_or(v.to_string())
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            if details.is_empty() {
+                code.to_owned()
+            } else {
+                format!("{code} ({})", details.join(", "))
+            }
+        }
+    };
     let rows = page
         .jobs
         .iter()
         .map(|job| {
-            vec![
+            let mut row = vec![
                 job.id.to_string(),
                 job.source.clone(),
                 job.external_id.clone(),
@@ -260,27 +290,29 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
                 job.attempts.to_string(),
                 job.created_at.clone(),
                 or_dash(job.conclusion.as_ref().or(job.reason.as_ref())),
-            ]
+            ];
+            if args.explain {
+                row.push(why(job));
+            }
+            row
         })
         .collect();
-    print!(
-        "{}",
-        table(
-            &[
-                "ID",
-                "SOURCE",
-                "EXTERNAL",
-                "POOL",
-                "STATE",
-                "LABELS",
-                "RUNNER",
-                "ATTEMPTS",
-                "CREATED",
-                "RESULT/REASON"
-            ],
-            rows
-        )
-    );
+    let mut header = vec![
+        "ID",
+        "SOURCE",
+        "EXTERNAL",
+        "POOL",
+        "STATE",
+        "LABELS",
+        "RUNNER",
+        "ATTEMPTS",
+        "CREATED",
+        "RESULT/REASON",
+    ];
+    if args.explain {
+        header.push("WHY");
+    }
+    print!("{}", table(&header, rows));
     if page.next_cursor.is_some() {
         println!("(more jobs: raise --limit or filter by --state / --pool)");
     }

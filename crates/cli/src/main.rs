@@ -203,13 +203,7 @@ fn eval_worker_config(args: EvalArgs) -> anyhow::Result<()> {
 async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
     // Configuration first: a bad file must not create or touch a database.
     let mut config = args.load()?;
-    if args.config.is_none() && config.server.admin_tokens.is_empty() {
-        let token = admin_token_file()?;
-        config
-            .server
-            .admin_tokens
-            .push(runway_server::config::Secret::literal(&token));
-    }
+    let generate_admin_token = args.config.is_none() && config.server.admin_tokens.is_empty();
     let listen = config.server.listen;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -217,7 +211,16 @@ async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
     let address = listener
         .local_addr()
         .context("cannot read the listening address")?;
-    let service = Service::open(config).await?;
+    let store = Service::open_store(&config).await?;
+    // Only once the store is open: a failed start leaves no token file behind.
+    if generate_admin_token {
+        let token = admin_token_file()?;
+        config
+            .server
+            .admin_tokens
+            .push(runway_server::config::Secret::literal(&token));
+    }
+    let service = Service::new(config, store);
     service
         .install_worker_configs()
         .await

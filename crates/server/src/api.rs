@@ -61,6 +61,9 @@ pub struct JobDto {
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
     pub details: serde_json::Value,
+    /// Why a queued job waits (or why it was never routed): `{code, details}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<serde_json::Value>,
 }
 
 impl From<&Job> for JobDto {
@@ -83,6 +86,7 @@ impl From<&Job> for JobDto {
             started_at: job.started_at.map(rfc3339),
             finished_at: job.finished_at.map(rfc3339),
             details: serde_json::from_str(&job.payload).unwrap_or(serde_json::Value::Null),
+            waiting: None,
         }
     }
 }
@@ -100,6 +104,8 @@ struct JobQuery {
     pool: Option<String>,
     limit: Option<String>,
     cursor: Option<String>,
+    /// `true`: add each job's wait reason.
+    explain: Option<String>,
 }
 
 async fn list_jobs(
@@ -158,8 +164,35 @@ async fn list_jobs(
     } else {
         None
     };
+    let mut dtos: Vec<JobDto> = jobs.iter().map(JobDto::from).collect();
+    if query.explain.as_deref() == Some("true") {
+        // One planner run per pool, not per job.
+        let mut reasons = std::collections::BTreeMap::new();
+        for pool in &service.config.pools {
+            if jobs
+                .iter()
+                .any(|j| j.state == JobState::Queued && j.pool.as_ref() == Some(&pool.name))
+            {
+                let waiting = crate::explain::waiting_in_pool(&service, pool)
+                    .await
+                    .map_err(|e| store_error(&service, "explain", e))?;
+                for (id, reason) in waiting {
+                    reasons.insert(id, crate::explain::reason_json(&reason, Some(pool)));
+                }
+            }
+        }
+        for (dto, job) in dtos.iter_mut().zip(&jobs) {
+            dto.waiting = match job.state {
+                JobState::Queued => reasons.get(&job.id).cloned(),
+                JobState::Unroutable => Some(
+                    serde_json::json!({"code": "unroutable", "details": {"reason": job.reason}}),
+                ),
+                _ => None,
+            };
+        }
+    }
     Ok(Json(JobPageDto {
-        jobs: jobs.iter().map(JobDto::from).collect(),
+        jobs: dtos,
         next_cursor,
     }))
 }
@@ -178,7 +211,11 @@ async fn get_job(
         .await
         .map_err(|e| store_error(&service, "get_job", e))?
         .ok_or_else(|| ApiError::not_found(format!("no job {id}")))?;
-    Ok(Json(JobDto::from(&job)))
+    let mut dto = JobDto::from(&job);
+    dto.waiting = crate::explain::explain_job(&service, &job)
+        .await
+        .map_err(|e| store_error(&service, "explain", e))?;
+    Ok(Json(dto))
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]

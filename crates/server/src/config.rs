@@ -102,6 +102,36 @@ pub struct PoolConfig {
     pub labels: Vec<String>,
     pub min_idle: u32,
     pub max_runners: u32,
+    /// Runners wanted per queued job (1.0: one each; 0.5: one per two).
+    pub scaling_ratio: f64,
+    /// An idle runner beyond demand is removed only after idling this long.
+    pub idle_grace: Duration,
+    /// A runner not ready this long after it was requested is failed and replaced.
+    pub boot_timeout: Duration,
+    /// Providers this pool may use, in preference order (empty: any).
+    pub providers: Vec<String>,
+    /// One job per runner.
+    pub ephemeral: bool,
+}
+
+impl Default for PoolConfig {
+    fn default() -> PoolConfig {
+        PoolConfig {
+            name: "default".to_owned(),
+            labels: vec![
+                "self-hosted".to_owned(),
+                "linux".to_owned(),
+                "x64".to_owned(),
+            ],
+            min_idle: 0,
+            max_runners: 10,
+            scaling_ratio: 1.0,
+            idle_grace: Duration::from_secs(300),
+            boot_timeout: Duration::from_secs(600),
+            providers: Vec::new(),
+            ephemeral: true,
+        }
+    }
 }
 
 /// What went wrong with a configuration, always naming the file and, where
@@ -144,16 +174,7 @@ impl Default for Config {
             providers: Vec::new(),
             worker_configs: Vec::new(),
             worker_config_sources: Vec::new(),
-            pools: vec![PoolConfig {
-                name: "default".to_owned(),
-                labels: vec![
-                    "self-hosted".to_owned(),
-                    "linux".to_owned(),
-                    "x64".to_owned(),
-                ],
-                min_idle: 0,
-                max_runners: 10,
-            }],
+            pools: vec![PoolConfig::default()],
         }
     }
 }
@@ -345,6 +366,28 @@ impl Config {
             if let Some(label) = pool.labels.iter().find(|l| l.trim().is_empty()) {
                 return Err((key("labels"), format!("empty label {label:?}")));
             }
+            if !(pool.scaling_ratio.is_finite()
+                && pool.scaling_ratio > 0.0
+                && pool.scaling_ratio <= 100.0)
+            {
+                return Err((
+                    key("scaling_ratio"),
+                    format!(
+                        "{} is not a number above 0 and at most 100",
+                        pool.scaling_ratio
+                    ),
+                ));
+            }
+            if let Some(unknown) = pool
+                .providers
+                .iter()
+                .find(|name| !self.providers.iter().any(|p| &&p.name == name))
+            {
+                return Err((
+                    key("providers"),
+                    format!("{unknown:?} is not a declared provider ([providers.NAME])"),
+                ));
+            }
             if pool.max_runners < pool.min_idle {
                 return Err((
                     key("max_runners"),
@@ -425,6 +468,11 @@ impl Config {
                         labels: p.labels.clone(),
                         min_idle: Some(p.min_idle),
                         max_runners: Some(p.max_runners),
+                        scaling_ratio: Some(p.scaling_ratio),
+                        idle_grace: Some(format_duration(p.idle_grace)),
+                        boot_timeout: Some(format_duration(p.boot_timeout)),
+                        providers: Some(p.providers.clone()),
+                        ephemeral: Some(p.ephemeral),
                     })
                     .collect(),
             ),
@@ -613,6 +661,11 @@ struct RawPool {
     labels: Vec<String>,
     min_idle: Option<u32>,
     max_runners: Option<u32>,
+    scaling_ratio: Option<f64>,
+    idle_grace: Option<String>,
+    boot_timeout: Option<String>,
+    providers: Option<Vec<String>>,
+    ephemeral: Option<bool>,
 }
 
 impl RawConfig {
@@ -637,13 +690,28 @@ impl RawConfig {
             None => defaults.pools,
             Some(pools) => pools
                 .into_iter()
-                .map(|p| PoolConfig {
-                    name: p.name,
-                    labels: p.labels,
-                    min_idle: p.min_idle.unwrap_or(0),
-                    max_runners: p.max_runners.unwrap_or(10),
+                .enumerate()
+                .map(|(i, p)| {
+                    let base = PoolConfig::default();
+                    let key = |field: &str| format!("pools[{i}].{field}");
+                    let duration =
+                        |field: &str, written: Option<String>, default: Duration| match written {
+                            None => Ok(default),
+                            Some(text) => parse_duration(&text).map_err(|m| (key(field), m)),
+                        };
+                    Ok(PoolConfig {
+                        idle_grace: duration("idle_grace", p.idle_grace, base.idle_grace)?,
+                        boot_timeout: duration("boot_timeout", p.boot_timeout, base.boot_timeout)?,
+                        name: p.name,
+                        labels: p.labels,
+                        min_idle: p.min_idle.unwrap_or(base.min_idle),
+                        max_runners: p.max_runners.unwrap_or(base.max_runners),
+                        scaling_ratio: p.scaling_ratio.unwrap_or(base.scaling_ratio),
+                        providers: p.providers.unwrap_or_default(),
+                        ephemeral: p.ephemeral.unwrap_or(base.ephemeral),
+                    })
                 })
-                .collect(),
+                .collect::<Result<Vec<_>, (String, String)>>()?,
         };
         let secrets = |key: &str,
                        written: Option<Vec<String>>|
@@ -884,6 +952,11 @@ mod tests {
                 labels = ["self-hosted", "linux", "x64"]
                 min_idle = 0
                 max_runners = 10
+                scaling_ratio = 1.0
+                idle_grace = "300s"
+                boot_timeout = "600s"
+                providers = []
+                ephemeral = true
             "#]],
         );
     }
@@ -969,6 +1042,11 @@ mod tests {
                 labels = ["self-hosted"]
                 min_idle = 0
                 max_runners = 10
+                scaling_ratio = 1.0
+                idle_grace = "300s"
+                boot_timeout = "600s"
+                providers = []
+                ephemeral = true
             "#]],
         );
         let config = Config::parse(

@@ -36,12 +36,17 @@ pub fn now() -> Timestamp {
 impl Service {
     /// Opens the configured store (applying migrations) and builds the root.
     pub async fn open(config: Config) -> Result<Service, StoreError> {
+        let store = Service::open_store(&config).await?;
+        Ok(Service::new(config, store))
+    }
+
+    /// Opens the store `config` names, applying migrations.
+    pub async fn open_store(config: &Config) -> Result<Arc<dyn Store>, StoreError> {
         let options = OpenOptions {
             max_connections: config.server.database_max_connections,
             ..OpenOptions::default()
         };
-        let store = runway_store::open(config.server.database.expose(), &options).await?;
-        Ok(Service::new(config, store))
+        runway_store::open(config.server.database.expose(), &options).await
     }
 
     pub fn new(config: Config, store: Arc<dyn Store>) -> Service {

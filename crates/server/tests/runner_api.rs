@@ -40,6 +40,7 @@ impl Harness {
             labels: vec!["self-hosted".into(), "linux".into(), "gpu".into()],
             min_idle: 0,
             max_runners: 10,
+            ..PoolConfig::default()
         }];
         Harness {
             service: Arc::new(Service::new(config, Arc::new(store))),
@@ -584,5 +585,82 @@ async fn runner_reports_are_validated_and_stored() {
     assert!(
         metrics.contains("runway_runner_reports_rejected_total{reason=\"too_large\"} 1"),
         "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn waiting_jobs_say_why() {
+    let harness = Harness::new().await;
+    let first = harness.submit(&["linux"], None).await;
+    let (status, job) = harness
+        .call("GET", &format!("/api/v1/jobs/{first}"), READER, None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(job["waiting"]["code"], "no_provider_capacity", "{job}");
+    assert!(job["waiting"]["details"]["hint"]
+        .as_str()
+        .unwrap()
+        .contains("runway agent"));
+
+    let token = harness.runner("idle-one", &["linux"]).await;
+    let (_, job) = harness
+        .call("GET", &format!("/api/v1/jobs/{first}"), READER, None)
+        .await;
+    assert_eq!(job["waiting"]["code"], "runner_idle", "{job}");
+
+    // The pool is capped at 10 runners: fill it with busy ones.
+    harness
+        .call("POST", "/api/v1/jobs/request", &token, None)
+        .await;
+    harness
+        .call(
+            "POST",
+            &format!("/api/v1/jobs/{first}/provisioning"),
+            &token,
+            Some(json!({"status": "accepted"})),
+        )
+        .await;
+    for i in 0..9 {
+        let runner = harness.runner(&format!("busy-{i}"), &["linux"]).await;
+        let id = harness.submit(&["linux"], None).await;
+        let (_, claimed) = harness
+            .call("POST", "/api/v1/jobs/request", &runner, None)
+            .await;
+        assert_eq!(claimed["id"].as_i64(), Some(id));
+        harness
+            .call(
+                "POST",
+                &format!("/api/v1/jobs/{id}/provisioning"),
+                &runner,
+                Some(json!({"status": "accepted"})),
+            )
+            .await;
+    }
+    let waiting = harness.submit(&["linux"], None).await;
+    let (_, job) = harness
+        .call("GET", &format!("/api/v1/jobs/{waiting}"), READER, None)
+        .await;
+    assert_eq!(
+        job["waiting"],
+        json!({"code": "at_max_runners", "details": {"max_runners": 10}})
+    );
+    let (_, page) = harness
+        .call(
+            "GET",
+            "/api/v1/jobs?state=queued&explain=true",
+            READER,
+            None,
+        )
+        .await;
+    assert_eq!(
+        page["jobs"][0]["waiting"]["code"], "at_max_runners",
+        "{page}"
+    );
+    let (_, running) = harness
+        .call("GET", &format!("/api/v1/jobs/{first}"), READER, None)
+        .await;
+    assert!(
+        running.get("waiting").is_none(),
+        "a running job does not wait: {running}"
     );
 }

@@ -29,12 +29,14 @@ fn config() -> Config {
                 labels: vec!["self-hosted".into(), "linux".into(), "small".into()],
                 min_idle: 0,
                 max_runners: 10,
+                ..PoolConfig::default()
             },
             PoolConfig {
                 name: "large".into(),
                 labels: vec!["self-hosted".into(), "linux".into(), "large".into()],
                 min_idle: 0,
                 max_runners: 10,
+                ..PoolConfig::default()
             },
         ],
         github: GithubConfig {

@@ -31,6 +31,7 @@ fn pool(name: &str, labels: &[&str]) -> PoolConfig {
         labels: labels.iter().map(|l| (*l).to_owned()).collect(),
         min_idle: 0,
         max_runners: 10,
+        ..PoolConfig::default()
     }
 }
 
