@@ -1,0 +1,138 @@
+//! Providers (DESIGN §6): each knows how to create, list and delete
+//! instances on one backend, and what capacity it can offer; none knows
+//! anything of demand. The reconciler decides; a provider only does.
+//!
+//! Every provider passes one conformance suite (`tests/conformance.rs`):
+//! creates are idempotent by instance name, deletes are idempotent and
+//! tolerate an instance that never finished being created, and offers never
+//! exceed the quota left.
+
+pub mod sim;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use runway_core::planner::Offer;
+use runway_core::Timestamp;
+
+/// The provider's own identifier of an instance.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct InstanceId(pub String);
+
+impl fmt::Display for InstanceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a new runner needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateRequest {
+    /// Deterministic and unique: a retried create finds the first attempt.
+    pub name: String,
+    pub pool: String,
+    pub labels: Vec<String>,
+    /// Environment the runner boots with (`RUNWAY_URL`, a one-time
+    /// registration token, …). Secret: never logged.
+    pub bootstrap: BTreeMap<String, String>,
+    /// The launch configuration the pool's worker configuration evaluated to.
+    pub launch_config: serde_json::Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceState {
+    /// Created, not yet able to run a job.
+    Pending,
+    Running,
+    /// Stopped or failed; it will not run a job.
+    Stopped,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    pub id: InstanceId,
+    pub name: String,
+    pub state: InstanceState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    #[error("provider {provider} has no quota left ({limit} instances)")]
+    Quota { provider: String, limit: u32 },
+    #[error("provider {provider}: {message}")]
+    Transient { provider: String, message: String },
+    #[error("provider {provider}: {message}")]
+    Permanent { provider: String, message: String },
+}
+
+impl ProviderError {
+    /// Whether the same call may succeed later (quota frees up, a network
+    /// blip passes); a permanent error needs a configuration change.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, ProviderError::Permanent { .. })
+    }
+}
+
+#[async_trait]
+pub trait Provider: Send + Sync {
+    fn name(&self) -> &str;
+
+    /// Starts an instance named `request.name`, or returns the one already
+    /// started under that name.
+    async fn create(&self, request: &CreateRequest) -> Result<Instance, ProviderError>;
+
+    /// Deletes an instance. Deleting one that does not exist is not an error.
+    async fn delete(&self, id: &InstanceId) -> Result<(), ProviderError>;
+
+    /// Every instance this provider manages for this installation.
+    async fn list(&self) -> Result<Vec<Instance>, ProviderError>;
+
+    /// Offers for up to `capacity` new runners of `pool`.
+    fn bid(&self, pool: &str, capacity: u32) -> Vec<Offer>;
+}
+
+/// Where providers read the time: the wall clock under `runway serve`, a
+/// hand-driven one in tests and in the simulator.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> Timestamp;
+}
+
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        Timestamp::from_millis(i64::try_from(millis).unwrap_or(i64::MAX))
+    }
+}
+
+/// A clock that moves only when told to.
+#[derive(Default)]
+pub struct ManualClock {
+    millis: AtomicI64,
+}
+
+impl ManualClock {
+    pub fn new(start: Timestamp) -> ManualClock {
+        ManualClock {
+            millis: AtomicI64::new(start.as_millis()),
+        }
+    }
+
+    pub fn advance(&self, by: Duration) {
+        let by = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.millis.fetch_add(by, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_millis(self.millis.load(Ordering::SeqCst))
+    }
+}

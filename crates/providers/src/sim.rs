@@ -1,0 +1,202 @@
+//! The `sim` provider: a deterministic cloud. Instances become ready after a
+//! boot time (fixed, or uniform in a range), creates fail with a given
+//! probability, there is a quota and a price. Seeded, and driven by a
+//! [`Clock`], so tests and `runway sim` replay exactly.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use runway_core::planner::Offer;
+use runway_core::Timestamp;
+
+use crate::{Clock, CreateRequest, Instance, InstanceId, InstanceState, Provider, ProviderError};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum BootTime {
+    Fixed(Duration),
+    /// Uniform between the two bounds.
+    Uniform(Duration, Duration),
+}
+
+impl BootTime {
+    fn mean(&self) -> Duration {
+        match self {
+            BootTime::Fixed(duration) => *duration,
+            BootTime::Uniform(low, high) => (*low + *high) / 2,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimConfig {
+    pub name: String,
+    pub boot_time: BootTime,
+    /// Probability in [0, 1] that a create fails.
+    pub fail_rate: f64,
+    pub price_per_hour: f64,
+    pub max_instances: u32,
+    pub seed: u64,
+}
+
+impl Default for SimConfig {
+    fn default() -> SimConfig {
+        SimConfig {
+            name: "sim".to_owned(),
+            // The LXD install time the reactive-scheduling spec measured.
+            boot_time: BootTime::Uniform(Duration::from_secs(120), Duration::from_secs(180)),
+            fail_rate: 0.0,
+            price_per_hour: 0.10,
+            max_instances: 100,
+            seed: 0,
+        }
+    }
+}
+
+struct SimInstance {
+    id: InstanceId,
+    ready_at: Timestamp,
+}
+
+struct State {
+    instances: BTreeMap<String, SimInstance>,
+    rng: StdRng,
+    next_id: u64,
+}
+
+pub struct SimProvider {
+    config: SimConfig,
+    clock: Arc<dyn Clock>,
+    state: Mutex<State>,
+}
+
+impl SimProvider {
+    pub fn new(config: SimConfig, clock: Arc<dyn Clock>) -> SimProvider {
+        let rng = StdRng::seed_from_u64(config.seed);
+        SimProvider {
+            config,
+            clock,
+            state: Mutex::new(State {
+                instances: BTreeMap::new(),
+                rng,
+                next_id: 1,
+            }),
+        }
+    }
+
+    fn state(&self) -> Result<std::sync::MutexGuard<'_, State>, ProviderError> {
+        self.state.lock().map_err(|_| ProviderError::Transient {
+            provider: self.config.name.clone(),
+            message: "internal state poisoned".to_owned(),
+        })
+    }
+}
+
+#[async_trait]
+impl Provider for SimProvider {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    async fn create(&self, request: &CreateRequest) -> Result<Instance, ProviderError> {
+        let now = self.clock.now();
+        let mut state = self.state()?;
+        if let Some(existing) = state.instances.get(&request.name) {
+            let ready = existing.ready_at <= now;
+            return Ok(Instance {
+                id: existing.id.clone(),
+                name: request.name.clone(),
+                state: if ready {
+                    InstanceState::Running
+                } else {
+                    InstanceState::Pending
+                },
+            });
+        }
+        if state.instances.len() as u32 >= self.config.max_instances {
+            return Err(ProviderError::Quota {
+                provider: self.config.name.clone(),
+                limit: self.config.max_instances,
+            });
+        }
+        if state.rng.gen_bool(self.config.fail_rate.clamp(0.0, 1.0)) {
+            return Err(ProviderError::Transient {
+                provider: self.config.name.clone(),
+                message: "simulated create failure".to_owned(),
+            });
+        }
+        let boot = match self.config.boot_time {
+            BootTime::Fixed(duration) => duration,
+            BootTime::Uniform(low, high) if high > low => {
+                let millis = state.rng.gen_range(low.as_millis()..=high.as_millis());
+                Duration::from_millis(u64::try_from(millis).unwrap_or(u64::MAX))
+            }
+            BootTime::Uniform(low, _) => low,
+        };
+        let id = InstanceId(format!("{}-{:06}", self.config.name, state.next_id));
+        state.next_id += 1;
+        state.instances.insert(
+            request.name.clone(),
+            SimInstance {
+                id: id.clone(),
+                ready_at: now.plus(boot),
+            },
+        );
+        Ok(Instance {
+            id,
+            name: request.name.clone(),
+            state: if boot.is_zero() {
+                InstanceState::Running
+            } else {
+                InstanceState::Pending
+            },
+        })
+    }
+
+    async fn delete(&self, id: &InstanceId) -> Result<(), ProviderError> {
+        self.state()?
+            .instances
+            .retain(|_, instance| &instance.id != id);
+        Ok(())
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
+        let now = self.clock.now();
+        Ok(self
+            .state()?
+            .instances
+            .iter()
+            .map(|(name, instance)| Instance {
+                id: instance.id.clone(),
+                name: name.clone(),
+                state: if instance.ready_at <= now {
+                    InstanceState::Running
+                } else {
+                    InstanceState::Pending
+                },
+            })
+            .collect())
+    }
+
+    fn bid(&self, _pool: &str, capacity: u32) -> Vec<Offer> {
+        let used = self
+            .state
+            .lock()
+            .map(|s| s.instances.len() as u32)
+            .unwrap_or(u32::MAX);
+        let left = self.config.max_instances.saturating_sub(used).min(capacity);
+        if left == 0 {
+            return Vec::new();
+        }
+        vec![Offer {
+            provider: self.config.name.clone(),
+            capacity: left,
+            price_per_hour: self.config.price_per_hour,
+            boot_time: self.config.boot_time.mean(),
+            reliability: (1.0 - self.config.fail_rate).clamp(0.01, 1.0),
+        }]
+    }
+}
