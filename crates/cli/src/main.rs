@@ -211,6 +211,11 @@ async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
     let address = listener
         .local_addr()
         .context("cannot read the listening address")?;
+    let providers = runway_server::reconciler::build_providers(
+        &config.providers,
+        Arc::new(runway_providers::SystemClock),
+    )
+    .map_err(anyhow::Error::msg)?;
     let store = Service::open_store(&config).await?;
     // Only once the store is open: a failed start leaves no token file behind.
     if generate_admin_token {
@@ -243,6 +248,20 @@ async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
         service.clone(),
         stopped.clone(),
     ));
+    let reconciler = if providers.is_empty() {
+        None
+    } else {
+        let reconciler = Arc::new(runway_server::reconciler::Reconciler::new(
+            service.clone(),
+            providers,
+        ));
+        let interval = service.config.scaling_interval;
+        Some(tokio::spawn(runway_server::reconciler::run(
+            reconciler,
+            interval,
+            stopped.clone(),
+        )))
+    };
     tokio::spawn(async move {
         shutdown_signal().await;
         let _ = stop.send(true);
@@ -254,6 +273,9 @@ async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
     .await
     .context("HTTP server failed")?;
     let _ = sweeper.await;
+    if let Some(reconciler) = reconciler {
+        let _ = reconciler.await;
+    }
     tracing::info!("runway stopped");
     Ok(())
 }

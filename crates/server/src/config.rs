@@ -29,6 +29,8 @@ pub struct Config {
     pub github: GithubConfig,
     pub routing: RoutingConfig,
     pub runner_api: RunnerApiConfig,
+    /// How often the reconciler runs (it also runs when a job arrives).
+    pub scaling_interval: Duration,
     pub pools: Vec<PoolConfig>,
     /// Providers by name, in name order.
     pub providers: Vec<ProviderConfig>,
@@ -47,6 +49,31 @@ pub struct ProviderConfig {
     pub kind: String,
     pub conditions: Vec<String>,
     pub required_keys: Vec<String>,
+    /// Most instances at once through this provider.
+    pub max_instances: u32,
+    pub price_per_hour: f64,
+    /// `sim`: boot time, uniform between the two (equal for a fixed time).
+    pub boot_seconds: (f64, f64),
+    /// `sim`: probability that a create fails.
+    pub fail_rate: f64,
+    /// `sim`: seed of its randomness.
+    pub seed: u64,
+}
+
+impl Default for ProviderConfig {
+    fn default() -> ProviderConfig {
+        ProviderConfig {
+            name: "sim".to_owned(),
+            kind: "sim".to_owned(),
+            conditions: Vec::new(),
+            required_keys: Vec::new(),
+            max_instances: 100,
+            price_per_hour: 0.10,
+            boot_seconds: (120.0, 180.0),
+            fail_rate: 0.0,
+            seed: 0,
+        }
+    }
 }
 
 pub const PROVIDER_KINDS: [&str; 3] = ["sim", "process", "exec"];
@@ -171,6 +198,7 @@ impl Default for Config {
                 max_body_bytes: 25 * 1024 * 1024,
             },
             routing: RoutingConfig { default_pool: None },
+            scaling_interval: Duration::from_secs(10),
             providers: Vec::new(),
             worker_configs: Vec::new(),
             worker_config_sources: Vec::new(),
@@ -428,6 +456,9 @@ impl Config {
                 poll_timeout: Some(format_duration(self.runner_api.poll_timeout)),
                 lease: Some(format_duration(self.runner_api.lease)),
             },
+            scaling: RawScaling {
+                interval: Some(format_duration(self.scaling_interval)),
+            },
             queue: RawQueue {
                 max_attempts: Some(self.queue.max_attempts),
             },
@@ -453,6 +484,14 @@ impl Config {
                             kind: p.kind.clone(),
                             conditions: p.conditions.clone(),
                             required_keys: p.required_keys.clone(),
+                            max_instances: Some(p.max_instances),
+                            price_per_hour: Some(p.price_per_hour),
+                            boot_seconds: Some(toml::Value::Array(vec![
+                                toml::Value::Float(p.boot_seconds.0),
+                                toml::Value::Float(p.boot_seconds.1),
+                            ])),
+                            fail_rate: Some(p.fail_rate),
+                            seed: Some(p.seed),
                         };
                         (p.name.clone(), raw)
                     })
@@ -598,6 +637,8 @@ struct RawConfig {
     routing: RawRouting,
     #[serde(default)]
     runner_api: RawRunnerApi,
+    #[serde(default)]
+    scaling: RawScaling,
     #[serde(skip_serializing_if = "Option::is_none")]
     pools: Option<Vec<RawPool>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -614,6 +655,17 @@ struct RawProvider {
     conditions: Vec<String>,
     #[serde(default)]
     required_keys: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_instances: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    price_per_hour: Option<f64>,
+    /// A number, or `[min, max]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    boot_seconds: Option<toml::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fail_rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -624,6 +676,12 @@ struct RawServer {
     database_max_connections: Option<u32>,
     admin_tokens: Option<Vec<String>>,
     read_tokens: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawScaling {
+    interval: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -745,13 +803,52 @@ impl RawConfig {
             .providers
             .unwrap_or_default()
             .into_iter()
-            .map(|(name, p)| ProviderConfig {
-                name,
-                kind: p.kind,
-                conditions: p.conditions,
-                required_keys: p.required_keys,
+            .map(|(name, p)| {
+                let base = ProviderConfig::default();
+                let key = |field: &str| format!("[providers.{name}] {field}");
+                let boot_seconds = match &p.boot_seconds {
+                    None => base.boot_seconds,
+                    Some(value) => {
+                        let number = |v: &toml::Value| {
+                            v.as_float().or_else(|| v.as_integer().map(|i| i as f64))
+                        };
+                        let pair = match value {
+                            toml::Value::Array(items) if items.len() == 2 => {
+                                number(&items[0]).zip(number(&items[1]))
+                            }
+                            other => number(other).map(|n| (n, n)),
+                        };
+                        match pair {
+                            Some((low, high)) if low >= 0.0 && high >= low => (low, high),
+                            _ => {
+                                return Err((
+                                    key("boot_seconds"),
+                                    "must be a number of seconds or [min, max]".to_owned(),
+                                ))
+                            }
+                        }
+                    }
+                };
+                let fail_rate = p.fail_rate.unwrap_or(base.fail_rate);
+                if !(0.0..=1.0).contains(&fail_rate) {
+                    return Err((
+                        key("fail_rate"),
+                        format!("{fail_rate} is not between 0 and 1"),
+                    ));
+                }
+                Ok(ProviderConfig {
+                    kind: p.kind,
+                    conditions: p.conditions,
+                    required_keys: p.required_keys,
+                    max_instances: p.max_instances.unwrap_or(base.max_instances),
+                    price_per_hour: p.price_per_hour.unwrap_or(base.price_per_hour),
+                    boot_seconds,
+                    fail_rate,
+                    seed: p.seed.unwrap_or(base.seed),
+                    name,
+                })
             })
-            .collect();
+            .collect::<Result<Vec<_>, (String, String)>>()?;
         let worker_config_sources = self.worker_configs.unwrap_or_default();
         let worker_configs = worker_config_sources
             .iter()
@@ -762,7 +859,13 @@ impl RawConfig {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let webhook_secrets = secrets("[github] webhook_secrets", self.github.webhook_secrets)?;
+        let scaling_interval = duration(
+            "[scaling] interval",
+            self.scaling.interval,
+            defaults.scaling_interval,
+        )?;
         Ok(Config {
+            scaling_interval,
             runner_api,
             providers,
             worker_configs,
@@ -947,6 +1050,9 @@ mod tests {
                 poll_timeout = "30s"
                 lease = "120s"
 
+                [scaling]
+                interval = "10s"
+
                 [[pools]]
                 name = "default"
                 labels = ["self-hosted", "linux", "x64"]
@@ -1036,6 +1142,9 @@ mod tests {
                 [runner_api]
                 poll_timeout = "30s"
                 lease = "120s"
+
+                [scaling]
+                interval = "10s"
 
                 [[pools]]
                 name = "p"

@@ -12,6 +12,7 @@ pub mod github;
 pub mod http;
 pub mod intake;
 pub mod metrics;
+pub mod reconciler;
 pub mod runner_api;
 pub mod runner_reports;
 pub mod service;

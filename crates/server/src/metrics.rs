@@ -4,6 +4,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
@@ -40,6 +41,36 @@ pub struct PhaseLabel {
     pub phase: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolProviderLabels {
+    pub pool: String,
+    pub provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolResultLabels {
+    pub pool: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolStateLabels {
+    pub pool: String,
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolReasonLabels {
+    pub pool: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderOperationLabels {
+    pub provider: String,
+    pub operation: String,
+}
+
 type HistogramFamily = Family<PoolLabel, Histogram, fn() -> Histogram>;
 
 /// Job run durations: 30 s … 6000 s, as the GitHub-runner metrics spec asks.
@@ -70,6 +101,12 @@ pub struct Metrics {
     pub runner_reports_rejected: Family<ReasonLabel, Counter>,
     pub runner_reports: Family<PhaseLabel, Counter>,
     pub runner_idle_duration: HistogramFamily,
+    pub runners_created: Family<PoolProviderLabels, Counter>,
+    pub runner_delete_requests: Family<PoolResultLabels, Counter>,
+    pub runners: Family<PoolStateLabels, Gauge>,
+    pub jobs_waiting: Family<PoolReasonLabels, Gauge>,
+    pub provider_errors: Family<ProviderOperationLabels, Counter>,
+    pub reconcile_duration: Histogram,
 }
 
 impl Default for Metrics {
@@ -159,7 +196,47 @@ impl Metrics {
             Unit::Seconds,
             runner_idle_duration.clone(),
         );
+        let runners_created = Family::<PoolProviderLabels, Counter>::default();
+        registry.register(
+            "runners_created",
+            "Runners created, by pool and provider",
+            runners_created.clone(),
+        );
+        let runner_delete_requests = Family::<PoolResultLabels, Counter>::default();
+        registry.register(
+            "runner_delete_requests",
+            "Scale-down delete requests by result (ok, refused_busy, error)",
+            runner_delete_requests.clone(),
+        );
+        let runners = Family::<PoolStateLabels, Gauge>::default();
+        registry.register("runners", "Live runners by pool and state", runners.clone());
+        let jobs_waiting = Family::<PoolReasonLabels, Gauge>::default();
+        registry.register(
+            "jobs_waiting",
+            "Queued jobs by pool and the reason they wait",
+            jobs_waiting.clone(),
+        );
+        let provider_errors = Family::<ProviderOperationLabels, Counter>::default();
+        registry.register(
+            "provider_errors",
+            "Failed provider calls",
+            provider_errors.clone(),
+        );
+        let reconcile_duration =
+            Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0]);
+        registry.register_with_unit(
+            "reconcile_duration",
+            "How long one reconcile round took",
+            Unit::Seconds,
+            reconcile_duration.clone(),
+        );
         Metrics {
+            runners_created,
+            runner_delete_requests,
+            runners,
+            jobs_waiting,
+            provider_errors,
+            reconcile_duration,
             runner_reports_rejected,
             runner_reports,
             runner_idle_duration,

@@ -22,6 +22,8 @@ pub struct Service {
     pub evaluations: EvaluationCache,
     /// Wakes long-polling runners when a job may have become available.
     pub job_available: tokio::sync::Notify,
+    /// The reconciler's latest plan: its wait reasons answer "why is my job waiting?".
+    pub last_plan: std::sync::Mutex<Option<runway_core::planner::Plan>>,
 }
 
 /// The wall clock, read only at the edges and passed inward as data.
@@ -56,6 +58,7 @@ impl Service {
             metrics: Metrics::new(),
             evaluations: EvaluationCache::default(),
             job_available: tokio::sync::Notify::new(),
+            last_plan: std::sync::Mutex::new(None),
         }
     }
 

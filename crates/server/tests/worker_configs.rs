@@ -247,6 +247,7 @@ async fn refusals_say_why() {
         kind: "exec".into(),
         conditions: vec!["availabilityZone".into()],
         required_keys: vec!["ec2.ImageId".into()],
+        ..ProviderConfig::default()
     }])
     .await;
     let (status, _, _) = harness

@@ -1,0 +1,251 @@
+//! The reconciler on a real store with sim providers on a virtual clock.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use runway_core::job::{NewJob, Route};
+use runway_core::planner::Offer;
+use runway_core::{JobSource, RunnerEvent, RunnerState, Timestamp};
+use runway_providers::sim::{BootTime, SimConfig, SimProvider};
+use runway_providers::{
+    Clock, CreateRequest, Instance, InstanceId, ManualClock, Provider, ProviderError,
+};
+use runway_server::config::{Config, PoolConfig};
+use runway_server::reconciler::Reconciler;
+use runway_server::Service;
+use runway_store::{RunnerFilter, SqliteStore};
+
+fn job(id: u32) -> NewJob {
+    NewJob {
+        source: JobSource::Api,
+        external_id: format!("job-{id}"),
+        route: Route::Pool("linux".into()),
+        labels: vec!["linux".into()],
+        payload: "{}".into(),
+        max_attempts: 3,
+    }
+}
+
+async fn service(dir: &tempfile::TempDir, pool: PoolConfig) -> Arc<Service> {
+    let store = SqliteStore::open(&dir.path().join("runway.db").display().to_string())
+        .await
+        .unwrap();
+    let config = Config {
+        pools: vec![pool],
+        ..Config::default()
+    };
+    Arc::new(Service::new(config, Arc::new(store)))
+}
+
+fn linux_pool(min_idle: u32, max_runners: u32) -> PoolConfig {
+    PoolConfig {
+        name: "linux".into(),
+        labels: vec!["linux".into()],
+        min_idle,
+        max_runners,
+        idle_grace: Duration::from_secs(60),
+        ..PoolConfig::default()
+    }
+}
+
+async fn count(service: &Service, state: RunnerState) -> usize {
+    service
+        .store
+        .list_runners(&RunnerFilter {
+            state: Some(state),
+            pool: None,
+        })
+        .await
+        .unwrap()
+        .len()
+}
+
+#[tokio::test]
+async fn scales_up_to_max_marks_ready_and_scales_down_to_min_idle_without_touching_busy_runners() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = service(&dir, linux_pool(1, 5)).await;
+    let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
+    let sim = SimProvider::new(
+        SimConfig {
+            boot_time: BootTime::Fixed(Duration::from_secs(1)),
+            ..SimConfig::default()
+        },
+        clock.clone(),
+    );
+    let providers: BTreeMap<String, Arc<dyn Provider>> =
+        BTreeMap::from([("sim".to_owned(), Arc::new(sim) as Arc<dyn Provider>)]);
+    let reconciler = Reconciler::new(service.clone(), providers);
+    let mut jobs = Vec::new();
+    for i in 0..8 {
+        jobs.push(
+            service
+                .store
+                .enqueue(&job(i), clock.now())
+                .await
+                .unwrap()
+                .job,
+        );
+    }
+    let (report, plan) = reconciler.reconcile_once(clock.now()).await.unwrap();
+    assert_eq!(
+        report.created, 5,
+        "want = 8 + 1 warm, capped at max_runners = 5"
+    );
+    assert_eq!(count(&service, RunnerState::Provisioning).await, 5);
+    assert_eq!(plan.waiting[&jobs[7].id].code(), "at_max_runners");
+    let explained = runway_server::explain::explain_job(&service, &jobs[7])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(explained["code"], "at_max_runners");
+    let (again, _) = reconciler.reconcile_once(clock.now()).await.unwrap();
+    assert_eq!(again.created, 0, "level-triggered: nothing more to do");
+
+    clock.advance(Duration::from_secs(2));
+    let (report, _) = reconciler.reconcile_once(clock.now()).await.unwrap();
+    assert_eq!(report.marked_ready, 5);
+    assert_eq!(count(&service, RunnerState::Idle).await, 5);
+
+    // One runner takes a job; the queue is then emptied.
+    let idle = service
+        .store
+        .list_runners(&RunnerFilter {
+            state: Some(RunnerState::Idle),
+            pool: None,
+        })
+        .await
+        .unwrap();
+    let busy = idle[0].id;
+    service
+        .store
+        .apply_runner_event(
+            busy,
+            &RunnerEvent::JobAssigned { job: jobs[0].id },
+            clock.now(),
+        )
+        .await
+        .unwrap();
+    for job in &jobs {
+        service
+            .store
+            .cancel(job.id, "done elsewhere", clock.now())
+            .await
+            .unwrap();
+    }
+    let (report, _) = reconciler.reconcile_once(clock.now()).await.unwrap();
+    assert_eq!(
+        report.deleted, 0,
+        "idle runners stay through the grace period"
+    );
+    clock.advance(Duration::from_secs(61));
+    let (report, _) = reconciler.reconcile_once(clock.now()).await.unwrap();
+    assert_eq!(
+        (report.deleted, report.delete_refused_busy),
+        (3, 0),
+        "down to min_idle = 1 idle, the busy one untouched"
+    );
+    assert_eq!(count(&service, RunnerState::Idle).await, 1);
+    assert_eq!(count(&service, RunnerState::Busy).await, 1);
+    assert_eq!(count(&service, RunnerState::Terminated).await, 3);
+    let metrics = service.metrics.encode();
+    assert!(
+        metrics.contains("runway_runners_created_total{pool=\"linux\",provider=\"sim\"} 5"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("runway_runner_delete_requests_total{pool=\"linux\",result=\"ok\"} 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("runway_runners{pool=\"linux\",state=\"busy\"} 1"),
+        "{metrics}"
+    );
+}
+
+/// Claims perfect reliability and a low price, and fails every create.
+struct Broken;
+
+#[async_trait]
+impl Provider for Broken {
+    fn name(&self) -> &str {
+        "broken"
+    }
+    async fn create(&self, _: &CreateRequest) -> Result<Instance, ProviderError> {
+        Err(ProviderError::Transient {
+            provider: "broken".into(),
+            message: "API unavailable".into(),
+        })
+    }
+    async fn delete(&self, _: &InstanceId) -> Result<(), ProviderError> {
+        Ok(())
+    }
+    async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
+        Ok(Vec::new())
+    }
+    fn bid(&self, _: &str, capacity: u32) -> Vec<Offer> {
+        vec![Offer {
+            provider: "broken".into(),
+            capacity,
+            price_per_hour: 0.01,
+            boot_time: Duration::from_secs(1),
+            reliability: 1.0,
+        }]
+    }
+}
+
+#[tokio::test]
+async fn a_failing_provider_is_backed_off_and_capacity_comes_from_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = service(&dir, linux_pool(0, 10)).await;
+    let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
+    let steady = SimProvider::new(
+        SimConfig {
+            name: "steady".into(),
+            price_per_hour: 1.0,
+            boot_time: BootTime::Fixed(Duration::from_secs(1)),
+            ..SimConfig::default()
+        },
+        clock.clone(),
+    );
+    let providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::from([
+        ("broken".to_owned(), Arc::new(Broken) as Arc<dyn Provider>),
+        ("steady".to_owned(), Arc::new(steady) as Arc<dyn Provider>),
+    ]);
+    let reconciler = Reconciler::new(service.clone(), providers);
+    let mut jobs = Vec::new();
+    for i in 0..3 {
+        jobs.push(
+            service
+                .store
+                .enqueue(&job(i), clock.now())
+                .await
+                .unwrap()
+                .job,
+        );
+    }
+    let mut rounds = 0;
+    while count(&service, RunnerState::Provisioning).await < 3 {
+        rounds += 1;
+        assert!(
+            rounds <= 3,
+            "capacity came from the second provider within three reconciles"
+        );
+        let (_, plan) = reconciler.reconcile_once(clock.now()).await.unwrap();
+        if rounds == 1 {
+            assert!(plan.actions.iter().any(|a| matches!(a, runway_core::planner::Action::Create { provider, .. } if provider == "broken")));
+        }
+        clock.advance(Duration::from_millis(100));
+    }
+    let failed = count(&service, RunnerState::Failed).await;
+    assert!(
+        failed >= 1,
+        "the broken create was recorded as a failed runner"
+    );
+    let metrics = service.metrics.encode();
+    assert!(
+        metrics.contains("runway_provider_errors_total{provider=\"broken\",operation=\"create\"}"),
+        "{metrics}"
+    );
+}
