@@ -477,7 +477,8 @@ impl Config {
                 default_pool: self.routing.default_pool.clone(),
             },
             providers: (!self.providers.is_empty()).then(|| {
-                self.providers
+                let by_name: BTreeMap<String, RawProvider> = self
+                    .providers
                     .iter()
                     .map(|p| {
                         let raw = RawProvider {
@@ -495,7 +496,8 @@ impl Config {
                         };
                         (p.name.clone(), raw)
                     })
-                    .collect()
+                    .collect();
+                toml::Value::try_from(by_name).unwrap_or(toml::Value::Table(toml::Table::new()))
             }),
             worker_configs: (!self.worker_config_sources.is_empty())
                 .then(|| self.worker_config_sources.clone()),
@@ -642,9 +644,71 @@ struct RawConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pools: Option<Vec<RawPool>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    providers: Option<BTreeMap<String, RawProvider>>,
+    providers: Option<toml::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     worker_configs: Option<Vec<toml::Value>>,
+}
+
+/// `[providers.NAME]` tables, or a `[[providers]]` list with `name` keys.
+enum RawProviders {
+    ByName(BTreeMap<String, RawProvider>),
+    List(Vec<RawNamedProvider>),
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawNamedProvider {
+    name: String,
+    kind: String,
+    #[serde(default)]
+    conditions: Vec<String>,
+    #[serde(default)]
+    required_keys: Vec<String>,
+    max_instances: Option<u32>,
+    price_per_hour: Option<f64>,
+    boot_seconds: Option<toml::Value>,
+    fail_rate: Option<f64>,
+    seed: Option<u64>,
+}
+
+impl RawProviders {
+    fn from_toml(value: toml::Value) -> Result<RawProviders, (String, String)> {
+        let problem = |e: toml::de::Error| ("providers".to_owned(), one_line(e.message()));
+        match value {
+            toml::Value::Array(_) => value.try_into().map(RawProviders::List).map_err(problem),
+            _ => value.try_into().map(RawProviders::ByName).map_err(problem),
+        }
+    }
+
+    fn into_named(self) -> Result<Vec<(String, RawProvider)>, (String, String)> {
+        match self {
+            RawProviders::ByName(map) => Ok(map.into_iter().collect()),
+            RawProviders::List(list) => {
+                let mut seen = BTreeSet::new();
+                let mut named = Vec::new();
+                for (i, entry) in list.into_iter().enumerate() {
+                    if !seen.insert(entry.name.clone()) {
+                        return Err((
+                            format!("providers[{i}].name"),
+                            format!("duplicate provider {:?}", entry.name),
+                        ));
+                    }
+                    let provider = RawProvider {
+                        kind: entry.kind,
+                        conditions: entry.conditions,
+                        required_keys: entry.required_keys,
+                        max_instances: entry.max_instances,
+                        price_per_hour: entry.price_per_hour,
+                        boot_seconds: entry.boot_seconds,
+                        fail_rate: entry.fail_rate,
+                        seed: entry.seed,
+                    };
+                    named.push((entry.name, provider));
+                }
+                Ok(named)
+            }
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -799,56 +863,56 @@ impl RawConfig {
                 defaults.runner_api.lease,
             )?,
         };
-        let providers = self
-            .providers
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(name, p)| {
-                let base = ProviderConfig::default();
-                let key = |field: &str| format!("[providers.{name}] {field}");
-                let boot_seconds = match &p.boot_seconds {
-                    None => base.boot_seconds,
-                    Some(value) => {
-                        let number = |v: &toml::Value| {
-                            v.as_float().or_else(|| v.as_integer().map(|i| i as f64))
-                        };
-                        let pair = match value {
-                            toml::Value::Array(items) if items.len() == 2 => {
-                                number(&items[0]).zip(number(&items[1]))
-                            }
-                            other => number(other).map(|n| (n, n)),
-                        };
-                        match pair {
-                            Some((low, high)) if low >= 0.0 && high >= low => (low, high),
-                            _ => {
-                                return Err((
-                                    key("boot_seconds"),
-                                    "must be a number of seconds or [min, max]".to_owned(),
-                                ))
-                            }
+        let providers = match self.providers {
+            None => Vec::new(),
+            Some(raw) => RawProviders::from_toml(raw)?.into_named()?,
+        }
+        .into_iter()
+        .map(|(name, p)| {
+            let base = ProviderConfig::default();
+            let key = |field: &str| format!("[providers.{name}] {field}");
+            let boot_seconds = match &p.boot_seconds {
+                None => base.boot_seconds,
+                Some(value) => {
+                    let number =
+                        |v: &toml::Value| v.as_float().or_else(|| v.as_integer().map(|i| i as f64));
+                    let pair = match value {
+                        toml::Value::Array(items) if items.len() == 2 => {
+                            number(&items[0]).zip(number(&items[1]))
+                        }
+                        other => number(other).map(|n| (n, n)),
+                    };
+                    match pair {
+                        Some((low, high)) if low >= 0.0 && high >= low => (low, high),
+                        _ => {
+                            return Err((
+                                key("boot_seconds"),
+                                "must be a number of seconds or [min, max]".to_owned(),
+                            ))
                         }
                     }
-                };
-                let fail_rate = p.fail_rate.unwrap_or(base.fail_rate);
-                if !(0.0..=1.0).contains(&fail_rate) {
-                    return Err((
-                        key("fail_rate"),
-                        format!("{fail_rate} is not between 0 and 1"),
-                    ));
                 }
-                Ok(ProviderConfig {
-                    kind: p.kind,
-                    conditions: p.conditions,
-                    required_keys: p.required_keys,
-                    max_instances: p.max_instances.unwrap_or(base.max_instances),
-                    price_per_hour: p.price_per_hour.unwrap_or(base.price_per_hour),
-                    boot_seconds,
-                    fail_rate,
-                    seed: p.seed.unwrap_or(base.seed),
-                    name,
-                })
+            };
+            let fail_rate = p.fail_rate.unwrap_or(base.fail_rate);
+            if !(0.0..=1.0).contains(&fail_rate) {
+                return Err((
+                    key("fail_rate"),
+                    format!("{fail_rate} is not between 0 and 1"),
+                ));
+            }
+            Ok(ProviderConfig {
+                kind: p.kind,
+                conditions: p.conditions,
+                required_keys: p.required_keys,
+                max_instances: p.max_instances.unwrap_or(base.max_instances),
+                price_per_hour: p.price_per_hour.unwrap_or(base.price_per_hour),
+                boot_seconds,
+                fail_rate,
+                seed: p.seed.unwrap_or(base.seed),
+                name,
             })
-            .collect::<Result<Vec<_>, (String, String)>>()?;
+        })
+        .collect::<Result<Vec<_>, (String, String)>>()?;
         let worker_config_sources = self.worker_configs.unwrap_or_default();
         let worker_configs = worker_config_sources
             .iter()
@@ -1093,6 +1157,27 @@ mod tests {
             "[server\n",
             expect!["error: config runway.toml: [server (line 1, column 8): invalid table header expected `.`, `]`"],
         );
+    }
+
+    #[test]
+    fn providers_as_tables_or_as_a_list() {
+        let list = "[[providers]]\nname = \"cloud\"\nkind = \"sim\"\nboot_seconds = [1, 3]\n\n[[pools]]\nname = \"p\"\nlabels = [\"x\"]\nproviders = [\"cloud\"]\n";
+        let config = Config::parse(list, "t", None).expect("list form");
+        config.validate().expect("valid");
+        assert_eq!(config.providers[0].name, "cloud");
+        assert_eq!(config.providers[0].boot_seconds, (1.0, 3.0));
+        let tables = "[providers.cloud]\nkind = \"sim\"\nboot_seconds = 2\n";
+        let config = Config::parse(tables, "t", None).expect("table form");
+        assert_eq!(config.providers[0].boot_seconds, (2.0, 2.0));
+        let twice = "[[providers]]\nname = \"a\"\nkind = \"sim\"\n[[providers]]\nname = \"a\"\nkind = \"sim\"\n";
+        let error = Config::parse(twice, "t", None).expect_err("duplicate");
+        assert!(error.to_string().contains("providers[1].name"), "{error}");
+        let unknown_provider =
+            "[[pools]]\nname = \"p\"\nlabels = [\"x\"]\nproviders = [\"nope\"]\n";
+        let config = Config::parse(unknown_provider, "t", None).expect("parses");
+        let (key, message) = config.validate().expect_err("undeclared provider");
+        assert_eq!(key, "pools[0].providers");
+        assert!(message.contains("nope"), "{message}");
     }
 
     #[test]
