@@ -565,15 +565,14 @@ async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Ti
     let Some(runner) = job.runner else {
         return;
     };
-    let event = if running {
-        RunnerEvent::JobAssigned { job: job.id }
-    } else {
-        match service.store.get_runner(runner).await {
-            Ok(Some(r)) if r.job == Some(job.id) => RunnerEvent::JobFinished,
-            _ => return,
+    if running {
+        let event = RunnerEvent::JobAssigned { job: job.id };
+        if let Err(error) = service.store.apply_runner_event(runner, &event, now).await {
+            tracing::debug!(%error, runner = %runner, "runner bookkeeping skipped");
         }
-    };
-    if let Err(error) = service.store.apply_runner_event(runner, &event, now).await {
-        tracing::debug!(%error, runner = %runner, "runner bookkeeping skipped");
+    } else if let Ok(Some(r)) = service.store.get_runner(runner).await {
+        if r.job == Some(job.id) {
+            service.finish_runner_job(runner, now).await;
+        }
     }
 }

@@ -151,6 +151,23 @@ impl Reconciler {
                 else {
                     continue; // A create in flight; boot_timeout covers one that never finished.
                 };
+                if runner.state == RunnerState::Terminating && by_id.contains_key(&instance_id) {
+                    // Terminated outside a scale-down (an ephemeral runner
+                    // after its job): delete its instance now.
+                    match provider.delete(&instance_id).await {
+                        Ok(()) => {
+                            if store
+                                .apply_runner_event(runner.id, &RunnerEvent::Terminated, now)
+                                .await
+                                .is_ok()
+                            {
+                                report.deleted += 1;
+                            }
+                        }
+                        Err(error) => self.provider_error(name, "delete", &error.to_string()),
+                    }
+                    continue;
+                }
                 let event = match (by_id.get(&instance_id), runner.state) {
                     (Some(InstanceState::Running), RunnerState::Provisioning) => {
                         Some(RunnerEvent::Ready)

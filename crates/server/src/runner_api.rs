@@ -591,13 +591,7 @@ async fn complete(
             .get_or_create(&pool)
             .observe(now.since(started).as_secs_f64());
     }
-    if let Err(error) = service
-        .store
-        .apply_runner_event(runner.id, &RunnerEvent::JobFinished, now)
-        .await
-    {
-        tracing::debug!(%error, runner = %runner.id, "runner bookkeeping skipped");
-    }
+    service.finish_runner_job(runner.id, now).await;
     Ok(job_state(&job).into_response())
 }
 

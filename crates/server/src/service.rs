@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use runway_core::worker_config::Schemas;
-use runway_core::Timestamp;
+use runway_core::{RunnerEvent, RunnerId, Timestamp};
 use runway_store::{Expect, OpenOptions, Store, StoreError};
 use tokio::net::TcpListener;
 
@@ -65,6 +65,39 @@ impl Service {
     /// What the configured providers declare, for worker-configuration checks.
     pub fn schemas(&self) -> Schemas {
         self.config.schemas()
+    }
+
+    /// A runner's job is over: it becomes idle, and in an `ephemeral` pool a
+    /// runner runway started through a provider is then terminated (the
+    /// reconciler deletes its instance). Registered runners manage their own
+    /// lifetime (`runway agent --once`). Bookkeeping: failures are logged.
+    pub async fn finish_runner_job(&self, runner: RunnerId, now: Timestamp) {
+        let finished = match self
+            .store
+            .apply_runner_event(runner, &RunnerEvent::JobFinished, now)
+            .await
+        {
+            Ok(finished) => finished,
+            Err(error) => {
+                tracing::debug!(%error, runner = %runner, "runner bookkeeping skipped");
+                return;
+            }
+        };
+        let ephemeral = self
+            .config
+            .pools
+            .iter()
+            .any(|p| p.name == finished.pool && p.ephemeral);
+        let provider_made = !matches!(finished.provider.as_str(), "registered" | "external");
+        if ephemeral && provider_made {
+            if let Err(error) = self
+                .store
+                .apply_runner_event(runner, &RunnerEvent::TerminateRequested, now)
+                .await
+            {
+                tracing::debug!(%error, runner = %runner, "ephemeral runner not terminated");
+            }
+        }
     }
 
     /// Writes the worker configurations of the config file into the store,

@@ -249,3 +249,69 @@ async fn a_failing_provider_is_backed_off_and_capacity_comes_from_the_next() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn ephemeral_runners_are_removed_after_their_job_and_reusable_ones_stay() {
+    for ephemeral in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = PoolConfig {
+            ephemeral,
+            ..linux_pool(0, 5)
+        };
+        let service = service(&dir, pool).await;
+        let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
+        let sim = Arc::new(SimProvider::new(
+            SimConfig {
+                boot_time: BootTime::Fixed(Duration::from_secs(1)),
+                ..SimConfig::default()
+            },
+            clock.clone(),
+        ));
+        let providers: BTreeMap<String, Arc<dyn Provider>> =
+            BTreeMap::from([("sim".to_owned(), sim.clone() as Arc<dyn Provider>)]);
+        let reconciler = Reconciler::new(service.clone(), providers);
+        let queued = service
+            .store
+            .enqueue(&job(1), clock.now())
+            .await
+            .unwrap()
+            .job;
+        reconciler.reconcile_once(clock.now()).await.unwrap();
+        clock.advance(Duration::from_secs(2));
+        reconciler.reconcile_once(clock.now()).await.unwrap();
+        let runner = service
+            .store
+            .list_runners(&RunnerFilter::default())
+            .await
+            .unwrap()[0]
+            .clone();
+        assert_eq!(runner.state, RunnerState::Idle);
+        service
+            .store
+            .apply_runner_event(
+                runner.id,
+                &RunnerEvent::JobAssigned { job: queued.id },
+                clock.now(),
+            )
+            .await
+            .unwrap();
+        service
+            .store
+            .cancel(queued.id, "finished", clock.now())
+            .await
+            .unwrap();
+        service.finish_runner_job(runner.id, clock.now()).await;
+        let (report, _) = reconciler.reconcile_once(clock.now()).await.unwrap();
+        let after = service.store.get_runner(runner.id).await.unwrap().unwrap();
+        if ephemeral {
+            assert_eq!((after.state, report.deleted), (RunnerState::Terminated, 1));
+            assert!(sim.list().await.unwrap().is_empty(), "its instance is gone");
+        } else {
+            assert_eq!(
+                (after.state, report.deleted),
+                (RunnerState::Idle, 0),
+                "kept through its idle grace"
+            );
+        }
+    }
+}
