@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use runway_core::planner::{
-    plan, PoolPolicy, PoolSnapshot, QueuedJob, RunnerView, Snapshot, WaitReason,
+    plan, Offer, PoolPolicy, PoolSnapshot, QueuedJob, RunnerView, Snapshot, WaitReason,
 };
 use runway_core::{Job, JobId, JobState};
 use runway_store::{JobFilter, RunnerFilter, StoreError};
@@ -26,11 +26,12 @@ pub fn policy(pool: &PoolConfig) -> PoolPolicy {
     }
 }
 
-/// The wait reason of every queued job of `pool`.
-pub async fn waiting_in_pool(
+/// A pool as the planner sees it, from the store, with the given offers.
+pub async fn pool_snapshot(
     service: &Service,
     pool: &PoolConfig,
-) -> Result<BTreeMap<JobId, WaitReason>, StoreError> {
+    offers: Vec<Offer>,
+) -> Result<PoolSnapshot, StoreError> {
     let queued = service
         .store
         .list_jobs(&JobFilter {
@@ -46,32 +47,39 @@ pub async fn waiting_in_pool(
             pool: Some(pool.name.clone()),
         })
         .await?;
+    Ok(PoolSnapshot {
+        policy: policy(pool),
+        queued: queued
+            .iter()
+            .map(|job| QueuedJob {
+                id: job.id,
+                enqueued_at: job.enqueued_at,
+                attempts: job.attempts,
+            })
+            .collect(),
+        runners: runners
+            .iter()
+            .filter(|r| !r.state.is_terminal())
+            .map(|r| RunnerView {
+                id: r.id,
+                provider: r.provider.clone(),
+                state: r.state,
+                requested_at: r.requested_at,
+                idle_at: r.idle_at,
+            })
+            .collect(),
+        offers,
+    })
+}
+
+/// The wait reason of every queued job of `pool`, planned without provider
+/// offers (for when no reconciler has planned it yet).
+pub async fn waiting_in_pool(
+    service: &Service,
+    pool: &PoolConfig,
+) -> Result<BTreeMap<JobId, WaitReason>, StoreError> {
     let snapshot = Snapshot {
-        pools: vec![PoolSnapshot {
-            policy: policy(pool),
-            queued: queued
-                .iter()
-                .map(|job| QueuedJob {
-                    id: job.id,
-                    enqueued_at: job.enqueued_at,
-                    attempts: job.attempts,
-                })
-                .collect(),
-            runners: runners
-                .iter()
-                .filter(|r| !r.state.is_terminal())
-                .map(|r| RunnerView {
-                    id: r.id,
-                    provider: r.provider.clone(),
-                    state: r.state,
-                    requested_at: r.requested_at,
-                    idle_at: r.idle_at,
-                })
-                .collect(),
-            // Providers start runners once the autoscaling work lands; until
-            // then no capacity is on offer and the reasons say so.
-            offers: Vec::new(),
-        }],
+        pools: vec![pool_snapshot(service, pool, Vec::new()).await?],
         backoffs: Vec::new(),
     };
     Ok(plan(&snapshot, now()).waiting)

@@ -8,9 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use runway_core::planner::{
-    backoff_delay, plan, Action, Backoff, Plan, PoolSnapshot, QueuedJob, RunnerView, Snapshot,
-};
+use runway_core::planner::{backoff_delay, plan, Action, Backoff, Plan, Snapshot};
 use runway_core::runner::NewRunner;
 use runway_core::{JobState, RunnerEvent, RunnerId, RunnerState, Timestamp};
 use runway_providers::sim::{BootTime, SimConfig, SimProvider};
@@ -18,7 +16,6 @@ use runway_providers::{Clock, CreateRequest, InstanceId, InstanceState, Provider
 use runway_store::{JobFilter, RunnerFilter, StoreError};
 
 use crate::config::ProviderConfig;
-use crate::explain::policy;
 use crate::service::Service;
 
 /// Builds the providers a configuration declares. Kinds whose runners
@@ -208,22 +205,8 @@ impl Reconciler {
     }
 
     async fn snapshot(&self, now: Timestamp) -> Result<Snapshot, StoreError> {
-        let store = &self.service.store;
         let mut pools = Vec::new();
         for pool in &self.service.config.pools {
-            let queued = store
-                .list_jobs(&JobFilter {
-                    state: Some(JobState::Queued),
-                    pool: Some(pool.name.clone()),
-                    ..JobFilter::default()
-                })
-                .await?;
-            let runners = store
-                .list_runners(&RunnerFilter {
-                    state: None,
-                    pool: Some(pool.name.clone()),
-                })
-                .await?;
             let allowed =
                 |name: &str| pool.providers.is_empty() || pool.providers.iter().any(|p| p == name);
             let offers = self
@@ -232,29 +215,7 @@ impl Reconciler {
                 .filter(|(name, _)| allowed(name))
                 .flat_map(|(_, provider)| provider.bid(&pool.name, pool.max_runners))
                 .collect();
-            pools.push(PoolSnapshot {
-                policy: policy(pool),
-                queued: queued
-                    .iter()
-                    .map(|job| QueuedJob {
-                        id: job.id,
-                        enqueued_at: job.enqueued_at,
-                        attempts: job.attempts,
-                    })
-                    .collect(),
-                runners: runners
-                    .iter()
-                    .filter(|r| !r.state.is_terminal())
-                    .map(|r| RunnerView {
-                        id: r.id,
-                        provider: r.provider.clone(),
-                        state: r.state,
-                        requested_at: r.requested_at,
-                        idle_at: r.idle_at,
-                    })
-                    .collect(),
-                offers,
-            });
+            pools.push(crate::explain::pool_snapshot(&self.service, pool, offers).await?);
         }
         let backoffs = self
             .health

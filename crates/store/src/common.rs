@@ -177,6 +177,25 @@ macro_rules! impl_store {
         #[async_trait]
         impl Store for $store {
         $($backend_specific)*
+        async fn check_ready(&self) -> Result<(), StoreError> {
+            // `MIGRATOR` is the backend module's own embedded migrations.
+            let applied: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success")
+                .fetch_one(self.reader())
+                .await
+                .map_err(|e| StoreError::NotReady {
+                    target: self.inner.target.clone(),
+                    reason: crate::sqlite::describe_sqlx_error(&e),
+                })?;
+            let expected = MIGRATOR.iter().count() as i64;
+            if applied < expected {
+                return Err(StoreError::NotReady {
+                    target: self.inner.target.clone(),
+                    reason: format!("{applied} of {expected} migrations applied"),
+                });
+            }
+            Ok(())
+        }
+
         async fn get_job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
             let row: Option<JobRow> = sqlx::query_as(&self.inner.statements.job_by_id)
                 .bind(id.0)

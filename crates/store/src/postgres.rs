@@ -189,25 +189,6 @@ impl_store!(PostgresStore, Postgres, {
         Backend::Postgres
     }
 
-    async fn check_ready(&self) -> Result<(), StoreError> {
-        let applied: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success")
-                .fetch_one(self.pool())
-                .await
-                .map_err(|e| StoreError::NotReady {
-                    target: self.inner.target.clone(),
-                    reason: describe_sqlx_error(&e),
-                })?;
-        let expected = MIGRATOR.iter().count() as i64;
-        if applied < expected {
-            return Err(StoreError::NotReady {
-                target: self.inner.target.clone(),
-                reason: format!("{applied} of {expected} migrations applied"),
-            });
-        }
-        Ok(())
-    }
-
     async fn enqueue_many(
         &self,
         jobs: &[NewJob],
