@@ -256,6 +256,7 @@ impl Reconciler {
                     .find(|p| &p.name == pool)
                     .map(|p| p.labels.clone())
                     .unwrap_or_default();
+                let (mut succeeded, mut last_error) = (0u32, None);
                 for _ in 0..*count {
                     let suffix: u32 = rand::thread_rng().gen();
                     let name = format!("{pool}-{:08x}", suffix);
@@ -295,7 +296,7 @@ impl Reconciler {
                                     provider: provider.clone(),
                                 })
                                 .inc();
-                            self.provider_succeeded(provider);
+                            succeeded += 1;
                             report.created += 1;
                         }
                         Err(error) => {
@@ -308,12 +309,23 @@ impl Reconciler {
                                     now,
                                 )
                                 .await?;
-                            self.provider_failed(provider, &error.to_string(), now);
+                            self.provider_error(provider, "create", &error.to_string());
                             report.create_failures += 1;
-                            // The rest of this batch would likely fail too.
-                            break;
+                            let permanent = !error.is_retryable();
+                            last_error = Some(error.to_string());
+                            if permanent {
+                                break; // The rest would fail the same way.
+                            }
                         }
                     }
+                }
+                // A provider that delivers some of what was asked is merely
+                // unreliable (the next round asks again for the rest); one
+                // that delivers nothing is backed off, so the next offer wins.
+                match (succeeded, last_error) {
+                    (0, Some(error)) => self.provider_failed(provider, &error, now),
+                    (_, _) if succeeded > 0 => self.provider_succeeded(provider),
+                    _ => {}
                 }
             }
             Action::Delete { pool, runner } => {
@@ -463,7 +475,6 @@ impl Reconciler {
     }
 
     fn provider_failed(&self, provider: &str, message: &str, now: Timestamp) {
-        self.provider_error(provider, "create", message);
         if let Ok(mut health) = self.health.lock() {
             let entry = health.entry(provider.to_owned()).or_default();
             entry.consecutive_failures += 1;
