@@ -386,3 +386,12 @@ pub fn backoff_delay(consecutive_failures: u32, jitter: f64) -> Duration {
     base.min(Duration::from_secs(600))
         .mul_f64(jitter.clamp(0.5, 1.0))
 }
+
+/// Reliability learnt from create outcomes: an exponential moving average
+/// (weight 0.2 on the newest outcome) starting from 1.0, so a provider that
+/// fails half its creates drifts to about 0.5 within ten creates and
+/// recovers as it succeeds again. Never below 0.01, so price still matters.
+pub fn learn_reliability(previous: f64, succeeded: bool) -> f64 {
+    let outcome = if succeeded { 1.0 } else { 0.0 };
+    (0.8 * previous + 0.2 * outcome).clamp(0.01, 1.0)
+}

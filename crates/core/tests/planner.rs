@@ -445,3 +445,24 @@ fn a_simulated_world_converges() {
     assert!(max_seen <= 8, "max_runners respected: {max_seen}");
     assert!(round < 40, "converged in {round} rounds");
 }
+
+#[test]
+fn reliability_learning_tracks_outcomes() {
+    use runway_core::planner::learn_reliability;
+    let mut r = 1.0;
+    for i in 0..20 {
+        r = learn_reliability(r, i % 2 == 0);
+    }
+    assert!(
+        (0.4..0.6).contains(&r),
+        "half the creates failing drifts to about 0.5: {r}"
+    );
+    for _ in 0..30 {
+        r = learn_reliability(r, false);
+    }
+    assert_eq!(r, 0.01, "never below 0.01");
+    for _ in 0..30 {
+        r = learn_reliability(r, true);
+    }
+    assert!(r > 0.99, "recovers: {r}");
+}

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use runway_core::planner::{backoff_delay, plan, Action, Backoff, Plan, Snapshot};
+use runway_core::planner::{
+    backoff_delay, learn_reliability, plan, Action, Backoff, Plan, Snapshot,
+};
 use runway_core::runner::NewRunner;
 use runway_core::{JobState, RunnerEvent, RunnerId, RunnerState, Timestamp};
 use runway_providers::sim::{BootTime, SimConfig, SimProvider};
@@ -82,6 +84,9 @@ pub struct Reconciler {
     service: Arc<Service>,
     providers: BTreeMap<String, Arc<dyn Provider>>,
     health: Mutex<BTreeMap<String, Health>>,
+    /// Reliability learnt from each provider's create outcomes; an offer
+    /// counts with the lower of this and what the provider declares.
+    reliability: Mutex<BTreeMap<String, f64>>,
 }
 
 impl Reconciler {
@@ -93,6 +98,7 @@ impl Reconciler {
             service,
             providers,
             health: Mutex::new(BTreeMap::new()),
+            reliability: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -214,6 +220,12 @@ impl Reconciler {
                 .iter()
                 .filter(|(name, _)| allowed(name))
                 .flat_map(|(_, provider)| provider.bid(&pool.name, pool.max_runners))
+                .map(|mut offer| {
+                    offer.reliability = offer
+                        .reliability
+                        .min(self.learnt_reliability(&offer.provider));
+                    offer
+                })
                 .collect();
             pools.push(crate::explain::pool_snapshot(&self.service, pool, offers).await?);
         }
@@ -298,6 +310,7 @@ impl Reconciler {
                                 .inc();
                             succeeded += 1;
                             report.created += 1;
+                            self.learn(provider, true);
                         }
                         Err(error) => {
                             store
@@ -311,6 +324,7 @@ impl Reconciler {
                                 .await?;
                             self.provider_error(provider, "create", &error.to_string());
                             report.create_failures += 1;
+                            self.learn(provider, false);
                             let permanent = !error.is_retryable();
                             last_error = Some(error.to_string());
                             if permanent {
@@ -487,6 +501,21 @@ impl Reconciler {
                 retry_at: now.plus(delay),
                 last_error: message.to_owned(),
             });
+        }
+    }
+
+    fn learnt_reliability(&self, provider: &str) -> f64 {
+        self.reliability
+            .lock()
+            .ok()
+            .and_then(|learnt| learnt.get(provider).copied())
+            .unwrap_or(1.0)
+    }
+
+    fn learn(&self, provider: &str, succeeded: bool) {
+        if let Ok(mut learnt) = self.reliability.lock() {
+            let entry = learnt.entry(provider.to_owned()).or_insert(1.0);
+            *entry = learn_reliability(*entry, succeeded);
         }
     }
 

@@ -315,3 +315,97 @@ async fn ephemeral_runners_are_removed_after_their_job_and_reusable_ones_stay() 
         }
     }
 }
+
+/// Declares perfect reliability at a low price, and fails every other create.
+struct Alternating(std::sync::atomic::AtomicU32);
+
+#[async_trait]
+impl Provider for Alternating {
+    fn name(&self) -> &str {
+        "alternating"
+    }
+    async fn create(&self, request: &CreateRequest) -> Result<Instance, ProviderError> {
+        let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n % 2 == 1 {
+            return Err(ProviderError::Transient {
+                provider: "alternating".into(),
+                message: "flaky API".into(),
+            });
+        }
+        Ok(Instance {
+            id: InstanceId(format!("alt-{n}")),
+            name: request.name.clone(),
+            state: runway_providers::InstanceState::Pending,
+        })
+    }
+    async fn delete(&self, _: &InstanceId) -> Result<(), ProviderError> {
+        Ok(())
+    }
+    async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
+        Ok(Vec::new())
+    }
+    fn bid(&self, _: &str, capacity: u32) -> Vec<Offer> {
+        vec![Offer {
+            provider: "alternating".into(),
+            capacity,
+            price_per_hour: 0.10,
+            boot_time: Duration::from_secs(1),
+            reliability: 1.0,
+        }]
+    }
+}
+
+#[tokio::test]
+async fn reliability_is_learnt_from_create_outcomes() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = service(&dir, linux_pool(0, 40)).await;
+    let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
+    let steady = SimProvider::new(
+        SimConfig {
+            name: "steady".into(),
+            price_per_hour: 0.15,
+            boot_time: BootTime::Fixed(Duration::from_secs(60)),
+            ..SimConfig::default()
+        },
+        clock.clone(),
+    );
+    let providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::from([
+        (
+            "alternating".to_owned(),
+            Arc::new(Alternating(Default::default())) as Arc<dyn Provider>,
+        ),
+        ("steady".to_owned(), Arc::new(steady) as Arc<dyn Provider>),
+    ]);
+    let reconciler = Reconciler::new(service.clone(), providers);
+    for i in 0..30 {
+        service.store.enqueue(&job(i), clock.now()).await.unwrap();
+    }
+    // First round: the cheap provider as declared; half its creates fail.
+    let (first, _) = reconciler.reconcile_once(clock.now()).await.unwrap();
+    assert!(first.create_failures > 0 && first.created > 0, "{first:?}");
+    // Its learnt reliability (~0.5) now makes it dearer per reliable runner
+    // (0.10 / 0.5 = 0.20) than the steady provider (0.15): the rest goes there.
+    reconciler.reconcile_once(clock.now()).await.unwrap();
+    let by_provider = |name: &str| {
+        let name = name.to_owned();
+        let service = service.clone();
+        async move {
+            service
+                .store
+                .list_runners(&RunnerFilter::default())
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|r| r.provider == name && r.state == RunnerState::Provisioning)
+                .count()
+        }
+    };
+    assert!(
+        by_provider("steady").await > 0,
+        "capacity moved to the provider that delivers"
+    );
+    assert_eq!(
+        by_provider("alternating").await + by_provider("steady").await,
+        30
+    );
+}
