@@ -1,11 +1,13 @@
 //! End-to-end with real processes: `runway serve`, `runway agent`s and
 //! `runway submit`, on loopback.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::{spawn_serve, Process};
 
 const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
 const ADMIN: &str = "agent-test-admin-token";
@@ -22,16 +24,6 @@ fn runway(dir: &Path) -> Command {
     command
 }
 
-/// A child process killed (SIGKILL) on drop.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn write_config(dir: &Path, listen: &str) {
     std::fs::write(
         dir.join("runway.toml"),
@@ -46,36 +38,9 @@ fn write_config(dir: &Path, listen: &str) {
 
 /// Starts `runway serve` and returns it with its base URL.
 fn serve(dir: &Path) -> (Process, String) {
-    let mut child = runway(dir)
-        .args(["serve", "--config", "runway.toml"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start runway serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let process = Process(child);
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = sender.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let line = receiver
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("runway serve reports its address");
-        if let Some(rest) = line.split("address=http://").nth(1) {
-            let address = rest
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-            // Keep draining stderr in the background.
-            std::thread::spawn(move || while receiver.recv().is_ok() {});
-            return (process, format!("http://{address}"));
-        }
-    }
+    let mut command = runway(dir);
+    command.args(["serve", "--config", "runway.toml"]);
+    spawn_serve(command)
 }
 
 fn api(base: &str) -> reqwest::blocking::Client {

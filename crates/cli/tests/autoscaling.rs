@@ -2,11 +2,13 @@
 //! 200 queued webhooks into a pool capped at 50 runners, then `in_progress`
 //! and `completed` webhooks for every job on the runners runway started.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use common::{spawn_serve, Process};
 
 use runway_server::github::signature::sign;
 use serde_json::{json, Value};
@@ -14,15 +16,6 @@ use serde_json::{json, Value};
 const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
 const ADMIN: &str = "autoscaling-admin-token";
 const SECRET: &str = "autoscaling-webhook-secret";
-
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn serve(dir: &Path, fail_rate: f64) -> (Process, String) {
     std::fs::write(
@@ -57,37 +50,12 @@ ephemeral = false
         ),
     )
     .unwrap();
-    let mut child = Command::new(RUNWAY)
+    let mut command = Command::new(RUNWAY);
+    command
         .args(["serve", "--config", "runway.toml"])
         .current_dir(dir)
-        .env("RUNWAY_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start runway serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let process = Process(child);
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = sender.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let line = receiver
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("runway serve reports its address");
-        if let Some(rest) = line.split("address=http://").nth(1) {
-            let address = rest
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-            std::thread::spawn(move || while receiver.recv().is_ok() {});
-            return (process, format!("http://{address}"));
-        }
-    }
+        .env("RUNWAY_LOG", "info");
+    spawn_serve(command)
 }
 
 fn client() -> reqwest::blocking::Client {

@@ -2,14 +2,16 @@
 //! clients send `queued` webhooks; after a restart, every job whose webhook
 //! was answered 2xx is there.
 
-use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{spawn_serve, Process};
 use runway_server::github::signature::sign;
 
 const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
@@ -17,8 +19,9 @@ const SECRET: &str = "durability-secret";
 const ADMIN: &str = "durability-admin-token";
 const ROUNDS: usize = 5;
 
-fn start(dir: &Path) -> (Child, String) {
-    let mut child = Command::new(RUNWAY)
+fn start(dir: &Path) -> (Process, String) {
+    let mut command = Command::new(RUNWAY);
+    command
         .args([
             "serve",
             "--config",
@@ -28,36 +31,8 @@ fn start(dir: &Path) -> (Child, String) {
         ])
         .current_dir(dir)
         .env("RUNWAY_LOG", "info")
-        .env_remove("RUNWAY_DATABASE_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start runway");
-    let stderr = child.stderr.take().expect("stderr");
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        // Keep draining so runway never blocks on a full pipe.
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = sender.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Ok(line) = receiver.recv_timeout(left) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("runway did not report its address within 30 s");
-        };
-        if let Some(rest) = line.split("address=http://").nth(1) {
-            let address = rest
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-            return (child, format!("http://{address}"));
-        }
-    }
+        .env_remove("RUNWAY_DATABASE_URL");
+    spawn_serve(command)
 }
 
 fn queued(job_id: u64) -> Vec<u8> {
@@ -169,8 +144,8 @@ fn every_acknowledged_webhook_survives_sigkill() {
         };
         // Kill at a different moment each round, mid-stream.
         std::thread::sleep(Duration::from_millis(150 + 120 * round as u64));
-        server.kill().expect("SIGKILL runway");
-        server.wait().expect("reap");
+        server.0.kill().expect("SIGKILL runway");
+        server.0.wait().expect("reap");
         stop.store(true, Ordering::Relaxed);
         let ids = sender.join().expect("sender");
         assert!(
@@ -179,10 +154,9 @@ fn every_acknowledged_webhook_survives_sigkill() {
         );
         acknowledged.extend(ids);
     }
-    let (mut server, base) = start(dir.path());
+    let (server, base) = start(dir.path());
     let stored = stored_external_ids(&base);
-    server.kill().expect("stop runway");
-    server.wait().expect("reap");
+    drop(server);
     let lost: Vec<&u64> = acknowledged.difference(&stored).collect();
     assert!(
         lost.is_empty(),

@@ -1,0 +1,50 @@
+//! Helpers shared by the end-to-end tests that run the real binary.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A child process, killed (SIGKILL) and reaped on drop, so a failing test
+/// leaves nothing running.
+pub struct Process(pub Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `runway serve` from `command` and returns it with its base URL,
+/// read from its "runway listening" log line. Its stderr is drained for as
+/// long as it runs, so it never blocks on a full pipe.
+pub fn spawn_serve(mut command: Command) -> (Process, String) {
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start runway serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let process = Process(child);
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            // Once the address is known nobody listens; keep draining anyway.
+            let _ = sender.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = receiver
+            .recv_timeout(left)
+            .expect("runway serve reports its address within 30 s");
+        if let Some(rest) = line.split("address=http://").nth(1) {
+            let address = rest.split_whitespace().next().unwrap_or_default();
+            return (process, format!("http://{address}"));
+        }
+    }
+}
