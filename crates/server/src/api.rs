@@ -184,9 +184,7 @@ async fn list_jobs(
         for (dto, job) in dtos.iter_mut().zip(&jobs) {
             dto.waiting = match job.state {
                 JobState::Queued => reasons.get(&job.id).cloned(),
-                JobState::Unroutable => Some(
-                    serde_json::json!({"code": "unroutable", "details": {"reason": job.reason}}),
-                ),
+                JobState::Unroutable => Some(crate::explain::unroutable_json(job)),
                 _ => None,
             };
         }

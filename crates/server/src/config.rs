@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use runway_core::routing::{route, PoolLabels, RouteDecision, RoutingPolicy};
 use runway_core::worker_config::{ProviderSchema, Schemas, WorkerConfig};
 use serde::{Deserialize, Serialize};
 
@@ -265,6 +266,24 @@ impl Config {
                 location,
                 message,
             })
+    }
+
+    /// Routes `labels` to a pool; `required_labels` are those a job must
+    /// carry to be ours (GitHub's `[github] required_labels`, none for API jobs).
+    pub fn route(&self, labels: &[String], required_labels: &[String]) -> RouteDecision {
+        let pools: Vec<PoolLabels> = self
+            .pools
+            .iter()
+            .map(|p| PoolLabels {
+                name: p.name.clone(),
+                labels: p.labels.clone(),
+            })
+            .collect();
+        let policy = RoutingPolicy {
+            required_labels: required_labels.to_vec(),
+            default_pool: self.routing.default_pool.clone(),
+        };
+        route(labels, &pools, &policy)
     }
 
     /// What the declared providers allow worker configurations to say.

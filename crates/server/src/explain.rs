@@ -117,13 +117,15 @@ pub fn reason_json(reason: &WaitReason, pool: Option<&PoolConfig>) -> Value {
     json!({ "code": reason.code(), "details": details })
 }
 
+/// The explanation of a job intake could not route.
+pub fn unroutable_json(job: &Job) -> Value {
+    json!({ "code": "unroutable", "details": { "reason": job.reason } })
+}
+
 /// Why `job` is where it is, if it is waiting (or was never routed).
 pub async fn explain_job(service: &Service, job: &Job) -> Result<Option<Value>, StoreError> {
     match job.state {
-        JobState::Unroutable => Ok(Some(json!({
-            "code": "unroutable",
-            "details": { "reason": job.reason },
-        }))),
+        JobState::Unroutable => Ok(Some(unroutable_json(job))),
         JobState::Queued => {
             let Some(pool) = service
                 .config

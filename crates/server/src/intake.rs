@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use runway_core::github::{converge, GithubUpdate, WorkflowJobAction};
 use runway_core::job::{NewJob, Route};
-use runway_core::routing::{route, PoolLabels, RouteDecision, RoutingPolicy};
+use runway_core::routing::RouteDecision;
 use runway_core::runner::NewRunner;
 use runway_core::{Conclusion, Job, JobSource, RunnerEvent, RunnerId, Timestamp};
 use runway_store::{Delivery, StoreError};
@@ -248,20 +248,10 @@ fn github_payload(payload: &WorkflowJob) -> String {
 
 /// Routes a job seen for the first time. `None` for a GitHub-hosted job.
 fn route_new_job(service: &Service, payload: &WorkflowJob) -> Option<Route> {
-    let pools: Vec<PoolLabels> = service
+    match service
         .config
-        .pools
-        .iter()
-        .map(|p| PoolLabels {
-            name: p.name.clone(),
-            labels: p.labels.clone(),
-        })
-        .collect();
-    let policy = RoutingPolicy {
-        required_labels: service.config.github.required_labels.clone(),
-        default_pool: service.config.routing.default_pool.clone(),
-    };
-    match route(&payload.labels, &pools, &policy) {
+        .route(&payload.labels, &service.config.github.required_labels)
+    {
         RouteDecision::Ignore { .. } => {
             count_rejection(service, "github_hosted");
             None

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use runway_core::job::{NewJob, Route};
-use runway_core::routing::{route, PoolLabels, RouteDecision, RoutingPolicy};
+use runway_core::routing::RouteDecision;
 use runway_core::{Conclusion, Job, JobEvent, JobId, JobSource, JobState, RunnerEvent, Timestamp};
 use runway_store::{Claim, StoreError};
 use serde::{Deserialize, Serialize};
@@ -242,20 +242,7 @@ async fn submit(
             "timeout_seconds: must be between 1 and 604800",
         ));
     }
-    let pools: Vec<PoolLabels> = service
-        .config
-        .pools
-        .iter()
-        .map(|p| PoolLabels {
-            name: p.name.clone(),
-            labels: p.labels.clone(),
-        })
-        .collect();
-    let policy = RoutingPolicy {
-        required_labels: Vec::new(),
-        default_pool: service.config.routing.default_pool.clone(),
-    };
-    let pool = match route(&request.labels, &pools, &policy) {
+    let pool = match service.config.route(&request.labels, &[]) {
         RouteDecision::Pool(pool) => pool,
         RouteDecision::Unroutable { detail, .. } => {
             return Err(ApiError::new(
