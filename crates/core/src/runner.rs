@@ -225,12 +225,18 @@ impl Runner {
         next.version += 1;
         match event {
             RunnerEvent::ProvisioningStarted { instance_id } => {
-                if self.state != Requested {
-                    return Err(invalid());
+                // A runner that registers itself (process, exec) can be up,
+                // and even busy, before its provider's create returns: then
+                // only the instance is recorded, the state stays.
+                match (self.state, &self.instance_id) {
+                    (Requested, _) => {
+                        next.state = Provisioning;
+                        next.provisioning_at = Some(now);
+                    }
+                    (Provisioning | Idle | Busy | Terminating, None) => {}
+                    _ => return Err(invalid()),
                 }
-                next.state = Provisioning;
                 next.instance_id = Some(instance_id.clone());
-                next.provisioning_at = Some(now);
             }
             RunnerEvent::Ready => {
                 if !matches!(self.state, Requested | Provisioning) {

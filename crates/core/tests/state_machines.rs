@@ -355,3 +355,29 @@ fn a_busy_runner_refuses_termination() {
     );
     assert!(terminated.invariant_violations().is_empty());
 }
+
+#[test]
+fn a_runner_that_registered_before_its_create_returned_keeps_its_state() {
+    let at = Timestamp::from_millis;
+    let runner = NewRunner {
+        name: "r".into(),
+        pool: "p".into(),
+        provider: "process".into(),
+        labels: vec![],
+    }
+    .initial(RunnerId(4), at(0));
+    let started = RunnerEvent::ProvisioningStarted {
+        instance_id: "i-1".into(),
+    };
+    let busy = runner
+        .apply(&RunnerEvent::Ready, at(1))
+        .and_then(|r| r.apply(&RunnerEvent::JobAssigned { job: JobId(9) }, at(2)))
+        .and_then(|r| r.apply(&started, at(3)))
+        .expect("the create's answer arrives after the runner took a job");
+    assert_eq!(busy.state, RunnerState::Busy);
+    assert_eq!(busy.instance_id.as_deref(), Some("i-1"));
+    assert!(
+        busy.apply(&started, at(4)).is_err(),
+        "an instance is recorded once"
+    );
+}

@@ -116,7 +116,7 @@ async fn create_registration_token(
     let expires_at = now.plus(Duration::from_secs(ttl));
     service
         .store
-        .create_registration_token(&token_hash(&token), &request.pool, expires_at, now)
+        .create_registration_token(&token_hash(&token), &request.pool, None, expires_at, now)
         .await
         .map_err(|e| store_failure(&service, "create_registration_token", e))?;
     let dto = RegistrationTokenDto {

@@ -186,6 +186,7 @@ async fn scopes_and_registration() {
         .create_registration_token(
             &runway_server::auth::token_hash(expired_token),
             "default",
+            None,
             Timestamp::from_millis(1),
             Timestamp::from_millis(0),
         )

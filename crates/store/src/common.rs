@@ -25,6 +25,8 @@ pub(crate) struct RunnerApiStatements {
     pub redeem_registration: String,
     pub set_runner_token: String,
     pub runner_by_token: String,
+    pub insert_setting: String,
+    pub get_setting: String,
     pub put_log: String,
     pub get_log: String,
     pub add_report: String,
@@ -36,15 +38,19 @@ impl RunnerApiStatements {
         let sql = |text: String| rewrite(text);
         RunnerApiStatements {
             insert_registration: sql(
-                "INSERT INTO registration_tokens (token_hash, pool, created_at, expires_at) VALUES ($1, $2, $3, $4)".into(),
+                "INSERT INTO registration_tokens (token_hash, pool, created_at, expires_at, runner_id) VALUES ($1, $2, $3, $4, $5)".into(),
             ),
             redeem_registration: sql(
                 "UPDATE registration_tokens SET used_at = $2 \
-                 WHERE token_hash = $1 AND used_at IS NULL AND expires_at > $2 RETURNING pool"
+                 WHERE token_hash = $1 AND used_at IS NULL AND expires_at > $2 RETURNING pool, runner_id"
                     .into(),
             ),
             set_runner_token: sql("UPDATE runners SET token_hash = $2 WHERE id = $1".into()),
             runner_by_token: sql(format!("SELECT id, {RUNNER_COLUMNS} FROM runners WHERE token_hash = $1")),
+            insert_setting: sql(
+                "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING".into(),
+            ),
+            get_setting: sql("SELECT value FROM settings WHERE key = $1".into()),
             put_log: sql(
                 "INSERT INTO job_logs (job_id, exit_code, log) VALUES ($1, $2, $3) \
                  ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log"
@@ -372,6 +378,7 @@ macro_rules! impl_store {
             &self,
             token_hash: &str,
             pool: &str,
+            runner: Option<RunnerId>,
             expires_at: Timestamp,
             now: Timestamp,
         ) -> Result<(), StoreError> {
@@ -380,6 +387,7 @@ macro_rules! impl_store {
                 .bind(pool)
                 .bind(now.as_millis())
                 .bind(expires_at.as_millis())
+                .bind(runner.map(|r| r.0))
                 .execute(self.writer())
                 .await?;
             Ok(())
@@ -395,29 +403,57 @@ macro_rules! impl_store {
         ) -> Result<Runner, StoreError> {
             let sql = &self.inner.statements.runner_api;
             let mut transaction = self.writer().begin().await?;
-            let pool: Option<String> = sqlx::query_scalar(&sql.redeem_registration)
+            let redeemed: Option<(String, Option<i64>)> = sqlx::query_as(&sql.redeem_registration)
                 .bind(registration_token_hash)
                 .bind(now.as_millis())
                 .fetch_optional(&mut *transaction)
                 .await?;
-            let pool = pool.ok_or(StoreError::InvalidToken)?;
-            let new = NewRunner {
-                name: name.to_owned(),
-                pool,
-                provider: "registered".to_owned(),
-                labels: labels.to_vec(),
-            };
-            let columns = RunnerColumns::from(&new.initial(RunnerId(0), now));
-            let row = bind_runner(sqlx::query(&self.inner.statements.insert_runner), &columns)
-                .fetch_one(&mut *transaction)
-                .await
-                .and_then(|row| RunnerRow::from_row(&row));
-            let runner = match row {
-                Ok(row) => Runner::try_from(row)?,
-                Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                    return Err(StoreError::DuplicateRunnerName(name.to_owned()))
+            let (pool, bound) = redeemed.ok_or(StoreError::InvalidToken)?;
+            let runner = match bound {
+                // Minted for a record the reconciler created: adopt it. A
+                // record that already failed (boot timeout) admits no one.
+                Some(id) => {
+                    let row: Option<RunnerRow> = sqlx::query_as(&self.inner.statements.runner_by_id)
+                        .bind(id)
+                        .fetch_optional(&mut *transaction)
+                        .await?;
+                    let current = row.map(Runner::try_from).transpose()?.ok_or(StoreError::InvalidToken)?;
+                    let next = if matches!(current.state, runway_core::RunnerState::Requested | runway_core::RunnerState::Provisioning) {
+                        current.apply(&runway_core::RunnerEvent::Ready, now)?
+                    } else {
+                        return Err(StoreError::InvalidToken);
+                    };
+                    let columns = RunnerColumns::from(&next);
+                    let updated = bind_runner(sqlx::query(&self.inner.statements.replace_runner), &columns)
+                        .bind(current.id.0)
+                        .bind(current.version)
+                        .execute(&mut *transaction)
+                        .await?;
+                    if updated.rows_affected() != 1 {
+                        return Err(StoreError::Contention { what: format!("runner {}", current.id) });
+                    }
+                    next
                 }
-                Err(e) => return Err(e.into()),
+                None => {
+                    let new = NewRunner {
+                        name: name.to_owned(),
+                        pool,
+                        provider: "registered".to_owned(),
+                        labels: labels.to_vec(),
+                    };
+                    let columns = RunnerColumns::from(&new.initial(RunnerId(0), now));
+                    let row = bind_runner(sqlx::query(&self.inner.statements.insert_runner), &columns)
+                        .fetch_one(&mut *transaction)
+                        .await
+                        .and_then(|row| RunnerRow::from_row(&row));
+                    match row {
+                        Ok(row) => Runner::try_from(row)?,
+                        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                            return Err(StoreError::DuplicateRunnerName(name.to_owned()))
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
             };
             sqlx::query(&sql.set_runner_token)
                 .bind(runner.id.0)
@@ -426,6 +462,20 @@ macro_rules! impl_store {
                 .await?;
             transaction.commit().await?;
             Ok(runner)
+        }
+
+        async fn controller_id(&self, candidate: &str) -> Result<String, StoreError> {
+            let sql = &self.inner.statements.runner_api;
+            sqlx::query(&sql.insert_setting)
+                .bind("controller_id")
+                .bind(candidate)
+                .execute(self.writer())
+                .await?;
+            let value: String = sqlx::query_scalar(&sql.get_setting)
+                .bind("controller_id")
+                .fetch_one(self.writer())
+                .await?;
+            Ok(value)
         }
 
         async fn find_runner_by_token(&self, token_hash: &str) -> Result<Option<Runner>, StoreError> {

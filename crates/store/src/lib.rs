@@ -293,18 +293,22 @@ pub trait Store: Send + Sync + 'static {
     /// Compare-and-set for runners, as [`Store::replace_job`].
     async fn replace_runner(&self, current: &Runner, next: &Runner) -> Result<bool, StoreError>;
 
-    /// Stores a one-time registration token (its hash) for `pool`.
+    /// Stores a one-time registration token (its hash) for `pool`; bound to
+    /// `runner` when the reconciler minted it for a record it created.
     async fn create_registration_token(
         &self,
         token_hash: &str,
         pool: &str,
+        runner: Option<RunnerId>,
         expires_at: Timestamp,
         now: Timestamp,
     ) -> Result<(), StoreError>;
 
-    /// Redeems a registration token and creates the runner it admits, with
-    /// its own token (hash), in one transaction. `InvalidToken` when the
-    /// registration token is unknown, used or expired.
+    /// Redeems a registration token and, in one transaction, creates the
+    /// runner it admits (or, for a bound token, marks the bound record
+    /// ready), with its own token (hash). `InvalidToken` when the
+    /// registration token is unknown, used or expired, or its bound record
+    /// is no longer waiting for its runner.
     async fn register_runner(
         &self,
         registration_token_hash: &str,
@@ -313,6 +317,10 @@ pub trait Store: Send + Sync + 'static {
         runner_token_hash: &str,
         now: Timestamp,
     ) -> Result<Runner, StoreError>;
+
+    /// This installation's controller id: `candidate` the first time it is
+    /// asked, the stored value ever after.
+    async fn controller_id(&self, candidate: &str) -> Result<String, StoreError>;
 
     async fn find_runner_by_token(&self, token_hash: &str) -> Result<Option<Runner>, StoreError>;
 

@@ -26,6 +26,8 @@ on_both_backends!(
     concurrent_worker_config_writes_with_one_version_let_one_win,
     claims_honour_runner_labels,
     registration_tokens_are_single_use_and_expire,
+    bound_registration_tokens_adopt_their_runner_record,
+    the_controller_id_is_chosen_once,
     job_logs_are_replaced,
 );
 
@@ -336,11 +338,11 @@ mod cases {
 
     pub async fn registration_tokens_are_single_use_and_expire(store: Arc<dyn Store>) {
         store
-            .create_registration_token("hash-1", "default", at(1_000), at(0))
+            .create_registration_token("hash-1", "default", None, at(1_000), at(0))
             .await
             .unwrap();
         store
-            .create_registration_token("hash-2", "default", at(1_000), at(0))
+            .create_registration_token("hash-2", "default", None, at(1_000), at(0))
             .await
             .unwrap();
         let labels = vec!["self-hosted".to_owned()];
@@ -381,6 +383,75 @@ mod cases {
             .await
             .unwrap()
             .is_none());
+    }
+
+    pub async fn bound_registration_tokens_adopt_their_runner_record(store: Arc<dyn Store>) {
+        let new = |name: &str| NewRunner {
+            name: name.to_owned(),
+            pool: "local".to_owned(),
+            provider: "process".to_owned(),
+            labels: vec!["local".to_owned(), "linux".to_owned()],
+        };
+        let created = store.create_runner(&new("local-1"), at(0)).await.unwrap();
+        store
+            .create_registration_token("bound-1", "local", Some(created.id), at(1_000), at(0))
+            .await
+            .unwrap();
+        let adopted = store
+            .register_runner("bound-1", "ignored", &["other".to_owned()], "rt-1", at(5))
+            .await
+            .unwrap();
+        assert_eq!(adopted.id, created.id, "no second record");
+        assert_eq!(adopted.name, "local-1", "the record keeps its name");
+        assert_eq!(adopted.provider, "process");
+        assert_eq!(adopted.state, RunnerState::Idle, "registered means ready");
+        assert_eq!(adopted.labels, created.labels);
+        assert_eq!(
+            store
+                .find_runner_by_token("rt-1")
+                .await
+                .unwrap()
+                .map(|r| r.id),
+            Some(created.id)
+        );
+        assert_eq!(
+            store
+                .list_runners(&RunnerFilter::default())
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+
+        // A record that failed (say, its boot timed out) admits no runner.
+        let late = store.create_runner(&new("local-2"), at(0)).await.unwrap();
+        store
+            .create_registration_token("bound-2", "local", Some(late.id), at(1_000), at(0))
+            .await
+            .unwrap();
+        store
+            .apply_runner_event(
+                late.id,
+                &RunnerEvent::Failed {
+                    reason: "boot timeout".into(),
+                },
+                at(6),
+            )
+            .await
+            .unwrap();
+        let refused = store
+            .register_runner("bound-2", "local-2", &[], "rt-2", at(7))
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::InvalidToken)),
+            "{refused:?}"
+        );
+        assert_eq!(store.find_runner_by_token("rt-2").await.unwrap(), None);
+    }
+
+    pub async fn the_controller_id_is_chosen_once(store: Arc<dyn Store>) {
+        assert_eq!(store.controller_id("first").await.unwrap(), "first");
+        assert_eq!(store.controller_id("second").await.unwrap(), "first");
     }
 
     pub async fn job_logs_are_replaced(store: Arc<dyn Store>) {
