@@ -7,6 +7,8 @@
 //! tolerate an instance that never finished being created, and offers never
 //! exceed the quota left.
 
+pub mod exec;
+pub mod process;
 pub mod sim;
 
 use std::collections::BTreeMap;
@@ -92,6 +94,13 @@ pub trait Provider: Send + Sync {
 
     /// Offers for up to `capacity` new runners of `pool`.
     fn bid(&self, pool: &str, capacity: u32) -> Vec<Offer>;
+
+    /// Whether this provider's runners say themselves when they are ready
+    /// (they register with a one-time token); then a running instance is
+    /// not yet a ready runner.
+    fn runners_register(&self) -> bool {
+        false
+    }
 }
 
 /// Where providers read the time: the wall clock under `runway serve`, a

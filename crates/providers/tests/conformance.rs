@@ -7,9 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runway_core::Timestamp;
+use runway_providers::exec::{ExecConfig, ExecProvider};
+use runway_providers::process::{ProcessConfig, ProcessProvider};
 use runway_providers::sim::{BootTime, SimConfig, SimProvider};
 use runway_providers::{
-    CreateRequest, InstanceId, InstanceState, ManualClock, Provider, ProviderError,
+    CreateRequest, Instance, InstanceId, InstanceState, ManualClock, Provider, ProviderError,
 };
 
 struct Harness {
@@ -125,11 +127,27 @@ async fn quota_is_respected_by_creates_and_bids(h: &Harness) {
     assert!(error.is_retryable());
 }
 
+/// Deletes whatever a case left behind (real processes, for some providers).
+async fn clean_up(h: Harness) {
+    for instance in h.provider.list().await.expect("list") {
+        h.provider.delete(&instance.id).await.expect("delete");
+    }
+    assert!(h.provider.list().await.expect("list").is_empty());
+}
+
 async fn run_suite(make: impl Fn() -> Harness) {
-    created_instances_are_listed_and_become_running(&make()).await;
-    create_is_idempotent_by_name(&make()).await;
-    delete_is_idempotent_and_tolerates_missing_instances(&make()).await;
-    quota_is_respected_by_creates_and_bids(&make()).await;
+    let h = make();
+    created_instances_are_listed_and_become_running(&h).await;
+    clean_up(h).await;
+    let h = make();
+    create_is_idempotent_by_name(&h).await;
+    clean_up(h).await;
+    let h = make();
+    delete_is_idempotent_and_tolerates_missing_instances(&h).await;
+    clean_up(h).await;
+    let h = make();
+    quota_is_respected_by_creates_and_bids(&h).await;
+    clean_up(h).await;
 }
 
 fn sim(config: SimConfig) -> Harness {
@@ -199,4 +217,251 @@ async fn sim_failures_follow_the_fail_rate_and_the_seed() {
     .bid("linux", 3);
     assert_eq!(offer[0].capacity, 3);
     assert!((offer[0].reliability - 0.7).abs() < 1e-9);
+}
+
+// ---- process ----
+
+fn process_config(dir: &std::path::Path, command: &[&str]) -> ProcessConfig {
+    ProcessConfig {
+        name: "local".to_owned(),
+        command: command.iter().map(|s| s.to_string()).collect(),
+        state_dir: dir.to_path_buf(),
+        stop_grace: Duration::from_secs(2),
+        max_instances: 4,
+        price_per_hour: 0.0,
+        boot_time: Duration::from_secs(1),
+        controller_id: "controller-a".to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn process_provider_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    run_suite(move || {
+        let provider = ProcessProvider::new(process_config(&path, &["sleep", "60"])).unwrap();
+        Harness {
+            provider: Arc::new(provider),
+            let_boot: Box::new(|| {}),
+            quota: 4,
+        }
+    })
+    .await;
+}
+
+/// Polls `check` until it holds or five seconds pass.
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !check() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_runners_get_their_bootstrap_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("env.txt");
+    let script = format!(
+        "echo \"$RUNWAY_URL $RUNWAY_RUNNER_NAME $RUNWAY_POOL $RUNWAY_RUNNER_LABELS\" > {}.tmp && mv {0}.tmp {0}",
+        out.display()
+    );
+    let state = dir.path().join("state");
+    let provider = ProcessProvider::new(process_config(&state, &["sh", "-c", &script])).unwrap();
+    let mut request = request("env-1");
+    request.labels = vec!["local".into(), "linux".into()];
+    provider.create(&request).await.unwrap();
+    eventually("the runner wrote its environment", || out.exists()).await;
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap().trim(),
+        "http://127.0.0.1:8080 env-1 linux local,linux"
+    );
+    eventually("the runner exited", || {
+        futures_lite_block(provider.list())
+            .iter()
+            .all(|i| i.state == InstanceState::Stopped)
+    })
+    .await;
+    provider.delete(&InstanceId("env-1".into())).await.unwrap();
+    assert!(provider.list().await.unwrap().is_empty());
+}
+
+/// Runs a provider future to completion from a sync closure.
+fn futures_lite_block<F: std::future::Future<Output = Result<Vec<Instance>, ProviderError>>>(
+    future: F,
+) -> Vec<Instance> {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(future))
+        .expect("list")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_provider_adopts_its_processes_and_ignores_other_installations() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = ProcessProvider::new(process_config(dir.path(), &["sleep", "60"])).unwrap();
+    let instance = first.create(&request("kept-1")).await.unwrap();
+    drop(first); // `runway serve` went away; its runner did not.
+
+    let mut other = process_config(dir.path(), &["sleep", "60"]);
+    other.controller_id = "controller-b".to_owned();
+    let other = ProcessProvider::new(other).unwrap();
+    assert!(
+        other.list().await.unwrap().is_empty(),
+        "another installation's processes are not ours"
+    );
+    other.delete(&instance.id).await.unwrap();
+
+    let again = ProcessProvider::new(process_config(dir.path(), &["sleep", "60"])).unwrap();
+    let listed = again.list().await.unwrap();
+    assert_eq!(listed.len(), 1, "the restarted provider finds it");
+    assert_eq!(listed[0].state, InstanceState::Running, "still running");
+    assert_eq!(
+        again.bid("linux", 10)[0].capacity,
+        3,
+        "it counts against the quota"
+    );
+    again.delete(&instance.id).await.unwrap();
+    assert!(again.list().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_runner_that_ignores_sigterm_is_killed_after_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let script = format!("trap '' TERM; touch {}; sleep 60 & wait", ready.display());
+    let mut config = process_config(&dir.path().join("state"), &["sh", "-c", &script]);
+    config.stop_grace = Duration::from_millis(300);
+    let provider = ProcessProvider::new(config).unwrap();
+    let instance = provider.create(&request("stubborn")).await.unwrap();
+    eventually("the runner ignores SIGTERM", || ready.exists()).await;
+    let started = std::time::Instant::now();
+    provider.delete(&instance.id).await.unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "SIGKILL only after the grace"
+    );
+    assert!(provider.list().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_process_that_cannot_start_is_a_permanent_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider =
+        ProcessProvider::new(process_config(dir.path(), &["/nonexistent/runway-agent"])).unwrap();
+    let error = provider.create(&request("nope")).await.unwrap_err();
+    assert!(!error.is_retryable(), "{error}");
+    assert!(provider.list().await.unwrap().is_empty());
+}
+
+// ---- exec (GARM external provider protocol) ----
+
+fn garm_script() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../contrib/garm-provider-local/garm-provider-local")
+}
+
+fn exec_config(dir: &std::path::Path, command: &str) -> ExecConfig {
+    let config_file = dir.join("provider.conf");
+    std::fs::write(
+        &config_file,
+        format!(
+            "state_dir={}\ncommand={command}\nstop_grace=2\n",
+            dir.join("state").display()
+        ),
+    )
+    .unwrap();
+    ExecConfig {
+        name: "garm".to_owned(),
+        executable: garm_script(),
+        config_file: Some(config_file),
+        pools: vec!["linux".to_owned()],
+        timeout: Duration::from_secs(20),
+        max_instances: 3,
+        price_per_hour: 0.05,
+        boot_time: Duration::from_secs(1),
+        controller_id: "controller-a".to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn exec_provider_conforms_through_a_garm_provider_script() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    run_suite(move || Harness {
+        provider: Arc::new(ExecProvider::new(exec_config(&path, "sleep 60"))),
+        let_boot: Box::new(|| {}),
+        quota: 3,
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn exec_bootstrap_reaches_the_runner_and_remove_all_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("env.txt");
+    let command = format!(
+        "sh -c 'echo \"$RUNWAY_URL $RUNWAY_RUNNER_NAME\" > {0}.tmp && mv {0}.tmp {0}; sleep 60'",
+        out.display()
+    );
+    let provider = ExecProvider::new(exec_config(dir.path(), &command));
+    let instance = provider.create(&request("garm-1")).await.unwrap();
+    assert_eq!(instance.name, "garm-1");
+    eventually("the runner wrote its environment", || out.exists()).await;
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap().trim(),
+        "http://127.0.0.1:8080 garm-1"
+    );
+    assert_eq!(
+        provider.get(&instance.id).await.unwrap().state,
+        InstanceState::Running
+    );
+    provider.stop(&instance.id).await.unwrap();
+    assert_eq!(
+        provider.get(&instance.id).await.unwrap().state,
+        InstanceState::Stopped
+    );
+    provider.create(&request("garm-2")).await.unwrap();
+    provider.remove_all().await.unwrap();
+    assert!(provider.list().await.unwrap().is_empty());
+    assert!(provider.get(&instance.id).await.is_err(), "gone");
+}
+
+#[tokio::test]
+async fn exec_failures_and_timeouts_are_reported_with_their_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let failing = dir.path().join("failing");
+    std::fs::write(
+        &failing,
+        "#!/bin/sh\necho \"quota exceeded in region\" >&2\nexit 3\n",
+    )
+    .unwrap();
+    let slow = dir.path().join("slow");
+    std::fs::write(&slow, "#!/bin/sh\nexec sleep 30\n").unwrap();
+    let garbage = dir.path().join("garbage");
+    std::fs::write(&garbage, "#!/bin/sh\necho 'not json'\n").unwrap();
+    for script in [&failing, &slow, &garbage] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let with = |executable: &std::path::Path| {
+        let mut config = exec_config(dir.path(), "true");
+        config.executable = executable.to_path_buf();
+        config.timeout = Duration::from_millis(500);
+        ExecProvider::new(config)
+    };
+    let error = with(&failing).list().await.unwrap_err().to_string();
+    assert!(
+        error.contains("ListInstances failed") && error.contains("quota exceeded in region"),
+        "{error}"
+    );
+    let started = std::time::Instant::now();
+    let error = with(&slow).list().await.unwrap_err().to_string();
+    assert!(error.contains("did not finish within"), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the call was cut off"
+    );
+    let error = with(&garbage).list().await.unwrap_err().to_string();
+    assert!(error.contains("not JSON"), "{error}");
+    let missing = with(std::path::Path::new("/nonexistent/provider"));
+    assert!(!missing.list().await.unwrap_err().is_retryable());
 }
