@@ -34,8 +34,8 @@ impl Connection {
 pub struct SubmitArgs {
     #[command(flatten)]
     connection: Connection,
-    /// The job's labels, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "self-hosted,linux,x64")]
+    /// The job's labels, comma-separated (default: the out-of-the-box pool `local`).
+    #[arg(long, value_delimiter = ',', default_value = "local")]
     labels: Vec<String>,
     /// Seconds the job may run.
     #[arg(long, default_value_t = 3600)]

@@ -31,13 +31,13 @@ pub struct AgentArgs {
     /// The labels this runner serves, comma-separated.
     #[arg(
         long,
-        env = "RUNWAY_AGENT_LABELS",
+        env = "RUNWAY_RUNNER_LABELS",
         value_delimiter = ',',
         default_value = "self-hosted,linux,x64"
     )]
     labels: Vec<String>,
     /// The runner's name; unique per runway. Default: host name, pid and a random suffix.
-    #[arg(long, env = "RUNWAY_AGENT_NAME")]
+    #[arg(long, env = "RUNWAY_RUNNER_NAME")]
     name: Option<String>,
     /// Exit after one job (an ephemeral runner).
     #[arg(long)]
@@ -163,6 +163,14 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             Ok((StatusCode::NO_CONTENT, _)) => {
                 failures = 0;
                 continue;
+            }
+            Ok((StatusCode::GONE, body)) => {
+                // Scaled down: runway will stop this process; leave first.
+                tracing::info!(
+                    reason = body["error"].as_str().unwrap_or(""),
+                    "runner retired by the server"
+                );
+                return Ok(());
             }
             Ok((StatusCode::UNAUTHORIZED, body)) => {
                 bail!(

@@ -211,12 +211,23 @@ async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
     let address = listener
         .local_addr()
         .context("cannot read the listening address")?;
+    if config.server.public_url.is_none() {
+        config.server.public_url = Some(config.server.runner_url(address));
+    }
+    let store = Service::open_store(&config).await?;
+    let controller_id = store
+        .controller_id(&runway_server::auth::new_token("rwc_"))
+        .await
+        .context("cannot read this installation's controller id")?;
     let providers = runway_server::reconciler::build_providers(
-        &config.providers,
-        Arc::new(runway_providers::SystemClock),
+        &config,
+        &runway_server::reconciler::ProviderContext {
+            clock: Arc::new(runway_providers::SystemClock),
+            controller_id,
+            runway_exe: std::env::current_exe().ok(),
+        },
     )
     .map_err(anyhow::Error::msg)?;
-    let store = Service::open_store(&config).await?;
     // Only once the store is open: a failed start leaves no token file behind.
     if generate_admin_token {
         let token = admin_token_file()?;

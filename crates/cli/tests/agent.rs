@@ -5,9 +5,9 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{spawn_serve, Process};
+use common::{spawn_serve, wait_until, Process};
 
 const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
 const ADMIN: &str = "agent-test-admin-token";
@@ -105,14 +105,6 @@ fn job(base: &str, id: i64) -> serde_json::Value {
         .send()
         .and_then(|r| r.json())
         .unwrap_or_default()
-}
-
-fn wait_until(what: &str, seconds: u64, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -222,12 +214,8 @@ fn a_job_whose_agent_is_killed_is_finished_by_another_agent() {
 #[test]
 fn jobs_complete_once_each_across_a_sigkill_of_the_server() {
     let dir = tempfile::tempdir().unwrap();
-    // A fixed port, so the agents find the restarted server where they left it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A fixed port, so the runners find the restarted server where they left it.
+    let port = common::free_port();
     write_config(dir.path(), &format!("127.0.0.1:{port}"));
     let (server, base) = serve(dir.path());
     let _agents: Vec<Process> = (0..2)

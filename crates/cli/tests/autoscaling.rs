@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{spawn_serve, Process};
+use common::{spawn_serve, wait_until, Process};
 
 use runway_server::github::signature::sign;
 use serde_json::{json, Value};
@@ -132,14 +132,6 @@ fn live_runners(base: &str) -> usize {
                 .count()
         })
         .unwrap_or(0)
-}
-
-fn wait_until(what: &str, seconds: u64, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]

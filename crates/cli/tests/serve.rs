@@ -134,7 +134,10 @@ fn serve_with_no_config_answers_health_readiness_and_status_then_stops_on_sigter
     assert_eq!(status, 200);
     let status: serde_json::Value = serde_json::from_str(&body).expect("status is JSON");
     assert_eq!(status["store"], "sqlite");
-    assert_eq!(status["pools"][0]["name"], "default");
+    assert_eq!(
+        status["pools"][0]["name"], "local",
+        "the out-of-the-box pool"
+    );
     assert!(
         dir.path().join("runway.db").exists(),
         "the default store is runway.db in the working directory"
@@ -486,7 +489,7 @@ fn config_eval_standalone_and_with_declared_providers() {
     // A provider that does not declare availabilityZone makes the rule an error.
     std::fs::write(
         dir.path().join("runway.toml"),
-        "[providers.ec2]\nkind = \"exec\"\nrequired_keys = [\"ec2.ImageId\"]\n",
+        "[providers.ec2]\nkind = \"exec\"\nexecutable = \"garm-provider-ec2\"\nrequired_keys = [\"ec2.ImageId\"]\n",
     )
     .unwrap();
     let output = runway(
@@ -510,7 +513,7 @@ fn config_eval_standalone_and_with_declared_providers() {
     );
     std::fs::write(
         dir.path().join("runway.toml"),
-        "[providers.ec2]\nkind = \"exec\"\nconditions = [\"availabilityZone\"]\nrequired_keys = [\"ec2.ImageId\"]\n",
+        "[providers.ec2]\nkind = \"exec\"\nexecutable = \"garm-provider-ec2\"\nconditions = [\"availabilityZone\"]\nrequired_keys = [\"ec2.ImageId\"]\n",
     )
     .unwrap();
     let output = runway(
@@ -540,6 +543,14 @@ fn config_eval_standalone_and_with_declared_providers() {
 fn worker_configs_from_the_config_file_are_installed_at_start() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("build.json"), example_worker_config()).unwrap();
+    // A GARM provider with no instances, never asked to create one here.
+    let provider = dir.path().join("garm-provider-ec2");
+    std::fs::write(&provider, "#!/bin/sh\necho '[]'\n").unwrap();
+    std::fs::set_permissions(
+        &provider,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     std::fs::write(
         dir.path().join("runway.toml"),
         r#"[server]
@@ -547,6 +558,7 @@ admin_tokens = ["worker-config-cli-token"]
 
 [providers.ec2]
 kind = "exec"
+executable = "garm-provider-ec2"
 conditions = ["availabilityZone"]
 
 [[worker_configs]]

@@ -3,12 +3,16 @@
 //! that bring each pool to the capacity its queue needs, plus the reason
 //! every queued job is still waiting.
 //!
-//! Per pool, with Q queued jobs and I idle, P booting and B busy runners:
+//! Per pool, with Q queued jobs and I idle, P booting, B busy and T
+//! terminating runners:
 //!
 //! ```text
 //! want   = ceil(Q × scaling_ratio) + min_idle
-//! create = clamp(want − I − P, 0, max_runners − I − P − B)
+//! create = clamp(want − I − P, 0, max_runners − I − P − B − T)
 //! ```
+//!
+//! A terminating runner's instance exists (and costs) until its provider
+//! confirms the delete, so it still counts against `max_runners`.
 //!
 //! Idle runners beyond `want` are deleted, longest idle first, once idle for
 //! longer than `idle_grace`. A runner still booting past `boot_timeout` is
@@ -190,6 +194,7 @@ fn plan_pool(pool: &PoolSnapshot, backoffs: &[Backoff], now: Timestamp, out: &mu
     let mut idle: Vec<&RunnerView> = Vec::new();
     let mut booting: Vec<&RunnerView> = Vec::new();
     let mut busy = 0u32;
+    let mut terminating = 0u32;
     for runner in &pool.runners {
         match runner.state {
             RunnerState::Idle => idle.push(runner),
@@ -208,6 +213,7 @@ fn plan_pool(pool: &PoolSnapshot, backoffs: &[Backoff], now: Timestamp, out: &mu
                 }
             }
             RunnerState::Busy => busy += 1,
+            RunnerState::Terminating => terminating += 1,
             _ => {}
         }
     }
@@ -220,7 +226,9 @@ fn plan_pool(pool: &PoolSnapshot, backoffs: &[Backoff], now: Timestamp, out: &mu
     };
     let want = demand.saturating_add(policy.min_idle);
     let (i, p) = (idle.len() as u32, booting.len() as u32);
-    let room = policy.max_runners.saturating_sub(i + p + busy);
+    let room = policy
+        .max_runners
+        .saturating_sub(i + p + busy + terminating);
     let needed = want.saturating_sub(i + p);
     let to_create = needed.min(room);
 

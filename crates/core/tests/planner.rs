@@ -371,8 +371,9 @@ proptest! {
             }
         }
         let summary = &result.pools[0];
-        let live = summary.idle + summary.booting + summary.busy;
-        // Never beyond max_runners; never deleting below want.
+        let terminating = pool.runners.iter().filter(|r| r.state == RunnerState::Terminating).count() as u32;
+        let live = summary.idle + summary.booting + summary.busy + terminating;
+        // Never beyond max_runners (terminating instances still exist); never deleting below want.
         prop_assert!(created == 0 || live + created <= pool.policy.max_runners);
         prop_assert!(summary.idle - deleted_idle >= summary.want.min(summary.idle));
         // Every queued job is explained.

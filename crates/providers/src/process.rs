@@ -1,7 +1,7 @@
 //! The `process` provider: each runner is a local child process started
 //! from a command (an argv list) with the runner's bootstrap variables
-//! (`RUNWAY_URL`, `RUNWAY_REGISTRATION_TOKEN`, `RUNWAY_RUNNER_NAME`, …) in
-//! its environment. Out of the box, `runway serve` runs `runway agent
+//! (`RUNWAY_URL`, `RUNWAY_REGISTRATION_TOKEN`, `RUNWAY_RUNNER_NAME`, …) and
+//! its launch configuration (`RUNWAY_LAUNCH_CONFIG`, JSON) in its environment. Out of the box, `runway serve` runs `runway agent
 //! --once` this way.
 //!
 //! Every instance is tracked on disk (`STATE_DIR/NAME.json`, with its
@@ -204,6 +204,7 @@ impl ProcessProvider {
             .env("RUNWAY_RUNNER_NAME", &request.name)
             .env("RUNWAY_POOL", &request.pool)
             .env("RUNWAY_RUNNER_LABELS", request.labels.join(","))
+            .env("RUNWAY_LAUNCH_CONFIG", request.launch_config.to_string())
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(stderr)

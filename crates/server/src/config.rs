@@ -41,8 +41,9 @@ pub struct Config {
     pub worker_config_sources: Vec<toml::Value>,
 }
 
-/// A provider declaration. Creating runners through it lands with the
-/// autoscaling work; today it declares what worker configurations for it
+/// A provider declaration: how runners are started (its `kind` and that
+/// kind's keys), what capacity it offers the planner (`max_instances`,
+/// `price_per_hour`, `boot_seconds`), and what worker configurations for it
 /// may say (its own condition names) and must contain (required keys).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderConfig {
@@ -53,27 +54,57 @@ pub struct ProviderConfig {
     /// Most instances at once through this provider.
     pub max_instances: u32,
     pub price_per_hour: f64,
-    /// `sim`: boot time, uniform between the two (equal for a fixed time).
+    /// Boot time, uniform between the two (equal for a fixed time): what
+    /// `sim` instances take, and what the others' bids say to expect.
     pub boot_seconds: (f64, f64),
     /// `sim`: probability that a create fails.
     pub fail_rate: f64,
     /// `sim`: seed of its randomness.
     pub seed: u64,
+    /// `process`: the runner's program and arguments. A first element
+    /// `runway` means this very binary.
+    pub command: Vec<String>,
+    /// `process`: where runner processes are tracked (default
+    /// `runway-processes/NAME` in the working directory).
+    pub state_dir: Option<PathBuf>,
+    /// `process`: between SIGTERM and SIGKILL when a runner is deleted.
+    pub stop_grace: Duration,
+    /// `exec`: the GARM external provider executable.
+    pub executable: Option<PathBuf>,
+    /// `exec`: passed to it as `GARM_PROVIDER_CONFIG_FILE`.
+    pub config_file: Option<PathBuf>,
+    /// `exec`: the longest one call of the executable may take.
+    pub timeout: Duration,
+}
+
+impl ProviderConfig {
+    /// The defaults of a provider of `kind`: a simulated cloud boots in
+    /// minutes and costs money; a local process starts in a second, free.
+    pub fn for_kind(name: &str, kind: &str) -> ProviderConfig {
+        let local = kind == "process";
+        ProviderConfig {
+            name: name.to_owned(),
+            kind: kind.to_owned(),
+            conditions: Vec::new(),
+            required_keys: Vec::new(),
+            max_instances: if local { 4 } else { 100 },
+            price_per_hour: if local { 0.0 } else { 0.10 },
+            boot_seconds: if local { (1.0, 1.0) } else { (120.0, 180.0) },
+            fail_rate: 0.0,
+            seed: 0,
+            command: Vec::new(),
+            state_dir: None,
+            stop_grace: Duration::from_secs(10),
+            executable: None,
+            config_file: None,
+            timeout: Duration::from_secs(120),
+        }
+    }
 }
 
 impl Default for ProviderConfig {
     fn default() -> ProviderConfig {
-        ProviderConfig {
-            name: "sim".to_owned(),
-            kind: "sim".to_owned(),
-            conditions: Vec::new(),
-            required_keys: Vec::new(),
-            max_instances: 100,
-            price_per_hour: 0.10,
-            boot_seconds: (120.0, 180.0),
-            fail_rate: 0.0,
-            seed: 0,
-        }
+        ProviderConfig::for_kind("sim", "sim")
     }
 }
 
@@ -106,6 +137,10 @@ pub struct ServerConfig {
     pub admin_tokens: Vec<Secret>,
     /// Bearer tokens that may only read the admin API.
     pub read_tokens: Vec<Secret>,
+    /// The URL runners reach this server at (`RUNWAY_URL` of the runners
+    /// runway starts). Default: `http://` and the listening address, with
+    /// an unspecified address (0.0.0.0, ::) as loopback.
+    pub public_url: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -187,6 +222,7 @@ impl Default for Config {
                 database_max_connections: 16,
                 admin_tokens: Vec::new(),
                 read_tokens: Vec::new(),
+                public_url: None,
             },
             runner_api: RunnerApiConfig {
                 poll_timeout: Duration::from_secs(30),
@@ -208,6 +244,48 @@ impl Default for Config {
     }
 }
 
+impl ServerConfig {
+    /// Where runners reach this server, given the address it listens on.
+    pub fn runner_url(&self, bound: SocketAddr) -> String {
+        if let Some(url) = &self.public_url {
+            return url.clone();
+        }
+        let mut address = bound;
+        if address.ip().is_unspecified() {
+            address.set_ip(if address.is_ipv4() {
+                std::net::Ipv4Addr::LOCALHOST.into()
+            } else {
+                std::net::Ipv6Addr::LOCALHOST.into()
+            });
+        }
+        format!("http://{address}")
+    }
+}
+
+impl Config {
+    /// What `runway serve` runs without a config file: one pool `local`
+    /// (labels `local`, `linux`) whose runners are `runway agent --once`
+    /// processes on this machine, at most two at a time.
+    pub fn out_of_the_box() -> Config {
+        let mut provider = ProviderConfig::for_kind("local", "process");
+        provider.command = vec!["runway".into(), "agent".into(), "--once".into()];
+        provider.max_instances = 2;
+        Config {
+            pools: vec![PoolConfig {
+                name: "local".to_owned(),
+                labels: vec!["local".to_owned(), "linux".to_owned()],
+                min_idle: 0,
+                max_runners: 2,
+                boot_timeout: Duration::from_secs(60),
+                providers: vec!["local".to_owned()],
+                ..PoolConfig::default()
+            }],
+            providers: vec![provider],
+            ..Config::default()
+        }
+    }
+}
+
 /// Command-line values that win over the file.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -220,7 +298,7 @@ impl Config {
     /// then applies `overrides` and validates the result.
     pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
         let (mut config, origin) = match path {
-            None => (Config::default(), "(built-in defaults)".to_owned()),
+            None => (Config::out_of_the_box(), "(built-in defaults)".to_owned()),
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
                     path: path.display().to_string(),
@@ -312,6 +390,22 @@ impl Config {
                         PROVIDER_KINDS.join(", ")
                     ),
                 ));
+            }
+            let key = |field: &str| format!("[providers.{}] {field}", provider.name);
+            if provider.kind == "process" && provider.command.is_empty() {
+                return Err((
+                    key("command"),
+                    "a process provider needs the runner's command, e.g. [\"runway\", \"agent\", \"--once\"]".into(),
+                ));
+            }
+            if provider.kind == "exec" && provider.executable.is_none() {
+                return Err((
+                    key("executable"),
+                    "an exec provider needs the path of a GARM external provider executable".into(),
+                ));
+            }
+            if provider.kind == "process" && provider.max_instances == 0 {
+                return Err((key("max_instances"), "must be at least 1".into()));
             }
         }
         let schemas = self.schemas();
@@ -470,6 +564,7 @@ impl Config {
                         .map(Secret::redacted)
                         .collect(),
                 ),
+                public_url: self.server.public_url.clone(),
             },
             runner_api: RawRunnerApi {
                 poll_timeout: Some(format_duration(self.runner_api.poll_timeout)),
@@ -512,6 +607,13 @@ impl Config {
                             ])),
                             fail_rate: Some(p.fail_rate),
                             seed: Some(p.seed),
+                            command: (p.kind == "process").then(|| p.command.clone()),
+                            state_dir: p.state_dir.as_ref().map(|d| d.display().to_string()),
+                            stop_grace: (p.kind == "process")
+                                .then(|| format_duration(p.stop_grace)),
+                            executable: p.executable.as_ref().map(|d| d.display().to_string()),
+                            config_file: p.config_file.as_ref().map(|d| d.display().to_string()),
+                            timeout: (p.kind == "exec").then(|| format_duration(p.timeout)),
                         };
                         (p.name.clone(), raw)
                     })
@@ -671,23 +773,7 @@ struct RawConfig {
 /// `[providers.NAME]` tables, or a `[[providers]]` list with `name` keys.
 enum RawProviders {
     ByName(BTreeMap<String, RawProvider>),
-    List(Vec<RawNamedProvider>),
-}
-
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct RawNamedProvider {
-    name: String,
-    kind: String,
-    #[serde(default)]
-    conditions: Vec<String>,
-    #[serde(default)]
-    required_keys: Vec<String>,
-    max_instances: Option<u32>,
-    price_per_hour: Option<f64>,
-    boot_seconds: Option<toml::Value>,
-    fail_rate: Option<f64>,
-    seed: Option<u64>,
+    List(Vec<toml::Table>),
 }
 
 impl RawProviders {
@@ -705,24 +791,29 @@ impl RawProviders {
             RawProviders::List(list) => {
                 let mut seen = BTreeSet::new();
                 let mut named = Vec::new();
-                for (i, entry) in list.into_iter().enumerate() {
-                    if !seen.insert(entry.name.clone()) {
+                for (i, mut entry) in list.into_iter().enumerate() {
+                    let name = match entry.remove("name") {
+                        Some(toml::Value::String(name)) => name,
+                        _ => {
+                            return Err((
+                                format!("providers[{i}].name"),
+                                "missing: every provider needs a name".to_owned(),
+                            ))
+                        }
+                    };
+                    if !seen.insert(name.clone()) {
                         return Err((
                             format!("providers[{i}].name"),
-                            format!("duplicate provider {:?}", entry.name),
+                            format!("duplicate provider {name:?}"),
                         ));
                     }
-                    let provider = RawProvider {
-                        kind: entry.kind,
-                        conditions: entry.conditions,
-                        required_keys: entry.required_keys,
-                        max_instances: entry.max_instances,
-                        price_per_hour: entry.price_per_hour,
-                        boot_seconds: entry.boot_seconds,
-                        fail_rate: entry.fail_rate,
-                        seed: entry.seed,
-                    };
-                    named.push((entry.name, provider));
+                    let provider: RawProvider =
+                        toml::Value::Table(entry)
+                            .try_into()
+                            .map_err(|e: toml::de::Error| {
+                                (format!("providers[{i}] ({name})"), one_line(e.message()))
+                            })?;
+                    named.push((name, provider));
                 }
                 Ok(named)
             }
@@ -749,6 +840,18 @@ struct RawProvider {
     fail_rate: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     seed: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state_dir: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stop_grace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    executable: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    config_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -759,6 +862,8 @@ struct RawServer {
     database_max_connections: Option<u32>,
     admin_tokens: Option<Vec<String>>,
     read_tokens: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    public_url: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -888,8 +993,22 @@ impl RawConfig {
         }
         .into_iter()
         .map(|(name, p)| {
-            let base = ProviderConfig::default();
+            let defaults = ProviderConfig::for_kind(&name, &p.kind);
             let key = |field: &str| format!("[providers.{name}] {field}");
+            let path = |written: Option<String>| {
+                written.map(|text| match base {
+                    Some(dir) if Path::new(&text).is_relative() => dir.join(text),
+                    _ => PathBuf::from(text),
+                })
+            };
+            let duration_of =
+                |field: &str, written: Option<String>, default: Duration| match written {
+                    None => Ok(default),
+                    Some(text) => parse_duration(&text).map_err(|m| (key(field), m)),
+                };
+            let stop_grace = duration_of("stop_grace", p.stop_grace.clone(), defaults.stop_grace)?;
+            let timeout = duration_of("timeout", p.timeout.clone(), defaults.timeout)?;
+            let base = defaults;
             let boot_seconds = match &p.boot_seconds {
                 None => base.boot_seconds,
                 Some(value) => {
@@ -928,6 +1047,12 @@ impl RawConfig {
                 boot_seconds,
                 fail_rate,
                 seed: p.seed.unwrap_or(base.seed),
+                command: p.command.unwrap_or_default(),
+                state_dir: path(p.state_dir),
+                stop_grace,
+                executable: path(p.executable),
+                config_file: path(p.config_file),
+                timeout,
                 name,
             })
         })
@@ -968,6 +1093,15 @@ impl RawConfig {
                 default_pool: self.routing.default_pool,
             },
             server: ServerConfig {
+                public_url: match self.server.public_url {
+                    Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+                        return Err((
+                            "[server] public_url".to_owned(),
+                            format!("{url:?} is not an http:// or https:// URL"),
+                        ))
+                    }
+                    other => other.map(|url| url.trim_end_matches('/').to_owned()),
+                },
                 admin_tokens,
                 read_tokens,
                 listen,
@@ -1154,7 +1288,7 @@ mod tests {
     fn unknown_keys_are_named_with_their_place() {
         check(
             "[server]\nlisten = \"127.0.0.1:9000\"\nlisen = \"x\"\n",
-            expect!["error: config runway.toml: [server] lisen (line 3, column 1): unknown field `lisen`, expected one of `listen`, `database`, `database_max_connections`, `admin_tokens`, `read_tokens`"],
+            expect!["error: config runway.toml: [server] lisen (line 3, column 1): unknown field `lisen`, expected one of `listen`, `database`, `database_max_connections`, `admin_tokens`, `read_tokens`, `public_url`"],
         );
     }
 

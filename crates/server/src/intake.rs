@@ -278,6 +278,7 @@ fn new_job(service: &Service, payload: &WorkflowJob, route: Route) -> NewJob {
 fn count_new_job(service: &Service, job: &Job) {
     match &job.pool {
         Some(pool) => {
+            service.reconcile_wanted.notify_one();
             service
                 .metrics
                 .jobs_routed

@@ -4,6 +4,7 @@
 //! assumes nothing about why it runs; running it twice in a row is harmless.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,52 +14,117 @@ use runway_core::planner::{
 };
 use runway_core::runner::NewRunner;
 use runway_core::{JobState, RunnerEvent, RunnerId, RunnerState, Timestamp};
+use runway_providers::exec::{ExecConfig, ExecProvider};
+use runway_providers::process::{ProcessConfig, ProcessProvider};
 use runway_providers::sim::{BootTime, SimConfig, SimProvider};
 use runway_providers::{Clock, CreateRequest, InstanceId, InstanceState, Provider};
 use runway_store::{JobFilter, RunnerFilter, StoreError};
 
-use crate::config::ProviderConfig;
+use crate::config::Config;
 use crate::service::Service;
 
-/// Builds the providers a configuration declares. Kinds whose runners
-/// report readiness themselves (process, exec) land with their providers.
+/// What providers need from the running installation.
+pub struct ProviderContext {
+    /// Where providers read the time (the wall clock under `runway serve`).
+    pub clock: Arc<dyn Clock>,
+    /// This installation's id (from the store); instances are tagged with it.
+    pub controller_id: String,
+    /// This binary: what a `process` command's first element `runway` means.
+    pub runway_exe: Option<PathBuf>,
+}
+
+fn boot_time((low, high): (f64, f64)) -> Duration {
+    Duration::from_secs_f64((low + high) / 2.0)
+}
+
+/// Builds the providers a configuration declares.
 pub fn build_providers(
-    configs: &[ProviderConfig],
-    clock: Arc<dyn Clock>,
+    config: &Config,
+    context: &ProviderContext,
 ) -> Result<BTreeMap<String, Arc<dyn Provider>>, String> {
     let mut providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
-    for config in configs {
-        match config.kind.as_str() {
+    for provider in &config.providers {
+        let built: Arc<dyn Provider> = match provider.kind.as_str() {
             "sim" => {
-                let (low, high) = config.boot_seconds;
+                let (low, high) = provider.boot_seconds;
                 let boot_time = if low == high {
                     BootTime::Fixed(Duration::from_secs_f64(low))
                 } else {
                     BootTime::Uniform(Duration::from_secs_f64(low), Duration::from_secs_f64(high))
                 };
                 let sim = SimConfig {
-                    name: config.name.clone(),
+                    name: provider.name.clone(),
                     boot_time,
-                    fail_rate: config.fail_rate,
-                    price_per_hour: config.price_per_hour,
-                    max_instances: config.max_instances,
-                    seed: config.seed,
+                    fail_rate: provider.fail_rate,
+                    price_per_hour: provider.price_per_hour,
+                    max_instances: provider.max_instances,
+                    seed: provider.seed,
                 };
-                providers.insert(
-                    config.name.clone(),
-                    Arc::new(SimProvider::new(sim, clock.clone())),
-                );
+                Arc::new(SimProvider::new(sim, context.clock.clone()))
+            }
+            "process" => {
+                let mut command = provider.command.clone();
+                if let (Some(first), Some(exe)) = (command.first_mut(), &context.runway_exe) {
+                    if first == "runway" {
+                        *first = exe.display().to_string();
+                    }
+                }
+                let state_dir = provider
+                    .state_dir
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from("runway-processes").join(&provider.name));
+                let process = ProcessProvider::new(ProcessConfig {
+                    name: provider.name.clone(),
+                    command,
+                    state_dir,
+                    stop_grace: provider.stop_grace,
+                    max_instances: provider.max_instances,
+                    price_per_hour: provider.price_per_hour,
+                    boot_time: boot_time(provider.boot_seconds),
+                    controller_id: context.controller_id.clone(),
+                })
+                .map_err(|e| format!("[providers.{}] {e}", provider.name))?;
+                Arc::new(process)
+            }
+            "exec" => {
+                let executable = provider.executable.clone().ok_or_else(|| {
+                    format!("[providers.{}] executable is not set", provider.name)
+                })?;
+                if !executable.is_file() {
+                    return Err(format!(
+                        "[providers.{}] executable: {} is not a file",
+                        provider.name,
+                        executable.display()
+                    ));
+                }
+                let pools = config
+                    .pools
+                    .iter()
+                    .filter(|pool| {
+                        pool.providers.is_empty() || pool.providers.contains(&provider.name)
+                    })
+                    .map(|pool| pool.name.clone())
+                    .collect();
+                Arc::new(ExecProvider::new(ExecConfig {
+                    name: provider.name.clone(),
+                    executable,
+                    config_file: provider.config_file.clone(),
+                    pools,
+                    timeout: provider.timeout,
+                    max_instances: provider.max_instances,
+                    price_per_hour: provider.price_per_hour,
+                    boot_time: boot_time(provider.boot_seconds),
+                    controller_id: context.controller_id.clone(),
+                }))
             }
             other => {
-                // Declared for worker configurations; runway cannot drive
-                // this kind yet, so no runners are started through it.
-                tracing::warn!(
-                    provider = %config.name,
-                    kind = other,
-                    "this provider kind cannot start runners yet (only \"sim\"); it is used for worker-configuration checks only"
-                );
+                return Err(format!(
+                    "[providers.{}] unknown kind {other:?}",
+                    provider.name
+                ))
             }
-        }
+        };
+        providers.insert(provider.name.clone(), built);
     }
     Ok(providers)
 }
@@ -78,6 +144,7 @@ pub struct Report {
     pub delete_refused_busy: u32,
     pub marked_ready: u32,
     pub marked_lost: u32,
+    pub orphans_deleted: u32,
 }
 
 pub struct Reconciler {
@@ -100,6 +167,12 @@ impl Reconciler {
             health: Mutex::new(BTreeMap::new()),
             reliability: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Where the runners runway starts reach it.
+    fn runner_url(&self) -> String {
+        let server = &self.service.config.server;
+        server.runner_url(server.listen)
     }
 
     pub fn has_providers(&self) -> bool {
@@ -145,14 +218,33 @@ impl Reconciler {
             let by_id: BTreeMap<&InstanceId, InstanceState> =
                 instances.iter().map(|i| (&i.id, i.state)).collect();
             let runners = store.list_runners(&RunnerFilter::default()).await?;
+            self.delete_orphans(name, provider.as_ref(), &instances, &runners, report)
+                .await;
+            let registers = provider.runners_register();
             for runner in runners
                 .iter()
                 .filter(|r| &r.provider == name && !r.state.is_terminal())
             {
-                let Some(instance_id) =
-                    runner.instance_id.as_ref().map(|id| InstanceId(id.clone()))
-                else {
-                    continue; // A create in flight; boot_timeout covers one that never finished.
+                let instance_id = match &runner.instance_id {
+                    Some(id) => InstanceId(id.clone()),
+                    None => {
+                        // Its create never returned (runway stopped in
+                        // between): the instance, if any, carries its name.
+                        let Some(found) = instances.iter().find(|i| i.name == runner.name) else {
+                            continue; // boot_timeout covers a create that never happened.
+                        };
+                        let started = RunnerEvent::ProvisioningStarted {
+                            instance_id: found.id.0.clone(),
+                        };
+                        if store
+                            .apply_runner_event(runner.id, &started, now)
+                            .await
+                            .is_err()
+                        {
+                            continue;
+                        }
+                        found.id.clone()
+                    }
                 };
                 if runner.state == RunnerState::Terminating && by_id.contains_key(&instance_id) {
                     // Terminated outside a scale-down (an ephemeral runner
@@ -172,7 +264,9 @@ impl Reconciler {
                     continue;
                 }
                 let event = match (by_id.get(&instance_id), runner.state) {
-                    (Some(InstanceState::Running), RunnerState::Provisioning) => {
+                    // A runner that registers itself is ready when it says
+                    // so, not when its machine is up.
+                    (Some(InstanceState::Running), RunnerState::Provisioning) if !registers => {
                         Some(RunnerEvent::Ready)
                     }
                     (None | Some(InstanceState::Stopped), RunnerState::Busy) => {
@@ -208,6 +302,37 @@ impl Reconciler {
             }
         }
         Ok(())
+    }
+
+    /// Deletes the instances of this installation that no live runner
+    /// record accounts for: left behind by a runway that stopped between
+    /// a create and its record, or whose runner ended while runway was down.
+    async fn delete_orphans(
+        &self,
+        name: &str,
+        provider: &dyn Provider,
+        instances: &[runway_providers::Instance],
+        runners: &[runway_core::Runner],
+        report: &mut Report,
+    ) {
+        let live: std::collections::BTreeSet<&str> = runners
+            .iter()
+            .filter(|r| r.provider == name && !r.state.is_terminal())
+            .flat_map(|r| [Some(r.name.as_str()), r.instance_id.as_deref()])
+            .flatten()
+            .collect();
+        for orphan in instances
+            .iter()
+            .filter(|i| !live.contains(i.name.as_str()) && !live.contains(i.id.0.as_str()))
+        {
+            match provider.delete(&orphan.id).await {
+                Ok(()) => {
+                    tracing::info!(provider = name, instance = %orphan.id, name = %orphan.name, "deleted an instance no runner record accounts for");
+                    report.orphans_deleted += 1;
+                }
+                Err(error) => self.provider_error(name, "delete", &error.to_string()),
+            }
+        }
     }
 
     async fn snapshot(&self, now: Timestamp) -> Result<Snapshot, StoreError> {
@@ -260,14 +385,22 @@ impl Reconciler {
                 let Some(backend) = self.providers.get(provider) else {
                     return Ok(());
                 };
-                let labels = self
-                    .service
-                    .config
-                    .pools
-                    .iter()
-                    .find(|p| &p.name == pool)
-                    .map(|p| p.labels.clone())
-                    .unwrap_or_default();
+                let Some(pool_config) = self.service.config.pools.iter().find(|p| &p.name == pool)
+                else {
+                    return Ok(());
+                };
+                let labels = pool_config.labels.clone();
+                let launch_config =
+                    match crate::worker_configs::launch_config(&self.service, pool, provider).await
+                    {
+                        Ok(values) => values,
+                        Err(message) => {
+                            // No runner could boot as configured: back off like a failed create.
+                            self.provider_error(provider, "launch_config", &message);
+                            self.provider_failed(provider, &message, now);
+                            return Ok(());
+                        }
+                    };
                 let (mut succeeded, mut last_error) = (0u32, None);
                 for _ in 0..*count {
                     let suffix: u32 = rand::thread_rng().gen();
@@ -283,12 +416,32 @@ impl Reconciler {
                             now,
                         )
                         .await?;
+                    let mut bootstrap = BTreeMap::from([
+                        ("RUNWAY_URL".to_owned(), self.runner_url()),
+                        ("RUNWAY_RUNNER_NAME".to_owned(), name.clone()),
+                        ("RUNWAY_RUNNER_LABELS".to_owned(), labels.join(",")),
+                        ("RUNWAY_POOL".to_owned(), pool.clone()),
+                    ]);
+                    if backend.runners_register() {
+                        // One-time, bound to this record, valid while it may boot.
+                        let token = crate::auth::new_token("rwr_");
+                        store
+                            .create_registration_token(
+                                &crate::auth::token_hash(&token),
+                                pool,
+                                Some(runner.id),
+                                now.plus(pool_config.boot_timeout),
+                                now,
+                            )
+                            .await?;
+                        bootstrap.insert("RUNWAY_REGISTRATION_TOKEN".to_owned(), token);
+                    }
                     let request = CreateRequest {
                         name,
                         pool: pool.clone(),
                         labels: labels.clone(),
-                        bootstrap: BTreeMap::new(),
-                        launch_config: serde_json::json!({}),
+                        bootstrap,
+                        launch_config: launch_config.clone(),
                     };
                     match backend.create(&request).await {
                         Ok(instance) => {
@@ -543,7 +696,7 @@ pub async fn run(
         tokio::select! {
             _ = shutdown.changed() => return,
             () = tokio::time::sleep(wait) => {}
-            () = reconciler.service.job_available.notified() => {}
+            () = reconciler.service.reconcile_wanted.notified() => {}
         }
         if *shutdown.borrow() {
             return;

@@ -15,7 +15,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use runway_core::job::{NewJob, Route};
 use runway_core::routing::RouteDecision;
-use runway_core::{Conclusion, Job, JobEvent, JobId, JobSource, JobState, RunnerEvent, Timestamp};
+use runway_core::{
+    Conclusion, Job, JobEvent, JobId, JobSource, JobState, RunnerEvent, RunnerState, Timestamp,
+};
 use runway_store::{Claim, StoreError};
 use serde::{Deserialize, Serialize};
 
@@ -283,6 +285,7 @@ async fn submit(
             .get_or_create(&PoolLabel { pool: pool.clone() })
             .inc();
         service.job_available.notify_waiters();
+        service.reconcile_wanted.notify_one();
     }
     let status = if enqueued.created {
         StatusCode::CREATED
@@ -333,7 +336,19 @@ async fn request_job(
         runner_labels: Some(request.labels.unwrap_or_else(|| runner.labels.clone())),
     };
     let deadline = tokio::time::Instant::now() + service.config.runner_api.poll_timeout;
+    let mut current = runner.clone();
     loop {
+        // A runner being scaled down, or gone, takes no more work.
+        if matches!(current.state, RunnerState::Terminating) || current.state.is_terminal() {
+            return Err(ApiError::new(
+                StatusCode::GONE,
+                "runner_terminating",
+                format!(
+                    "runner {} is {}; it takes no more jobs",
+                    current.name, current.state
+                ),
+            ));
+        }
         // Listen before looking, so a job enqueued in between still wakes us.
         let notified = service.job_available.notified();
         tokio::pin!(notified);
@@ -364,6 +379,11 @@ async fn request_job(
         }
         let wait = (deadline - now_instant).min(REPOLL);
         let _ = tokio::time::timeout(wait, notified).await;
+        current = match service.store.get_runner(runner.id).await {
+            Ok(Some(fresh)) => fresh,
+            Ok(None) => current,
+            Err(e) => return Err(store_failure(&service, "get_runner", e)),
+        };
     }
 }
 
@@ -418,11 +438,44 @@ async fn provisioning(
             ))
         }
     };
-    let job = service
-        .store
-        .apply_job_event(id, &event, now)
-        .await
-        .map_err(|e| transition_error(&service, "provisioning", e))?;
+    if let JobEvent::Accept { .. } = event {
+        // The runner first: one being scaled down (terminating) or gone
+        // must not start a job it would be killed in the middle of.
+        match service
+            .store
+            .apply_runner_event(runner.id, &RunnerEvent::JobAssigned { job: id }, now)
+            .await
+        {
+            Ok(_) => {}
+            Err(StoreError::RunnerTransition(refused)) => {
+                tracing::info!(runner = %runner.id, job = %id, %refused, "accept refused; the job goes back to the queue");
+                let _ = service
+                    .store
+                    .apply_job_event(id, &JobEvent::Decline { runner: runner.id }, now)
+                    .await;
+                service.job_available.notify_waiters();
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "runner_unavailable",
+                    format!("this runner cannot start a job ({refused}); the job was returned to the queue"),
+                ));
+            }
+            Err(other) => return Err(store_failure(&service, "provisioning", other)),
+        }
+    }
+    let job = match service.store.apply_job_event(id, &event, now).await {
+        Ok(job) => job,
+        Err(error) => {
+            if let JobEvent::Accept { .. } = event {
+                // Not started after all: the runner is free again.
+                let _ = service
+                    .store
+                    .apply_runner_event(runner.id, &RunnerEvent::JobFinished, now)
+                    .await;
+            }
+            return Err(transition_error(&service, "provisioning", error));
+        }
+    };
     match &event {
         JobEvent::Accept { .. } => {
             let pool = PoolLabel {
@@ -439,24 +492,13 @@ async fn provisioning(
                 .job_queue_duration
                 .get_or_create(&pool)
                 .observe(queued_for);
-            match service
-                .store
-                .apply_runner_event(runner.id, &RunnerEvent::JobAssigned { job: job.id }, now)
-                .await
-            {
-                Ok(_) => {
-                    if let Some(idle_since) = runner.idle_at {
-                        let idle = now.since(idle_since).as_secs_f64();
-                        service
-                            .metrics
-                            .runner_idle_duration
-                            .get_or_create(&pool)
-                            .observe(idle);
-                    }
-                }
-                Err(error) => {
-                    tracing::debug!(%error, runner = %runner.id, "runner bookkeeping skipped")
-                }
+            if let Some(idle_since) = runner.idle_at {
+                let idle = now.since(idle_since).as_secs_f64();
+                service
+                    .metrics
+                    .runner_idle_duration
+                    .get_or_create(&pool)
+                    .observe(idle);
             }
         }
         JobEvent::Decline { .. } => service.job_available.notify_waiters(),
@@ -669,6 +711,7 @@ pub async fn sweep_leases(service: &Service, now: Timestamp) -> Result<usize, St
     }
     if moved > 0 {
         service.job_available.notify_waiters();
+        service.reconcile_wanted.notify_one();
     }
     Ok(moved)
 }

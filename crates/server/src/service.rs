@@ -22,6 +22,9 @@ pub struct Service {
     pub evaluations: EvaluationCache,
     /// Wakes long-polling runners when a job may have become available.
     pub job_available: tokio::sync::Notify,
+    /// Asks the reconciler for a round now (a job arrived, a runner ended);
+    /// a request made while a round runs gives exactly one more round.
+    pub reconcile_wanted: tokio::sync::Notify,
     /// The reconciler's latest plan: its wait reasons answer "why is my job waiting?".
     pub last_plan: std::sync::Mutex<Option<runway_core::planner::Plan>>,
 }
@@ -58,6 +61,7 @@ impl Service {
             metrics: Metrics::new(),
             evaluations: EvaluationCache::default(),
             job_available: tokio::sync::Notify::new(),
+            reconcile_wanted: tokio::sync::Notify::new(),
             last_plan: std::sync::Mutex::new(None),
         }
     }
@@ -90,12 +94,16 @@ impl Service {
             .any(|p| p.name == finished.pool && p.ephemeral);
         let provider_made = !matches!(finished.provider.as_str(), "registered" | "external");
         if ephemeral && provider_made {
-            if let Err(error) = self
+            match self
                 .store
                 .apply_runner_event(runner, &RunnerEvent::TerminateRequested, now)
                 .await
             {
-                tracing::debug!(%error, runner = %runner, "ephemeral runner not terminated");
+                // Its instance is deleted in the reconciler's next round: now.
+                Ok(_) => self.reconcile_wanted.notify_one(),
+                Err(error) => {
+                    tracing::debug!(%error, runner = %runner, "ephemeral runner not terminated")
+                }
             }
         }
     }

@@ -393,3 +393,41 @@ async fn evaluate(
     service.evaluations.put(key, answer.clone());
     Ok(Json(answer).into_response())
 }
+
+/// The launch configuration a new runner of `pool` on `provider` gets: the
+/// pool's worker configuration evaluated with the inputs `provider` and
+/// `pool` (an empty object when no worker configuration names the pool).
+pub async fn launch_config(service: &Service, pool: &str, provider: &str) -> Result<Value, String> {
+    let configs = service
+        .store
+        .list_worker_configs()
+        .await
+        .map_err(|e| format!("cannot read worker configurations: {e}"))?;
+    let Some(stored) = configs
+        .into_iter()
+        .find(|c| c.pools.iter().any(|p| p == pool))
+    else {
+        return Ok(Value::Object(serde_json::Map::new()));
+    };
+    let inputs = BTreeMap::from([
+        ("provider".to_owned(), provider.to_owned()),
+        ("pool".to_owned(), pool.to_owned()),
+    ]);
+    // Shares the cache with the evaluate endpoint, in its answer's shape.
+    let key = (stored.id.clone(), stored.version, inputs.clone());
+    if let Some(answer) = service.evaluations.get(&key) {
+        return Ok(answer["config"].clone());
+    }
+    let config = parse(&stored.body, &stored.id)?;
+    let evaluation = config
+        .evaluate(&inputs, &service.schemas())
+        .map_err(|e| format!("worker configuration {:?}: {e}", stored.id))?;
+    let answer = serde_json::json!({
+        "id": stored.id,
+        "version": stored.version,
+        "config": evaluation.values,
+        "applied_rules": evaluation.applied_rules,
+    });
+    service.evaluations.put(key, answer.clone());
+    Ok(answer["config"].clone())
+}

@@ -409,3 +409,151 @@ async fn reliability_is_learnt_from_create_outcomes() {
         30
     );
 }
+
+/// The environment a runner process wrote to `file` (KEY=VALUE lines).
+fn read_env(file: &std::path::Path) -> BTreeMap<String, String> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_registering_runners_adopt_their_record_and_orphans_are_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = service(&dir, linux_pool(1, 3)).await;
+    // The pool's worker configuration: its result reaches the runner.
+    service
+        .store
+        .put_worker_config(
+            "linux",
+            r#"{"id":"linux","pools":["linux"],"rules":[{"rule_id":"base","description":"image","conditions":null,"values":{"image":"ubuntu-24.04"}}]}"#,
+            &["linux".to_owned()],
+            runway_store::Expect::Any,
+            Timestamp::from_millis(0),
+        )
+        .await
+        .unwrap();
+    let env_dir = dir.path().join("env");
+    std::fs::create_dir_all(&env_dir).unwrap();
+    let script = format!(
+        "env > {d}/$RUNWAY_RUNNER_NAME.tmp && mv {d}/$RUNWAY_RUNNER_NAME.tmp {d}/$RUNWAY_RUNNER_NAME; exec sleep 60",
+        d = env_dir.display()
+    );
+    let process =
+        runway_providers::process::ProcessProvider::new(runway_providers::process::ProcessConfig {
+            name: "local".into(),
+            command: vec!["sh".into(), "-c".into(), script],
+            state_dir: dir.path().join("processes"),
+            stop_grace: Duration::from_secs(2),
+            max_instances: 5,
+            price_per_hour: 0.0,
+            boot_time: Duration::from_secs(1),
+            controller_id: "test-controller".into(),
+        })
+        .unwrap();
+    let process: Arc<dyn Provider> = Arc::new(process);
+    let providers = BTreeMap::from([("local".to_owned(), process.clone())]);
+    let reconciler = Reconciler::new(service.clone(), providers);
+    let now = Timestamp::from_millis(1_000_000);
+
+    // min_idle = 1: one runner, its process started, its record waiting.
+    let (report, plan) = reconciler.reconcile_once(now).await.unwrap();
+    assert_eq!(report.created, 1, "{plan:?}");
+    let runners = service
+        .store
+        .list_runners(&RunnerFilter::default())
+        .await
+        .unwrap();
+    let [runner] = &runners[..] else {
+        panic!("{runners:?}")
+    };
+    let env_file = env_dir.join(&runner.name);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !env_file.exists() {
+        assert!(std::time::Instant::now() < deadline, "the runner started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let env = read_env(&env_file);
+    assert_eq!(env["RUNWAY_RUNNER_NAME"], runner.name);
+    assert_eq!(env["RUNWAY_RUNNER_LABELS"], "linux");
+    assert_eq!(env["RUNWAY_POOL"], "linux");
+    assert_eq!(env["RUNWAY_URL"], "http://127.0.0.1:8080");
+    assert_eq!(env["RUNWAY_LAUNCH_CONFIG"], r#"{"image":"ubuntu-24.04"}"#);
+    let token = env["RUNWAY_REGISTRATION_TOKEN"].clone();
+    assert!(token.starts_with("rwr_"));
+
+    // A running process is not yet a ready runner: it says so itself.
+    reconciler
+        .reconcile_once(now.plus(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    assert_eq!(count(&service, RunnerState::Provisioning).await, 1);
+    let registered = service
+        .store
+        .register_runner(
+            &runway_server::auth::token_hash(&token),
+            "whatever-it-calls-itself",
+            &[],
+            "runner-token-hash",
+            now.plus(Duration::from_secs(2)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (registered.id, registered.state),
+        (runner.id, RunnerState::Idle)
+    );
+    assert_eq!(
+        service
+            .store
+            .list_runners(&RunnerFilter::default())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // An instance no record accounts for (say, a crash between create and
+    // record) is deleted at the next round; the adopted one is kept.
+    process
+        .create(&CreateRequest {
+            name: "linux-orphan".into(),
+            pool: "linux".into(),
+            labels: vec!["linux".into()],
+            bootstrap: BTreeMap::new(),
+            launch_config: serde_json::json!({}),
+        })
+        .await
+        .unwrap();
+    let (report, _) = reconciler
+        .reconcile_once(now.plus(Duration::from_secs(3)))
+        .await
+        .unwrap();
+    assert_eq!((report.orphans_deleted, report.created), (1, 0));
+    let names: Vec<String> = process
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.name)
+        .collect();
+    assert_eq!(names, [runner.name.clone()]);
+
+    // Its process vanishes behind runway's back: the idle runner fails and is replaced.
+    process
+        .delete(&InstanceId(runner.name.clone()))
+        .await
+        .unwrap();
+    let (report, _) = reconciler
+        .reconcile_once(now.plus(Duration::from_secs(4)))
+        .await
+        .unwrap();
+    assert_eq!(report.marked_lost, 1, "a vanished idle runner fails");
+    assert_eq!(report.created, 1, "and is replaced");
+    for instance in process.list().await.unwrap() {
+        process.delete(&instance.id).await.unwrap();
+    }
+}

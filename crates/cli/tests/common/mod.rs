@@ -48,3 +48,21 @@ pub fn spawn_serve(mut command: Command) -> (Process, String) {
         }
     }
 }
+
+/// Polls `done` every 50 ms until it holds; fails the test after `seconds`.
+pub fn wait_until(what: &str, seconds: u64, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A loopback port free a moment ago, for a server that must come back on
+/// the same port after a restart.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free loopback port")
+}
