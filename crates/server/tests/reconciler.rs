@@ -540,7 +540,7 @@ async fn self_registering_runners_adopt_their_record_and_orphans_are_deleted() {
         .into_iter()
         .map(|i| i.name)
         .collect();
-    assert_eq!(names, [runner.name.clone()]);
+    assert_eq!(names, std::slice::from_ref(&runner.name));
 
     // Its process vanishes behind runway's back: the idle runner fails and is replaced.
     process
