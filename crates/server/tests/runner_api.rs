@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use runway_core::{JobId, JobState, RunnerState, Timestamp};
+use runway_core::{JobId, JobState, RunnerEvent, RunnerState, Timestamp};
 use runway_server::config::{Config, PoolConfig, RunnerApiConfig, Secret};
 use runway_server::runner_api::sweep_leases;
 use runway_server::Service;
@@ -664,4 +664,95 @@ async fn waiting_jobs_say_why() {
         running.get("waiting").is_none(),
         "a running job does not wait: {running}"
     );
+}
+
+#[tokio::test]
+async fn a_runner_being_scaled_down_starts_no_job() {
+    let harness = Harness::new().await;
+    let token = harness.runner("leaving", &["self-hosted", "linux"]).await;
+    let store = &harness.service.store;
+    let runner = store.find_runner("leaving").await.unwrap().unwrap();
+    let id = harness.submit(&["linux"], None).await;
+    let (_, job) = harness
+        .call("POST", "/api/v1/jobs/request", &token, None)
+        .await;
+    assert_eq!(job["id"].as_i64(), Some(id));
+    // The reconciler decides to remove it between its claim and its accept.
+    store
+        .apply_runner_event(
+            runner.id,
+            &RunnerEvent::TerminateRequested,
+            runway_server::service::now(),
+        )
+        .await
+        .unwrap();
+    let (status, body) = harness
+        .call(
+            "POST",
+            &format!("/api/v1/jobs/{id}/provisioning"),
+            &token,
+            Some(json!({"status": "accepted"})),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::CONFLICT, Some("runner_unavailable")),
+        "{body}"
+    );
+    let (_, job) = harness
+        .call("GET", &format!("/api/v1/jobs/{id}"), ADMIN, None)
+        .await;
+    assert_eq!(job["state"], "queued", "back in the queue: {job}");
+    let (status, body) = harness
+        .call("POST", "/api/v1/jobs/request", &token, None)
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::GONE, Some("runner_terminating")),
+        "{body}"
+    );
+    // Another runner takes the job.
+    let other = harness.runner("staying", &["self-hosted", "linux"]).await;
+    let (_, job) = harness
+        .call("POST", "/api/v1/jobs/request", &other, None)
+        .await;
+    assert_eq!(job["id"].as_i64(), Some(id));
+    let (status, _) = harness
+        .call(
+            "POST",
+            &format!("/api/v1/jobs/{id}/provisioning"),
+            &other,
+            Some(json!({"status": "accepted"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let staying = store.find_runner("staying").await.unwrap().unwrap();
+    assert_eq!(staying.state, RunnerState::Busy);
+}
+
+#[tokio::test]
+async fn a_failed_accept_leaves_the_runner_free() {
+    let harness = Harness::new().await;
+    let token = harness.runner("r", &["self-hosted", "linux"]).await;
+    let id = harness.submit(&["linux"], None).await;
+    // Not claimed by this runner: the accept is refused (403) …
+    let (status, _) = harness
+        .call(
+            "POST",
+            &format!("/api/v1/jobs/{id}/provisioning"),
+            &token,
+            Some(json!({"status": "accepted"})),
+        )
+        .await;
+    assert!(status.is_client_error(), "{status}");
+    // … and the runner is not left busy with a job it never started.
+    let runner = harness
+        .service
+        .store
+        .find_runner("r")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(runner.state, RunnerState::Busy);
+    assert_eq!(runner.job, None);
 }
