@@ -3,6 +3,7 @@
 mod admin;
 mod agent;
 mod bench;
+mod sim;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -54,6 +55,8 @@ enum Command {
     Submit(admin::SubmitArgs),
     /// Run the reference runner: register, take jobs, run them with `sh -c`.
     Agent(agent::AgentArgs),
+    /// Replay a CI workload against scaling policies on a virtual clock.
+    Sim(sim::SimArgs),
     /// Load generators.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -170,6 +173,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Pools(connection) => admin::pools(connection).await?,
         Command::Runners(args) => admin::runners(args).await?,
         Command::Agent(args) => agent::run(args).await?,
+        Command::Sim(args) => sim::run(args)?,
         Command::RegistrationToken(args) => admin::registration_token(args).await?,
         Command::Bench(BenchCommand::Intake(args)) => bench::intake(args).await?,
         Command::Bench(BenchCommand::Longpoll(args)) => bench::longpoll(args).await?,

@@ -4,6 +4,7 @@
 //! function that depends on time takes `now` as a parameter, so the same code
 //! runs in `runway serve` and on the simulator's virtual clock.
 
+pub mod forecast;
 pub mod github;
 pub mod job;
 pub mod planner;

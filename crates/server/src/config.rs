@@ -175,6 +175,32 @@ pub struct PoolConfig {
     pub providers: Vec<String>,
     /// One job per runner.
     pub ephemeral: bool,
+    /// `runway` (keep `min_idle` warm) or `predictive` (keep warm as many
+    /// runners as the arrivals expected within one boot time, at
+    /// `forecast_quantile`; never fewer than `min_idle`). docs/sim.md.
+    pub policy: ScalingPolicy,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScalingPolicy {
+    Runway,
+    Predictive { quantile: f64 },
+}
+
+impl ScalingPolicy {
+    fn parse(name: &str, quantile: Option<f64>) -> Result<ScalingPolicy, String> {
+        let quantile = quantile.unwrap_or(0.9);
+        if !(quantile > 0.0 && quantile <= 1.0) {
+            return Err(format!(
+                "forecast_quantile {quantile} is not above 0 and at most 1"
+            ));
+        }
+        match name {
+            "runway" => Ok(ScalingPolicy::Runway),
+            "predictive" => Ok(ScalingPolicy::Predictive { quantile }),
+            other => Err(format!("{other:?} is not one of runway, predictive")),
+        }
+    }
 }
 
 impl Default for PoolConfig {
@@ -193,6 +219,7 @@ impl Default for PoolConfig {
             boot_timeout: Duration::from_secs(600),
             providers: Vec::new(),
             ephemeral: true,
+            policy: ScalingPolicy::Runway,
         }
     }
 }
@@ -635,6 +662,17 @@ impl Config {
                         boot_timeout: Some(format_duration(p.boot_timeout)),
                         providers: Some(p.providers.clone()),
                         ephemeral: Some(p.ephemeral),
+                        policy: Some(
+                            match p.policy {
+                                ScalingPolicy::Runway => "runway",
+                                ScalingPolicy::Predictive { .. } => "predictive",
+                            }
+                            .to_owned(),
+                        ),
+                        forecast_quantile: match p.policy {
+                            ScalingPolicy::Predictive { quantile } => Some(quantile),
+                            ScalingPolicy::Runway => None,
+                        },
                     })
                     .collect(),
             ),
@@ -912,6 +950,10 @@ struct RawPool {
     boot_timeout: Option<String>,
     providers: Option<Vec<String>>,
     ephemeral: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    forecast_quantile: Option<f64>,
 }
 
 impl RawConfig {
@@ -955,6 +997,11 @@ impl RawConfig {
                         scaling_ratio: p.scaling_ratio.unwrap_or(base.scaling_ratio),
                         providers: p.providers.unwrap_or_default(),
                         ephemeral: p.ephemeral.unwrap_or(base.ephemeral),
+                        policy: ScalingPolicy::parse(
+                            p.policy.as_deref().unwrap_or("runway"),
+                            p.forecast_quantile,
+                        )
+                        .map_err(|m| (key("policy"), m))?,
                     })
                 })
                 .collect::<Result<Vec<_>, (String, String)>>()?,
@@ -1280,6 +1327,7 @@ mod tests {
                 boot_timeout = "600s"
                 providers = []
                 ephemeral = true
+                policy = "runway"
             "#]],
         );
     }
@@ -1394,6 +1442,7 @@ mod tests {
                 boot_timeout = "600s"
                 providers = []
                 ephemeral = true
+                policy = "runway"
             "#]],
         );
         let config = Config::parse(

@@ -1,12 +1,10 @@
 //! "Why is my job waiting?": the production planner, run over the store's
 //! view of a pool, says for every queued job what it waits for.
 
-use std::collections::BTreeMap;
-
 use runway_core::planner::{
-    plan, Offer, PoolPolicy, PoolSnapshot, QueuedJob, RunnerView, Snapshot, WaitReason,
+    plan, Offer, PoolPolicy, PoolSnapshot, QueuedJob, RunnerView, Snapshot, WaitReason, Waiting,
 };
-use runway_core::{Job, JobId, JobState};
+use runway_core::{Job, JobState};
 use runway_store::{JobFilter, RunnerFilter, StoreError};
 use serde_json::{json, Value};
 
@@ -74,10 +72,7 @@ pub async fn pool_snapshot(
 
 /// The wait reason of every queued job of `pool`, planned without provider
 /// offers (for when no reconciler has planned it yet).
-pub async fn waiting_in_pool(
-    service: &Service,
-    pool: &PoolConfig,
-) -> Result<BTreeMap<JobId, WaitReason>, StoreError> {
+pub async fn waiting_in_pool(service: &Service, pool: &PoolConfig) -> Result<Waiting, StoreError> {
     let snapshot = Snapshot {
         pools: vec![pool_snapshot(service, pool, Vec::new()).await?],
         backoffs: Vec::new(),

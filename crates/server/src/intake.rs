@@ -278,7 +278,7 @@ fn new_job(service: &Service, payload: &WorkflowJob, route: Route) -> NewJob {
 fn count_new_job(service: &Service, job: &Job) {
     match &job.pool {
         Some(pool) => {
-            service.reconcile_wanted.notify_one();
+            service.job_arrived(pool, job.enqueued_at);
             service
                 .metrics
                 .jobs_routed

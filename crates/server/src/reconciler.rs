@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
+use runway_core::forecast::ArrivalForecast;
 use runway_core::planner::{
     backoff_delay, learn_reliability, plan, Action, Backoff, Plan, Snapshot,
 };
@@ -20,7 +21,7 @@ use runway_providers::sim::{BootTime, SimConfig, SimProvider};
 use runway_providers::{Clock, CreateRequest, InstanceId, InstanceState, Provider};
 use runway_store::{JobFilter, RunnerFilter, StoreError};
 
-use crate::config::Config;
+use crate::config::{Config, PoolConfig, ScalingPolicy};
 use crate::service::Service;
 
 /// What providers need from the running installation.
@@ -154,6 +155,8 @@ pub struct Reconciler {
     /// Reliability learnt from each provider's create outcomes; an offer
     /// counts with the lower of this and what the provider declares.
     reliability: Mutex<BTreeMap<String, f64>>,
+    /// The predictive pools' arrival forecasts, learnt since start-up.
+    forecasts: Mutex<BTreeMap<String, ArrivalForecast>>,
 }
 
 impl Reconciler {
@@ -166,6 +169,7 @@ impl Reconciler {
             providers,
             health: Mutex::new(BTreeMap::new()),
             reliability: Mutex::new(BTreeMap::new()),
+            forecasts: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -184,6 +188,12 @@ impl Reconciler {
         let started = Instant::now();
         let mut report = Report::default();
         self.observe(now, &mut report).await?;
+        // Warm sizes first (a predictive pool's forecast exists from then on),
+        // then what arrived since the last round.
+        for pool in &self.service.config.pools {
+            self.warm(pool, now);
+        }
+        self.learn_arrivals();
         let snapshot = self.snapshot(now).await?;
         let plan = plan(&snapshot, now);
         for action in &plan.actions {
@@ -335,6 +345,54 @@ impl Reconciler {
         }
     }
 
+    /// How many idle runners `pool` keeps warm: `min_idle`, or with the
+    /// predictive policy the arrivals expected within one boot time.
+    fn warm(&self, pool: &PoolConfig, now: Timestamp) -> u32 {
+        let ScalingPolicy::Predictive { quantile } = pool.policy else {
+            return pool.min_idle;
+        };
+        let boot = pool
+            .providers
+            .first()
+            .or_else(|| self.providers.keys().next())
+            .and_then(|name| {
+                self.service
+                    .config
+                    .providers
+                    .iter()
+                    .find(|p| &p.name == name)
+            })
+            .map(|p| Duration::from_secs_f64((p.boot_seconds.0 + p.boot_seconds.1) / 2.0))
+            .unwrap_or(Duration::from_secs(150));
+        let Ok(mut forecasts) = self.forecasts.lock() else {
+            return pool.min_idle;
+        };
+        let forecast = forecasts
+            .entry(pool.name.clone())
+            .or_insert_with(|| ArrivalForecast::new(boot, quantile));
+        forecast
+            .expected(now)
+            .max(pool.min_idle)
+            .min(pool.max_runners)
+    }
+
+    /// Feeds the arrivals since the last round to the forecasts.
+    fn learn_arrivals(&self) {
+        let mut arrivals = match self.service.arrivals.lock() {
+            Ok(mut pending) => std::mem::take(&mut *pending),
+            Err(_) => return,
+        };
+        arrivals.sort_by_key(|(_, at)| *at);
+        let Ok(mut forecasts) = self.forecasts.lock() else {
+            return;
+        };
+        for (pool, at) in arrivals {
+            if let Some(forecast) = forecasts.get_mut(&pool) {
+                forecast.observe(at);
+            }
+        }
+    }
+
     async fn snapshot(&self, now: Timestamp) -> Result<Snapshot, StoreError> {
         let mut pools = Vec::new();
         for pool in &self.service.config.pools {
@@ -352,7 +410,9 @@ impl Reconciler {
                     offer
                 })
                 .collect();
-            pools.push(crate::explain::pool_snapshot(&self.service, pool, offers).await?);
+            let mut snapshot = crate::explain::pool_snapshot(&self.service, pool, offers).await?;
+            snapshot.policy.min_idle = self.warm(pool, now);
+            pools.push(snapshot);
         }
         let backoffs = self
             .health

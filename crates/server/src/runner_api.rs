@@ -285,7 +285,7 @@ async fn submit(
             .get_or_create(&PoolLabel { pool: pool.clone() })
             .inc();
         service.job_available.notify_waiters();
-        service.reconcile_wanted.notify_one();
+        service.job_arrived(&pool, enqueued.job.enqueued_at);
     }
     let status = if enqueued.created {
         StatusCode::CREATED

@@ -25,9 +25,15 @@ pub struct Service {
     /// Asks the reconciler for a round now (a job arrived, a runner ended);
     /// a request made while a round runs gives exactly one more round.
     pub reconcile_wanted: tokio::sync::Notify,
+    /// Jobs routed to a pool since the reconciler last looked: (pool, when),
+    /// what the predictive policy learns from. Bounded.
+    pub arrivals: std::sync::Mutex<Vec<(String, Timestamp)>>,
     /// The reconciler's latest plan: its wait reasons answer "why is my job waiting?".
     pub last_plan: std::sync::Mutex<Option<runway_core::planner::Plan>>,
 }
+
+/// Arrivals kept for a reconciler that has not drained them.
+const MAX_PENDING_ARRIVALS: usize = 100_000;
 
 /// The wall clock, read only at the edges and passed inward as data.
 pub fn now() -> Timestamp {
@@ -62,6 +68,7 @@ impl Service {
             evaluations: EvaluationCache::default(),
             job_available: tokio::sync::Notify::new(),
             reconcile_wanted: tokio::sync::Notify::new(),
+            arrivals: std::sync::Mutex::new(Vec::new()),
             last_plan: std::sync::Mutex::new(None),
         }
     }
@@ -106,6 +113,18 @@ impl Service {
                 }
             }
         }
+    }
+
+    /// A job was routed to `pool` at `at`: wake the reconciler, and remember
+    /// the arrival for the predictive policy.
+    pub fn job_arrived(&self, pool: &str, at: Timestamp) {
+        if let Ok(mut arrivals) = self.arrivals.lock() {
+            if arrivals.len() >= MAX_PENDING_ARRIVALS {
+                arrivals.remove(0); // Only if no reconciler drains them.
+            }
+            arrivals.push((pool.to_owned(), at));
+        }
+        self.reconcile_wanted.notify_one();
     }
 
     /// Writes the worker configurations of the config file into the store,

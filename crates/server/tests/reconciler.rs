@@ -557,3 +557,49 @@ async fn self_registering_runners_adopt_their_record_and_orphans_are_deleted() {
         process.delete(&instance.id).await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn a_predictive_pool_keeps_the_expected_arrivals_warm() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut pool = linux_pool(0, 10);
+    pool.policy = runway_server::config::ScalingPolicy::Predictive { quantile: 0.9 };
+    pool.providers = vec!["sim".into()];
+    let store = SqliteStore::open(&dir.path().join("runway.db").display().to_string())
+        .await
+        .unwrap();
+    let provider = runway_server::config::ProviderConfig {
+        boot_seconds: (100.0, 100.0),
+        ..Default::default()
+    };
+    let config = Config {
+        pools: vec![pool],
+        providers: vec![provider],
+        ..Config::default()
+    };
+    let service = Arc::new(Service::new(config, Arc::new(store)));
+    let clock = Arc::new(ManualClock::new(Timestamp::from_millis(0)));
+    let sim = SimProvider::new(
+        SimConfig {
+            boot_time: BootTime::Fixed(Duration::from_secs(100)),
+            ..SimConfig::default()
+        },
+        clock.clone(),
+    );
+    let providers: BTreeMap<String, Arc<dyn Provider>> =
+        BTreeMap::from([("sim".to_owned(), Arc::new(sim) as Arc<dyn Provider>)]);
+    let reconciler = Reconciler::new(service.clone(), providers);
+    let at = |s: i64| Timestamp::from_millis(s * 1_000);
+    // Nothing seen yet: nothing warm.
+    let (report, _) = reconciler.reconcile_once(at(1_000)).await.unwrap();
+    assert_eq!(report.created, 0);
+    // Four jobs in each of the last three 100 s windows (taken at once by
+    // someone else: none is queued now).
+    for window in 0..3 {
+        for i in 0..4 {
+            service.job_arrived("linux", at(1_000 + window * 100 + i * 10));
+        }
+    }
+    let (report, plan) = reconciler.reconcile_once(at(1_300)).await.unwrap();
+    assert_eq!(report.created, 4, "{plan:?}");
+    assert_eq!(plan.pools[0].want, 4);
+}

@@ -1,0 +1,648 @@
+//! The discrete-event engine: a virtual clock in milliseconds, jobs arriving
+//! from a trace, runners that boot, take jobs, finish them and are deleted,
+//! and a policy asked what to create and delete.
+//!
+//! The cloud is modelled as the `sim` provider models it: each create fails
+//! with the provider's `fail_rate`, otherwise the instance is ready after a
+//! boot time drawn uniformly from the provider's `boot_seconds`; a quota
+//! (`max_instances`) and a price per hour. A ready runner takes the oldest
+//! queued job of its pool at once (as a long-polling runner does); an
+//! ephemeral runner is deleted when its job is done.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use runway_core::planner::PoolPolicy;
+use runway_core::routing::{route, PoolLabels, RouteDecision, RoutingPolicy};
+
+use crate::trace::TraceJob;
+
+/// A provider as the simulator sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderModel {
+    pub name: String,
+    /// Boot time in seconds, uniform between the two.
+    pub boot_seconds: (f64, f64),
+    pub fail_rate: f64,
+    pub price_per_hour: f64,
+    pub max_instances: u32,
+}
+
+impl ProviderModel {
+    pub fn mean_boot(&self) -> Duration {
+        Duration::from_secs_f64(((self.boot_seconds.0 + self.boot_seconds.1) / 2.0).max(0.0))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolModel {
+    /// Scaling settings, exactly as `runway serve` reads them.
+    pub policy: PoolPolicy,
+    pub labels: Vec<String>,
+    pub ephemeral: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Setup {
+    pub pools: Vec<PoolModel>,
+    pub providers: Vec<ProviderModel>,
+    /// The reconcile interval (`[scaling] interval`).
+    pub interval: Duration,
+    pub default_pool: Option<String>,
+    pub required_labels: Vec<String>,
+    /// Seeds the providers' randomness (the same for every policy).
+    pub seed: u64,
+}
+
+impl Setup {
+    /// Indexes of the providers `pool` may use, in preference order.
+    pub fn providers_of(&self, pool: &PoolModel) -> Vec<usize> {
+        if pool.policy.providers.is_empty() {
+            (0..self.providers.len()).collect()
+        } else {
+            pool.policy
+                .providers
+                .iter()
+                .filter_map(|name| self.providers.iter().position(|p| &p.name == name))
+                .collect()
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunnerPhase {
+    Booting,
+    Idle,
+    Busy,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimRunner {
+    pub id: u64,
+    pub provider: usize,
+    pub created_ms: i64,
+    pub phase: RunnerPhase,
+    /// When it last became idle (meaningful while idle).
+    pub idle_since_ms: i64,
+}
+
+/// A pool's runners, by id. Ids only grow, so a vector kept in id order
+/// finds one by binary search and is walked fast by the planner's snapshot.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Runners(Vec<SimRunner>);
+
+impl Runners {
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn values(&self) -> std::slice::Iter<'_, SimRunner> {
+        self.0.iter()
+    }
+
+    pub fn get(&self, id: &u64) -> Option<&SimRunner> {
+        self.0
+            .binary_search_by_key(id, |r| r.id)
+            .ok()
+            .map(|i| &self.0[i])
+    }
+
+    fn get_mut(&mut self, id: &u64) -> Option<&mut SimRunner> {
+        let index = self.0.binary_search_by_key(id, |r| r.id).ok()?;
+        Some(&mut self.0[index])
+    }
+
+    fn remove(&mut self, id: &u64) -> Option<SimRunner> {
+        let index = self.0.binary_search_by_key(id, |r| r.id).ok()?;
+        Some(self.0.remove(index))
+    }
+
+    /// Adds a runner whose id is above every other's.
+    pub fn push(&mut self, runner: SimRunner) {
+        debug_assert!(self.0.last().is_none_or(|last| last.id < runner.id));
+        self.0.push(runner);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueuedJob {
+    pub job: usize,
+    pub arrival_ms: i64,
+}
+
+/// What a policy sees of one pool.
+pub struct PoolView<'a> {
+    pub index: usize,
+    pub model: &'a PoolModel,
+    pub setup: &'a Setup,
+    pub queued: &'a VecDeque<QueuedJob>,
+    pub runners: &'a Runners,
+    /// Live instances per provider (against their quotas).
+    pub live: &'a [u32],
+}
+
+impl PoolView<'_> {
+    pub fn count(&self, phase: RunnerPhase) -> u32 {
+        self.runners.values().filter(|r| r.phase == phase).count() as u32
+    }
+
+    /// Creates `n` runners on the first allowed providers with quota left.
+    pub fn create_in_preference_order(&self, mut n: u32) -> Vec<(usize, u32)> {
+        let mut out = Vec::new();
+        for provider in self.setup.providers_of(self.model) {
+            if n == 0 {
+                break;
+            }
+            let left = self.setup.providers[provider]
+                .max_instances
+                .saturating_sub(self.live[provider]);
+            let take = left.min(n);
+            if take > 0 {
+                out.push((provider, take));
+                n -= take;
+            }
+        }
+        out
+    }
+
+    /// Idle runners, longest idle first.
+    pub fn idle_longest_first(&self) -> Vec<&SimRunner> {
+        let mut idle: Vec<&SimRunner> = self
+            .runners
+            .values()
+            .filter(|r| r.phase == RunnerPhase::Idle)
+            .collect();
+        idle.sort_by_key(|r| (r.idle_since_ms, r.id));
+        idle
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decision {
+    /// (provider index, how many).
+    pub create: Vec<(usize, u32)>,
+    /// Runners to delete; a busy one is refused (and counted).
+    pub delete: Vec<u64>,
+    /// From `on_delayed`: ask again this much later (a message returned
+    /// to its queue).
+    pub retry_after_ms: Option<i64>,
+}
+
+/// A scaling policy, asked at every reconcile tick and, if it reacts to
+/// them, at job arrivals.
+pub trait Policy {
+    fn name(&self) -> String;
+
+    /// Decides for one pool at `now` (every tick).
+    fn decide(&mut self, view: &PoolView<'_>, now: i64) -> Decision;
+
+    /// Every arrival, in time order (what a forecast learns from).
+    fn observe_arrival(&mut self, _pool: usize, _now: i64) {}
+
+    /// Reacts to arrivals in `view`'s pool (`queued`: a job of the pool is
+    /// waiting). Like `runway serve`'s reconciler woken by an arrival, it
+    /// runs at most once a second per pool: arrivals within a second of a
+    /// reaction wake one more, a second after it. Default: nothing until
+    /// the next tick.
+    fn on_arrival(&mut self, _view: &PoolView<'_>, _queued: bool, _now: i64) -> Decision {
+        Decision::default()
+    }
+
+    /// How long after an arrival `on_delayed` runs (a webhook queue's delay).
+    fn arrival_delay_ms(&self) -> Option<i64> {
+        None
+    }
+
+    /// `arrival_delay_ms` after an arrival; `still_queued` says whether that
+    /// job is still waiting.
+    fn on_delayed(&mut self, _view: &PoolView<'_>, _still_queued: bool, _now: i64) -> Decision {
+        Decision::default()
+    }
+}
+
+impl<P: Policy + ?Sized> Policy for Box<P> {
+    fn name(&self) -> String {
+        (**self).name()
+    }
+    fn decide(&mut self, view: &PoolView<'_>, now: i64) -> Decision {
+        (**self).decide(view, now)
+    }
+    fn observe_arrival(&mut self, pool: usize, now: i64) {
+        (**self).observe_arrival(pool, now)
+    }
+    fn on_arrival(&mut self, view: &PoolView<'_>, queued: bool, now: i64) -> Decision {
+        (**self).on_arrival(view, queued, now)
+    }
+    fn arrival_delay_ms(&self) -> Option<i64> {
+        (**self).arrival_delay_ms()
+    }
+    fn on_delayed(&mut self, view: &PoolView<'_>, still_queued: bool, now: i64) -> Decision {
+        (**self).on_delayed(view, still_queued, now)
+    }
+}
+
+/// What one policy did with one workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub policy: String,
+    pub jobs: u64,
+    pub unroutable: u64,
+    /// Queue time of every started job, in milliseconds, sorted.
+    pub queue_ms: Vec<i64>,
+    pub runner_hours: f64,
+    pub idle_runner_hours: f64,
+    pub cost: f64,
+    pub delete_requests: u64,
+    pub refused_deletes: u64,
+    pub failed_creates: u64,
+    pub runners_created: u64,
+    /// Jobs that never started (a policy that never gives the pool a
+    /// runner); counted in `queue_ms` with their wait until the end.
+    pub unfinished: u64,
+    /// When the last job finished.
+    pub end_ms: i64,
+    /// (time, runners, queued) sampled at every tick, all pools together.
+    pub timeline: Vec<(i64, u32, u32)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Ready {
+        pool: usize,
+        runner: u64,
+    },
+    Finish {
+        pool: usize,
+        runner: u64,
+    },
+    Delayed {
+        pool: usize,
+        job: usize,
+    },
+    /// Arrivals came within a second of the last reaction: react now.
+    React {
+        pool: usize,
+    },
+}
+
+/// Arrival-triggered reactions run at most this often per pool.
+const REACTION_GAP_MS: i64 = 1_000;
+
+#[derive(Default)]
+struct PoolState {
+    queued: VecDeque<QueuedJob>,
+    runners: Runners,
+    /// Idle runners by (idle since, id): the newest idle takes a job.
+    idle: BTreeSet<(i64, u64)>,
+    /// When the policy last reacted to an arrival, and whether a reaction
+    /// is already scheduled.
+    last_reaction_ms: Option<i64>,
+    reaction_scheduled: bool,
+}
+
+struct World<'a> {
+    setup: &'a Setup,
+    jobs: &'a [TraceJob],
+    pools: Vec<PoolState>,
+    live: Vec<u32>,
+    events: BinaryHeap<Reverse<(i64, u64, Event)>>,
+    sequence: u64,
+    next_runner: u64,
+    rng: StdRng,
+    started: Vec<bool>,
+    out: Outcome,
+    remaining: u64,
+    /// Timeline samples are thinned to about this many.
+    sample_every: i64,
+    last_sample: i64,
+}
+
+/// At most this many timeline samples.
+const SAMPLES: i64 = 2_000;
+
+impl World<'_> {
+    fn push(&mut self, at: i64, event: Event) {
+        self.sequence += 1;
+        self.events.push(Reverse((at, self.sequence, event)));
+    }
+
+    fn view(&self, pool: usize) -> PoolView<'_> {
+        PoolView {
+            index: pool,
+            model: &self.setup.pools[pool],
+            setup: self.setup,
+            queued: &self.pools[pool].queued,
+            runners: &self.pools[pool].runners,
+            live: &self.live,
+        }
+    }
+
+    /// Runner-hours, idle hours and cost of a runner leaving at `now`.
+    fn retire(&mut self, runner: &SimRunner, now: i64) {
+        let hours = (now - runner.created_ms).max(0) as f64 / 3_600_000.0;
+        self.out.runner_hours += hours;
+        self.out.cost += hours * self.setup.providers[runner.provider].price_per_hour;
+        if runner.phase == RunnerPhase::Idle {
+            self.out.idle_runner_hours += (now - runner.idle_since_ms).max(0) as f64 / 3_600_000.0;
+        }
+        self.live[runner.provider] = self.live[runner.provider].saturating_sub(1);
+    }
+
+    fn apply(&mut self, pool: usize, decision: Decision, now: i64) {
+        for id in decision.delete {
+            let state = &mut self.pools[pool];
+            let Some(runner) = state.runners.get(&id) else {
+                continue;
+            };
+            self.out.delete_requests += 1;
+            if runner.phase == RunnerPhase::Busy {
+                self.out.refused_deletes += 1;
+                continue;
+            }
+            let runner = state.runners.remove(&id).expect("present");
+            state.idle.remove(&(runner.idle_since_ms, id));
+            self.retire(&runner, now);
+        }
+        for (provider, count) in decision.create {
+            let model = &self.setup.providers[provider];
+            for _ in 0..count {
+                if self.live[provider] >= model.max_instances {
+                    self.out.failed_creates += 1;
+                    break;
+                }
+                if self.rng.gen_bool(model.fail_rate.clamp(0.0, 1.0)) {
+                    self.out.failed_creates += 1;
+                    continue;
+                }
+                let (low, high) = model.boot_seconds;
+                let boot = if high > low {
+                    self.rng.gen_range(low..=high)
+                } else {
+                    low
+                };
+                let id = self.next_runner;
+                self.next_runner += 1;
+                self.live[provider] += 1;
+                self.out.runners_created += 1;
+                self.pools[pool].runners.push(SimRunner {
+                    id,
+                    provider,
+                    created_ms: now,
+                    phase: RunnerPhase::Booting,
+                    idle_since_ms: now,
+                });
+                self.push(
+                    now + (boot * 1000.0).round() as i64,
+                    Event::Ready { pool, runner: id },
+                );
+            }
+        }
+    }
+
+    /// Gives queued jobs to idle runners, newest idle first.
+    fn dispatch(&mut self, pool: usize, now: i64) {
+        loop {
+            let state = &mut self.pools[pool];
+            if state.queued.is_empty() {
+                return;
+            }
+            let Some(&(since, id)) = state.idle.iter().next_back() else {
+                return;
+            };
+            state.idle.remove(&(since, id));
+            let queued = state.queued.pop_front().expect("not empty");
+            let runner = state.runners.get_mut(&id).expect("idle runner exists");
+            self.out.idle_runner_hours += (now - runner.idle_since_ms).max(0) as f64 / 3_600_000.0;
+            runner.phase = RunnerPhase::Busy;
+            self.started[queued.job] = true;
+            self.out.queue_ms.push(now - queued.arrival_ms);
+            let duration = self.jobs[queued.job].duration_ms;
+            self.push(now + duration, Event::Finish { pool, runner: id });
+        }
+    }
+
+    fn become_idle(&mut self, pool: usize, id: u64, now: i64) {
+        if let Some(runner) = self.pools[pool].runners.get_mut(&id) {
+            runner.phase = RunnerPhase::Idle;
+            runner.idle_since_ms = now;
+            self.pools[pool].idle.insert((now, id));
+        }
+    }
+
+    fn react(&mut self, policy: &mut dyn Policy, pool: usize, now: i64) {
+        self.pools[pool].last_reaction_ms = Some(now);
+        let queued = !self.pools[pool].queued.is_empty();
+        let decision = policy.on_arrival(&self.view(pool), queued, now);
+        self.apply(pool, decision, now);
+        self.dispatch(pool, now);
+    }
+
+    fn sample(&mut self, now: i64) {
+        if now - self.last_sample < self.sample_every {
+            return;
+        }
+        self.last_sample = now;
+        let runners = self.pools.iter().map(|p| p.runners.len() as u32).sum();
+        let queued = self.pools.iter().map(|p| p.queued.len() as u32).sum();
+        self.out.timeline.push((now, runners, queued));
+    }
+}
+
+/// Runs `jobs` (sorted by arrival) through `policy` on `setup`.
+pub fn run(setup: &Setup, jobs: &[TraceJob], policy: &mut dyn Policy) -> Outcome {
+    run_counting(setup, jobs, policy, &AtomicU64::new(0))
+}
+
+/// [`run`], adding one to `arrived` per job that has arrived (for a
+/// progress bar on another thread).
+pub fn run_counting(
+    setup: &Setup,
+    jobs: &[TraceJob],
+    policy: &mut dyn Policy,
+    arrived: &AtomicU64,
+) -> Outcome {
+    let pool_labels: Vec<PoolLabels> = setup
+        .pools
+        .iter()
+        .map(|p| PoolLabels {
+            name: p.policy.name.clone(),
+            labels: p.labels.clone(),
+        })
+        .collect();
+    let routing = RoutingPolicy {
+        default_pool: setup.default_pool.clone(),
+        required_labels: setup.required_labels.clone(),
+    };
+    // Route once: the same for every policy.
+    let routes: Vec<Option<usize>> = jobs
+        .iter()
+        .map(|job| match route(&job.labels, &pool_labels, &routing) {
+            RouteDecision::Pool(name) => setup.pools.iter().position(|p| p.policy.name == name),
+            _ => None,
+        })
+        .collect();
+    let span = jobs.last().map_or(0, |j| j.arrival_ms).max(1);
+    let mut world = World {
+        setup,
+        jobs,
+        pools: (0..setup.pools.len())
+            .map(|_| PoolState::default())
+            .collect(),
+        live: vec![0; setup.providers.len()],
+        events: BinaryHeap::new(),
+        sequence: 0,
+        next_runner: 1,
+        rng: StdRng::seed_from_u64(setup.seed),
+        started: vec![false; jobs.len()],
+        out: Outcome {
+            policy: policy.name(),
+            jobs: 0,
+            unroutable: routes.iter().filter(|r| r.is_none()).count() as u64,
+            queue_ms: Vec::with_capacity(jobs.len()),
+            runner_hours: 0.0,
+            idle_runner_hours: 0.0,
+            cost: 0.0,
+            delete_requests: 0,
+            refused_deletes: 0,
+            failed_creates: 0,
+            runners_created: 0,
+            unfinished: 0,
+            end_ms: 0,
+            timeline: Vec::new(),
+        },
+        remaining: routes.iter().filter(|r| r.is_some()).count() as u64,
+        sample_every: (span / SAMPLES).max(1),
+        last_sample: i64::MIN / 2,
+    };
+    let interval = i64::try_from(setup.interval.as_millis())
+        .unwrap_or(10_000)
+        .max(1);
+    let mut next_tick = 0i64;
+    let mut next_job = 0usize;
+    let mut now = 0i64;
+    // A policy that never serves a pool must not run forever: a week after
+    // the last arrival, what has not started is given up.
+    let give_up = span + 7 * 86_400_000;
+    // Ticks go on until every routed job is done (and at least once).
+    while world.remaining > 0 || now == 0 {
+        if now > give_up {
+            break;
+        }
+        let next_event = world.events.peek().map(|Reverse((at, _, _))| *at);
+        let next_arrival = jobs.get(next_job).map(|j| j.arrival_ms);
+        let soonest = [Some(next_tick), next_event, next_arrival]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(next_tick);
+        now = soonest;
+        if next_event == Some(now) {
+            let Some(Reverse((_, _, event))) = world.events.pop() else {
+                continue;
+            };
+            match event {
+                Event::Ready { pool, runner } => {
+                    let booting = world.pools[pool]
+                        .runners
+                        .get(&runner)
+                        .is_some_and(|r| r.phase == RunnerPhase::Booting);
+                    if booting {
+                        world.become_idle(pool, runner, now);
+                        world.dispatch(pool, now);
+                    }
+                }
+                Event::Finish { pool, runner } => {
+                    world.remaining -= 1;
+                    world.out.jobs += 1;
+                    world.out.end_ms = now;
+                    if world.setup.pools[pool].ephemeral {
+                        if let Some(done) = world.pools[pool].runners.remove(&runner) {
+                            world.out.delete_requests += 1;
+                            world.retire(&done, now);
+                        }
+                    } else {
+                        world.become_idle(pool, runner, now);
+                        world.dispatch(pool, now);
+                    }
+                }
+                Event::React { pool } => {
+                    world.pools[pool].reaction_scheduled = false;
+                    world.react(policy, pool, now);
+                }
+                Event::Delayed { pool, job } => {
+                    let still_queued = !world.started[job];
+                    let decision = policy.on_delayed(&world.view(pool), still_queued, now);
+                    if let Some(after) = decision.retry_after_ms {
+                        world.push(now + after.max(1), Event::Delayed { pool, job });
+                    }
+                    world.apply(pool, decision, now);
+                    world.dispatch(pool, now);
+                }
+            }
+            continue;
+        }
+        if next_arrival == Some(now) {
+            let index = next_job;
+            next_job += 1;
+            arrived.fetch_add(1, Ordering::Relaxed);
+            let Some(pool) = routes[index] else {
+                continue;
+            };
+            world.pools[pool].queued.push_back(QueuedJob {
+                job: index,
+                arrival_ms: now,
+            });
+            world.dispatch(pool, now);
+            policy.observe_arrival(pool, now);
+            let state = &world.pools[pool];
+            match state.last_reaction_ms {
+                Some(last) if now - last < REACTION_GAP_MS => {
+                    if !state.reaction_scheduled {
+                        world.pools[pool].reaction_scheduled = true;
+                        world.push(last + REACTION_GAP_MS, Event::React { pool });
+                    }
+                }
+                _ => world.react(policy, pool, now),
+            }
+            if let Some(delay) = policy.arrival_delay_ms() {
+                world.push(now + delay, Event::Delayed { pool, job: index });
+            }
+            continue;
+        }
+        // A reconcile tick.
+        for pool in 0..setup.pools.len() {
+            let decision = policy.decide(&world.view(pool), now);
+            world.apply(pool, decision, now);
+            world.dispatch(pool, now);
+        }
+        world.sample(now);
+        next_tick = now + interval;
+    }
+    if world.remaining > 0 {
+        world.out.end_ms = now;
+        world.out.unfinished = world.remaining;
+        for pool in &world.pools {
+            for queued in &pool.queued {
+                world.out.queue_ms.push(now - queued.arrival_ms);
+            }
+        }
+    }
+    // Whatever still exists is paid for until the end.
+    let end = world.out.end_ms;
+    for pool in 0..world.pools.len() {
+        let runners: Vec<SimRunner> = std::mem::take(&mut world.pools[pool].runners).0;
+        for runner in runners {
+            world.retire(&runner, end.max(runner.created_ms));
+        }
+    }
+    world.out.queue_ms.sort_unstable();
+    world.out
+}

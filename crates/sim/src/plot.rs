@@ -1,0 +1,182 @@
+//! `--plot DIR`: SVG charts of a comparison, drawn with `plotters`:
+//! `timeline.svg` (runners and queued jobs over time, per policy),
+//! `queue_cdf.svg` (the queue-time distribution per policy) and
+//! `cost_vs_p95.svg` (one point per policy).
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::engine::Outcome;
+use crate::report::{quantile_s, Summary};
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PlotError(String);
+
+fn failed(error: impl std::fmt::Display) -> PlotError {
+    PlotError(error.to_string())
+}
+
+const COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+fn color(index: usize) -> RGBColor {
+    COLORS[index % COLORS.len()]
+}
+
+pub fn write_all(dir: &Path, outcomes: &[Outcome], summaries: &[Summary]) -> Result<(), PlotError> {
+    std::fs::create_dir_all(dir).map_err(failed)?;
+    timeline(&dir.join("timeline.svg"), outcomes)?;
+    queue_cdf(&dir.join("queue_cdf.svg"), outcomes)?;
+    cost_vs_p95(&dir.join("cost_vs_p95.svg"), summaries)?;
+    Ok(())
+}
+
+fn timeline(path: &Path, outcomes: &[Outcome]) -> Result<(), PlotError> {
+    let root = SVGBackend::new(path, (1000, 700)).into_drawing_area();
+    root.fill(&WHITE).map_err(failed)?;
+    let (top, bottom) = root.split_vertically(350);
+    let days = outcomes
+        .iter()
+        .flat_map(|o| o.timeline.last())
+        .map(|(t, _, _)| *t as f64 / 86_400_000.0)
+        .fold(0.0f64, f64::max)
+        .max(1e-3);
+    for (area, title, pick) in [(&top, "runners", 1usize), (&bottom, "queued jobs", 2usize)] {
+        let value =
+            |sample: &(i64, u32, u32)| f64::from(if pick == 1 { sample.1 } else { sample.2 });
+        let most = outcomes
+            .iter()
+            .flat_map(|o| o.timeline.iter().map(value))
+            .fold(1.0f64, f64::max);
+        let mut chart = ChartBuilder::on(area)
+            .caption(title, ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0.0..days, 0.0..most * 1.05)
+            .map_err(failed)?;
+        chart
+            .configure_mesh()
+            .x_desc("days")
+            .draw()
+            .map_err(failed)?;
+        for (i, outcome) in outcomes.iter().enumerate() {
+            let points = outcome
+                .timeline
+                .iter()
+                .map(|s| (s.0 as f64 / 86_400_000.0, value(s)));
+            chart
+                .draw_series(LineSeries::new(points, color(i)))
+                .map_err(failed)?
+                .label(outcome.policy.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color(i)));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(failed)?;
+    }
+    root.present().map_err(failed)
+}
+
+fn queue_cdf(path: &Path, outcomes: &[Outcome]) -> Result<(), PlotError> {
+    let root = SVGBackend::new(path, (900, 550)).into_drawing_area();
+    root.fill(&WHITE).map_err(failed)?;
+    // Up to the largest p99, so one starved policy does not flatten the rest.
+    let right = outcomes
+        .iter()
+        .map(|o| quantile_s(&o.queue_ms, 0.99))
+        .fold(1.0f64, f64::max);
+    let mut chart = ChartBuilder::on(&root)
+        .caption("queue time distribution", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..right, 0.0..1.0)
+        .map_err(failed)?;
+    chart
+        .configure_mesh()
+        .x_desc("queue time (s)")
+        .y_desc("share of jobs")
+        .draw()
+        .map_err(failed)?;
+    for (i, outcome) in outcomes.iter().enumerate() {
+        let n = outcome.queue_ms.len().max(1) as f64;
+        // 200 points along the x axis.
+        let points = (0..=200).map(|step| {
+            let x = right * f64::from(step) / 200.0;
+            let below = outcome
+                .queue_ms
+                .partition_point(|ms| (*ms as f64) / 1000.0 <= x);
+            (x, below as f64 / n)
+        });
+        chart
+            .draw_series(LineSeries::new(points, color(i)))
+            .map_err(failed)?
+            .label(outcome.policy.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color(i)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(failed)?;
+    root.present().map_err(failed)
+}
+
+fn cost_vs_p95(path: &Path, summaries: &[Summary]) -> Result<(), PlotError> {
+    let root = SVGBackend::new(path, (900, 550)).into_drawing_area();
+    root.fill(&WHITE).map_err(failed)?;
+    // Policies whose p95 is off the scale (a starved static pool) are
+    // drawn at the right edge.
+    let mut p95s: Vec<f64> = summaries.iter().map(|s| s.queue_p95_s).collect();
+    p95s.sort_by(f64::total_cmp);
+    let right = p95s
+        .get(p95s.len().saturating_sub(2))
+        .copied()
+        .unwrap_or(1.0)
+        .max(1.0)
+        * 1.3;
+    let top = summaries.iter().map(|s| s.cost).fold(1.0f64, f64::max) * 1.1;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("cost versus p95 queue time", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..right, 0.0..top)
+        .map_err(failed)?;
+    chart
+        .configure_mesh()
+        .x_desc("p95 queue time (s)")
+        .y_desc("cost")
+        .draw()
+        .map_err(failed)?;
+    for (i, summary) in summaries.iter().enumerate() {
+        let at = (summary.queue_p95_s.min(right * 0.98), summary.cost);
+        chart
+            .draw_series(std::iter::once(Circle::new(at, 5, color(i).filled())))
+            .map_err(failed)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                summary.policy.clone(),
+                at,
+                ("sans-serif", 13).into_font().color(&color(i)),
+            )))
+            .map_err(failed)?;
+    }
+    root.present().map_err(failed)
+}

@@ -1,0 +1,204 @@
+//! What `runway sim` prints: one summary per policy, as a table, JSON or CSV.
+//! Numbers are rounded to fixed places, so the same inputs give
+//! byte-identical output.
+
+use serde::Serialize;
+
+use std::sync::atomic::AtomicU64;
+
+use crate::engine::{run_counting, Outcome, Setup};
+use crate::policy::{by_name, UnknownPolicy};
+use crate::trace::TraceJob;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub policy: String,
+    pub jobs: u64,
+    pub queue_p50_s: f64,
+    pub queue_p95_s: f64,
+    pub queue_p99_s: f64,
+    pub queue_max_s: f64,
+    pub runner_hours: f64,
+    pub idle_runner_hours: f64,
+    pub cost: f64,
+    pub delete_requests: u64,
+    pub failed_creates: u64,
+    /// Jobs no runner ever started (the policy starved their pool).
+    pub unfinished: u64,
+    /// Jobs no pool serves (not simulated).
+    pub unroutable: u64,
+}
+
+/// The `q` quantile (nearest rank) of sorted milliseconds, in seconds.
+pub fn quantile_s(sorted_ms: &[i64], q: f64) -> f64 {
+    if sorted_ms.is_empty() {
+        return 0.0;
+    }
+    let rank = (q * sorted_ms.len() as f64).ceil() as usize;
+    sorted_ms[rank.clamp(1, sorted_ms.len()) - 1] as f64 / 1000.0
+}
+
+fn round(value: f64, places: i32) -> f64 {
+    let scale = 10f64.powi(places);
+    (value * scale).round() / scale
+}
+
+impl Summary {
+    pub fn of(outcome: &Outcome) -> Summary {
+        let q = |p| round(quantile_s(&outcome.queue_ms, p), 1);
+        Summary {
+            policy: outcome.policy.clone(),
+            jobs: outcome.jobs,
+            queue_p50_s: q(0.50),
+            queue_p95_s: q(0.95),
+            queue_p99_s: q(0.99),
+            queue_max_s: q(1.0),
+            runner_hours: round(outcome.runner_hours, 1),
+            idle_runner_hours: round(outcome.idle_runner_hours, 1),
+            cost: round(outcome.cost, 2),
+            delete_requests: outcome.delete_requests,
+            failed_creates: outcome.failed_creates,
+            unfinished: outcome.unfinished,
+            unroutable: outcome.unroutable,
+        }
+    }
+}
+
+/// Runs every named policy on the same setup and jobs, side by side (one
+/// thread each; each run is independent and seeded, so the order of
+/// threads changes nothing).
+pub fn compare(
+    setup: &Setup,
+    jobs: &[TraceJob],
+    policies: &[String],
+) -> Result<Vec<Outcome>, UnknownPolicy> {
+    compare_counting(setup, jobs, policies, &AtomicU64::new(0))
+}
+
+/// [`compare`], counting arrivals over all policies into `arrived`.
+pub fn compare_counting(
+    setup: &Setup,
+    jobs: &[TraceJob],
+    policies: &[String],
+    arrived: &AtomicU64,
+) -> Result<Vec<Outcome>, UnknownPolicy> {
+    let mut built = Vec::new();
+    for name in policies {
+        built.push(by_name(name, setup.pools.len())?);
+    }
+    let outcomes = std::thread::scope(|scope| {
+        let handles: Vec<_> = built
+            .into_iter()
+            .map(|mut policy| {
+                scope.spawn(move || run_counting(setup, jobs, policy.as_mut(), arrived))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a simulation thread panicked"))
+            .collect()
+    });
+    Ok(outcomes)
+}
+
+/// The columns of every format, in order (the JSON keys, too).
+pub const COLUMNS: [&str; 11] = [
+    "policy",
+    "jobs",
+    "queue_p50_s",
+    "queue_p95_s",
+    "queue_p99_s",
+    "queue_max_s",
+    "runner_hours",
+    "idle_runner_hours",
+    "cost",
+    "delete_requests",
+    "failed_creates",
+];
+
+fn cells(s: &Summary) -> Vec<String> {
+    vec![
+        s.policy.clone(),
+        s.jobs.to_string(),
+        format!("{:.1}", s.queue_p50_s),
+        format!("{:.1}", s.queue_p95_s),
+        format!("{:.1}", s.queue_p99_s),
+        format!("{:.1}", s.queue_max_s),
+        format!("{:.1}", s.runner_hours),
+        format!("{:.1}", s.idle_runner_hours),
+        format!("{:.2}", s.cost),
+        s.delete_requests.to_string(),
+        s.failed_creates.to_string(),
+    ]
+}
+
+pub fn table(summaries: &[Summary]) -> String {
+    let rows: Vec<Vec<String>> = summaries.iter().map(cells).collect();
+    let widths: Vec<usize> = (0..COLUMNS.len())
+        .map(|c| {
+            rows.iter()
+                .map(|r| r[c].len())
+                .chain([COLUMNS[c].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<&str>| {
+        let mut text = String::new();
+        for (c, cell) in cells.iter().enumerate() {
+            if c == 0 {
+                text.push_str(&format!("{cell:<w$}", w = widths[c]));
+            } else {
+                text.push_str(&format!("  {cell:>w$}", w = widths[c]));
+            }
+        }
+        text.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(COLUMNS.to_vec());
+    for row in &rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    let unfinished: Vec<String> = summaries
+        .iter()
+        .filter(|s| s.unfinished > 0)
+        .map(|s| format!("{} left {} jobs never started", s.policy, s.unfinished))
+        .collect();
+    if !unfinished.is_empty() {
+        out.push_str(&format!("note: {}\n", unfinished.join("; ")));
+    }
+    if let Some(s) = summaries.first().filter(|s| s.unroutable > 0) {
+        out.push_str(&format!(
+            "note: {} jobs had labels no pool serves and were left out\n",
+            s.unroutable
+        ));
+    }
+    out
+}
+
+pub fn csv(summaries: &[Summary]) -> String {
+    let mut out = COLUMNS.join(",") + "\n";
+    for s in summaries {
+        out.push_str(&(cells(s).join(",") + "\n"));
+    }
+    out
+}
+
+pub fn json(summaries: &[Summary]) -> String {
+    let value = serde_json::json!({ "policies": summaries });
+    serde_json::to_string_pretty(&value).unwrap_or_default() + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_are_nearest_rank() {
+        let ms: Vec<i64> = (1..=100).map(|s| s * 1000).collect();
+        assert_eq!(quantile_s(&ms, 0.5), 50.0);
+        assert_eq!(quantile_s(&ms, 0.95), 95.0);
+        assert_eq!(quantile_s(&ms, 1.0), 100.0);
+        assert_eq!(quantile_s(&[], 0.5), 0.0);
+        assert_eq!(quantile_s(&[7_000], 0.01), 7.0);
+    }
+}
