@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
-use axum::http::header;
 use axum::http::StatusCode;
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -31,16 +31,33 @@ pub fn router(service: Arc<Service>) -> Router {
         .with_state(service)
 }
 
-/// OpenMetrics text for Prometheus.
-async fn metrics(State(service): State<Arc<Service>>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        service.metrics.encode(),
-    )
-        .into_response()
+/// OpenMetrics for clients that ask for it (Prometheus does), the classic
+/// text format for everyone else.
+async fn metrics(State(service): State<Arc<Service>>, headers: HeaderMap) -> Response {
+    let open_metrics = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(|value| value.contains("application/openmetrics-text"));
+    if open_metrics {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            service.metrics.encode(),
+        )
+            .into_response()
+    } else {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            service.metrics.encode_text(),
+        )
+            .into_response()
+    }
 }
 
 /// The process is up and serving HTTP.

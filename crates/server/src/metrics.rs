@@ -271,6 +271,12 @@ impl Metrics {
             .inc();
     }
 
+    /// The classic Prometheus text exposition (version 0.0.4), for clients
+    /// that do not ask for OpenMetrics (`curl`, `promtool check metrics`).
+    pub fn encode_text(&self) -> String {
+        to_classic_text(&self.encode())
+    }
+
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
         let mut text = String::new();
@@ -278,5 +284,47 @@ impl Metrics {
             tracing::error!(%error, "cannot encode metrics");
         }
         text
+    }
+}
+
+/// OpenMetrics → Prometheus text 0.0.4: a counter family's HELP and TYPE
+/// lines take the `_total` name its samples have, and the `# UNIT` and
+/// `# EOF` lines, which that format does not know, go.
+pub fn to_classic_text(open_metrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = open_metrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(open_metrics.len());
+    for line in open_metrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let rewritten = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        match rewritten {
+            Some(line) => out.push_str(&line),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn classic_text_names_counters_as_their_samples() {
+        let open = "# HELP runway_jobs Jobs.\n# TYPE runway_jobs counter\nrunway_jobs_total{pool=\"a\"} 3\n# HELP runway_d_seconds D.\n# TYPE runway_d_seconds histogram\n# UNIT runway_d_seconds seconds\nrunway_d_seconds_count 1\n# EOF\n";
+        assert_eq!(
+            super::to_classic_text(open),
+            "# HELP runway_jobs_total Jobs.\n# TYPE runway_jobs_total counter\nrunway_jobs_total{pool=\"a\"} 3\n# HELP runway_d_seconds D.\n# TYPE runway_d_seconds histogram\nrunway_d_seconds_count 1\n"
+        );
     }
 }

@@ -253,7 +253,25 @@ async fn github_examples_with_the_default_pool() {
     assert!(metrics.contains(
         r#"runway_webhooks_received_total{event="workflow_job",action="queued",outcome="unroutable"} 1"#
     ));
-    assert!(metrics.trim_end().ends_with("# EOF"));
+    assert!(
+        !metrics.contains("# EOF") && metrics.contains("# TYPE runway_jobs_rejected_total counter"),
+        "without an Accept header, the classic text format"
+    );
+    let open_metrics = harness
+        .send(
+            Request::get("/metrics")
+                .header("accept", "application/openmetrics-text; version=1.0.0")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .1;
+    let open_metrics = open_metrics.as_str().unwrap_or_default().to_owned();
+    assert!(
+        open_metrics.trim_end().ends_with("# EOF"),
+        "OpenMetrics when asked for"
+    );
+    assert!(open_metrics.contains("# TYPE runway_jobs_rejected counter"));
 }
 
 /// With pools for every label set the examples use, each is routed and the

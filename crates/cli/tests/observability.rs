@@ -1,0 +1,216 @@
+//! Observability as an operator checks it: the alert and recording rules
+//! pass promtool (and their unit tests), a real scrape of `runway serve`
+//! that has run jobs passes `promtool check metrics`, and a real Prometheus
+//! scraping it reads the series back. Needs Debian's `prometheus` package
+//! (`.ci/run` installs it); without it these tests say so and, under CI,
+//! fail.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{spawn_serve, wait_until, Process};
+use serde_json::Value;
+
+const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
+
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The path of `tool`, or None (a failure under CI) when it is missing.
+fn tool(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|path| path.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{name} is missing; install Debian's prometheus package (.ci/run does)"
+        );
+        eprintln!("skipped: {name} is not installed (apt-get install prometheus)");
+    }
+    found
+}
+
+#[test]
+fn alert_and_recording_rules_pass_promtool_and_their_unit_tests() {
+    let Some(promtool) = tool("promtool") else {
+        return;
+    };
+    let rules = repository().join("deploy/prometheus");
+    let check = Command::new(&promtool)
+        .args(["check", "rules", "alerts.yml", "recording.yml"])
+        .current_dir(&rules)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let test = Command::new(&promtool)
+        .args(["test", "rules", "alerts_test.yml"])
+        .current_dir(&rules)
+        .output()
+        .unwrap();
+    assert!(
+        test.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&test.stdout),
+        String::from_utf8_lossy(&test.stderr)
+    );
+}
+
+fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// Kills the runner processes runway started, whatever happens.
+struct Runners(PathBuf);
+
+impl Drop for Runners {
+    fn drop(&mut self) {
+        let Ok(entries) = std::fs::read_dir(&self.0) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let pid = std::fs::read_to_string(entry.path())
+                .ok()
+                .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+                .and_then(|record| record["pid"].as_i64());
+            if let Some(pid) = pid.filter(|pid| *pid > 1) {
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{pid}")])
+                    .status();
+            }
+        }
+    }
+}
+
+#[test]
+fn a_real_scrape_passes_promtool_and_prometheus_reads_the_series_back() {
+    let (Some(promtool), Some(prometheus)) = (tool("promtool"), tool("prometheus")) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Out of the box (no config): pool `local`, runners started by runway.
+    let _runners = Runners(dir.path().join("runway-processes/local"));
+    let mut command = Command::new(RUNWAY);
+    command
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .env("RUNWAY_LOG", "info")
+        .env_remove("RUNWAY_CONFIG")
+        .env_remove("RUNWAY_DATABASE_URL");
+    let (_server, base) = spawn_serve(command);
+    let token = std::fs::read_to_string(dir.path().join("runway-admin.token"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    for i in 0..5 {
+        let submitted = client()
+            .post(format!("{base}/api/v1/jobs"))
+            .bearer_auth(&token)
+            .json(&serde_json::json!({"labels": ["local"], "script": format!("echo {i}"), "timeout_seconds": 60}))
+            .send()
+            .unwrap();
+        assert_eq!(submitted.status(), 201);
+    }
+    let metrics = |accept: Option<&str>| {
+        let mut request = client().get(format!("{base}/metrics"));
+        if let Some(accept) = accept {
+            request = request.header("accept", accept);
+        }
+        request.send().unwrap().text().unwrap()
+    };
+    wait_until("5 jobs completed", 60, || {
+        metrics(None)
+            .contains(r#"runway_jobs_completed_total{pool="local",conclusion="success"} 5"#)
+    });
+
+    // promtool's linter, on the classic text a plain client gets.
+    let mut check = Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(metrics(None).as_bytes())
+        .unwrap();
+    let checked = check.wait_with_output().unwrap();
+    assert!(
+        checked.status.success() && checked.stdout.is_empty() && checked.stderr.is_empty(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
+    // A real Prometheus on loopback, scraping every second (OpenMetrics).
+    let port = common::free_port();
+    let target = base.trim_start_matches("http://");
+    std::fs::write(
+        dir.path().join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: runway\n    static_configs:\n      - targets: ['{target}']\nrule_files:\n  - {}\n",
+            repository().join("deploy/prometheus/recording.yml").display()
+        ),
+    )
+    .unwrap();
+    let _prometheus = Process(
+        Command::new(&prometheus)
+            .arg(format!(
+                "--config.file={}",
+                dir.path().join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let query = |expr: &str| -> Option<f64> {
+        let answer: Value = client()
+            .get(format!("http://127.0.0.1:{port}/api/v1/query"))
+            .query(&[("query", expr)])
+            .send()
+            .ok()?
+            .json()
+            .ok()?;
+        answer["data"]["result"][0]["value"][1]
+            .as_str()?
+            .parse()
+            .ok()
+    };
+    wait_until("Prometheus to read runway's series", 60, || {
+        query(r#"sum(runway_jobs_completed_total{pool="local"})"#) == Some(5.0)
+    });
+    assert_eq!(
+        query(r#"sum(runway_jobs_started_total{pool="local"})"#),
+        Some(5.0)
+    );
+    assert_eq!(
+        query(r#"sum(runway_job_queue_duration_seconds_count{pool="local"})"#),
+        Some(5.0)
+    );
+    assert!(query("sum(runway_runners_created_total)").is_some_and(|n| n >= 5.0));
+    assert!(query("up{job=\"runway\"}") == Some(1.0));
+}
