@@ -212,5 +212,9 @@ fn a_real_scrape_passes_promtool_and_prometheus_reads_the_series_back() {
         Some(5.0)
     );
     assert!(query("sum(runway_runners_created_total)").is_some_and(|n| n >= 5.0));
+    assert!(
+        query("sum(runway_runner_install_duration_seconds_count)").is_some_and(|n| n >= 5.0),
+        "every runner's install time is measured"
+    );
     assert!(query("up{job=\"runway\"}") == Some(1.0));
 }

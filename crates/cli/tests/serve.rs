@@ -129,6 +129,22 @@ fn serve_with_no_config_answers_health_readiness_and_status_then_stops_on_sigter
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &[]);
     assert_eq!(server.get("/healthz"), (200, "ok\n".to_owned()));
+    // Every answer carries a request id: the caller's, or a fresh one.
+    let client = reqwest::blocking::Client::new();
+    let id = |given: Option<&str>| {
+        let mut request = client.get(format!("{}/healthz", server.base));
+        if let Some(given) = given {
+            request = request.header("x-request-id", given);
+        }
+        let response = request.send().unwrap();
+        response.headers()["x-request-id"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (first, second) = (id(None), id(None));
+    assert!(!first.is_empty() && first != second, "{first} {second}");
+    assert_eq!(id(Some("trace-42")), "trace-42");
     assert_eq!(server.get("/readyz"), (200, "ready\n".to_owned()));
     let (status, body) = server.get("/");
     assert_eq!(status, 200);

@@ -10,6 +10,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
 
 use crate::service::Service;
 
@@ -29,6 +32,56 @@ pub fn router(service: Arc<Service>) -> Router {
         .merge(crate::runner_api::router())
         .merge(crate::runner_reports::router())
         .with_state(service)
+}
+
+/// Gives every request an id (`x-request-id`: the caller's, or a new one),
+/// answers with it, and logs the request in a span that carries it.
+pub fn with_request_ids(router: Router) -> Router {
+    let header = axum::http::HeaderName::from_static("x-request-id");
+    let trace = tower_http::trace::TraceLayer::new_for_http().make_span_with(
+        |request: &axum::http::Request<axum::body::Body>| {
+            let id = request
+                .headers()
+                .get("x-request-id")
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or("");
+            tracing::info_span!(
+                "request",
+                method = %request.method(),
+                path = %request.uri().path(),
+                request_id = %id,
+            )
+        },
+    );
+    router
+        .layer(PropagateRequestIdLayer::new(header.clone()))
+        .layer(trace)
+        .layer(SetRequestIdLayer::new(header, RequestIds::new()))
+}
+
+/// Request ids: a random prefix per process and a counter.
+#[derive(Clone)]
+struct RequestIds {
+    prefix: Arc<str>,
+    next: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl RequestIds {
+    fn new() -> RequestIds {
+        RequestIds {
+            prefix: format!("{:08x}", rand::random::<u32>()).into(),
+            next: Arc::new(std::sync::atomic::AtomicU64::new(1)),
+        }
+    }
+}
+
+impl MakeRequestId for RequestIds {
+    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        axum::http::HeaderValue::from_str(&format!("{}-{n}", self.prefix))
+            .ok()
+            .map(RequestId::new)
+    }
 }
 
 /// OpenMetrics for clients that ask for it (Prometheus does), the classic

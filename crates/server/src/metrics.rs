@@ -101,6 +101,7 @@ pub struct Metrics {
     pub runner_reports_rejected: Family<ReasonLabel, Counter>,
     pub runner_reports: Family<PhaseLabel, Counter>,
     pub runner_idle_duration: HistogramFamily,
+    pub runner_install_duration: HistogramFamily,
     pub runners_created: Family<PoolProviderLabels, Counter>,
     pub runner_delete_requests: Family<PoolResultLabels, Counter>,
     pub runners: Family<PoolStateLabels, Gauge>,
@@ -196,6 +197,14 @@ impl Metrics {
             Unit::Seconds,
             runner_idle_duration.clone(),
         );
+        let runner_install_duration: HistogramFamily =
+            Family::new_with_constructor(queue_duration_histogram);
+        registry.register_with_unit(
+            "runner_install_duration",
+            "From a runner's request to its being ready (booted, or registered)",
+            Unit::Seconds,
+            runner_install_duration.clone(),
+        );
         let runners_created = Family::<PoolProviderLabels, Counter>::default();
         registry.register(
             "runners_created",
@@ -240,6 +249,7 @@ impl Metrics {
             runner_reports_rejected,
             runner_reports,
             runner_idle_duration,
+            runner_install_duration,
             jobs_started,
             jobs_completed,
             runners_crashed,
@@ -261,6 +271,15 @@ impl Metrics {
                 outcome: outcome.to_owned(),
             })
             .inc();
+    }
+
+    /// A runner became ready `installed` after it was requested.
+    pub fn runner_installed(&self, pool: &str, installed: std::time::Duration) {
+        self.runner_install_duration
+            .get_or_create(&PoolLabel {
+                pool: pool.to_owned(),
+            })
+            .observe(installed.as_secs_f64());
     }
 
     pub fn store_error(&self, operation: &str) {

@@ -303,6 +303,10 @@ impl Reconciler {
                         .is_ok()
                     {
                         if ready {
+                            let installed = now.since(runner.requested_at);
+                            self.service
+                                .metrics
+                                .runner_installed(&runner.pool, installed);
                             report.marked_ready += 1;
                         } else {
                             report.marked_lost += 1;

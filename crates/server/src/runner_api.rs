@@ -187,12 +187,20 @@ async fn register(State(service): State<Arc<Service>>, body: Bytes) -> Result<Re
             ),
             other => store_failure(&service, "register_runner", other),
         })?;
-    if let Err(error) = service
-        .store
-        .apply_runner_event(runner.id, &RunnerEvent::Ready, now)
-        .await
-    {
-        tracing::warn!(%error, runner = %runner.id, "cannot mark a new runner idle");
+    // A runner runway started (its token was bound to its record) is ready
+    // already, and its install time is known.
+    if runner.provider == "registered" {
+        if let Err(error) = service
+            .store
+            .apply_runner_event(runner.id, &RunnerEvent::Ready, now)
+            .await
+        {
+            tracing::warn!(%error, runner = %runner.id, "cannot mark a new runner idle");
+        }
+    } else {
+        let installed = now.since(runner.requested_at);
+        service.metrics.runner_installed(&runner.pool, installed);
+        tracing::info!(target: "runway::events", event = "runner_installed", flavor = %runner.pool, duration = installed.as_secs_f64(), runner = %runner.name);
     }
     tracing::info!(target: "runway::events", event = "runner_registered", runner = %runner.id, name = %runner.name, pool = %runner.pool);
     let dto = RegisteredDto {

@@ -150,7 +150,7 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let router = http::router(service).layer(tower_http::trace::TraceLayer::new_for_http());
+    let router = http::with_request_ids(http::router(service));
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
