@@ -218,6 +218,9 @@ async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
     if config.server.public_url.is_none() {
         config.server.public_url = Some(config.server.runner_url(address));
     }
+    // The event log before the store: a bad path must not create a database.
+    let events =
+        runway_server::events::EventLog::open(&config.telemetry).map_err(anyhow::Error::msg)?;
     let store = Service::open_store(&config).await?;
     let controller_id = store
         .controller_id(&runway_server::auth::new_token("rwc_"))
@@ -240,7 +243,8 @@ async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
             .admin_tokens
             .push(runway_server::config::Secret::literal(&token));
     }
-    let service = Service::new(config, store);
+    let mut service = Service::new(config, store);
+    service.events = events;
     service
         .install_worker_configs()
         .await

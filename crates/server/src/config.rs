@@ -39,6 +39,28 @@ pub struct Config {
     pub worker_configs: Vec<WorkerConfig>,
     /// The `[[worker_configs]]` entries as written, for `config check`.
     pub worker_config_sources: Vec<toml::Value>,
+    pub telemetry: TelemetryConfig,
+}
+
+/// `[telemetry]`: the JSON event log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetryConfig {
+    /// A file path, `-` for standard output, or none (no event log).
+    pub event_log: Option<String>,
+    /// A file is rotated before it grows past this.
+    pub event_log_max_bytes: u64,
+    /// Rotated files kept (`events.log.1` … `.N`).
+    pub event_log_keep: u32,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> TelemetryConfig {
+        TelemetryConfig {
+            event_log: None,
+            event_log_max_bytes: 100 * 1024 * 1024,
+            event_log_keep: 5,
+        }
+    }
 }
 
 /// A provider declaration: how runners are started (its `kind` and that
@@ -267,6 +289,7 @@ impl Default for Config {
             worker_configs: Vec::new(),
             worker_config_sources: Vec::new(),
             pools: vec![PoolConfig::default()],
+            telemetry: TelemetryConfig::default(),
         }
     }
 }
@@ -600,6 +623,11 @@ impl Config {
             scaling: RawScaling {
                 interval: Some(format_duration(self.scaling_interval)),
             },
+            telemetry: RawTelemetry {
+                event_log: self.telemetry.event_log.clone(),
+                event_log_max_bytes: Some(self.telemetry.event_log_max_bytes),
+                event_log_keep: Some(self.telemetry.event_log_keep),
+            },
             queue: RawQueue {
                 max_attempts: Some(self.queue.max_attempts),
             },
@@ -800,6 +828,8 @@ struct RawConfig {
     runner_api: RawRunnerApi,
     #[serde(default)]
     scaling: RawScaling,
+    #[serde(default)]
+    telemetry: RawTelemetry,
     #[serde(skip_serializing_if = "Option::is_none")]
     pools: Option<Vec<RawPool>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -902,6 +932,15 @@ struct RawServer {
     read_tokens: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     public_url: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawTelemetry {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_log: Option<String>,
+    event_log_max_bytes: Option<u64>,
+    event_log_keep: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -1119,7 +1158,39 @@ impl RawConfig {
             self.scaling.interval,
             defaults.scaling_interval,
         )?;
+        let telemetry = TelemetryConfig {
+            event_log: match self.telemetry.event_log {
+                Some(path) if path.trim().is_empty() => {
+                    return Err((
+                        "[telemetry] event_log".to_owned(),
+                        "is empty; give a file path or \"-\" for standard output".to_owned(),
+                    ))
+                }
+                Some(path) if path != "-" && Path::new(&path).is_relative() => Some(
+                    base.map(|dir| dir.join(&path))
+                        .unwrap_or_else(|| PathBuf::from(&path))
+                        .display()
+                        .to_string(),
+                ),
+                other => other,
+            },
+            event_log_max_bytes: match self.telemetry.event_log_max_bytes {
+                Some(bytes) if bytes < 1024 => {
+                    return Err((
+                        "[telemetry] event_log_max_bytes".to_owned(),
+                        format!("{bytes} is below 1024"),
+                    ))
+                }
+                Some(bytes) => bytes,
+                None => defaults.telemetry.event_log_max_bytes,
+            },
+            event_log_keep: self
+                .telemetry
+                .event_log_keep
+                .unwrap_or(defaults.telemetry.event_log_keep),
+        };
         Ok(Config {
+            telemetry,
             scaling_interval,
             runner_api,
             providers,
@@ -1317,6 +1388,10 @@ mod tests {
                 [scaling]
                 interval = "10s"
 
+                [telemetry]
+                event_log_max_bytes = 104857600
+                event_log_keep = 5
+
                 [[pools]]
                 name = "default"
                 labels = ["self-hosted", "linux", "x64"]
@@ -1431,6 +1506,10 @@ mod tests {
 
                 [scaling]
                 interval = "10s"
+
+                [telemetry]
+                event_log_max_bytes = 104857600
+                event_log_keep = 5
 
                 [[pools]]
                 name = "p"

@@ -83,6 +83,18 @@ impl Received<'_> {
             "other"
         };
         service.metrics.webhook(event, &self.action, outcome);
+        service.events.emit(
+            "webhook",
+            serde_json::json!({
+                "delivery": self.delivery.unwrap_or(""),
+                "github_event": event,
+                "action": self.action,
+                "job_id": self.job_id,
+                "outcome": outcome,
+                "status": status.as_u16(),
+            }),
+            crate::service::now(),
+        );
         tracing::info!(
             target: "runway::events",
             event = "webhook",
@@ -536,6 +548,12 @@ async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Ti
             })
             .inc();
     }
+    let context = crate::events::JobContext {
+        flavor: &pool.pool,
+        workflow: payload.workflow.as_deref().unwrap_or(""),
+        repo: payload.repository.as_deref().unwrap_or(""),
+        github_event: "workflow_job",
+    };
     if running {
         if let (Some(created), Some(started)) = (payload.created_at, payload.started_at) {
             let seconds = started.since(created).as_secs_f64();
@@ -544,6 +562,18 @@ async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Ti
                 .job_queue_duration
                 .get_or_create(&pool)
                 .observe(seconds);
+            service.events.emit(
+                "job_queuing",
+                serde_json::json!({"flavor": pool.pool, "duration": seconds.round() as u64}),
+                now,
+            );
+        }
+        if let Some(started) = payload.started_at {
+            service.events.emit(
+                "runner_start",
+                context.fields(started, serde_json::json!({"idle": 0})),
+                now,
+            );
         }
     } else if let (Some(started), Some(completed)) = (payload.started_at, payload.completed_at) {
         let seconds = completed.since(started).as_secs_f64();
@@ -552,6 +582,17 @@ async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Ti
             .job_run_duration
             .get_or_create(&pool)
             .observe(seconds);
+        service.events.emit(
+            "runner_stop",
+            context.fields(
+                completed,
+                serde_json::json!({
+                    "status": job.conclusion.map(|c| c.as_str()).unwrap_or("unknown"),
+                    "duration": seconds.round() as u64,
+                }),
+            ),
+            now,
+        );
     }
     let Some(runner) = job.runner else {
         return;

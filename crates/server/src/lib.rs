@@ -7,6 +7,7 @@ pub mod auth;
 pub mod background;
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod explain;
 pub mod github;
 pub mod http;

@@ -146,6 +146,8 @@ pub struct Report {
     pub marked_ready: u32,
     pub marked_lost: u32,
     pub orphans_deleted: u32,
+    /// Runners found crashed this round, by pool.
+    pub crashed: BTreeMap<String, u32>,
 }
 
 pub struct Reconciler {
@@ -203,10 +205,21 @@ impl Reconciler {
         if let Ok(mut last) = self.service.last_plan.lock() {
             *last = Some(plan.clone());
         }
-        self.service
-            .metrics
-            .reconcile_duration
-            .observe(started.elapsed().as_secs_f64());
+        let duration = started.elapsed().as_secs_f64();
+        self.service.metrics.reconcile_duration.observe(duration);
+        for pool in &plan.pools {
+            self.service.events.emit(
+                "reconciliation",
+                serde_json::json!({
+                    "flavor": pool.pool,
+                    "crashed_runners": report.crashed.get(&pool.pool).copied().unwrap_or(0),
+                    "idle_runners": pool.idle,
+                    "active_runners": pool.busy,
+                    "duration": duration,
+                }),
+                now,
+            );
+        }
         if report != Report::default() {
             tracing::info!(target: "runway::events", event = "reconciliation", ?report);
         }
@@ -302,11 +315,22 @@ impl Reconciler {
                         .await
                         .is_ok()
                     {
+                        if matches!(event, RunnerEvent::Crashed { .. }) {
+                            *report.crashed.entry(runner.pool.clone()).or_default() += 1;
+                        }
                         if ready {
                             let installed = now.since(runner.requested_at);
                             self.service
                                 .metrics
                                 .runner_installed(&runner.pool, installed);
+                            self.service.events.emit(
+                                "runner_installed",
+                                serde_json::json!({
+                                    "flavor": runner.pool,
+                                    "duration": installed.as_secs_f64().round() as u64,
+                                }),
+                                now,
+                            );
                             report.marked_ready += 1;
                         } else {
                             report.marked_lost += 1;

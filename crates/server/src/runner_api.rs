@@ -20,6 +20,7 @@ use runway_core::{
 };
 use runway_store::{Claim, StoreError};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use crate::auth::{new_token, token_hash, Reader, RunnerAuth, Writer};
 use crate::error::ApiError;
@@ -200,6 +201,11 @@ async fn register(State(service): State<Arc<Service>>, body: Bytes) -> Result<Re
     } else {
         let installed = now.since(runner.requested_at);
         service.metrics.runner_installed(&runner.pool, installed);
+        service.events.emit(
+            "runner_installed",
+            json!({"flavor": runner.pool, "duration": installed.as_secs_f64().round() as u64}),
+            now,
+        );
         tracing::info!(target: "runway::events", event = "runner_installed", flavor = %runner.pool, duration = installed.as_secs_f64(), runner = %runner.name);
     }
     tracing::info!(target: "runway::events", event = "runner_registered", runner = %runner.id, name = %runner.name, pool = %runner.pool);
@@ -500,19 +506,42 @@ async fn provisioning(
                 .job_queue_duration
                 .get_or_create(&pool)
                 .observe(queued_for);
-            if let Some(idle_since) = runner.idle_at {
-                let idle = now.since(idle_since).as_secs_f64();
+            let idle = runner
+                .idle_at
+                .map(|idle_since| now.since(idle_since).as_secs_f64());
+            if let Some(idle) = idle {
                 service
                     .metrics
                     .runner_idle_duration
                     .get_or_create(&pool)
                     .observe(idle);
             }
+            service.events.emit(
+                "job_queuing",
+                json!({"flavor": pool.pool, "duration": queued_for.round() as u64}),
+                now,
+            );
+            service.events.emit(
+                "runner_start",
+                api_job(&pool.pool)
+                    .fields(now, json!({"idle": idle.unwrap_or(0.0).round() as u64})),
+                now,
+            );
         }
         JobEvent::Decline { .. } => service.job_available.notify_waiters(),
         _ => {}
     }
     Ok(job_state(&job).into_response())
+}
+
+/// A job of the runner API: no workflow, repository or GitHub event.
+fn api_job(pool: &str) -> crate::events::JobContext<'_> {
+    crate::events::JobContext {
+        flavor: pool,
+        workflow: "",
+        repo: "",
+        github_event: "",
+    }
 }
 
 async fn heartbeat(
@@ -622,11 +651,20 @@ async fn complete(
         })
         .inc();
     if let Some(started) = job.started_at {
+        let ran = now.since(started).as_secs_f64();
         service
             .metrics
             .job_run_duration
             .get_or_create(&pool)
-            .observe(now.since(started).as_secs_f64());
+            .observe(ran);
+        service.events.emit(
+            "runner_stop",
+            api_job(&pool.pool).fields(
+                now,
+                json!({"status": conclusion.as_str(), "duration": ran.round() as u64}),
+            ),
+            now,
+        );
     }
     service.finish_runner_job(runner.id, now).await;
     Ok(job_state(&job).into_response())

@@ -30,6 +30,8 @@ pub struct Service {
     pub arrivals: std::sync::Mutex<Vec<(String, Timestamp)>>,
     /// The reconciler's latest plan: its wait reasons answer "why is my job waiting?".
     pub last_plan: std::sync::Mutex<Option<runway_core::planner::Plan>>,
+    /// The JSON event log (`[telemetry] event_log`); disabled unless set.
+    pub events: crate::events::EventLog,
 }
 
 /// Arrivals kept for a reconciler that has not drained them.
@@ -69,6 +71,7 @@ impl Service {
             job_available: tokio::sync::Notify::new(),
             reconcile_wanted: tokio::sync::Notify::new(),
             arrivals: std::sync::Mutex::new(Vec::new()),
+            events: crate::events::EventLog::disabled(),
             last_plan: std::sync::Mutex::new(None),
         }
     }

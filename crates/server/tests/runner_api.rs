@@ -24,6 +24,15 @@ struct Harness {
 
 impl Harness {
     async fn new() -> Harness {
+        Harness::build(None).await
+    }
+
+    /// With the JSON event log written to `events`.
+    async fn with_event_log(events: &std::path::Path) -> Harness {
+        Harness::build(Some(events)).await
+    }
+
+    async fn build(events: Option<&std::path::Path>) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("runway.db").display().to_string())
             .await
@@ -42,8 +51,13 @@ impl Harness {
             max_runners: 10,
             ..PoolConfig::default()
         }];
+        if let Some(path) = events {
+            config.telemetry.event_log = Some(path.display().to_string());
+        }
+        let mut service = Service::new(config, Arc::new(store));
+        service.events = runway_server::events::EventLog::open(&service.config.telemetry).unwrap();
         Harness {
-            service: Arc::new(Service::new(config, Arc::new(store))),
+            service: Arc::new(service),
             _dir: dir,
         }
     }
@@ -755,4 +769,80 @@ async fn a_failed_accept_leaves_the_runner_free() {
         .unwrap();
     assert_ne!(runner.state, RunnerState::Busy);
     assert_eq!(runner.job, None);
+}
+
+#[tokio::test]
+async fn the_event_log_records_queuing_start_and_stop_in_the_spec_shapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.log");
+    let harness = Harness::with_event_log(&path).await;
+    let token = harness.runner("r", &["self-hosted", "linux"]).await;
+    let id = harness.submit(&["linux"], None).await;
+    let (_, job) = harness
+        .call("POST", "/api/v1/jobs/request", &token, None)
+        .await;
+    assert_eq!(job["id"].as_i64(), Some(id));
+    for (what, body) in [
+        ("provisioning", json!({"status": "accepted"})),
+        ("complete", json!({"exit_code": 0, "log_tail": "ok"})),
+    ] {
+        let (status, answer) = harness
+            .call(
+                "POST",
+                &format!("/api/v1/jobs/{id}/{what}"),
+                &token,
+                Some(body),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{what}: {answer}");
+    }
+    let events: Vec<Value> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON object per line"))
+        .collect();
+    let keys = |event: &Value| {
+        let mut keys: Vec<String> = event.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        keys
+    };
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["job_queuing", "runner_start", "runner_stop"]);
+    assert_eq!(
+        keys(&events[0]),
+        ["duration", "event", "flavor", "log_timestamp"]
+    );
+    assert_eq!(
+        keys(&events[1]),
+        [
+            "event",
+            "flavor",
+            "github_event",
+            "idle",
+            "log_timestamp",
+            "repo",
+            "timestamp",
+            "workflow"
+        ]
+    );
+    assert_eq!(
+        keys(&events[2]),
+        [
+            "duration",
+            "event",
+            "flavor",
+            "github_event",
+            "log_timestamp",
+            "repo",
+            "status",
+            "timestamp",
+            "workflow"
+        ]
+    );
+    assert_eq!(events[2]["status"], "success");
+    assert_eq!(events[0]["flavor"], "default");
+    assert!(events[0]["log_timestamp"].as_i64().unwrap() > 1_700_000_000);
 }

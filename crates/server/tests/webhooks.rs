@@ -62,8 +62,10 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runway.db").display().to_string();
         let store = SqliteStore::open(&path).await.unwrap();
+        let mut service = Service::new(config, Arc::new(store));
+        service.events = runway_server::events::EventLog::open(&service.config.telemetry).unwrap();
         Harness {
-            service: Arc::new(Service::new(config, Arc::new(store))),
+            service: Arc::new(service),
             _dir: dir,
         }
     }
@@ -283,7 +285,11 @@ async fn github_examples_with_pools_for_their_labels() {
         pool("gpu", &["gpu", "db-app", "dc-03"]),
         pool("hosted", &["ubuntu-latest"]),
     ];
-    let harness = Harness::new(config(pools, &[])).await;
+    let events = tempfile::tempdir().unwrap();
+    let event_log = events.path().join("events.log");
+    let mut config = config(pools, &[]);
+    config.telemetry.event_log = Some(event_log.display().to_string());
+    let harness = Harness::new(config).await;
     let mut seen = Vec::new();
     for (i, name) in [
         "workflow_job.waiting.7.json",
@@ -364,6 +370,41 @@ async fn github_examples_with_pools_for_their_labels() {
         .await
         .unwrap();
     assert_eq!(busy.len(), 1);
+
+    // The event log: every webhook, and the job facts GitHub reported.
+    let logged: Vec<serde_json::Value> = std::fs::read_to_string(&event_log)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let of = |name: &str| -> Vec<&serde_json::Value> {
+        logged.iter().filter(|e| e["event"] == name).collect()
+    };
+    assert_eq!(of("webhook").len(), 7);
+    assert_eq!(of("webhook")[1]["outcome"], "queued");
+    // GitHub's in_progress example has no created_at: no queue time to log.
+    assert!(of("job_queuing").is_empty(), "{logged:?}");
+    let start = of("runner_start");
+    assert_eq!(start.len(), 1);
+    assert_eq!(
+        (
+            start[0]["flavor"].as_str(),
+            start[0]["github_event"].as_str()
+        ),
+        (Some("gpu"), Some("workflow_job"))
+    );
+    assert!(
+        start[0]["repo"].as_str().is_some_and(|r| r.contains('/')),
+        "{}",
+        start[0]
+    );
+    assert_eq!(start[0]["timestamp"], 1_623_784_947, "2021-06-15T19:22:27Z");
+    let stop = of("runner_stop");
+    assert_eq!(stop.len(), 1);
+    assert_eq!(
+        (stop[0]["flavor"].as_str(), stop[0]["status"].as_str()),
+        (Some("hosted"), Some("success"))
+    );
 }
 
 #[tokio::test]
