@@ -40,7 +40,13 @@ pub struct Config {
     /// The `[[worker_configs]]` entries as written, for `config check`.
     pub worker_config_sources: Vec<toml::Value>,
     pub telemetry: TelemetryConfig,
+    /// `[metrics] job_labels`: which of `repo`, `workflow`, `event` job
+    /// metrics carry (each can multiply the series count).
+    pub metrics_job_labels: Vec<String>,
 }
+
+/// The job labels metrics may carry.
+pub const JOB_LABELS: [&str; 3] = ["repo", "workflow", "event"];
 
 /// `[telemetry]`: the JSON event log.
 #[derive(Debug, Clone, PartialEq)]
@@ -290,6 +296,7 @@ impl Default for Config {
             worker_config_sources: Vec::new(),
             pools: vec![PoolConfig::default()],
             telemetry: TelemetryConfig::default(),
+            metrics_job_labels: JOB_LABELS.iter().map(|l| l.to_string()).collect(),
         }
     }
 }
@@ -623,6 +630,9 @@ impl Config {
             scaling: RawScaling {
                 interval: Some(format_duration(self.scaling_interval)),
             },
+            metrics: RawMetrics {
+                job_labels: Some(self.metrics_job_labels.clone()),
+            },
             telemetry: RawTelemetry {
                 event_log: self.telemetry.event_log.clone(),
                 event_log_max_bytes: Some(self.telemetry.event_log_max_bytes),
@@ -830,6 +840,8 @@ struct RawConfig {
     scaling: RawScaling,
     #[serde(default)]
     telemetry: RawTelemetry,
+    #[serde(default)]
+    metrics: RawMetrics,
     #[serde(skip_serializing_if = "Option::is_none")]
     pools: Option<Vec<RawPool>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -932,6 +944,12 @@ struct RawServer {
     read_tokens: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     public_url: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    job_labels: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -1189,7 +1207,20 @@ impl RawConfig {
                 .event_log_keep
                 .unwrap_or(defaults.telemetry.event_log_keep),
         };
+        let metrics_job_labels = match self.metrics.job_labels {
+            None => defaults.metrics_job_labels,
+            Some(labels) => {
+                if let Some(unknown) = labels.iter().find(|l| !JOB_LABELS.contains(&l.as_str())) {
+                    return Err((
+                        "[metrics] job_labels".to_owned(),
+                        format!("{unknown:?} is not one of {}", JOB_LABELS.join(", ")),
+                    ));
+                }
+                labels
+            }
+        };
         Ok(Config {
+            metrics_job_labels,
             telemetry,
             scaling_interval,
             runner_api,
@@ -1392,6 +1423,9 @@ mod tests {
                 event_log_max_bytes = 104857600
                 event_log_keep = 5
 
+                [metrics]
+                job_labels = ["repo", "workflow", "event"]
+
                 [[pools]]
                 name = "default"
                 labels = ["self-hosted", "linux", "x64"]
@@ -1510,6 +1544,9 @@ mod tests {
                 [telemetry]
                 event_log_max_bytes = 104857600
                 event_log_keep = 5
+
+                [metrics]
+                job_labels = ["repo", "workflow", "event"]
 
                 [[pools]]
                 name = "p"

@@ -535,15 +535,23 @@ async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Ti
     let pool = PoolLabel {
         pool: job.pool.clone().unwrap_or_default(),
     };
+    // The webhook names the repository and workflow, not the event that
+    // triggered the run (the runner's pre-job report has that).
+    let labels = service.metrics.job_labels(
+        &pool.pool,
+        payload.repository.as_deref(),
+        payload.workflow.as_deref(),
+        None,
+    );
     let running = job.state == runway_core::JobState::Running;
     if running {
-        service.metrics.jobs_started.get_or_create(&pool).inc();
+        service.metrics.jobs_started.get_or_create(&labels).inc();
     } else if let Some(conclusion) = job.conclusion {
         service
             .metrics
             .jobs_completed
-            .get_or_create(&crate::metrics::ConclusionLabels {
-                pool: pool.pool.clone(),
+            .get_or_create(&crate::metrics::JobConclusionLabels {
+                job: labels.clone(),
                 conclusion: conclusion.as_str().to_owned(),
             })
             .inc();
@@ -560,7 +568,7 @@ async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Ti
             service
                 .metrics
                 .job_queue_duration
-                .get_or_create(&pool)
+                .get_or_create(&labels)
                 .observe(seconds);
             service.events.emit(
                 "job_queuing",
@@ -580,7 +588,7 @@ async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Ti
         service
             .metrics
             .job_run_duration
-            .get_or_create(&pool)
+            .get_or_create(&labels)
             .observe(seconds);
         service.events.emit(
             "runner_stop",

@@ -1,12 +1,85 @@
 //! The Prometheus metrics registry (prefix `runway_`), served at `/metrics`
 //! in the OpenMetrics text format.
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
+
+/// A job's labels: its pool and, where known and switched on (`[metrics]
+/// job_labels`), its repository, workflow and triggering event. Absent ones
+/// are left out of the series, not written empty.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, Default)]
+pub struct JobLabels {
+    pub pool: String,
+    pub repo: Option<String>,
+    pub workflow: Option<String>,
+    pub event: Option<String>,
+}
+
+impl JobLabels {
+    fn encode_into(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        ("pool", self.pool.as_str()).encode(encoder.encode_label())?;
+        for (name, value) in [
+            ("repo", &self.repo),
+            ("workflow", &self.workflow),
+            ("event", &self.event),
+        ] {
+            if let Some(value) = value {
+                (name, value.as_str()).encode(encoder.encode_label())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl EncodeLabelSet for JobLabels {
+    fn encode(&self, mut encoder: LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        self.encode_into(&mut encoder)
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct JobConclusionLabels {
+    pub job: JobLabels,
+    pub conclusion: String,
+}
+
+impl EncodeLabelSet for JobConclusionLabels {
+    fn encode(&self, mut encoder: LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        self.job.encode_into(&mut encoder)?;
+        ("conclusion", self.conclusion.as_str()).encode(encoder.encode_label())
+    }
+}
+
+/// Which of a job's `repo`, `workflow`, `event` labels metrics carry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobLabelSwitches {
+    pub repo: bool,
+    pub workflow: bool,
+    pub event: bool,
+}
+
+impl JobLabelSwitches {
+    pub fn all() -> JobLabelSwitches {
+        JobLabelSwitches {
+            repo: true,
+            workflow: true,
+            event: true,
+        }
+    }
+
+    pub fn of(names: &[String]) -> JobLabelSwitches {
+        let on = |name: &str| names.iter().any(|n| n == name);
+        JobLabelSwitches {
+            repo: on("repo"),
+            workflow: on("workflow"),
+            event: on("event"),
+        }
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
@@ -28,12 +101,6 @@ pub struct ReasonLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabel {
     pub operation: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ConclusionLabels {
-    pub pool: String,
-    pub conclusion: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -72,6 +139,7 @@ pub struct ProviderOperationLabels {
 }
 
 type HistogramFamily = Family<PoolLabel, Histogram, fn() -> Histogram>;
+type JobHistogramFamily = Family<JobLabels, Histogram, fn() -> Histogram>;
 
 /// Job run durations: 30 s … 6000 s, as the GitHub-runner metrics spec asks.
 fn run_duration_histogram() -> Histogram {
@@ -93,10 +161,12 @@ pub struct Metrics {
     pub jobs_routed: Family<PoolLabel, Counter>,
     pub jobs_rejected: Family<ReasonLabel, Counter>,
     pub store_errors: Family<OperationLabel, Counter>,
-    pub job_queue_duration: HistogramFamily,
-    pub job_run_duration: HistogramFamily,
-    pub jobs_started: Family<PoolLabel, Counter>,
-    pub jobs_completed: Family<ConclusionLabels, Counter>,
+    pub job_queue_duration: JobHistogramFamily,
+    pub job_run_duration: JobHistogramFamily,
+    pub jobs_started: Family<JobLabels, Counter>,
+    pub jobs_completed: Family<JobConclusionLabels, Counter>,
+    /// Which job labels series carry.
+    pub job_label_switches: JobLabelSwitches,
     pub runners_crashed: Family<PoolLabel, Counter>,
     pub runner_reports_rejected: Family<ReasonLabel, Counter>,
     pub runner_reports: Family<PhaseLabel, Counter>,
@@ -143,7 +213,7 @@ impl Metrics {
             "Store operations that failed, by operation",
             store_errors.clone(),
         );
-        let job_queue_duration: HistogramFamily =
+        let job_queue_duration: JobHistogramFamily =
             Family::new_with_constructor(queue_duration_histogram);
         registry.register_with_unit(
             "job_queue_duration",
@@ -151,7 +221,7 @@ impl Metrics {
             Unit::Seconds,
             job_queue_duration.clone(),
         );
-        let job_run_duration: HistogramFamily =
+        let job_run_duration: JobHistogramFamily =
             Family::new_with_constructor(run_duration_histogram);
         registry.register_with_unit(
             "job_run_duration",
@@ -159,13 +229,13 @@ impl Metrics {
             Unit::Seconds,
             job_run_duration.clone(),
         );
-        let jobs_started = Family::<PoolLabel, Counter>::default();
+        let jobs_started = Family::<JobLabels, Counter>::default();
         registry.register(
             "jobs_started",
             "Jobs that started running",
             jobs_started.clone(),
         );
-        let jobs_completed = Family::<ConclusionLabels, Counter>::default();
+        let jobs_completed = Family::<JobConclusionLabels, Counter>::default();
         registry.register(
             "jobs_completed",
             "Jobs that completed, by conclusion",
@@ -252,6 +322,7 @@ impl Metrics {
             runner_install_duration,
             jobs_started,
             jobs_completed,
+            job_label_switches: JobLabelSwitches::all(),
             runners_crashed,
             registry,
             webhooks_received,
@@ -271,6 +342,32 @@ impl Metrics {
                 outcome: outcome.to_owned(),
             })
             .inc();
+    }
+
+    /// With only these job labels on series.
+    pub fn with_job_labels(mut self, switches: JobLabelSwitches) -> Metrics {
+        self.job_label_switches = switches;
+        self
+    }
+
+    /// Every job label switched on and known, no other.
+    pub fn job_labels(
+        &self,
+        pool: &str,
+        repo: Option<&str>,
+        workflow: Option<&str>,
+        event: Option<&str>,
+    ) -> JobLabels {
+        let keep = |on: bool, value: Option<&str>| {
+            value.filter(|v| on && !v.is_empty()).map(str::to_owned)
+        };
+        let switches = &self.job_label_switches;
+        JobLabels {
+            pool: pool.to_owned(),
+            repo: keep(switches.repo, repo),
+            workflow: keep(switches.workflow, workflow),
+            event: keep(switches.event, event),
+        }
     }
 
     /// A runner became ready `installed` after it was requested.

@@ -495,7 +495,8 @@ async fn provisioning(
             let pool = PoolLabel {
                 pool: job.pool.clone().unwrap_or_default(),
             };
-            service.metrics.jobs_started.get_or_create(&pool).inc();
+            let labels = service.metrics.job_labels(&pool.pool, None, None, None);
+            service.metrics.jobs_started.get_or_create(&labels).inc();
             let queued_for = job
                 .started_at
                 .unwrap_or(now)
@@ -504,7 +505,7 @@ async fn provisioning(
             service
                 .metrics
                 .job_queue_duration
-                .get_or_create(&pool)
+                .get_or_create(&labels)
                 .observe(queued_for);
             let idle = runner
                 .idle_at
@@ -642,11 +643,12 @@ async fn complete(
     let pool = PoolLabel {
         pool: job.pool.clone().unwrap_or_default(),
     };
+    let labels = service.metrics.job_labels(&pool.pool, None, None, None);
     service
         .metrics
         .jobs_completed
-        .get_or_create(&crate::metrics::ConclusionLabels {
-            pool: pool.pool.clone(),
+        .get_or_create(&crate::metrics::JobConclusionLabels {
+            job: labels.clone(),
             conclusion: conclusion.as_str().to_owned(),
         })
         .inc();
@@ -655,7 +657,7 @@ async fn complete(
         service
             .metrics
             .job_run_duration
-            .get_or_create(&pool)
+            .get_or_create(&labels)
             .observe(ran);
         service.events.emit(
             "runner_stop",

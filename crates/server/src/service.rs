@@ -63,10 +63,11 @@ impl Service {
     }
 
     pub fn new(config: Config, store: Arc<dyn Store>) -> Service {
+        let job_labels = crate::metrics::JobLabelSwitches::of(&config.metrics_job_labels);
         Service {
             config,
             store,
-            metrics: Metrics::new(),
+            metrics: Metrics::new().with_job_labels(job_labels),
             evaluations: EvaluationCache::default(),
             job_available: tokio::sync::Notify::new(),
             reconcile_wanted: tokio::sync::Notify::new(),

@@ -371,6 +371,17 @@ async fn github_examples_with_pools_for_their_labels() {
         .unwrap();
     assert_eq!(busy.len(), 1);
 
+    // Job metrics carry the repository and workflow GitHub named.
+    let metrics = harness
+        .send(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .1;
+    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    assert!(
+        metrics.contains(r#"runway_jobs_completed_total{pool="hosted",repo="Codertocat/Hello-World",workflow="CodeQL",conclusion="success"} 1"#),
+        "{metrics}"
+    );
+
     // The event log: every webhook, and the job facts GitHub reported.
     let logged: Vec<serde_json::Value> = std::fs::read_to_string(&event_log)
         .unwrap()
@@ -642,4 +653,30 @@ async fn admin_api_lists_pages_and_guards() {
         (status, runners["runners"].as_array().map(Vec::len)),
         (StatusCode::OK, Some(0))
     );
+}
+
+/// `[metrics] job_labels = []`: job metrics by pool only.
+#[tokio::test]
+async fn job_labels_can_be_switched_off() {
+    let mut config = config(vec![pool("hosted", &["ubuntu-latest"])], &[]);
+    config.metrics_job_labels = Vec::new();
+    let harness = Harness::new(config).await;
+    let (status, _) = harness
+        .webhook(
+            "workflow_job",
+            "d-1",
+            &fixture("workflow_job.completed.2.json"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let metrics = harness
+        .send(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .1;
+    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    assert!(
+        metrics.contains(r#"runway_jobs_completed_total{pool="hosted",conclusion="success"} 1"#),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("repo="), "{metrics}");
 }
