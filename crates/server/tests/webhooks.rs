@@ -70,6 +70,15 @@ impl Harness {
         }
     }
 
+    /// `/metrics` as a plain client gets it.
+    async fn metrics(&self) -> String {
+        let body = self
+            .send(Request::get("/metrics").body(Body::empty()).unwrap())
+            .await
+            .1;
+        body.as_str().unwrap_or_default().to_owned()
+    }
+
     fn store(&self) -> &Arc<dyn Store> {
         &self.service.store
     }
@@ -239,11 +248,7 @@ async fn github_examples_with_the_default_pool() {
     assert_eq!(jobs[0].external_id, "12877621891");
     let reason = jobs[0].reason.clone().unwrap_or_default();
     assert!(reason.contains("k8s"), "{reason}");
-    let metrics = harness
-        .send(Request::get("/metrics").body(Body::empty()).unwrap())
-        .await
-        .1;
-    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    let metrics = harness.metrics().await;
     assert!(
         metrics.contains(r#"runway_jobs_rejected_total{reason="no_matching_pool"} 1"#),
         "{metrics}"
@@ -372,11 +377,7 @@ async fn github_examples_with_pools_for_their_labels() {
     assert_eq!(busy.len(), 1);
 
     // Job metrics carry the repository and workflow GitHub named.
-    let metrics = harness
-        .send(Request::get("/metrics").body(Body::empty()).unwrap())
-        .await
-        .1;
-    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    let metrics = harness.metrics().await;
     assert!(
         metrics.contains(r#"runway_jobs_completed_total{pool="hosted",repo="Codertocat/Hello-World",workflow="CodeQL",conclusion="success"} 1"#),
         "{metrics}"
@@ -669,11 +670,7 @@ async fn job_labels_can_be_switched_off() {
         )
         .await;
     assert_eq!(status, StatusCode::ACCEPTED);
-    let metrics = harness
-        .send(Request::get("/metrics").body(Body::empty()).unwrap())
-        .await
-        .1;
-    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    let metrics = harness.metrics().await;
     assert!(
         metrics.contains(r#"runway_jobs_completed_total{pool="hosted",conclusion="success"} 1"#),
         "{metrics}"
