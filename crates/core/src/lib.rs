@@ -6,6 +6,7 @@
 
 pub mod forecast;
 pub mod github;
+pub mod github_budget;
 pub mod job;
 pub mod planner;
 pub mod routing;
