@@ -82,6 +82,12 @@ impl JobLabelSwitches {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GithubRequestLabels {
+    pub operation: String,
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
     pub event: String,
     pub action: String,
@@ -172,6 +178,8 @@ pub struct Metrics {
     pub runner_reports: Family<PhaseLabel, Counter>,
     pub runner_idle_duration: HistogramFamily,
     pub runner_install_duration: HistogramFamily,
+    pub github_requests: Family<GithubRequestLabels, Counter>,
+    pub github_rate_limit_remaining: Gauge,
     pub runners_created: Family<PoolProviderLabels, Counter>,
     pub runner_delete_requests: Family<PoolResultLabels, Counter>,
     pub runners: Family<PoolStateLabels, Gauge>,
@@ -275,6 +283,18 @@ impl Metrics {
             Unit::Seconds,
             runner_install_duration.clone(),
         );
+        let github_requests = Family::<GithubRequestLabels, Counter>::default();
+        registry.register(
+            "github_requests",
+            "Requests to the GitHub API, by operation and HTTP status (error: no answer)",
+            github_requests.clone(),
+        );
+        let github_rate_limit_remaining = Gauge::default();
+        registry.register(
+            "github_rate_limit_remaining",
+            "Requests left in GitHub's rate-limit window, as its last answer said",
+            github_rate_limit_remaining.clone(),
+        );
         let runners_created = Family::<PoolProviderLabels, Counter>::default();
         registry.register(
             "runners_created",
@@ -320,6 +340,8 @@ impl Metrics {
             runner_reports,
             runner_idle_duration,
             runner_install_duration,
+            github_requests,
+            github_rate_limit_remaining,
             jobs_started,
             jobs_completed,
             job_label_switches: JobLabelSwitches::all(),
@@ -340,6 +362,15 @@ impl Metrics {
                 event: event.to_owned(),
                 action: action.to_owned(),
                 outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn github_request(&self, operation: &str, status: &str) {
+        self.github_requests
+            .get_or_create(&GithubRequestLabels {
+                operation: operation.to_owned(),
+                status: status.to_owned(),
             })
             .inc();
     }

@@ -1,4 +1,5 @@
 //! GitHub's side of intake: webhook signatures and `workflow_job` payloads.
 
+pub mod api;
 pub mod payload;
 pub mod signature;
