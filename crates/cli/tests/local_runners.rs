@@ -4,54 +4,15 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{spawn_serve, wait_until, Process};
+use common::{spawn_serve, wait_until, Process, RunnerProcesses};
 use serde_json::{json, Value};
 
 const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
 const ADMIN: &str = "local-runners-admin-token";
-
-/// Kills (SIGKILL, whole process group) every runner process tracked in a
-/// state directory when dropped: a failing test leaves no agent behind.
-struct RunnerProcesses(PathBuf);
-
-impl RunnerProcesses {
-    /// (runner name, pid) of every tracked runner process.
-    fn tracked(&self) -> Vec<(String, i32)> {
-        let Ok(entries) = std::fs::read_dir(&self.0) else {
-            return Vec::new();
-        };
-        let mut found: Vec<(String, i32)> = entries
-            .flatten()
-            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-            .filter_map(|e| {
-                let record: Value =
-                    serde_json::from_str(&std::fs::read_to_string(e.path()).ok()?).ok()?;
-                Some((
-                    record["name"].as_str()?.to_owned(),
-                    i32::try_from(record["pid"].as_i64()?).ok()?,
-                ))
-            })
-            .collect();
-        found.sort();
-        found
-    }
-}
-
-impl Drop for RunnerProcesses {
-    fn drop(&mut self) {
-        for (_, pid) in self.tracked() {
-            if pid > 1 {
-                let _ = Command::new("kill")
-                    .args(["-KILL", "--", &format!("-{pid}")])
-                    .status();
-            }
-        }
-    }
-}
 
 fn write_config(dir: &Path, listen: &str, min_idle: u32, max_runners: u32) {
     std::fs::write(

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{spawn_serve, wait_until, Process};
+use common::{spawn_serve, wait_until, Process, RunnerProcesses};
 use serde_json::Value;
 
 const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
@@ -74,28 +74,6 @@ fn client() -> reqwest::blocking::Client {
         .unwrap()
 }
 
-/// Kills the runner processes runway started, whatever happens.
-struct Runners(PathBuf);
-
-impl Drop for Runners {
-    fn drop(&mut self) {
-        let Ok(entries) = std::fs::read_dir(&self.0) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let pid = std::fs::read_to_string(entry.path())
-                .ok()
-                .and_then(|text| serde_json::from_str::<Value>(&text).ok())
-                .and_then(|record| record["pid"].as_i64());
-            if let Some(pid) = pid.filter(|pid| *pid > 1) {
-                let _ = Command::new("kill")
-                    .args(["-KILL", "--", &format!("-{pid}")])
-                    .status();
-            }
-        }
-    }
-}
-
 #[test]
 fn a_real_scrape_passes_promtool_and_prometheus_reads_the_series_back() {
     let (Some(promtool), Some(prometheus)) = (tool("promtool"), tool("prometheus")) else {
@@ -103,7 +81,7 @@ fn a_real_scrape_passes_promtool_and_prometheus_reads_the_series_back() {
     };
     let dir = tempfile::tempdir().unwrap();
     // Out of the box (no config): pool `local`, runners started by runway.
-    let _runners = Runners(dir.path().join("runway-processes/local"));
+    let _runners = RunnerProcesses(dir.path().join("runway-processes/local"));
     let mut command = Command::new(RUNWAY);
     command
         .args(["serve", "--listen", "127.0.0.1:0"])

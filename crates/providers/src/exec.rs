@@ -407,20 +407,14 @@ impl Provider for ExecProvider {
         if !self.config.pools.iter().any(|p| p == pool) {
             return Vec::new();
         }
-        let left = self
-            .config
-            .max_instances
-            .saturating_sub(self.used.load(Ordering::SeqCst))
-            .min(capacity);
-        if left == 0 {
-            return Vec::new();
-        }
-        vec![Offer {
-            provider: self.config.name.clone(),
-            capacity: left,
-            price_per_hour: self.config.price_per_hour,
-            boot_time: self.config.boot_time,
-            reliability: 1.0,
-        }]
+        crate::quota_offer(
+            &self.config.name,
+            self.config.max_instances,
+            self.used.load(Ordering::SeqCst),
+            capacity,
+            self.config.price_per_hour,
+            self.config.boot_time,
+            1.0,
+        )
     }
 }

@@ -103,6 +103,31 @@ pub trait Provider: Send + Sync {
     }
 }
 
+/// A provider's offer: what its quota leaves of `max_instances` with
+/// `used` instances, up to the `capacity` asked for (no offer at all when
+/// nothing is left).
+pub fn quota_offer(
+    provider: &str,
+    max_instances: u32,
+    used: u32,
+    capacity: u32,
+    price_per_hour: f64,
+    boot_time: Duration,
+    reliability: f64,
+) -> Vec<Offer> {
+    let left = max_instances.saturating_sub(used).min(capacity);
+    if left == 0 {
+        return Vec::new();
+    }
+    vec![Offer {
+        provider: provider.to_owned(),
+        capacity: left,
+        price_per_hour,
+        boot_time,
+        reliability,
+    }]
+}
+
 /// Where providers read the time: the wall clock under `runway serve`, a
 /// hand-driven one in tests and in the simulator.
 pub trait Clock: Send + Sync {

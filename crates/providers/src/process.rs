@@ -83,6 +83,20 @@ impl Tracked {
         })
     }
 
+    /// Sends `signal` to its group (if it still runs) and waits up to
+    /// `within` for it to be gone; whether it is.
+    async fn stopped(&self, signal: libc::c_int, within: Duration) -> bool {
+        if !self.alive() {
+            return true;
+        }
+        signal_group(self.pid, signal);
+        let deadline = tokio::time::Instant::now() + within;
+        while self.alive() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        !self.alive()
+    }
+
     /// Whether the very process we started is still there (and not a zombie).
     fn alive(&self) -> bool {
         matches!(process_start_time(self.pid), Some((start, false)) if start == self.start_time)
@@ -293,25 +307,13 @@ impl Provider for ProcessProvider {
         let Some(record) = self.find(&id.0) else {
             return Ok(());
         };
-        if record.alive() {
-            signal_group(record.pid, libc::SIGTERM);
-            let deadline = tokio::time::Instant::now() + self.config.stop_grace;
-            while record.alive() && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            if record.alive() {
-                tracing::warn!(provider = %self.config.name, runner = %record.name, "runner ignored SIGTERM; killing it");
-                signal_group(record.pid, libc::SIGKILL);
-                let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-                while record.alive() && tokio::time::Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                if record.alive() {
-                    return Err(self.error(format!(
-                        "process {} of runner {} survived SIGKILL",
-                        record.pid, record.name
-                    )));
-                }
+        if !record.stopped(libc::SIGTERM, self.config.stop_grace).await {
+            tracing::warn!(provider = %self.config.name, runner = %record.name, "runner ignored SIGTERM; killing it");
+            if !record.stopped(libc::SIGKILL, Duration::from_secs(5)).await {
+                return Err(self.error(format!(
+                    "process {} of runner {} survived SIGKILL",
+                    record.pid, record.name
+                )));
             }
         }
         let _ = std::fs::remove_file(self.log_path(&record.name));
@@ -335,20 +337,14 @@ impl Provider for ProcessProvider {
     }
 
     fn bid(&self, _pool: &str, capacity: u32) -> Vec<Offer> {
-        let left = self
-            .config
-            .max_instances
-            .saturating_sub(self.used.load(Ordering::SeqCst))
-            .min(capacity);
-        if left == 0 {
-            return Vec::new();
-        }
-        vec![Offer {
-            provider: self.config.name.clone(),
-            capacity: left,
-            price_per_hour: self.config.price_per_hour,
-            boot_time: self.config.boot_time,
-            reliability: 1.0,
-        }]
+        crate::quota_offer(
+            &self.config.name,
+            self.config.max_instances,
+            self.used.load(Ordering::SeqCst),
+            capacity,
+            self.config.price_per_hour,
+            self.config.boot_time,
+            1.0,
+        )
     }
 }

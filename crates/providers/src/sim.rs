@@ -187,16 +187,14 @@ impl Provider for SimProvider {
             .lock()
             .map(|s| s.instances.len() as u32)
             .unwrap_or(u32::MAX);
-        let left = self.config.max_instances.saturating_sub(used).min(capacity);
-        if left == 0 {
-            return Vec::new();
-        }
-        vec![Offer {
-            provider: self.config.name.clone(),
-            capacity: left,
-            price_per_hour: self.config.price_per_hour,
-            boot_time: self.config.boot_time.mean(),
-            reliability: (1.0 - self.config.fail_rate).clamp(0.01, 1.0),
-        }]
+        crate::quota_offer(
+            &self.config.name,
+            self.config.max_instances,
+            used,
+            capacity,
+            self.config.price_per_hour,
+            self.config.boot_time.mean(),
+            (1.0 - self.config.fail_rate).clamp(0.01, 1.0),
+        )
     }
 }

@@ -166,12 +166,32 @@ impl Reconciler {
         service: Arc<Service>,
         providers: BTreeMap<String, Arc<dyn Provider>>,
     ) -> Reconciler {
+        // A predictive pool's forecast looks one boot time ahead: its first
+        // provider's (or the first provider's) mean boot time.
+        let forecasts = service
+            .config
+            .pools
+            .iter()
+            .filter_map(|pool| {
+                let ScalingPolicy::Predictive { quantile } = pool.policy else {
+                    return None;
+                };
+                let boot = pool
+                    .providers
+                    .first()
+                    .or_else(|| providers.keys().next())
+                    .and_then(|name| service.config.providers.iter().find(|p| &p.name == name))
+                    .map(|p| Duration::from_secs_f64((p.boot_seconds.0 + p.boot_seconds.1) / 2.0))
+                    .unwrap_or(Duration::from_secs(150));
+                Some((pool.name.clone(), ArrivalForecast::new(boot, quantile)))
+            })
+            .collect();
         Reconciler {
             service,
             providers,
             health: Mutex::new(BTreeMap::new()),
             reliability: Mutex::new(BTreeMap::new()),
-            forecasts: Mutex::new(BTreeMap::new()),
+            forecasts: Mutex::new(forecasts),
         }
     }
 
@@ -190,11 +210,6 @@ impl Reconciler {
         let started = Instant::now();
         let mut report = Report::default();
         self.observe(now, &mut report).await?;
-        // Warm sizes first (a predictive pool's forecast exists from then on),
-        // then what arrived since the last round.
-        for pool in &self.service.config.pools {
-            self.warm(pool, now);
-        }
         self.learn_arrivals();
         let snapshot = self.snapshot(now).await?;
         let plan = plan(&snapshot, now);
@@ -376,32 +391,13 @@ impl Reconciler {
     /// How many idle runners `pool` keeps warm: `min_idle`, or with the
     /// predictive policy the arrivals expected within one boot time.
     fn warm(&self, pool: &PoolConfig, now: Timestamp) -> u32 {
-        let ScalingPolicy::Predictive { quantile } = pool.policy else {
-            return pool.min_idle;
-        };
-        let boot = pool
-            .providers
-            .first()
-            .or_else(|| self.providers.keys().next())
-            .and_then(|name| {
-                self.service
-                    .config
-                    .providers
-                    .iter()
-                    .find(|p| &p.name == name)
-            })
-            .map(|p| Duration::from_secs_f64((p.boot_seconds.0 + p.boot_seconds.1) / 2.0))
-            .unwrap_or(Duration::from_secs(150));
-        let Ok(mut forecasts) = self.forecasts.lock() else {
-            return pool.min_idle;
-        };
-        let forecast = forecasts
-            .entry(pool.name.clone())
-            .or_insert_with(|| ArrivalForecast::new(boot, quantile));
-        forecast
-            .expected(now)
-            .max(pool.min_idle)
-            .min(pool.max_runners)
+        let expected = self
+            .forecasts
+            .lock()
+            .ok()
+            .and_then(|forecasts| forecasts.get(&pool.name).map(|f| f.expected(now)))
+            .unwrap_or(0);
+        expected.max(pool.min_idle).min(pool.max_runners)
     }
 
     /// Feeds the arrivals since the last round to the forecasts.

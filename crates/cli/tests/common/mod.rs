@@ -66,3 +66,44 @@ pub fn free_port() -> u16 {
         .map(|address| address.port())
         .expect("a free loopback port")
 }
+
+/// Kills (SIGKILL, whole process group) every runner process tracked in a
+/// state directory when dropped: a failing test leaves no agent behind.
+pub struct RunnerProcesses(pub std::path::PathBuf);
+
+impl RunnerProcesses {
+    /// (runner name, pid) of every tracked runner process.
+    pub fn tracked(&self) -> Vec<(String, i32)> {
+        let Ok(entries) = std::fs::read_dir(&self.0) else {
+            return Vec::new();
+        };
+        let mut found: Vec<(String, i32)> = entries
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+            .filter_map(|e| {
+                let record = serde_json::from_str::<serde_json::Value>(
+                    &std::fs::read_to_string(e.path()).ok()?,
+                )
+                .ok()?;
+                Some((
+                    record["name"].as_str()?.to_owned(),
+                    i32::try_from(record["pid"].as_i64()?).ok()?,
+                ))
+            })
+            .collect();
+        found.sort();
+        found
+    }
+}
+
+impl Drop for RunnerProcesses {
+    fn drop(&mut self) {
+        for (_, pid) in self.tracked() {
+            if pid > 1 {
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{pid}")])
+                    .status();
+            }
+        }
+    }
+}
