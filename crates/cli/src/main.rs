@@ -281,6 +281,19 @@ async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
             stopped.clone(),
         )))
     };
+    let healer = service.github.clone().map(|client| {
+        tracing::info!(
+            api = %service.config.github.api_url,
+            deliveries = ?service.config.github.deliveries.as_ref().map(ToString::to_string),
+            "GitHub API: re-checking old queued jobs{}",
+            if service.config.github.deliveries.is_some() { " and redelivering failed webhooks" } else { "" }
+        );
+        let healer = Arc::new(runway_server::github::heal::Healer::new(
+            service.clone(),
+            client,
+        ));
+        tokio::spawn(runway_server::github::heal::run(healer, stopped.clone()))
+    });
     tokio::spawn(async move {
         shutdown_signal().await;
         let _ = stop.send(true);
@@ -294,6 +307,9 @@ async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
     let _ = sweeper.await;
     if let Some(reconciler) = reconciler {
         let _ = reconciler.await;
+    }
+    if let Some(healer) = healer {
+        let _ = healer.await;
     }
     tracing::info!("runway stopped");
     Ok(())

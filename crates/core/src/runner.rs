@@ -9,6 +9,12 @@
 //!
 //! The one rule the rest of runway leans on: a `busy` runner is never asked to
 //! terminate. [`RunnerEvent::TerminateRequested`] on a busy runner is refused.
+//!
+//! Beyond DESIGN §3: a runner can be `busy` before runway knows its job.
+//! GitHub refuses to deregister a runner that runs a job (422) while the
+//! job's `in_progress` webhook may still be on its way;
+//! [`RunnerEvent::RemovalRefused`] then takes an idle or terminating runner
+//! back to `busy` with no job, and the job's own event names it later.
 
 use std::fmt;
 use std::str::FromStr;
@@ -160,6 +166,10 @@ pub enum RunnerEvent {
     JobFinished,
     /// Scale-down or drain: delete this runner. Refused while busy.
     TerminateRequested,
+    /// The job source refused to let the runner go because it is running a
+    /// job runway has not heard of yet (GitHub's 422 on deregistration,
+    /// ahead of the job's `in_progress` webhook): busy, job not yet known.
+    RemovalRefused,
     /// The provider confirmed the instance is gone.
     Terminated,
     /// Boot timeout, provider error, or the instance vanished while not busy.
@@ -176,6 +186,7 @@ impl RunnerEvent {
             RunnerEvent::JobAssigned { .. } => "job assignment",
             RunnerEvent::JobFinished => "job finish",
             RunnerEvent::TerminateRequested => "terminate request",
+            RunnerEvent::RemovalRefused => "removal refusal",
             RunnerEvent::Terminated => "termination",
             RunnerEvent::Failed { .. } => "failure",
             RunnerEvent::Crashed { .. } => "crash",
@@ -248,7 +259,9 @@ impl Runner {
             RunnerEvent::JobAssigned { job } => {
                 // A runner can pick up work before we saw it become idle:
                 // GitHub's `in_progress` may beat the provider's own report.
-                if !matches!(self.state, Requested | Provisioning | Idle) {
+                // A runner busy with a job not yet known learns which.
+                let busy_unknown = self.state == Busy && self.job.is_none();
+                if !(matches!(self.state, Requested | Provisioning | Idle) || busy_unknown) {
                     return Err(invalid());
                 }
                 next.state = Busy;
@@ -276,6 +289,15 @@ impl Runner {
                     next.terminating_at = Some(now);
                 }
             },
+            RunnerEvent::RemovalRefused => {
+                if !matches!(self.state, Provisioning | Idle | Terminating) {
+                    return Err(invalid());
+                }
+                next.state = Busy;
+                next.job = None;
+                next.terminating_at = None;
+                next.busy_at = Some(now);
+            }
             RunnerEvent::Terminated => {
                 if self.state != Terminating {
                     return Err(invalid());
@@ -311,10 +333,8 @@ impl Runner {
                 problems.push(format!("runner {} ({}): {what}", self.id, self.state));
             }
         };
-        check(
-            self.state != RunnerState::Busy || self.job.is_some(),
-            "is busy without a job",
-        );
+        // Busy without a job is allowed: the job source said the runner
+        // runs a job before it said which (RunnerEvent::RemovalRefused).
         check(
             self.job.is_none() || matches!(self.state, RunnerState::Busy | RunnerState::Crashed),
             "is bound to a job while neither busy nor crashed",

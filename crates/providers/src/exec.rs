@@ -257,6 +257,9 @@ impl ExecProvider {
             "image": text("image", ""),
             "labels": request.labels,
             "pool_id": request.pool,
+            // GARM's flag for a runner that starts from a JIT configuration
+            // (here: runway_environment.RUNWAY_JIT_CONFIG).
+            "jit_config_enabled": request.bootstrap.contains_key("RUNWAY_JIT_CONFIG"),
             "runway_environment": environment,
         })
     }

@@ -2,10 +2,12 @@
 //! that stops when the shutdown signal flips, counts consecutive errors and
 //! backs off (jittered, capped) while they last.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
+use runway_store::StoreError;
 use tokio::sync::watch;
 
 use crate::service::{now, Service};
@@ -16,16 +18,24 @@ pub fn sweep_period(lease: Duration) -> Duration {
     (lease / 20).clamp(Duration::from_millis(200), Duration::from_secs(5))
 }
 
-/// Runs the lease sweeper until `shutdown` becomes true.
-pub async fn lease_sweeper(service: Arc<Service>, mut shutdown: watch::Receiver<bool>) {
-    let period = sweep_period(service.config.runner_api.lease);
+/// Runs `task` every `period` until `shutdown` becomes true; while it
+/// fails, waits longer (doubling, jittered, at most a minute).
+pub async fn every<F, Fut>(
+    name: &'static str,
+    period: Duration,
+    mut shutdown: watch::Receiver<bool>,
+    mut task: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), StoreError>>,
+{
     let mut consecutive_errors: u32 = 0;
     loop {
         let wait = if consecutive_errors == 0 {
             period
         } else {
             let backoff = period.saturating_mul(2u32.saturating_pow(consecutive_errors.min(6)));
-            let capped = backoff.min(Duration::from_secs(60));
+            let capped = backoff.min(Duration::from_secs(60).max(period));
             capped.mul_f64(rand::thread_rng().gen_range(0.5..1.0))
         };
         tokio::select! {
@@ -35,13 +45,27 @@ pub async fn lease_sweeper(service: Arc<Service>, mut shutdown: watch::Receiver<
         if *shutdown.borrow() {
             return;
         }
-        match crate::runner_api::sweep_leases(&service, now()).await {
-            Ok(_) => consecutive_errors = 0,
+        match task().await {
+            Ok(()) => consecutive_errors = 0,
             Err(error) => {
                 consecutive_errors += 1;
-                service.metrics.store_error("sweep_leases");
-                tracing::warn!(%error, consecutive_errors, "lease sweep failed; backing off");
+                tracing::warn!(task = name, %error, consecutive_errors, "background task failed; backing off");
             }
         }
     }
+}
+
+/// Runs the lease sweeper until `shutdown` becomes true.
+pub async fn lease_sweeper(service: Arc<Service>, shutdown: watch::Receiver<bool>) {
+    let period = sweep_period(service.config.runner_api.lease);
+    every("sweep_leases", period, shutdown, || {
+        let service = service.clone();
+        async move {
+            crate::runner_api::sweep_leases(&service, now())
+                .await
+                .map(|_| ())
+                .inspect_err(|_| service.metrics.store_error("sweep_leases"))
+        }
+    })
+    .await
 }

@@ -21,6 +21,7 @@ use crate::worker_configs::WorkerConfigDto;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATABASE: &str = "sqlite://runway.db";
+pub const DEFAULT_GITHUB_API: &str = "https://api.github.com";
 
 /// A configuration that was read, resolved and validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -147,6 +148,41 @@ pub struct GithubConfig {
     pub required_labels: Vec<String>,
     /// Larger webhook bodies are refused with 413 (GitHub's own cap is 25 MiB).
     pub max_body_bytes: usize,
+    /// The REST API's root: `https://api.github.com`, or a GitHub
+    /// Enterprise Server's `https://HOST/api/v3`.
+    pub api_url: String,
+    /// How runway authenticates to the API; none: GitHub pools are refused
+    /// and no re-checks or redeliveries happen.
+    pub auth: Option<GithubAuth>,
+    /// Runway's own cap on API requests per hour, below GitHub's.
+    pub max_requests_per_hour: u32,
+    /// A GitHub job queued this long is looked up in case its webhook was lost.
+    pub recheck_after: Duration,
+    /// How often failed webhook deliveries are listed and redelivered.
+    pub redeliver_interval: Duration,
+    /// Whose webhook deliveries to heal; default: the App's when
+    /// authenticating as an App, none otherwise.
+    pub deliveries: Option<crate::github::api::Hook>,
+}
+
+/// `[github] token`, or `app_id` + `private_key` + `installation_id`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GithubAuth {
+    Token(Secret),
+    App {
+        app_id: u64,
+        /// The App's PEM private key (RS256).
+        private_key: Secret,
+        installation_id: u64,
+    },
+}
+
+/// `[pools.github]`: where a GitHub pool's runners register.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolGithub {
+    pub target: crate::github::api::Target,
+    /// The runner group new runners join (1: the default group).
+    pub runner_group_id: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -207,6 +243,9 @@ pub struct PoolConfig {
     /// runners as the arrivals expected within one boot time, at
     /// `forecast_quantile`; never fewer than `min_idle`). docs/sim.md.
     pub policy: ScalingPolicy,
+    /// A GitHub pool: its runners are just-in-time GitHub runners and are
+    /// deregistered before their machine is deleted.
+    pub github: Option<PoolGithub>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -248,6 +287,7 @@ impl Default for PoolConfig {
             providers: Vec::new(),
             ephemeral: true,
             policy: ScalingPolicy::Runway,
+            github: None,
         }
     }
 }
@@ -288,6 +328,12 @@ impl Default for Config {
                 webhook_secrets: Vec::new(),
                 required_labels: vec!["self-hosted".to_owned()],
                 max_body_bytes: 25 * 1024 * 1024,
+                api_url: DEFAULT_GITHUB_API.to_owned(),
+                auth: None,
+                max_requests_per_hour: 3000,
+                recheck_after: Duration::from_secs(300),
+                redeliver_interval: Duration::from_secs(300),
+                deliveries: None,
             },
             routing: RoutingConfig { default_pool: None },
             scaling_interval: Duration::from_secs(10),
@@ -528,6 +574,35 @@ impl Config {
                 "is shorter than 16 characters; use a long random token".into(),
             ));
         }
+        if self.github.max_requests_per_hour == 0 {
+            return Err((
+                "[github] max_requests_per_hour".into(),
+                "must be at least 1".into(),
+            ));
+        }
+        if let Some(GithubAuth::Token(token)) = &self.github.auth {
+            if token.expose().trim().is_empty() {
+                return Err(("[github] token".into(), "is empty".into()));
+            }
+        }
+        if let Some(auth) = &self.github.auth {
+            crate::github::api::Credentials::from_config(auth)
+                .map_err(|m| ("[github] private_key".to_owned(), m))?;
+        }
+        if self.github.deliveries.is_some() && self.github.auth.is_none() {
+            return Err((
+                "[github] deliveries".into(),
+                "redelivering webhooks needs [github] token or App credentials".into(),
+            ));
+        }
+        if matches!(self.github.deliveries, Some(crate::github::api::Hook::App))
+            && !matches!(self.github.auth, Some(GithubAuth::App { .. }))
+        {
+            return Err((
+                "[github] deliveries".into(),
+                "\"app\" (the App's webhook) needs App credentials (app_id, private_key, installation_id)".into(),
+            ));
+        }
         if let Some(default) = &self.routing.default_pool {
             if !self.pools.iter().any(|p| &p.name == default) {
                 return Err((
@@ -584,6 +659,12 @@ impl Config {
                 return Err((
                     key("providers"),
                     format!("{unknown:?} is not a declared provider ([providers.NAME])"),
+                ));
+            }
+            if pool.github.is_some() && self.github.auth.is_none() {
+                return Err((
+                    key("github"),
+                    "a GitHub pool needs [github] token or App credentials (app_id, private_key, installation_id)".into(),
                 ));
             }
             if pool.max_runners < pool.min_idle {
@@ -651,6 +732,29 @@ impl Config {
                 ),
                 required_labels: Some(self.github.required_labels.clone()),
                 max_body_bytes: Some(self.github.max_body_bytes),
+                api_url: Some(self.github.api_url.clone()),
+                token: match &self.github.auth {
+                    Some(GithubAuth::Token(token)) => Some(token.redacted()),
+                    _ => None,
+                },
+                app_id: match &self.github.auth {
+                    Some(GithubAuth::App { app_id, .. }) => Some(*app_id),
+                    _ => None,
+                },
+                private_key: match &self.github.auth {
+                    Some(GithubAuth::App { private_key, .. }) => Some(private_key.redacted()),
+                    _ => None,
+                },
+                installation_id: match &self.github.auth {
+                    Some(GithubAuth::App {
+                        installation_id, ..
+                    }) => Some(*installation_id),
+                    _ => None,
+                },
+                max_requests_per_hour: Some(self.github.max_requests_per_hour),
+                recheck_after: Some(format_duration(self.github.recheck_after)),
+                redeliver_interval: Some(format_duration(self.github.redeliver_interval)),
+                deliveries: self.github.deliveries.as_ref().map(|h| h.to_string()),
             },
             routing: RawRouting {
                 default_pool: self.routing.default_pool.clone(),
@@ -711,6 +815,7 @@ impl Config {
                             ScalingPolicy::Predictive { quantile } => Some(quantile),
                             ScalingPolicy::Runway => None,
                         },
+                        github: p.github.as_ref().map(RawPoolGithub::from_config),
                     })
                     .collect(),
             ),
@@ -980,6 +1085,35 @@ struct RawGithub {
     webhook_secrets: Option<Vec<String>>,
     required_labels: Option<Vec<String>>,
     max_body_bytes: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    api_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    app_id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    private_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    installation_id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_requests_per_hour: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recheck_after: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redeliver_interval: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deliveries: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawPoolGithub {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    org: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    repo: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runner_group_id: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -1011,6 +1145,8 @@ struct RawPool {
     policy: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     forecast_quantile: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    github: Option<RawPoolGithub>,
 }
 
 impl RawConfig {
@@ -1059,6 +1195,11 @@ impl RawConfig {
                             p.forecast_quantile,
                         )
                         .map_err(|m| (key("policy"), m))?,
+                        github: p
+                            .github
+                            .map(|g| g.resolve())
+                            .transpose()
+                            .map_err(|(field, m)| (key(&format!("github.{field}")), m))?,
                     })
                 })
                 .collect::<Result<Vec<_>, (String, String)>>()?,
@@ -1207,6 +1348,13 @@ impl RawConfig {
                 .event_log_keep
                 .unwrap_or(defaults.telemetry.event_log_keep),
         };
+        let auth = github_auth(
+            self.github.token,
+            self.github.app_id,
+            self.github.private_key,
+            self.github.installation_id,
+            base,
+        )?;
         let metrics_job_labels = match self.metrics.job_labels {
             None => defaults.metrics_job_labels,
             Some(labels) => {
@@ -1228,6 +1376,42 @@ impl RawConfig {
             worker_configs,
             worker_config_sources,
             github: GithubConfig {
+                api_url: match self.github.api_url {
+                    None => defaults.github.api_url,
+                    Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+                        url.trim_end_matches('/').to_owned()
+                    }
+                    Some(url) => {
+                        return Err((
+                            "[github] api_url".to_owned(),
+                            format!("{url:?} is not an http:// or https:// URL"),
+                        ))
+                    }
+                },
+                deliveries: match self.github.deliveries {
+                    Some(text) => Some(
+                        text.parse()
+                            .map_err(|m| ("[github] deliveries".to_owned(), m))?,
+                    ),
+                    // An App's own webhook is the one to heal.
+                    None => matches!(auth, Some(GithubAuth::App { .. }))
+                        .then_some(crate::github::api::Hook::App),
+                },
+                auth,
+                max_requests_per_hour: self
+                    .github
+                    .max_requests_per_hour
+                    .unwrap_or(defaults.github.max_requests_per_hour),
+                recheck_after: duration(
+                    "[github] recheck_after",
+                    self.github.recheck_after,
+                    defaults.github.recheck_after,
+                )?,
+                redeliver_interval: duration(
+                    "[github] redeliver_interval",
+                    self.github.redeliver_interval,
+                    defaults.github.redeliver_interval,
+                )?,
                 webhook_secrets,
                 required_labels: self
                     .github
@@ -1268,6 +1452,101 @@ impl RawConfig {
             },
             pools,
         })
+    }
+}
+
+/// `[github] token` or the App's three keys; never both, never a part.
+fn github_auth(
+    token: Option<String>,
+    app_id: Option<u64>,
+    private_key: Option<String>,
+    installation_id: Option<u64>,
+    base: Option<&Path>,
+) -> Result<Option<GithubAuth>, (String, String)> {
+    let secret = |key: &str, text: &str| {
+        Secret::parse(text, base).map_err(|m| (format!("[github] {key}"), m))
+    };
+    match (token, app_id, private_key, installation_id) {
+        (None, None, None, None) => Ok(None),
+        (Some(token), None, None, None) => Ok(Some(GithubAuth::Token(secret("token", &token)?))),
+        (Some(_), _, _, _) => Err((
+            "[github] token".to_owned(),
+            "give either token or the App's app_id, private_key and installation_id, not both"
+                .to_owned(),
+        )),
+        (None, Some(app_id), Some(private_key), Some(installation_id)) => {
+            Ok(Some(GithubAuth::App {
+                app_id,
+                private_key: secret("private_key", &private_key)?,
+                installation_id,
+            }))
+        }
+        (None, app_id, private_key, _) => {
+            let missing = if app_id.is_none() {
+                "app_id"
+            } else if private_key.is_none() {
+                "private_key"
+            } else {
+                "installation_id"
+            };
+            Err((
+                format!("[github] {missing}"),
+                "missing: authenticating as a GitHub App needs app_id, private_key and installation_id".to_owned(),
+            ))
+        }
+    }
+}
+
+impl RawPoolGithub {
+    fn resolve(self) -> Result<PoolGithub, (String, String)> {
+        use crate::github::api::Target;
+        let target = match (self.org, self.repo) {
+            (Some(org), None) if !org.trim().is_empty() && !org.contains('/') => Target::Org(org),
+            (Some(org), None) => {
+                return Err((
+                    "org".to_owned(),
+                    format!("{org:?} is not an organisation name"),
+                ))
+            }
+            (None, Some(repo)) => match repo.split_once('/') {
+                Some((owner, name))
+                    if !owner.is_empty() && !name.is_empty() && !name.contains('/') =>
+                {
+                    Target::Repo {
+                        owner: owner.to_owned(),
+                        name: name.to_owned(),
+                    }
+                }
+                _ => return Err(("repo".to_owned(), format!("{repo:?} is not owner/name"))),
+            },
+            (Some(_), Some(_)) => {
+                return Err(("org".to_owned(), "give org or repo, not both".to_owned()))
+            }
+            (None, None) => {
+                return Err((
+                    "org".to_owned(),
+                    "missing: a GitHub pool needs org = \"NAME\" or repo = \"owner/name\""
+                        .to_owned(),
+                ))
+            }
+        };
+        Ok(PoolGithub {
+            target,
+            runner_group_id: self.runner_group_id.unwrap_or(1),
+        })
+    }
+
+    fn from_config(github: &PoolGithub) -> RawPoolGithub {
+        use crate::github::api::Target;
+        let (org, repo) = match &github.target {
+            Target::Org(org) => (Some(org.clone()), None),
+            Target::Repo { owner, name } => (None, Some(format!("{owner}/{name}"))),
+        };
+        RawPoolGithub {
+            org,
+            repo,
+            runner_group_id: Some(github.runner_group_id),
+        }
     }
 }
 
@@ -1409,6 +1688,10 @@ mod tests {
                 webhook_secrets = []
                 required_labels = ["self-hosted"]
                 max_body_bytes = 26214400
+                api_url = "https://api.github.com"
+                max_requests_per_hour = 3000
+                recheck_after = "300s"
+                redeliver_interval = "300s"
 
                 [routing]
 
@@ -1509,6 +1792,87 @@ mod tests {
     }
 
     #[test]
+    fn github_settings_parse_and_their_errors_name_the_key() {
+        let pool = "[[pools]]\nname = \"gh\"\nlabels = [\"self-hosted\"]\n";
+        let parsed = Config::parse(
+            &format!(
+                "[github]\napi_url = \"https://ghe.example.com/api/v3/\"\ntoken = \"ghp_x\"\n\
+                 recheck_after = \"2m\"\ndeliveries = \"repos/o/r/hooks/7\"\n\
+                 {pool}[pools.github]\nrepo = \"o/r\"\nrunner_group_id = 3\n"
+            ),
+            "runway.toml",
+            None,
+        )
+        .unwrap();
+        parsed.validate().unwrap();
+        assert_eq!(parsed.github.api_url, "https://ghe.example.com/api/v3");
+        assert_eq!(parsed.github.recheck_after, Duration::from_secs(120));
+        assert_eq!(parsed.github.redeliver_interval, Duration::from_secs(300));
+        assert_eq!(parsed.github.max_requests_per_hour, 3000);
+        assert_eq!(
+            parsed.github.deliveries.as_ref().map(ToString::to_string),
+            Some("repos/o/r/hooks/7".to_owned())
+        );
+        assert_eq!(
+            parsed.pools[0].github,
+            Some(PoolGithub {
+                target: crate::github::api::Target::Repo {
+                    owner: "o".into(),
+                    name: "r".into()
+                },
+                runner_group_id: 3
+            })
+        );
+        let text = parsed.to_redacted_toml();
+        assert!(text.contains("token = \"***\""), "{text}");
+        assert!(!text.contains("ghp_x"));
+        check(
+            &format!("{pool}[pools.github]\norg = \"acme\"\n"),
+            expect!["error: pools[0].github: a GitHub pool needs [github] token or App credentials (app_id, private_key, installation_id)"],
+        );
+        check(
+            &format!(
+                "[github]\ntoken = \"t\"\n{pool}[pools.github]\norg = \"a\"\nrepo = \"b/c\"\n"
+            ),
+            expect!["error: config runway.toml: pools[0].github.org: give org or repo, not both"],
+        );
+        check(
+            &format!("[github]\ntoken = \"t\"\n{pool}[pools.github]\nrepo = \"just-a-name\"\n"),
+            expect![[
+                r#"error: config runway.toml: pools[0].github.repo: "just-a-name" is not owner/name"#
+            ]],
+        );
+        check(
+            "[github]\napp_id = 1\ninstallation_id = 2\n",
+            expect!["error: config runway.toml: [github] private_key: missing: authenticating as a GitHub App needs app_id, private_key and installation_id"],
+        );
+        check(
+            "[github]\ntoken = \"t\"\napp_id = 1\n",
+            expect!["error: config runway.toml: [github] token: give either token or the App's app_id, private_key and installation_id, not both"],
+        );
+        check(
+            "[github]\napp_id = 1\nprivate_key = \"not a key\"\ninstallation_id = 2\n",
+            expect!["error: [github] private_key: not an RSA private key in PEM form (InvalidKeyFormat)"],
+        );
+        check(
+            "[github]\ntoken = \"t\"\ndeliveries = \"app\"\n",
+            expect![[
+                r#"error: [github] deliveries: "app" (the App's webhook) needs App credentials (app_id, private_key, installation_id)"#
+            ]],
+        );
+        check(
+            "[github]\ntoken = \"t\"\ndeliveries = \"orgs/acme/hooks/x\"\n",
+            expect![[r#"error: config runway.toml: [github] deliveries: "x" is not a hook id"#]],
+        );
+        check(
+            "[github]\napi_url = \"api.github.com\"\n",
+            expect![[
+                r#"error: config runway.toml: [github] api_url: "api.github.com" is not an http:// or https:// URL"#
+            ]],
+        );
+    }
+
+    #[test]
     fn secrets_resolve_and_never_print() {
         std::env::set_var(
             "RUNWAY_CONFIG_TEST_DB",
@@ -1531,6 +1895,10 @@ mod tests {
                 webhook_secrets = []
                 required_labels = ["self-hosted"]
                 max_body_bytes = 26214400
+                api_url = "https://api.github.com"
+                max_requests_per_hour = 3000
+                recheck_after = "300s"
+                redeliver_interval = "300s"
 
                 [routing]
 

@@ -57,7 +57,9 @@ pub async fn pool_snapshot(
             .collect(),
         runners: runners
             .iter()
-            .filter(|r| !r.state.is_terminal())
+            // Runners only known from webhooks (another system's) are
+            // not runway's capacity to plan with.
+            .filter(|r| !r.state.is_terminal() && r.provider != "external")
             .map(|r| RunnerView {
                 id: r.id,
                 provider: r.provider.clone(),

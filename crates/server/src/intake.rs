@@ -347,6 +347,20 @@ async fn queued(
     ))
 }
 
+/// What a re-check found (GitHub's own record of a job), applied as its
+/// lost webhook would have been. Returns what was done (`started`,
+/// `completed`, `no_change`, …).
+pub(crate) async fn apply_observed(
+    service: &Service,
+    payload: &WorkflowJob,
+    action: WorkflowJobAction,
+    now: Timestamp,
+) -> Result<&'static str, ApiError> {
+    apply(service, payload, action, None, now)
+        .await
+        .map(|(_, answer)| answer.outcome)
+}
+
 /// `waiting`, `in_progress` and `completed`: find or create the job, move it
 /// forward if the event is news, then record the delivery. The effect comes
 /// first, so a crash in between at worst makes a redelivery apply it again,
@@ -611,7 +625,10 @@ async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Ti
             tracing::debug!(%error, runner = %runner, "runner bookkeeping skipped");
         }
     } else if let Ok(Some(r)) = service.store.get_runner(runner).await {
-        if r.job == Some(job.id) {
+        // Busy with no job named: GitHub kept it for this job, whose
+        // `in_progress` never came.
+        let unnamed = r.state == runway_core::RunnerState::Busy && r.job.is_none();
+        if r.job == Some(job.id) || unnamed {
             service.finish_runner_job(runner, now).await;
         }
     }

@@ -180,6 +180,8 @@ pub struct Metrics {
     pub runner_install_duration: HistogramFamily,
     pub github_requests: Family<GithubRequestLabels, Counter>,
     pub github_rate_limit_remaining: Gauge,
+    pub github_redeliveries: Counter,
+    pub github_job_rechecks: Family<ReasonLabel, Counter>,
     pub runners_created: Family<PoolProviderLabels, Counter>,
     pub runner_delete_requests: Family<PoolResultLabels, Counter>,
     pub runners: Family<PoolStateLabels, Gauge>,
@@ -295,6 +297,18 @@ impl Metrics {
             "Requests left in GitHub's rate-limit window, as its last answer said",
             github_rate_limit_remaining.clone(),
         );
+        let github_redeliveries = Counter::default();
+        registry.register(
+            "github_redeliveries",
+            "Failed workflow_job webhook deliveries runway asked GitHub to redeliver",
+            github_redeliveries.clone(),
+        );
+        let github_job_rechecks = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "github_job_rechecks",
+            "Old queued GitHub jobs looked up, by what was found (queued, started, completed, gone, error)",
+            github_job_rechecks.clone(),
+        );
         let runners_created = Family::<PoolProviderLabels, Counter>::default();
         registry.register(
             "runners_created",
@@ -342,6 +356,8 @@ impl Metrics {
             runner_install_duration,
             github_requests,
             github_rate_limit_remaining,
+            github_redeliveries,
+            github_job_rechecks,
             jobs_started,
             jobs_completed,
             job_label_switches: JobLabelSwitches::all(),

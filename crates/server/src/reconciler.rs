@@ -21,7 +21,8 @@ use runway_providers::sim::{BootTime, SimConfig, SimProvider};
 use runway_providers::{Clock, CreateRequest, InstanceId, InstanceState, Provider};
 use runway_store::{JobFilter, RunnerFilter, StoreError};
 
-use crate::config::{Config, PoolConfig, ScalingPolicy};
+use crate::config::{Config, PoolConfig, PoolGithub, ScalingPolicy};
+use crate::github::api::GithubError;
 use crate::service::Service;
 
 /// What providers need from the running installation.
@@ -284,9 +285,26 @@ impl Reconciler {
                         found.id.clone()
                     }
                 };
+                let github = self
+                    .service
+                    .config
+                    .pools
+                    .iter()
+                    .find(|p| p.name == runner.pool)
+                    .and_then(|p| p.github.as_ref());
+                if let (Some(github), RunnerState::Busy, None) = (github, runner.state, runner.job)
+                {
+                    self.settle_unknown_job(github, runner, now).await?;
+                    continue;
+                }
                 if runner.state == RunnerState::Terminating && by_id.contains_key(&instance_id) {
                     // Terminated outside a scale-down (an ephemeral runner
-                    // after its job): delete its instance now.
+                    // after its job): deregister, then delete its instance.
+                    if let Some(github) = github {
+                        if !self.release(github, runner, now, report).await? {
+                            continue;
+                        }
+                    }
                     match provider.delete(&instance_id).await {
                         Ok(()) => {
                             if store
@@ -353,6 +371,150 @@ impl Reconciler {
                     }
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Registers `runner` with GitHub as a just-in-time runner and returns
+    /// its encoded configuration; `None` (the runner recorded as failed)
+    /// when GitHub or the request budget said no.
+    async fn jit_config(
+        &self,
+        github: &PoolGithub,
+        runner: &runway_core::Runner,
+        labels: &[String],
+        now: Timestamp,
+    ) -> Result<Option<String>, StoreError> {
+        let store = &self.service.store;
+        let result = match &self.service.github {
+            Some(client) => client
+                .generate_jitconfig(
+                    &self.service.metrics,
+                    &github.target,
+                    &runner.name,
+                    labels,
+                    github.runner_group_id,
+                )
+                .await
+                .map_err(|e| e.to_string()),
+            None => Err("no GitHub credentials ([github] token or App)".to_owned()),
+        };
+        match result {
+            Ok(jit) => {
+                store
+                    .set_runner_external_id(runner.id, &jit.runner_id.to_string())
+                    .await?;
+                Ok(Some(jit.encoded))
+            }
+            Err(error) => {
+                tracing::warn!(pool = %runner.pool, runner = %runner.name, %error, "no JIT runner configuration; runner not started");
+                let failed = RunnerEvent::Failed {
+                    reason: format!("no JIT configuration: {error}"),
+                };
+                store.apply_runner_event(runner.id, &failed, now).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Removes `runner`'s GitHub registration. `Ok(true)`: gone (or never
+    /// registered); `Ok(false)`: GitHub refused or could not be asked.
+    async fn deregister(
+        &self,
+        github: &PoolGithub,
+        runner: &runway_core::Runner,
+    ) -> Result<Result<bool, GithubError>, StoreError> {
+        let Some(github_id) = self
+            .service
+            .store
+            .runner_external_id(runner.id)
+            .await?
+            .and_then(|id| id.parse::<u64>().ok())
+        else {
+            return Ok(Ok(true)); // It never got a JIT configuration.
+        };
+        let Some(client) = &self.service.github else {
+            return Ok(Ok(false));
+        };
+        match client
+            .delete_runner(&self.service.metrics, &github.target, github_id)
+            .await
+        {
+            Ok(_) => {
+                // Asked once: an empty id means "deregistered".
+                self.service
+                    .store
+                    .set_runner_external_id(runner.id, "")
+                    .await?;
+                Ok(Ok(true))
+            }
+            Err(error) => Ok(Err(error)),
+        }
+    }
+
+    /// Deregister before delete: `true` when the instance may go. A runner
+    /// GitHub says is running a job becomes busy (its job named by the
+    /// job's own webhook) and keeps its instance.
+    async fn release(
+        &self,
+        github: &PoolGithub,
+        runner: &runway_core::Runner,
+        now: Timestamp,
+        report: &mut Report,
+    ) -> Result<bool, StoreError> {
+        match self.deregister(github, runner).await? {
+            Ok(gone) => Ok(gone),
+            Err(GithubError::RunnerBusy(_)) => {
+                tracing::info!(pool = %runner.pool, runner = %runner.name, "GitHub says the runner is running a job; kept");
+                self.service
+                    .metrics
+                    .runner_delete_requests
+                    .get_or_create(&crate::metrics::PoolResultLabels {
+                        pool: runner.pool.clone(),
+                        result: "refused_busy".to_owned(),
+                    })
+                    .inc();
+                report.delete_refused_busy += 1;
+                if let Err(error) = self
+                    .service
+                    .store
+                    .apply_runner_event(runner.id, &RunnerEvent::RemovalRefused, now)
+                    .await
+                {
+                    tracing::debug!(%error, runner = %runner.name, "runner changed meanwhile");
+                }
+                Ok(false)
+            }
+            Err(error) => {
+                tracing::warn!(pool = %runner.pool, runner = %runner.name, %error, "cannot deregister the runner from GitHub yet; its instance is kept");
+                Ok(false)
+            }
+        }
+    }
+
+    /// A runner GitHub kept for a job runway never heard of: once that has
+    /// lasted `[github] recheck_after`, ask GitHub again; when it lets the
+    /// runner go (the ephemeral runner's job is over), the runner finishes
+    /// and is terminated like any other.
+    async fn settle_unknown_job(
+        &self,
+        github: &PoolGithub,
+        runner: &runway_core::Runner,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let since = runner.busy_at.unwrap_or(runner.requested_at);
+        if now.since(since) < self.service.config.github.recheck_after {
+            return Ok(());
+        }
+        if let Ok(true) = self.deregister(github, runner).await? {
+            tracing::info!(runner = %runner.name, "GitHub let go of a runner whose job runway never heard of");
+            self.service.finish_runner_job(runner.id, now).await;
+            // Deregistered already: nothing must ever give it work again.
+            let _ = self
+                .service
+                .store
+                .apply_runner_event(runner.id, &RunnerEvent::TerminateRequested, now)
+                .await;
         }
         Ok(())
     }
@@ -506,6 +668,17 @@ impl Reconciler {
                         ("RUNWAY_RUNNER_LABELS".to_owned(), labels.join(",")),
                         ("RUNWAY_POOL".to_owned(), pool.clone()),
                     ]);
+                    if let Some(github) = &pool_config.github {
+                        match self.jit_config(github, &runner, &labels, now).await? {
+                            Some(encoded) => {
+                                bootstrap.insert("RUNWAY_JIT_CONFIG".to_owned(), encoded);
+                            }
+                            None => {
+                                report.create_failures += 1;
+                                break; // GitHub said no; the next round asks again.
+                            }
+                        }
+                    }
                     if backend.runners_register() {
                         // One-time, bound to this record, valid while it may boot.
                         let token = crate::auth::new_token("rwr_");
@@ -559,6 +732,12 @@ impl Reconciler {
                                     now,
                                 )
                                 .await?;
+                            // Its registration would never come online.
+                            if let Some(github) = &pool_config.github {
+                                if let Err(error) = self.deregister(github, &runner).await? {
+                                    tracing::warn!(runner = %runner.name, %error, "cannot deregister a runner whose machine never started");
+                                }
+                            }
                             self.provider_error(provider, "create", &error.to_string());
                             report.create_failures += 1;
                             self.learn(provider, false);
@@ -607,13 +786,30 @@ impl Reconciler {
             pool: pool.to_owned(),
             result: result.to_owned(),
         };
-        let event = match &failure {
-            Some(reason) => RunnerEvent::Failed {
+        let github = self
+            .service
+            .config
+            .pools
+            .iter()
+            .find(|p| p.name == pool)
+            .and_then(|p| p.github.as_ref());
+        let event = match (&failure, github) {
+            // A GitHub runner fails only once GitHub has let it go: it may
+            // have taken a job while we gave up on it.
+            (Some(_), Some(_)) => None,
+            (Some(reason), None) => Some(RunnerEvent::Failed {
                 reason: reason.clone(),
-            },
-            None => RunnerEvent::TerminateRequested,
+            }),
+            (None, _) => Some(RunnerEvent::TerminateRequested),
         };
-        let runner = match store.apply_runner_event(runner_id, &event, now).await {
+        let current = match event {
+            Some(event) => store.apply_runner_event(runner_id, &event, now).await,
+            None => store
+                .get_runner(runner_id)
+                .await?
+                .ok_or(StoreError::RunnerNotFound(runner_id)),
+        };
+        let mut runner = match current {
             Ok(runner) => runner,
             Err(StoreError::RunnerTransition(runway_core::RunnerTransitionError::Busy {
                 ..
@@ -627,9 +823,30 @@ impl Reconciler {
                 return Ok(());
             }
             // Changed since the snapshot (it took a job, it vanished): next round decides.
-            Err(StoreError::RunnerTransition(_)) => return Ok(()),
+            Err(StoreError::RunnerTransition(_) | StoreError::RunnerNotFound(_)) => return Ok(()),
             Err(other) => return Err(other),
         };
+        if let Some(github) = github {
+            if !self.release(github, &runner, now, report).await? {
+                return Ok(()); // Busy at GitHub, or GitHub unreachable: kept.
+            }
+            if let Some(reason) = &failure {
+                match store
+                    .apply_runner_event(
+                        runner.id,
+                        &RunnerEvent::Failed {
+                            reason: reason.clone(),
+                        },
+                        now,
+                    )
+                    .await
+                {
+                    Ok(failed) => runner = failed,
+                    Err(StoreError::RunnerTransition(_)) => return Ok(()),
+                    Err(other) => return Err(other),
+                }
+            }
+        }
         let (Some(provider), Some(instance)) = (
             self.providers.get(&runner.provider),
             runner.instance_id.clone(),

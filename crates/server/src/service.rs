@@ -32,6 +32,8 @@ pub struct Service {
     pub last_plan: std::sync::Mutex<Option<runway_core::planner::Plan>>,
     /// The JSON event log (`[telemetry] event_log`); disabled unless set.
     pub events: crate::events::EventLog,
+    /// The GitHub API client, when `[github]` has credentials.
+    pub github: Option<Arc<crate::github::api::GithubClient>>,
 }
 
 /// Arrivals kept for a reconciler that has not drained them.
@@ -65,7 +67,6 @@ impl Service {
     pub fn new(config: Config, store: Arc<dyn Store>) -> Service {
         let job_labels = crate::metrics::JobLabelSwitches::of(&config.metrics_job_labels);
         Service {
-            config,
             store,
             metrics: Metrics::new().with_job_labels(job_labels),
             evaluations: EvaluationCache::default(),
@@ -74,6 +75,15 @@ impl Service {
             arrivals: std::sync::Mutex::new(Vec::new()),
             events: crate::events::EventLog::disabled(),
             last_plan: std::sync::Mutex::new(None),
+            github: match crate::github::api::GithubClient::from_config(&config.github) {
+                Ok(client) => client.map(Arc::new),
+                Err(error) => {
+                    // Config validation parses the key first: not expected.
+                    tracing::error!(%error, "no GitHub API client");
+                    None
+                }
+            },
+            config,
         }
     }
 

@@ -1,194 +1,28 @@
-//! The GitHub client against a fake GitHub API: a test-only axum server on
-//! loopback that answers with the shapes of GitHub's own examples
-//! (`../shared/fixtures/github/openapi/examples`), checks the requests
-//! against the OpenAPI request schemas, counts down a rate limit, refuses to
-//! delete a busy runner with 422, and records every call.
+//! The GitHub client against the fake GitHub (`fake_github`): requests and
+//! answers checked against GitHub's OpenAPI schemas, 422 for a busy
+//! runner, the rate-limit budget, App authentication, delivery paging.
 
-use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+mod fake_github;
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
-use axum::{Json, Router};
-use runway_server::config::Secret;
-use runway_server::github::api::{Deregistered, GithubClient, GithubError, Target};
+use fake_github::{Auth, FakeGithub, TOKEN};
+use runway_server::config::{GithubAuth, Secret};
+use runway_server::github::api::{
+    Credentials, Deregistered, GithubClient, GithubError, Hook, Target,
+};
 use runway_server::metrics::Metrics;
-use serde_json::Value;
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/github/openapi")
-}
-
-fn example(name: &str) -> Value {
-    let text = std::fs::read_to_string(fixtures().join("examples").join(name)).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
-
-/// The request schema of an operation, from the OpenAPI subset.
-fn request_schema(operation: &str) -> Value {
-    let text = std::fs::read_to_string(fixtures().join("operations-summary.deref.json")).unwrap();
-    let operations: Vec<Value> = serde_json::from_str(&text).unwrap();
-    operations
-        .into_iter()
-        .find(|o| o["operationId"] == operation)
-        .unwrap()["requestBody"]
-        .clone()
-}
-
-/// Checks `body` against an object schema: required keys, no unknown keys,
-/// and the types of the properties.
-fn validate(body: &Value, schema: &Value) -> Result<(), String> {
-    let object = body.as_object().ok_or("not an object")?;
-    for required in schema["required"].as_array().into_iter().flatten() {
-        let key = required.as_str().unwrap();
-        if !object.contains_key(key) {
-            return Err(format!("missing {key}"));
-        }
-    }
-    for (key, value) in object {
-        let property = &schema["properties"][key];
-        let ok = match property["type"].as_str() {
-            None => return Err(format!("unknown property {key}")),
-            Some("string") => value.is_string(),
-            Some("integer") => value.is_u64() || value.is_i64(),
-            Some("array") => value
-                .as_array()
-                .is_some_and(|items| !items.is_empty() && items.iter().all(Value::is_string)),
-            Some(_) => true,
-        };
-        if !ok {
-            return Err(format!("{key} is not a {}", property["type"]));
-        }
-    }
-    Ok(())
-}
-
-#[derive(Default)]
-struct Fake {
-    calls: Vec<String>,
-    remaining: u32,
-    busy: BTreeSet<u64>,
-    registered: BTreeSet<u64>,
-    invalid_requests: Vec<String>,
-}
-
-type Shared = Arc<Mutex<Fake>>;
-
-fn answer(fake: &Shared, status: StatusCode, body: Value) -> Response {
-    let mut fake = fake.lock().unwrap();
-    fake.remaining = fake.remaining.saturating_sub(1);
-    let mut headers = HeaderMap::new();
-    headers.insert("x-ratelimit-limit", "5000".parse().unwrap());
-    headers.insert(
-        "x-ratelimit-remaining",
-        fake.remaining.to_string().parse().unwrap(),
-    );
-    let reset = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 3600;
-    headers.insert("x-ratelimit-reset", reset.to_string().parse().unwrap());
-    (status, headers, Json(body)).into_response()
-}
-
-async fn jitconfig(
-    State(fake): State<Shared>,
-    Path(org): Path<String>,
-    Json(body): Json<Value>,
-) -> Response {
-    {
-        let mut state = fake.lock().unwrap();
-        state.calls.push(format!(
-            "POST /orgs/{org}/actions/runners/generate-jitconfig"
-        ));
-        if let Err(problem) = validate(
-            &body,
-            &request_schema("actions/generate-runner-jitconfig-for-org"),
-        ) {
-            state.invalid_requests.push(problem);
-        }
-    }
-    let mut answer_body = example("actions__generate-runner-jitconfig-for-org.201.default.json");
-    answer_body["runner"]["name"] = body["name"].clone();
-    let id = answer_body["runner"]["id"].as_u64().unwrap();
-    fake.lock().unwrap().registered.insert(id);
-    answer(&fake, StatusCode::CREATED, answer_body)
-}
-
-async fn delete_runner(
-    State(fake): State<Shared>,
-    Path((org, id)): Path<(String, u64)>,
-) -> Response {
-    let status = {
-        let mut state = fake.lock().unwrap();
-        state
-            .calls
-            .push(format!("DELETE /orgs/{org}/actions/runners/{id}"));
-        if state.busy.contains(&id) {
-            StatusCode::UNPROCESSABLE_ENTITY
-        } else if state.registered.remove(&id) {
-            StatusCode::NO_CONTENT
-        } else {
-            StatusCode::NOT_FOUND
-        }
-    };
-    let body = match status {
-        StatusCode::UNPROCESSABLE_ENTITY => {
-            serde_json::json!({"message": "Bad request - Runner \"runner\" is still running a job\"", "documentation_url": "https://docs.github.com/rest"})
-        }
-        StatusCode::NOT_FOUND => serde_json::json!({"message": "Not Found"}),
-        _ => Value::Null,
-    };
-    answer(&fake, status, body)
-}
-
-async fn get_job(
-    State(fake): State<Shared>,
-    Path((owner, repo, id)): Path<(String, String, u64)>,
-) -> Response {
-    fake.lock()
-        .unwrap()
-        .calls
-        .push(format!("GET /repos/{owner}/{repo}/actions/jobs/{id}"));
-    let mut body = example("actions__get-job-for-workflow-run.200.default.json");
-    body["id"] = Value::from(id);
-    answer(&fake, StatusCode::OK, body)
-}
-
-async fn fake_github(remaining: u32) -> (String, Shared) {
-    let fake: Shared = Arc::new(Mutex::new(Fake {
-        remaining,
-        ..Fake::default()
-    }));
-    let router = Router::new()
-        .route(
-            "/orgs/{org}/actions/runners/generate-jitconfig",
-            post(jitconfig),
-        )
-        .route("/orgs/{org}/actions/runners/{id}", delete(delete_runner))
-        .route("/repos/{owner}/{repo}/actions/jobs/{id}", get(get_job))
-        .with_state(fake.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
-    (format!("http://{address}"), fake)
-}
 
 fn org() -> Target {
     Target::Org("octo-org".into())
 }
 
+fn token_client(url: &str) -> GithubClient {
+    GithubClient::new(url, Credentials::Token(Secret::literal(TOKEN)), 3_000).unwrap()
+}
+
 #[tokio::test]
 async fn jit_configs_are_requested_as_the_schema_says_and_busy_runners_are_kept() {
-    let (url, fake) = fake_github(4_000).await;
-    let client =
-        GithubClient::new(&url, Secret::literal("ghp_test-token-not-real"), 3_000).unwrap();
+    let fake = FakeGithub::start(4_000, Auth::Token).await;
+    let client = token_client(&fake.url);
     let metrics = Metrics::new();
     let labels = vec!["self-hosted".to_owned(), "linux".to_owned()];
     let jit = client
@@ -196,16 +30,16 @@ async fn jit_configs_are_requested_as_the_schema_says_and_busy_runners_are_kept(
         .await
         .unwrap();
     assert_eq!(jit.runner_id, 23);
-    assert!(!jit.encoded.is_empty());
-    assert_eq!(fake.lock().unwrap().invalid_requests, Vec::<String>::new());
+    assert_eq!(jit.encoded, "jit-23-linux-0001");
 
     // A runner that took a job: GitHub refuses, the caller keeps the instance.
-    fake.lock().unwrap().busy.insert(23);
+    fake.queue_job(7, &["self-hosted"]);
+    fake.start_job(7, "linux-0001");
     assert_eq!(
         client.delete_runner(&metrics, &org(), 23).await,
         Err(GithubError::RunnerBusy(23))
     );
-    fake.lock().unwrap().busy.clear();
+    fake.lock().runners.get_mut(&23).unwrap().job = None;
     assert_eq!(
         client.delete_runner(&metrics, &org(), 23).await,
         Ok(Deregistered::Removed)
@@ -215,22 +49,21 @@ async fn jit_configs_are_requested_as_the_schema_says_and_busy_runners_are_kept(
         Ok(Deregistered::NotFound),
         "already gone is fine"
     );
-    let job = client
-        .get_job(&metrics, "octo-org/hello", 399444496)
-        .await
-        .unwrap();
-    assert_eq!((job.id, job.status.as_str()), (399444496, "completed"));
+    let job = client.get_job(&metrics, "octo-org/hello", 7).await.unwrap();
+    assert_eq!((job.id, job.status.as_str()), (7, "in_progress"));
+    assert_eq!(job.runner_name.as_deref(), Some("linux-0001"));
 
     assert_eq!(
-        fake.lock().unwrap().calls,
+        fake.calls(),
         [
             "POST /orgs/octo-org/actions/runners/generate-jitconfig",
             "DELETE /orgs/octo-org/actions/runners/23",
             "DELETE /orgs/octo-org/actions/runners/23",
             "DELETE /orgs/octo-org/actions/runners/23",
-            "GET /repos/octo-org/hello/actions/jobs/399444496",
+            "GET /repos/octo-org/hello/actions/jobs/7",
         ]
     );
+    assert_eq!(fake.invalid(), Vec::<String>::new());
     let text = metrics.encode_text();
     assert!(
         text.contains(r#"runway_github_requests_total{operation="delete_runner",status="422"} 1"#),
@@ -246,12 +79,38 @@ async fn jit_configs_are_requested_as_the_schema_says_and_busy_runners_are_kept(
 }
 
 #[tokio::test]
+async fn repository_runners_use_the_repository_endpoints() {
+    let fake = FakeGithub::start(4_000, Auth::Token).await;
+    let client = token_client(&fake.url);
+    let metrics = Metrics::new();
+    let repo = Target::Repo {
+        owner: "octo-org".into(),
+        name: "hello".into(),
+    };
+    let jit = client
+        .generate_jitconfig(&metrics, &repo, "r-1", &["self-hosted".to_owned()], 1)
+        .await
+        .unwrap();
+    client
+        .delete_runner(&metrics, &repo, jit.runner_id)
+        .await
+        .unwrap();
+    assert_eq!(
+        fake.calls(),
+        [
+            "POST /repos/octo-org/hello/actions/runners/generate-jitconfig",
+            "DELETE /repos/octo-org/hello/actions/runners/23",
+        ]
+    );
+    assert_eq!(fake.invalid(), Vec::<String>::new());
+}
+
+#[tokio::test]
 async fn with_the_rate_limit_nearly_spent_jit_goes_out_and_rechecks_wait() {
     // 300 left of GitHub's 5,000: below the re-check reserve (20 %), above
     // nothing JIT needs.
-    let (url, fake) = fake_github(301).await;
-    let client =
-        GithubClient::new(&url, Secret::literal("ghp_test-token-not-real"), 3_000).unwrap();
+    let fake = FakeGithub::start(301, Auth::Token).await;
+    let client = token_client(&fake.url);
     let metrics = Metrics::new();
     let labels = vec!["self-hosted".to_owned()];
     client
@@ -273,9 +132,151 @@ async fn with_the_rate_limit_nearly_spent_jit_goes_out_and_rechecks_wait() {
         .generate_jitconfig(&metrics, &org(), "linux-0003", &labels, 1)
         .await
         .expect("JIT configs still go out");
+    assert_eq!(fake.calls().len(), 2, "the re-check never reached GitHub");
+}
+
+#[tokio::test]
+async fn failed_deliveries_are_listed_page_by_page_and_redelivered() {
+    let fake = FakeGithub::start(4_000, Auth::Token).await;
+    let client = token_client(&fake.url);
+    let metrics = Metrics::new();
+    for id in 1..=5 {
+        fake.queue_job(id, &["self-hosted"]);
+        fake.deliver(id, "queued", true).await; // Nowhere to deliver: failed.
+    }
+    let hook: Hook = "orgs/octo-org/hooks/9".parse().unwrap();
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = client
+            .list_failed_deliveries(&metrics, &hook, cursor.as_deref())
+            .await
+            .unwrap();
+        seen.extend(page.deliveries.iter().map(|d| d.guid.clone()));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
     assert_eq!(
-        fake.lock().unwrap().calls.len(),
-        2,
-        "the re-check never reached GitHub"
+        seen,
+        [
+            "guid-5-queued",
+            "guid-4-queued",
+            "guid-3-queued",
+            "guid-2-queued",
+            "guid-1-queued"
+        ],
+        "newest first, across three pages"
     );
+    client.redeliver(&metrics, &hook, 1001).await.unwrap();
+    assert_eq!(
+        client.redeliver(&metrics, &hook, 4242).await,
+        Err(GithubError::Status {
+            operation: "redeliver",
+            status: 404,
+            message: "Not Found".into()
+        })
+    );
+    assert_eq!(fake.invalid(), Vec::<String>::new());
+    assert_eq!(
+        fake.calls_starting("GET /orgs/octo-org/hooks/9/deliveries"),
+        3
+    );
+}
+
+#[tokio::test]
+async fn an_app_mints_installation_tokens_and_signs_its_own_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((private_pem, public_pem)) = fake_github::rsa_key_pair(dir.path()) else {
+        panic!("openssl is needed to make a test key (Debian package openssl)");
+    };
+    let fake = FakeGithub::start(
+        4_000,
+        Auth::App {
+            app_id: 4242,
+            public_pem,
+            installation_id: 77,
+        },
+    )
+    .await;
+    let credentials = Credentials::from_config(&GithubAuth::App {
+        app_id: 4242,
+        private_key: Secret::literal(&private_pem),
+        installation_id: 77,
+    })
+    .unwrap();
+    let client = GithubClient::new(&fake.url, credentials, 3_000).unwrap();
+    let metrics = Metrics::new();
+    let labels = vec!["self-hosted".to_owned()];
+    for name in ["a", "b"] {
+        client
+            .generate_jitconfig(&metrics, &org(), name, &labels, 1)
+            .await
+            .unwrap();
+    }
+    // The App's own hook is called with the App's JWT, not the installation token.
+    client
+        .list_failed_deliveries(&metrics, &Hook::App, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        fake.invalid(),
+        Vec::<String>::new(),
+        "every call authorised"
+    );
+    assert_eq!(
+        fake.calls(),
+        [
+            "POST /app/installations/77/access_tokens",
+            "POST /orgs/octo-org/actions/runners/generate-jitconfig",
+            "POST /orgs/octo-org/actions/runners/generate-jitconfig",
+            "GET /app/hook/deliveries",
+        ],
+        "one installation token, reused until near its expiry"
+    );
+    assert!(Credentials::from_config(&GithubAuth::App {
+        app_id: 1,
+        private_key: Secret::literal("not a key"),
+        installation_id: 1,
+    })
+    .is_err());
+}
+
+#[test]
+fn the_schema_check_catches_what_github_would_refuse() {
+    let operations: Vec<serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../../shared/fixtures/github/openapi/operations-summary.deref.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let op = |id: &str| {
+        operations
+            .iter()
+            .find(|o| o["operationId"] == id)
+            .unwrap()
+            .clone()
+    };
+    let jit = op("actions/generate-runner-jitconfig-for-org");
+    let schema = jit["requestBody"]
+        .get("schema")
+        .cloned()
+        .unwrap_or(jit["requestBody"].clone());
+    let check = |body: serde_json::Value| fake_github::validate(&body, &schema, "jit request");
+    assert!(check(serde_json::json!({"name": "r", "runner_group_id": 1, "labels": ["x"]})).is_ok());
+    assert!(
+        check(serde_json::json!({"name": "r", "labels": ["x"]})).is_err(),
+        "group missing"
+    );
+    assert!(check(serde_json::json!({"name": "r", "runner_group_id": 1, "labels": []})).is_err());
+    assert!(
+        check(serde_json::json!({"name": "r", "runner_group_id": "1", "labels": ["x"]})).is_err()
+    );
+    // GitHub's own job example lacks the required created_at.
+    let job = fake_github::example("actions__get-job-for-workflow-run.200.default.json");
+    let job_schema = &op("actions/get-job-for-workflow-run")["responses"]["200"]["schema"];
+    assert!(fake_github::validate(&job, job_schema, "job").is_err());
 }

@@ -43,6 +43,7 @@ fn config() -> Config {
             webhook_secrets: vec![Secret::literal(SECRET)],
             required_labels: vec!["self-hosted".into()],
             max_body_bytes: 256 * 1024,
+            ..defaults.github.clone()
         },
         ..defaults
     }

@@ -43,6 +43,7 @@ fn config(pools: Vec<PoolConfig>, required_labels: &[&str]) -> Config {
             webhook_secrets: vec![Secret::literal("old-secret"), Secret::literal(SECRET)],
             required_labels: required_labels.iter().map(|l| (*l).to_owned()).collect(),
             max_body_bytes: 64 * 1024,
+            ..defaults.github.clone()
         },
         server: runway_server::config::ServerConfig {
             admin_tokens: vec![Secret::literal(ADMIN)],

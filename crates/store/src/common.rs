@@ -27,6 +27,9 @@ pub(crate) struct RunnerApiStatements {
     pub runner_by_token: String,
     pub insert_setting: String,
     pub get_setting: String,
+    pub put_setting: String,
+    pub set_external_id: String,
+    pub get_external_id: String,
     pub put_log: String,
     pub get_log: String,
     pub add_report: String,
@@ -51,6 +54,13 @@ impl RunnerApiStatements {
                 "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING".into(),
             ),
             get_setting: sql("SELECT value FROM settings WHERE key = $1".into()),
+            put_setting: sql(
+                "INSERT INTO settings (key, value) VALUES ($1, $2) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+                    .into(),
+            ),
+            set_external_id: sql("UPDATE runners SET external_id = $2 WHERE id = $1".into()),
+            get_external_id: sql("SELECT external_id FROM runners WHERE id = $1".into()),
             put_log: sql(
                 "INSERT INTO job_logs (job_id, exit_code, log) VALUES ($1, $2, $3) \
                  ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log"
@@ -476,6 +486,43 @@ macro_rules! impl_store {
                 .fetch_one(self.writer())
                 .await?;
             Ok(value)
+        }
+
+        async fn get_setting(&self, key: &str) -> Result<Option<String>, StoreError> {
+            let value: Option<String> = sqlx::query_scalar(&self.inner.statements.runner_api.get_setting)
+                .bind(key)
+                .fetch_optional(self.reader())
+                .await?;
+            Ok(value)
+        }
+
+        async fn put_setting(&self, key: &str, value: &str) -> Result<(), StoreError> {
+            sqlx::query(&self.inner.statements.runner_api.put_setting)
+                .bind(key)
+                .bind(value)
+                .execute(self.writer())
+                .await?;
+            Ok(())
+        }
+
+        async fn set_runner_external_id(&self, runner: RunnerId, external_id: &str) -> Result<(), StoreError> {
+            let done = sqlx::query(&self.inner.statements.runner_api.set_external_id)
+                .bind(runner.0)
+                .bind(external_id)
+                .execute(self.writer())
+                .await?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::RunnerNotFound(runner));
+            }
+            Ok(())
+        }
+
+        async fn runner_external_id(&self, runner: RunnerId) -> Result<Option<String>, StoreError> {
+            let value: Option<Option<String>> = sqlx::query_scalar(&self.inner.statements.runner_api.get_external_id)
+                .bind(runner.0)
+                .fetch_optional(self.reader())
+                .await?;
+            Ok(value.flatten())
         }
 
         async fn find_runner_by_token(&self, token_hash: &str) -> Result<Option<Runner>, StoreError> {

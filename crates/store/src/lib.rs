@@ -324,6 +324,21 @@ pub trait Store: Send + Sync + 'static {
 
     async fn find_runner_by_token(&self, token_hash: &str) -> Result<Option<Runner>, StoreError>;
 
+    /// An installation-wide value (a cursor, say), if one was stored.
+    async fn get_setting(&self, key: &str) -> Result<Option<String>, StoreError>;
+
+    /// Stores (replacing) an installation-wide value.
+    async fn put_setting(&self, key: &str, value: &str) -> Result<(), StoreError>;
+
+    /// Records the id a runner has at its job source (GitHub's runner id).
+    async fn set_runner_external_id(
+        &self,
+        runner: RunnerId,
+        external_id: &str,
+    ) -> Result<(), StoreError>;
+
+    async fn runner_external_id(&self, runner: RunnerId) -> Result<Option<String>, StoreError>;
+
     /// Stores (replacing) the output tail and exit code a runner reported.
     async fn put_job_log(
         &self,

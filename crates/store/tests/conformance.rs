@@ -29,6 +29,7 @@ on_both_backends!(
     bound_registration_tokens_adopt_their_runner_record,
     the_controller_id_is_chosen_once,
     job_logs_are_replaced,
+    settings_and_external_ids_are_replaced,
 );
 
 mod cases {
@@ -452,6 +453,42 @@ mod cases {
     pub async fn the_controller_id_is_chosen_once(store: Arc<dyn Store>) {
         assert_eq!(store.controller_id("first").await.unwrap(), "first");
         assert_eq!(store.controller_id("second").await.unwrap(), "first");
+    }
+
+    pub async fn settings_and_external_ids_are_replaced(store: Arc<dyn Store>) {
+        assert_eq!(store.get_setting("cursor").await.unwrap(), None);
+        store.put_setting("cursor", "1").await.unwrap();
+        store.put_setting("cursor", "2").await.unwrap();
+        assert_eq!(
+            store.get_setting("cursor").await.unwrap().as_deref(),
+            Some("2")
+        );
+        let runner = store
+            .create_runner(
+                &NewRunner {
+                    name: "gh-1".into(),
+                    pool: "default".into(),
+                    provider: "sim".into(),
+                    labels: vec![],
+                },
+                at(0),
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.runner_external_id(runner.id).await.unwrap(), None);
+        store.set_runner_external_id(runner.id, "23").await.unwrap();
+        assert_eq!(
+            store
+                .runner_external_id(runner.id)
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("23")
+        );
+        assert!(matches!(
+            store.set_runner_external_id(RunnerId(999_999), "1").await,
+            Err(StoreError::RunnerNotFound(_))
+        ));
     }
 
     pub async fn job_logs_are_replaced(store: Arc<dyn Store>) {

@@ -1,11 +1,13 @@
-//! A client for the GitHub REST API operations runway needs (issue 9):
-//! just-in-time runner configurations, runner deregistration and job
-//! re-checks. Every request first asks the budget
+//! A client for the GitHub REST API operations runway needs: just-in-time
+//! runner configurations, runner deregistration, job re-checks and webhook
+//! redelivery. Every request first asks the budget
 //! (`runway_core::github_budget`) whether it may go, and every answer's
 //! rate-limit headers go back into it. Requests are counted in
 //! `runway_github_requests_total{operation,status}`.
 //!
-//! Not yet wired into the reconciler: see issue 9's closing note.
+//! Authentication is a token, or a GitHub App: a JWT signed with the App's
+//! key mints installation tokens (kept until five minutes before they
+//! expire) and itself authenticates the App's own webhook endpoints.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -25,6 +27,83 @@ use crate::metrics::Metrics;
 pub enum Target {
     Org(String),
     Repo { owner: String, name: String },
+}
+
+/// Whose webhook deliveries runway heals: the App's, or an organisation's or
+/// repository's hook. Written `app`, `orgs/ORG/hooks/ID` or
+/// `repos/OWNER/NAME/hooks/ID`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hook {
+    App,
+    Org {
+        org: String,
+        hook_id: u64,
+    },
+    Repo {
+        owner: String,
+        name: String,
+        hook_id: u64,
+    },
+}
+
+impl Hook {
+    fn deliveries_path(&self) -> String {
+        match self {
+            Hook::App => "/app/hook/deliveries".to_owned(),
+            Hook::Org { org, hook_id } => format!("/orgs/{org}/hooks/{hook_id}/deliveries"),
+            Hook::Repo {
+                owner,
+                name,
+                hook_id,
+            } => format!("/repos/{owner}/{name}/hooks/{hook_id}/deliveries"),
+        }
+    }
+}
+
+impl std::fmt::Display for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Hook::App => f.write_str("app"),
+            Hook::Org { org, hook_id } => write!(f, "orgs/{org}/hooks/{hook_id}"),
+            Hook::Repo {
+                owner,
+                name,
+                hook_id,
+            } => write!(f, "repos/{owner}/{name}/hooks/{hook_id}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Hook {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Hook, String> {
+        let parts: Vec<&str> = text.trim_matches('/').split('/').collect();
+        let id = |id: &str| id.parse::<u64>().ok().filter(|id| *id > 0);
+        let named = |part: &&str| !part.is_empty();
+        match parts.as_slice() {
+            ["app"] => Ok(Hook::App),
+            ["orgs", org, "hooks", hook_id] if named(org) => match id(hook_id) {
+                Some(hook_id) => Ok(Hook::Org {
+                    org: (*org).to_owned(),
+                    hook_id,
+                }),
+                None => Err(format!("{hook_id:?} is not a hook id")),
+            },
+            ["repos", owner, name, "hooks", hook_id] if named(owner) && named(name) => {
+                match id(hook_id) {
+                    Some(hook_id) => Ok(Hook::Repo {
+                        owner: (*owner).to_owned(),
+                        name: (*name).to_owned(),
+                        hook_id,
+                    }),
+                    None => Err(format!("{hook_id:?} is not a hook id")),
+                }
+            }
+            _ => Err(format!(
+                "{text:?} is not \"app\", \"orgs/ORG/hooks/ID\" or \"repos/OWNER/NAME/hooks/ID\""
+            )),
+        }
+    }
 }
 
 impl Target {
@@ -76,6 +155,71 @@ pub struct JobStatus {
     pub status: String,
     pub conclusion: Option<String>,
     pub runner_name: Option<String>,
+    #[serde(default)]
+    pub started_at: Option<String>,
+    #[serde(default)]
+    pub completed_at: Option<String>,
+}
+
+/// One webhook delivery as GitHub lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Delivery {
+    pub id: u64,
+    /// The `X-GitHub-Delivery` of the event, shared by its redeliveries.
+    pub guid: String,
+    pub delivered_at: String,
+    pub redelivery: bool,
+    pub status_code: u16,
+    pub event: String,
+    pub action: Option<String>,
+}
+
+/// One page of deliveries, newest first, and the cursor of the next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryPage {
+    pub deliveries: Vec<Delivery>,
+    pub next_cursor: Option<String>,
+}
+
+/// How runway proves who it is.
+pub enum Credentials {
+    Token(Secret),
+    App {
+        app_id: u64,
+        key: Box<jsonwebtoken::EncodingKey>,
+        installation_id: u64,
+    },
+}
+
+impl Credentials {
+    /// From `[github]`: a token, or an App whose PEM key must parse.
+    pub fn from_config(auth: &crate::config::GithubAuth) -> Result<Credentials, String> {
+        match auth {
+            crate::config::GithubAuth::Token(token) => Ok(Credentials::Token(token.clone())),
+            crate::config::GithubAuth::App {
+                app_id,
+                private_key,
+                installation_id,
+            } => {
+                let key = jsonwebtoken::EncodingKey::from_rsa_pem(private_key.expose().as_bytes())
+                    .map_err(|e| format!("not an RSA private key in PEM form ({e})"))?;
+                Ok(Credentials::App {
+                    app_id: *app_id,
+                    key: Box::new(key),
+                    installation_id: *installation_id,
+                })
+            }
+        }
+    }
+}
+
+/// Which identity a request goes out as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum As {
+    /// The token, or the App's installation.
+    Installation,
+    /// The App itself (its webhook's deliveries).
+    App,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,8 +232,37 @@ pub enum Deregistered {
 pub struct GithubClient {
     http: reqwest::Client,
     api_url: String,
-    token: Secret,
+    credentials: Credentials,
+    /// The App installation's token and when it expires.
+    installation_token: tokio::sync::Mutex<Option<(Secret, Timestamp)>>,
     budget: Mutex<Budget>,
+}
+
+/// An installation token is replaced this long before it expires.
+const TOKEN_REFRESH_MARGIN: Duration = Duration::from_secs(300);
+
+#[derive(serde::Serialize)]
+struct AppClaims {
+    iat: i64,
+    exp: i64,
+    iss: String,
+}
+
+/// The `cursor` of a `Link` header's `rel="next"` URL.
+fn next_cursor(headers: &HeaderMap) -> Option<String> {
+    let link = headers.get("link")?.to_str().ok()?;
+    link.split(',').find_map(|part| {
+        let (url, params) = part.split_once(';')?;
+        if !params.contains("rel=\"next\"") {
+            return None;
+        }
+        let url = url.trim().trim_start_matches('<').trim_end_matches('>');
+        let query = url.split_once('?')?.1;
+        query.split('&').find_map(|pair| {
+            let (key, value) = pair.split_once('=')?;
+            (key == "cursor").then(|| value.to_owned())
+        })
+    })
 }
 
 fn header_number(headers: &HeaderMap, name: &str) -> Option<u64> {
@@ -101,7 +274,7 @@ impl GithubClient {
     /// server's `https://HOST/api/v3`.
     pub fn new(
         api_url: &str,
-        token: Secret,
+        credentials: Credentials,
         max_requests_per_hour: u32,
     ) -> Result<GithubClient, String> {
         let http = reqwest::Client::builder()
@@ -112,9 +285,115 @@ impl GithubClient {
         Ok(GithubClient {
             http,
             api_url: api_url.trim_end_matches('/').to_owned(),
-            token,
+            credentials,
+            installation_token: tokio::sync::Mutex::new(None),
             budget: Mutex::new(Budget::new(max_requests_per_hour)),
         })
+    }
+
+    /// The client `[github]` describes, or `None` without credentials.
+    pub fn from_config(
+        config: &crate::config::GithubConfig,
+    ) -> Result<Option<GithubClient>, String> {
+        let Some(auth) = &config.auth else {
+            return Ok(None);
+        };
+        GithubClient::new(
+            &config.api_url,
+            Credentials::from_config(auth)?,
+            config.max_requests_per_hour,
+        )
+        .map(Some)
+    }
+
+    /// A JWT for the App, valid for nine minutes (GitHub allows ten), dated
+    /// a minute back for clock drift.
+    fn app_jwt(&self, operation: &'static str) -> Result<String, GithubError> {
+        let Credentials::App { app_id, key, .. } = &self.credentials else {
+            return Err(GithubError::Transport {
+                operation,
+                message: "this needs GitHub App credentials".into(),
+            });
+        };
+        let now = crate::service::now().as_millis() / 1000;
+        let claims = AppClaims {
+            iat: now - 60,
+            exp: now + 540,
+            iss: app_id.to_string(),
+        };
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256),
+            &claims,
+            key,
+        )
+        .map_err(|e| GithubError::Transport {
+            operation,
+            message: format!("cannot sign the App's JWT: {e}"),
+        })
+    }
+
+    /// The bearer credential for a request: the token, the App's JWT, or an
+    /// installation token (minted or refreshed first when needed).
+    async fn bearer(
+        &self,
+        metrics: &Metrics,
+        operation: &'static str,
+        who: As,
+    ) -> Result<String, GithubError> {
+        let installation_id = match (&self.credentials, who) {
+            (Credentials::Token(token), _) => return Ok(token.expose().to_owned()),
+            (Credentials::App { .. }, As::App) => return self.app_jwt(operation),
+            (
+                Credentials::App {
+                    installation_id, ..
+                },
+                As::Installation,
+            ) => *installation_id,
+        };
+        let mut cached = self.installation_token.lock().await;
+        let now = crate::service::now();
+        if let Some((token, expires_at)) = cached.as_ref() {
+            if now.plus(TOKEN_REFRESH_MARGIN) < *expires_at {
+                return Ok(token.expose().to_owned());
+            }
+        }
+        const MINT: &str = "installation_token";
+        let jwt = self.app_jwt(MINT)?;
+        let response = self
+            .http
+            .post(format!(
+                "{}/app/installations/{installation_id}/access_tokens",
+                self.api_url
+            ))
+            .bearer_auth(jwt)
+            .header("accept", "application/vnd.github+json")
+            .header("x-github-api-version", "2022-11-28")
+            .send()
+            .await
+            .map_err(|error| {
+                metrics.github_request(MINT, "error");
+                GithubError::Transport {
+                    operation: MINT,
+                    message: error.without_url().to_string(),
+                }
+            })?;
+        let status = response.status();
+        metrics.github_request(MINT, status.as_str());
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if status != StatusCode::CREATED {
+            return Err(GithubClient::refused(MINT, status, &body));
+        }
+        let token = body["token"].as_str().map(str::to_owned);
+        let expires_at = body["expires_at"].as_str().and_then(parse_time);
+        let (Some(token), Some(expires_at)) = (token, expires_at) else {
+            return Err(GithubError::Status {
+                operation: MINT,
+                status: status.as_u16(),
+                message: "the answer has no token or expires_at".into(),
+            });
+        };
+        *cached = Some((Secret::literal(&token), expires_at));
+        Ok(token)
     }
 
     /// What GitHub last said is left of the hour's requests.
@@ -122,15 +401,17 @@ impl GithubClient {
         self.budget.lock().ok()?.github_remaining(now)
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn send(
         &self,
         metrics: &Metrics,
         operation: &'static str,
         priority: Priority,
+        who: As,
         method: reqwest::Method,
         path: &str,
         body: Option<Value>,
-    ) -> Result<(StatusCode, Value), GithubError> {
+    ) -> Result<(StatusCode, HeaderMap, Value), GithubError> {
         let now = crate::service::now();
         {
             let mut budget = self.budget.lock().map_err(|_| GithubError::Transport {
@@ -145,10 +426,11 @@ impl GithubClient {
                 })?;
             budget.spend(now);
         }
+        let bearer = self.bearer(metrics, operation, who).await?;
         let mut request = self
             .http
             .request(method, format!("{}{path}", self.api_url))
-            .bearer_auth(self.token.expose())
+            .bearer_auth(bearer)
             .header("accept", "application/vnd.github+json")
             .header("x-github-api-version", "2022-11-28");
         if let Some(body) = body {
@@ -167,25 +449,32 @@ impl GithubClient {
         let status = response.status();
         let headers = response.headers().clone();
         let remaining = header_number(&headers, "x-ratelimit-remaining").map(|n| n as u32);
-        if let Ok(mut budget) = self.budget.lock() {
-            budget.observe(
-                remaining,
-                header_number(&headers, "x-ratelimit-limit").map(|n| n as u32),
-                header_number(&headers, "x-ratelimit-reset")
-                    .map(|s| Timestamp::from_millis(s as i64 * 1000)),
-                header_number(&headers, "retry-after").map(Duration::from_secs),
-                crate::service::now(),
-            );
+        // The App's own requests have a budget of their own.
+        if who == As::Installation || matches!(self.credentials, Credentials::Token(_)) {
+            self.observe(&headers, remaining);
         }
-        if let Some(remaining) = remaining {
+        metrics.github_request(operation, status.as_str());
+        if let Some(remaining) = remaining.filter(|_| who == As::Installation) {
             metrics
                 .github_rate_limit_remaining
                 .set(i64::from(remaining));
         }
-        metrics.github_request(operation, status.as_str());
         let text = response.text().await.unwrap_or_default();
         let value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Ok((status, value))
+        Ok((status, headers, value))
+    }
+
+    fn observe(&self, headers: &HeaderMap, remaining: Option<u32>) {
+        if let Ok(mut budget) = self.budget.lock() {
+            budget.observe(
+                remaining,
+                header_number(headers, "x-ratelimit-limit").map(|n| n as u32),
+                header_number(headers, "x-ratelimit-reset")
+                    .map(|s| Timestamp::from_millis(s as i64 * 1000)),
+                header_number(headers, "retry-after").map(Duration::from_secs),
+                crate::service::now(),
+            );
+        }
     }
 
     fn refused(operation: &'static str, status: StatusCode, body: &Value) -> GithubError {
@@ -212,11 +501,12 @@ impl GithubClient {
         runner_group_id: u64,
     ) -> Result<JitConfig, GithubError> {
         const OPERATION: &str = "generate_jitconfig";
-        let (status, body) = self
+        let (status, _, body) = self
             .send(
                 metrics,
                 OPERATION,
                 Priority::JitConfig,
+                As::Installation,
                 reqwest::Method::POST,
                 &format!("{}/generate-jitconfig", target.runners_path()),
                 Some(json!({
@@ -255,11 +545,12 @@ impl GithubClient {
         runner_id: u64,
     ) -> Result<Deregistered, GithubError> {
         const OPERATION: &str = "delete_runner";
-        let (status, body) = self
+        let (status, _, body) = self
             .send(
                 metrics,
                 OPERATION,
                 Priority::Deregister,
+                As::Installation,
                 reqwest::Method::DELETE,
                 &format!("{}/{runner_id}", target.runners_path()),
                 None,
@@ -282,11 +573,12 @@ impl GithubClient {
         job_id: u64,
     ) -> Result<JobStatus, GithubError> {
         const OPERATION: &str = "get_job";
-        let (status, body) = self
+        let (status, _, body) = self
             .send(
                 metrics,
                 OPERATION,
                 Priority::Recheck,
+                As::Installation,
                 reqwest::Method::GET,
                 &format!("/repos/{repository}/actions/jobs/{job_id}"),
                 None,
@@ -301,4 +593,84 @@ impl GithubClient {
             message: format!("unexpected job shape: {e}"),
         })
     }
+
+    fn hook_identity(hook: &Hook) -> As {
+        match hook {
+            Hook::App => As::App,
+            Hook::Org { .. } | Hook::Repo { .. } => As::Installation,
+        }
+    }
+
+    /// One page (up to 100, newest first) of the hook's failed deliveries,
+    /// from `cursor` on.
+    pub async fn list_failed_deliveries(
+        &self,
+        metrics: &Metrics,
+        hook: &Hook,
+        cursor: Option<&str>,
+    ) -> Result<DeliveryPage, GithubError> {
+        const OPERATION: &str = "list_deliveries";
+        let mut path = format!("{}?per_page=100&status=failure", hook.deliveries_path());
+        if let Some(cursor) = cursor {
+            path.push_str("&cursor=");
+            path.push_str(cursor);
+        }
+        let (status, headers, body) = self
+            .send(
+                metrics,
+                OPERATION,
+                Priority::Redeliver,
+                GithubClient::hook_identity(hook),
+                reqwest::Method::GET,
+                &path,
+                None,
+            )
+            .await?;
+        if status != StatusCode::OK {
+            return Err(GithubClient::refused(OPERATION, status, &body));
+        }
+        let deliveries = serde_json::from_value(body).map_err(|e| GithubError::Status {
+            operation: OPERATION,
+            status: status.as_u16(),
+            message: format!("unexpected deliveries shape: {e}"),
+        })?;
+        Ok(DeliveryPage {
+            deliveries,
+            next_cursor: next_cursor(&headers),
+        })
+    }
+
+    /// Asks GitHub to deliver `delivery` again.
+    pub async fn redeliver(
+        &self,
+        metrics: &Metrics,
+        hook: &Hook,
+        delivery: u64,
+    ) -> Result<(), GithubError> {
+        const OPERATION: &str = "redeliver";
+        let (status, _, body) = self
+            .send(
+                metrics,
+                OPERATION,
+                Priority::Redeliver,
+                GithubClient::hook_identity(hook),
+                reqwest::Method::POST,
+                &format!("{}/{delivery}/attempts", hook.deliveries_path()),
+                None,
+            )
+            .await?;
+        if status != StatusCode::ACCEPTED {
+            return Err(GithubClient::refused(OPERATION, status, &body));
+        }
+        Ok(())
+    }
+}
+
+/// An RFC 3339 time as a [`Timestamp`].
+pub fn parse_time(text: &str) -> Option<Timestamp> {
+    let parsed =
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    i64::try_from(parsed.unix_timestamp_nanos() / 1_000_000)
+        .ok()
+        .map(Timestamp::from_millis)
 }

@@ -1,5 +1,6 @@
 //! GitHub's side of intake: webhook signatures and `workflow_job` payloads.
 
 pub mod api;
+pub mod heal;
 pub mod payload;
 pub mod signature;

@@ -5,8 +5,6 @@
 
 use runway_core::Timestamp;
 use serde_json::Value;
-use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkflowJob {
@@ -63,12 +61,9 @@ fn optional_time(
     let Some(text) = optional_string(value, name)? else {
         return Ok(None);
     };
-    let parsed = OffsetDateTime::parse(&text, &Rfc3339)
-        .map_err(|_| field(name, format!("{text:?} is not an RFC 3339 timestamp")))?;
-    let millis = parsed.unix_timestamp_nanos() / 1_000_000;
-    Ok(Some(Timestamp::from_millis(
-        i64::try_from(millis).unwrap_or(i64::MAX),
-    )))
+    super::api::parse_time(&text)
+        .map(Some)
+        .ok_or_else(|| field(name, format!("{text:?} is not an RFC 3339 timestamp")))
 }
 
 fn kind(value: &Value) -> &'static str {

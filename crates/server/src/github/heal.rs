@@ -1,0 +1,339 @@
+//! Healing what webhooks lose. GitHub does not retry a delivery that
+//! failed, so runway does two things:
+//!
+//! - **re-checks**: a GitHub job still queued in the store after `[github]
+//!   recheck_after` is looked up (`GET …/actions/jobs/{id}`); if it started,
+//!   finished or was cancelled, the store is corrected exactly as the lost
+//!   webhook would have done, and the job stops creating demand;
+//! - **redelivery**: every `[github] redeliver_interval` the hook's failed
+//!   `workflow_job` deliveries since the last look are listed and each is
+//!   redelivered once, unless runway has that delivery after all.
+//!
+//! Both spend the request budget at the lowest priorities, so JIT configs
+//! and deregistrations always come first.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use runway_core::github::WorkflowJobAction;
+use runway_core::{JobId, JobSource, JobState, Timestamp};
+use runway_store::{JobFilter, StoreError};
+
+use super::api::{parse_time, Delivery, GithubClient, GithubError, Hook};
+use super::payload::WorkflowJob;
+use crate::metrics::ReasonLabel;
+use crate::service::Service;
+
+/// Pages of deliveries read per pass at most (100 each).
+const MAX_DELIVERY_PAGES: usize = 10;
+/// How far back the very first pass looks.
+const FIRST_LOOK_BACK: Duration = Duration::from_secs(3600);
+/// Each pass looks this far behind the last one, in case GitHub lists a
+/// delivery late; what was already redelivered is not asked again.
+const OVERLAP: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RecheckReport {
+    /// Jobs looked up.
+    pub checked: u32,
+    /// Jobs the store had wrong, now corrected.
+    pub corrected: u32,
+    /// Jobs left for a later pass because the budget said wait.
+    pub deferred: u32,
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RedeliverReport {
+    /// Failed `workflow_job` deliveries found.
+    pub failed: u32,
+    /// Of those, asked to be redelivered now.
+    pub redelivered: u32,
+}
+
+pub struct Healer {
+    service: Arc<Service>,
+    client: Arc<GithubClient>,
+    /// When each queued job was last looked up.
+    checked: Mutex<BTreeMap<JobId, Timestamp>>,
+    /// Deliveries this process asked GitHub to redeliver.
+    redelivered: Mutex<BTreeSet<u64>>,
+}
+
+impl Healer {
+    pub fn new(service: Arc<Service>, client: Arc<GithubClient>) -> Healer {
+        Healer {
+            service,
+            client,
+            checked: Mutex::new(BTreeMap::new()),
+            redelivered: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    fn count_recheck(&self, what: &str) {
+        self.service
+            .metrics
+            .github_job_rechecks
+            .get_or_create(&ReasonLabel {
+                reason: what.to_owned(),
+            })
+            .inc();
+    }
+
+    /// One pass over the queued GitHub jobs older than `recheck_after`,
+    /// each looked up at most once per `recheck_after`.
+    pub async fn recheck_once(&self, now: Timestamp) -> Result<RecheckReport, StoreError> {
+        let after = self.service.config.github.recheck_after;
+        let queued = self
+            .service
+            .store
+            .list_jobs(&JobFilter {
+                state: Some(JobState::Queued),
+                ..JobFilter::default()
+            })
+            .await?;
+        let due: Vec<_> = {
+            let Ok(mut checked) = self.checked.lock() else {
+                return Ok(RecheckReport::default());
+            };
+            // Forget jobs that are no longer queued.
+            let live: BTreeSet<JobId> = queued.iter().map(|j| j.id).collect();
+            checked.retain(|id, _| live.contains(id));
+            queued
+                .into_iter()
+                .filter(|job| job.source == JobSource::Github)
+                .filter(|job| now.since(job.created_at) >= after)
+                .filter(|job| {
+                    checked
+                        .get(&job.id)
+                        .is_none_or(|last| now.since(*last) >= after)
+                })
+                .collect()
+        };
+        let mut report = RecheckReport::default();
+        for (index, job) in due.iter().enumerate() {
+            let facts: serde_json::Value =
+                serde_json::from_str(&job.payload).unwrap_or(serde_json::Value::Null);
+            let (Some(repository), Ok(github_id)) =
+                (facts["repository"].as_str(), job.external_id.parse::<u64>())
+            else {
+                continue; // Nothing to look it up by.
+            };
+            let status = match self
+                .client
+                .get_job(&self.service.metrics, repository, github_id)
+                .await
+            {
+                Ok(status) => status,
+                Err(GithubError::Budget { .. }) => {
+                    report.deferred = (due.len() - index) as u32;
+                    break;
+                }
+                Err(error) => {
+                    self.count_recheck("error");
+                    tracing::warn!(job = %job.id, %error, "cannot re-check a queued GitHub job");
+                    continue;
+                }
+            };
+            report.checked += 1;
+            if let Ok(mut checked) = self.checked.lock() {
+                checked.insert(job.id, now);
+            }
+            let action = match status.status.as_str() {
+                "in_progress" if status.runner_name.is_some() => WorkflowJobAction::InProgress,
+                "completed" => WorkflowJobAction::Completed,
+                _ => {
+                    self.count_recheck("queued");
+                    continue; // Still waiting at GitHub too.
+                }
+            };
+            let observed = WorkflowJob {
+                action: action.as_str().to_owned(),
+                job_id: github_id,
+                run_id: facts["run_id"].as_u64(),
+                name: facts["name"].as_str().map(str::to_owned),
+                labels: job.labels.clone(),
+                runner_name: status.runner_name.clone().filter(|n| !n.is_empty()),
+                conclusion: status.conclusion.clone(),
+                repository: Some(repository.to_owned()),
+                workflow: facts["workflow"].as_str().map(str::to_owned),
+                created_at: facts["created_at_ms"].as_i64().map(Timestamp::from_millis),
+                started_at: status.started_at.as_deref().and_then(parse_time),
+                completed_at: status.completed_at.as_deref().and_then(parse_time),
+            };
+            match crate::intake::apply_observed(&self.service, &observed, action, now).await {
+                Ok("no_change") => self.count_recheck("queued"),
+                Ok(_) => {
+                    report.corrected += 1;
+                    let what = match action {
+                        WorkflowJobAction::InProgress => "started",
+                        _ => "completed",
+                    };
+                    self.count_recheck(what);
+                    tracing::info!(job = %job.id, github_job = github_id, status = %status.status, "re-check corrected a job whose webhook was lost");
+                }
+                Err(error) => {
+                    self.count_recheck("error");
+                    tracing::warn!(job = %job.id, error = %error.message, "cannot apply a re-check");
+                }
+            }
+        }
+        if report.corrected > 0 {
+            self.service.reconcile_wanted.notify_one();
+        }
+        Ok(report)
+    }
+
+    fn cursor_key(hook: &Hook) -> String {
+        format!("github.deliveries.{hook}.checked_until")
+    }
+
+    /// One pass over `hook`'s failed deliveries since the last pass.
+    pub async fn redeliver_once(
+        &self,
+        hook: &Hook,
+        now: Timestamp,
+    ) -> Result<RedeliverReport, StoreError> {
+        let store = &self.service.store;
+        let key = Healer::cursor_key(hook);
+        let checked_until = store
+            .get_setting(&key)
+            .await?
+            .and_then(|text| text.parse::<i64>().ok())
+            .map(Timestamp::from_millis);
+        let since = match checked_until {
+            Some(until) => Timestamp::from_millis(until.as_millis() - OVERLAP.as_millis() as i64),
+            None => Timestamp::from_millis(now.as_millis() - FIRST_LOOK_BACK.as_millis() as i64),
+        };
+        let mut newest = checked_until.unwrap_or(since);
+        let mut candidates: Vec<Delivery> = Vec::new();
+        let mut guids = BTreeSet::new();
+        let mut cursor: Option<String> = None;
+        let mut complete = false;
+        for _ in 0..MAX_DELIVERY_PAGES {
+            let page = match self
+                .client
+                .list_failed_deliveries(&self.service.metrics, hook, cursor.as_deref())
+                .await
+            {
+                Ok(page) => page,
+                Err(error) => {
+                    tracing::warn!(%hook, %error, "cannot list webhook deliveries; next interval");
+                    return Ok(RedeliverReport::default());
+                }
+            };
+            let mut reached_old = false;
+            for delivery in page.deliveries {
+                let Some(at) = parse_time(&delivery.delivered_at) else {
+                    continue;
+                };
+                if at <= since {
+                    reached_old = true;
+                    break; // Newest first: the rest were seen before.
+                }
+                newest = newest.max(at);
+                let failed = !(200..400).contains(&delivery.status_code);
+                if delivery.event != "workflow_job" || delivery.redelivery || !failed {
+                    continue;
+                }
+                if guids.insert(delivery.guid.clone()) {
+                    candidates.push(delivery);
+                }
+            }
+            match page.next_cursor {
+                Some(next) if !reached_old => cursor = Some(next),
+                _ => {
+                    complete = true;
+                    break;
+                }
+            }
+        }
+        let mut report = RedeliverReport::default();
+        let mut all_done = complete;
+        // Oldest first: a job's `queued` before its `completed`.
+        for delivery in candidates.iter().rev() {
+            let already = self
+                .redelivered
+                .lock()
+                .map(|done| done.contains(&delivery.id))
+                .unwrap_or(false);
+            if already || store.delivery_seen(&delivery.guid).await? {
+                continue; // Asked before, or it reached runway after all.
+            }
+            report.failed += 1;
+            match self
+                .client
+                .redeliver(&self.service.metrics, hook, delivery.id)
+                .await
+            {
+                Ok(()) => {
+                    if let Ok(mut done) = self.redelivered.lock() {
+                        done.insert(delivery.id);
+                    }
+                    self.service.metrics.github_redeliveries.inc();
+                    report.redelivered += 1;
+                    tracing::info!(%hook, delivery = delivery.id, guid = %delivery.guid, action = ?delivery.action, "asked GitHub to redeliver a failed webhook");
+                }
+                Err(error) => {
+                    all_done = false;
+                    tracing::warn!(%hook, delivery = delivery.id, %error, "cannot redeliver; next interval");
+                    if matches!(error, GithubError::Budget { .. }) {
+                        break;
+                    }
+                }
+            }
+        }
+        if all_done {
+            store
+                .put_setting(&key, &newest.as_millis().to_string())
+                .await?;
+        }
+        Ok(report)
+    }
+}
+
+/// How often queued jobs are looked at: often enough that a job is
+/// re-checked soon after it becomes due.
+pub fn recheck_period(recheck_after: Duration) -> Duration {
+    (recheck_after / 5).clamp(Duration::from_secs(1), Duration::from_secs(60))
+}
+
+/// Runs re-checks and, when `[github] deliveries` names a hook,
+/// redelivery, until `shutdown` flips.
+pub async fn run(healer: Arc<Healer>, shutdown: tokio::sync::watch::Receiver<bool>) {
+    let config = &healer.service.config.github;
+    let rechecks = {
+        let healer = healer.clone();
+        crate::background::every(
+            "github_recheck",
+            recheck_period(config.recheck_after),
+            shutdown.clone(),
+            move || {
+                let healer = healer.clone();
+                async move { healer.recheck_once(crate::service::now()).await.map(|_| ()) }
+            },
+        )
+    };
+    let Some(hook) = config.deliveries.clone() else {
+        rechecks.await;
+        return;
+    };
+    let redeliveries = {
+        let healer = healer.clone();
+        crate::background::every(
+            "github_redeliver",
+            config.redeliver_interval,
+            shutdown,
+            move || {
+                let (healer, hook) = (healer.clone(), hook.clone());
+                async move {
+                    healer
+                        .redeliver_once(&hook, crate::service::now())
+                        .await
+                        .map(|_| ())
+                }
+            },
+        )
+    };
+    tokio::join!(rechecks, redeliveries);
+}

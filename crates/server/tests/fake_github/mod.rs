@@ -1,0 +1,723 @@
+//! A fake GitHub API for tests: an axum server on loopback that answers with
+//! the shapes of GitHub's own examples (`../shared/fixtures/github/openapi`),
+//! checks every request and answer against the operation's OpenAPI schema,
+//! counts down a rate limit, lags the `busy` flag it shows on runners,
+//! refuses to delete a runner that runs a job with 422, records every call,
+//! and delivers webhooks to runway (or "drops" them, recording a failed
+//! delivery that a redelivery request then really delivers).
+//!
+//! Authentication is a fixed token, or a GitHub App: a JWT (RS256, checked
+//! against the App's public key) mints installation tokens.
+
+#![allow(dead_code)] // Each test file uses a part.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+pub const TOKEN: &str = "ghp_test-token-not-real";
+pub const HOOK_SECRET: &str = "fake-github-hook-secret";
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/github")
+}
+
+pub fn example(name: &str) -> Value {
+    let text = std::fs::read_to_string(fixtures().join("openapi/examples").join(name)).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn operations() -> &'static Vec<Value> {
+    static OPERATIONS: std::sync::OnceLock<Vec<Value>> = std::sync::OnceLock::new();
+    OPERATIONS.get_or_init(|| {
+        let text =
+            std::fs::read_to_string(fixtures().join("openapi/operations-summary.deref.json"))
+                .unwrap();
+        serde_json::from_str(&text).unwrap()
+    })
+}
+
+fn operation(id: &str) -> &'static Value {
+    operations()
+        .iter()
+        .find(|o| o["operationId"] == id)
+        .unwrap_or_else(|| panic!("no operation {id} in the fixtures"))
+}
+
+/// Checks `value` against a (dereferenced) OpenAPI schema: types, required
+/// keys, no unknown keys where properties are listed, nullability, enums,
+/// array items; recursively.
+pub fn validate(value: &Value, schema: &Value, at: &str) -> Result<(), String> {
+    if value.is_null() {
+        return if schema["nullable"] == true || schema.get("type").is_none() {
+            Ok(())
+        } else {
+            Err(format!("{at}: null where {} is required", schema["type"]))
+        };
+    }
+    if let Some(options) = schema["enum"].as_array() {
+        if !options.contains(value) {
+            return Err(format!("{at}: {value} is not one of {options:?}"));
+        }
+    }
+    let ok = match schema["type"].as_str() {
+        None => true,
+        Some("string") => value.is_string(),
+        Some("integer") => value.is_i64() || value.is_u64(),
+        Some("number") => value.is_number(),
+        Some("boolean") => value.is_boolean(),
+        Some("array") => value.is_array(),
+        Some("object") => value.is_object(),
+        Some(_) => true,
+    };
+    if !ok {
+        return Err(format!("{at}: {value} is not a {}", schema["type"]));
+    }
+    if let Some(items) = value.as_array() {
+        if let Some(min) = schema["minItems"].as_u64() {
+            if (items.len() as u64) < min {
+                return Err(format!("{at}: fewer than {min} items"));
+            }
+        }
+        for (i, item) in items.iter().enumerate() {
+            validate(item, &schema["items"], &format!("{at}[{i}]"))?;
+        }
+    }
+    if let Some(object) = value.as_object() {
+        for required in schema["required"].as_array().into_iter().flatten() {
+            let key = required.as_str().unwrap_or_default();
+            if !object.contains_key(key) {
+                return Err(format!("{at}: missing {key}"));
+            }
+        }
+        if let Some(properties) = schema["properties"].as_object() {
+            for (key, item) in object {
+                match properties.get(key) {
+                    Some(property) => validate(item, property, &format!("{at}.{key}"))?,
+                    None if schema["additionalProperties"] == false
+                        || !properties.is_empty() && at.ends_with("request") =>
+                    {
+                        return Err(format!("{at}: unknown property {key}"))
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn request_schema(id: &str) -> Value {
+    let body = &operation(id)["requestBody"];
+    body.get("schema").cloned().unwrap_or_else(|| body.clone())
+}
+
+fn response_schema(id: &str, status: StatusCode) -> Option<Value> {
+    operation(id)["responses"][status.as_str()]
+        .get("schema")
+        .cloned()
+}
+
+#[derive(Debug, Clone)]
+pub struct FakeRunner {
+    pub name: String,
+    pub labels: Vec<String>,
+    /// The job GitHub gave it.
+    pub job: Option<u64>,
+    /// Since when its `busy` flag shows the job (the flag lags).
+    pub busy_shown_from: Option<Instant>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FakeJob {
+    pub id: u64,
+    pub status: String,
+    pub conclusion: Option<String>,
+    pub runner_name: Option<String>,
+    pub labels: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FakeDelivery {
+    pub id: u64,
+    pub guid: String,
+    pub delivered_at: String,
+    pub redelivery: bool,
+    pub status_code: u16,
+    pub action: String,
+    pub body: Vec<u8>,
+}
+
+pub enum Auth {
+    Token,
+    App {
+        app_id: u64,
+        public_pem: Vec<u8>,
+        installation_id: u64,
+    },
+}
+
+pub struct Fake {
+    /// `METHOD /path` of every call, in order.
+    pub calls: Vec<String>,
+    /// What GitHub's rate limit has left.
+    pub remaining: u32,
+    pub runners: BTreeMap<u64, FakeRunner>,
+    pub jobs: BTreeMap<u64, FakeJob>,
+    pub deliveries: Vec<FakeDelivery>,
+    /// Requests or answers that do not match the OpenAPI schemas.
+    pub invalid: Vec<String>,
+    /// How long a runner's `busy` flag lags its job.
+    pub busy_lag: Duration,
+    /// Where webhooks go: runway's `/webhooks/github`.
+    pub webhook_url: Option<String>,
+    pub auth: Auth,
+    pub installation_tokens: Vec<String>,
+    next_runner: u64,
+    next_delivery: u64,
+}
+
+pub type Shared = Arc<Mutex<Fake>>;
+
+pub struct FakeGithub {
+    pub url: String,
+    pub state: Shared,
+}
+
+fn now_rfc3339(offset: Duration) -> String {
+    let at = time::OffsetDateTime::now_utc() + offset;
+    at.format(&time::format_description::well_known::Rfc3339)
+        .unwrap()
+}
+
+impl FakeGithub {
+    pub async fn start(remaining: u32, auth: Auth) -> FakeGithub {
+        let state: Shared = Arc::new(Mutex::new(Fake {
+            calls: Vec::new(),
+            remaining,
+            runners: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            deliveries: Vec::new(),
+            invalid: Vec::new(),
+            busy_lag: Duration::from_secs(3600),
+            webhook_url: None,
+            auth,
+            installation_tokens: Vec::new(),
+            next_runner: 23,
+            next_delivery: 1000,
+        }));
+        let router = Router::new().fallback(handle).with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        FakeGithub {
+            url: format!("http://{address}"),
+            state,
+        }
+    }
+
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Fake> {
+        self.state.lock().unwrap()
+    }
+
+    pub fn calls(&self) -> Vec<String> {
+        self.lock().calls.clone()
+    }
+
+    pub fn calls_starting(&self, prefix: &str) -> usize {
+        self.lock()
+            .calls
+            .iter()
+            .filter(|c| c.starts_with(prefix))
+            .count()
+    }
+
+    pub fn invalid(&self) -> Vec<String> {
+        self.lock().invalid.clone()
+    }
+
+    /// A job GitHub queued, with labels.
+    pub fn queue_job(&self, id: u64, labels: &[&str]) {
+        self.lock().jobs.insert(
+            id,
+            FakeJob {
+                id,
+                status: "queued".into(),
+                conclusion: None,
+                runner_name: None,
+                labels: labels.iter().map(|l| l.to_string()).collect(),
+            },
+        );
+    }
+
+    /// GitHub hands job `id` to the runner named `runner`.
+    pub fn start_job(&self, id: u64, runner: &str) {
+        let mut fake = self.lock();
+        let lag = fake.busy_lag;
+        if let Some(r) = fake.runners.values_mut().find(|r| r.name == runner) {
+            r.job = Some(id);
+            r.busy_shown_from = Some(Instant::now() + lag);
+        }
+        if let Some(job) = fake.jobs.get_mut(&id) {
+            job.status = "in_progress".into();
+            job.runner_name = Some(runner.to_owned());
+        }
+    }
+
+    /// The job ends; an ephemeral runner then leaves GitHub by itself.
+    pub fn complete_job(&self, id: u64, conclusion: &str) {
+        let mut fake = self.lock();
+        if let Some(job) = fake.jobs.get_mut(&id) {
+            job.status = "completed".into();
+            job.conclusion = Some(conclusion.to_owned());
+        }
+        fake.runners.retain(|_, r| r.job != Some(id));
+    }
+
+    pub fn runner_id(&self, name: &str) -> Option<u64> {
+        self.lock()
+            .runners
+            .iter()
+            .find(|(_, r)| r.name == name)
+            .map(|(id, _)| *id)
+    }
+
+    /// The `workflow_job` webhook GitHub would send for job `id` now.
+    pub fn webhook(&self, id: u64, action: &str) -> Vec<u8> {
+        let fake = self.lock();
+        let job = fake.jobs.get(&id).expect("a known job");
+        let text =
+            std::fs::read_to_string(fixtures().join("webhooks/workflow_job.in_progress.3.json"))
+                .unwrap();
+        let mut body: Value = serde_json::from_str(&text).unwrap();
+        body["action"] = action.into();
+        let w = &mut body["workflow_job"];
+        w["id"] = id.into();
+        w["labels"] = json!(job.labels);
+        w["status"] = action.into();
+        w["conclusion"] = json!(if action == "completed" {
+            job.conclusion.clone()
+        } else {
+            None
+        });
+        w["runner_name"] = json!(if action == "queued" {
+            None
+        } else {
+            job.runner_name.clone()
+        });
+        serde_json::to_vec(&body).unwrap()
+    }
+
+    /// GitHub delivers (or, with `drop`, fails to deliver) job `id`'s
+    /// `action` webhook. Returns runway's status (0 when dropped).
+    pub async fn deliver(&self, id: u64, action: &str, drop: bool) -> u16 {
+        let body = self.webhook(id, action);
+        let guid = format!("guid-{id}-{action}");
+        self.send_delivery(guid, action.to_owned(), body, false, drop)
+            .await
+    }
+
+    async fn send_delivery(
+        &self,
+        guid: String,
+        action: String,
+        body: Vec<u8>,
+        redelivery: bool,
+        drop: bool,
+    ) -> u16 {
+        send_delivery(&self.state, guid, action, body, redelivery, drop).await
+    }
+}
+
+async fn send_delivery(
+    state: &Shared,
+    guid: String,
+    action: String,
+    body: Vec<u8>,
+    redelivery: bool,
+    drop: bool,
+) -> u16 {
+    let url = state.lock().unwrap().webhook_url.clone();
+    let status_code = match (drop, url) {
+        (false, Some(url)) => {
+            let signature = runway_server::github::signature::sign(HOOK_SECRET.as_bytes(), &body);
+            match reqwest::Client::new()
+                .post(url)
+                .header("content-type", "application/json")
+                .header("x-github-event", "workflow_job")
+                .header("x-github-delivery", &guid)
+                .header("x-hub-signature-256", signature)
+                .body(body.clone())
+                .send()
+                .await
+            {
+                Ok(response) => response.status().as_u16(),
+                Err(_) => 502,
+            }
+        }
+        // A delivery that never reached runway (GitHub shows a timeout).
+        _ => 504,
+    };
+    let mut fake = state.lock().unwrap();
+    fake.next_delivery += 1;
+    let id = fake.next_delivery;
+    fake.deliveries.push(FakeDelivery {
+        id,
+        guid,
+        delivered_at: now_rfc3339(Duration::ZERO),
+        redelivery,
+        status_code,
+        action,
+        body,
+    });
+    status_code
+}
+
+/// Answers with rate-limit headers, checking the body against the
+/// operation's response schema.
+fn answer(fake: &mut Fake, operation: &str, status: StatusCode, body: Value) -> Response {
+    if let Some(schema) = response_schema(operation, status) {
+        if let Err(problem) = validate(&body, &schema, &format!("{operation} response")) {
+            fake.invalid.push(problem);
+        }
+    }
+    fake.remaining = fake.remaining.saturating_sub(1);
+    let mut headers = HeaderMap::new();
+    headers.insert("x-ratelimit-limit", "5000".parse().unwrap());
+    headers.insert(
+        "x-ratelimit-remaining",
+        fake.remaining.to_string().parse().unwrap(),
+    );
+    let reset = time::OffsetDateTime::now_utc().unix_timestamp() + 3600;
+    headers.insert("x-ratelimit-reset", reset.to_string().parse().unwrap());
+    if body.is_null() {
+        (status, headers).into_response()
+    } else {
+        (status, headers, Json(body)).into_response()
+    }
+}
+
+fn check_request(fake: &mut Fake, operation: &str, body: &Value) {
+    if let Err(problem) = validate(
+        body,
+        &request_schema(operation),
+        &format!("{operation} request"),
+    ) {
+        fake.invalid.push(problem);
+    }
+}
+
+fn bearer(headers: &HeaderMap) -> String {
+    headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Whether the caller may call an installation (or token) endpoint.
+fn authorised(fake: &Fake, headers: &HeaderMap) -> bool {
+    let presented = bearer(headers);
+    match &fake.auth {
+        Auth::Token => presented == TOKEN,
+        Auth::App { .. } => fake.installation_tokens.contains(&presented),
+    }
+}
+
+/// Whether the caller presents a valid JWT of the App.
+fn app_jwt_valid(fake: &Fake, headers: &HeaderMap) -> bool {
+    let Auth::App {
+        app_id, public_pem, ..
+    } = &fake.auth
+    else {
+        return false;
+    };
+    let Ok(key) = jsonwebtoken::DecodingKey::from_rsa_pem(public_pem) else {
+        return false;
+    };
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::RS256);
+    validation.set_issuer(&[app_id.to_string()]);
+    validation.set_required_spec_claims(&["exp", "iat", "iss"]);
+    jsonwebtoken::decode::<Value>(&bearer(headers), &key, &validation).is_ok()
+}
+
+fn unauthorised(fake: &mut Fake, call: &str) -> Response {
+    fake.invalid.push(format!("unauthorised: {call}"));
+    (
+        StatusCode::UNAUTHORIZED,
+        Json(json!({"message": "Bad credentials"})),
+    )
+        .into_response()
+}
+
+async fn handle(
+    State(state): State<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path = uri.path().to_owned();
+    let query = uri.query().unwrap_or_default().to_owned();
+    let json_body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let call = format!("{method} {path}");
+    // The target's prefix (orgs/X or repos/O/N) and the rest.
+    let (scope, rest): (&str, &[&str]) = match segments.as_slice() {
+        ["orgs", _, rest @ ..] => ("org", rest),
+        ["repos", _, _, rest @ ..] => ("repo", rest),
+        ["app", rest @ ..] => ("app", rest),
+        _ => ("", &[]),
+    };
+    let mut redeliver: Option<(String, String, Vec<u8>)> = None;
+    let response = {
+        let mut fake = state.lock().unwrap();
+        fake.calls.push(call.clone());
+        // Installation tokens: the App's JWT mints them.
+        if method == Method::POST
+            && scope == "app"
+            && matches!(rest, ["installations", _, "access_tokens"])
+        {
+            if !app_jwt_valid(&fake, &headers) {
+                return unauthorised(&mut fake, &call);
+            }
+            let token = format!("ghs_fake{}", fake.installation_tokens.len() + 1);
+            fake.installation_tokens.push(token.clone());
+            return (
+                StatusCode::CREATED,
+                Json(json!({"token": token, "expires_at": now_rfc3339(Duration::from_secs(3600))})),
+            )
+                .into_response();
+        }
+        let app_endpoint = scope == "app";
+        let allowed = if app_endpoint {
+            app_jwt_valid(&fake, &headers)
+        } else {
+            authorised(&fake, &headers)
+        };
+        if !allowed {
+            return unauthorised(&mut fake, &call);
+        }
+        match (method.clone(), rest) {
+            (Method::POST, ["actions", "runners", "generate-jitconfig"]) => {
+                let operation = format!("actions/generate-runner-jitconfig-for-{scope}");
+                check_request(&mut fake, &operation, &json_body);
+                let mut answer_body = example(&format!(
+                    "actions__generate-runner-jitconfig-for-{scope}.201.default.json"
+                ));
+                let id = fake.next_runner;
+                fake.next_runner += 1;
+                let name = json_body["name"].as_str().unwrap_or_default().to_owned();
+                answer_body["runner"]["id"] = id.into();
+                answer_body["runner"]["name"] = name.clone().into();
+                answer_body["encoded_jit_config"] = format!("jit-{id}-{name}").into();
+                let labels = json_body["labels"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|l| l.as_str().map(str::to_owned))
+                    .collect();
+                fake.runners.insert(
+                    id,
+                    FakeRunner {
+                        name,
+                        labels,
+                        job: None,
+                        busy_shown_from: None,
+                    },
+                );
+                answer(&mut fake, &operation, StatusCode::CREATED, answer_body)
+            }
+            (Method::DELETE, ["actions", "runners", id]) => {
+                let operation = format!("actions/delete-self-hosted-runner-from-{scope}");
+                let id: u64 = id.parse().unwrap_or(0);
+                // The truth, not the lagging flag, decides.
+                let (status, body) = match fake.runners.get(&id) {
+                    Some(runner) if runner.job.is_some() => (
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        json!({"message": format!("Bad request - Runner \"{}\" is still running a job\"", runner.name), "documentation_url": "https://docs.github.com/rest"}),
+                    ),
+                    Some(_) => {
+                        fake.runners.remove(&id);
+                        (StatusCode::NO_CONTENT, Value::Null)
+                    }
+                    None => (
+                        StatusCode::NOT_FOUND,
+                        json!({"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}),
+                    ),
+                };
+                answer(&mut fake, &operation, status, body)
+            }
+            (Method::GET, ["actions", "runners", id]) => {
+                let operation = format!("actions/get-self-hosted-runner-for-{scope}");
+                let id: u64 = id.parse().unwrap_or(0);
+                match fake.runners.get(&id).cloned() {
+                    Some(runner) => {
+                        let mut body = example(&format!(
+                            "actions__get-self-hosted-runner-for-{scope}.200.default.json"
+                        ));
+                        body["id"] = id.into();
+                        body["name"] = runner.name.into();
+                        body["busy"] = runner
+                            .busy_shown_from
+                            .is_some_and(|from| Instant::now() >= from)
+                            .into();
+                        answer(&mut fake, &operation, StatusCode::OK, body)
+                    }
+                    None => answer(
+                        &mut fake,
+                        &operation,
+                        StatusCode::NOT_FOUND,
+                        json!({"message": "Not Found"}),
+                    ),
+                }
+            }
+            (Method::GET, ["actions", "jobs", id]) => {
+                let operation = "actions/get-job-for-workflow-run";
+                let id: u64 = id.parse().unwrap_or(0);
+                match fake.jobs.get(&id).cloned() {
+                    Some(job) => {
+                        let mut body =
+                            example("actions__get-job-for-workflow-run.200.default.json");
+                        body["id"] = id.into();
+                        body["status"] = job.status.clone().into();
+                        body["conclusion"] = json!(job.conclusion);
+                        body["runner_name"] = json!(job.runner_name);
+                        body["labels"] = json!(job.labels);
+                        // GitHub's example lacks this required field.
+                        body["created_at"] = "2019-08-08T08:00:00Z".into();
+                        if job.status == "queued" {
+                            body["completed_at"] = Value::Null;
+                            body["runner_id"] = Value::Null;
+                            body["runner_group_id"] = Value::Null;
+                            body["runner_group_name"] = Value::Null;
+                        }
+                        answer(&mut fake, operation, StatusCode::OK, body)
+                    }
+                    None => answer(
+                        &mut fake,
+                        operation,
+                        StatusCode::NOT_FOUND,
+                        json!({"message": "Not Found"}),
+                    ),
+                }
+            }
+            (Method::GET, [.., "deliveries"]) => {
+                let operation = match scope {
+                    "app" => "apps/list-webhook-deliveries",
+                    "org" => "orgs/list-webhook-deliveries",
+                    _ => "repos/list-webhook-deliveries",
+                };
+                let failures_only = query.contains("status=failure");
+                // Newest first, two per page, so callers must follow the
+                // Link header.
+                let all: Vec<FakeDelivery> = fake
+                    .deliveries
+                    .iter()
+                    .rev()
+                    .filter(|d| !failures_only || d.status_code >= 400)
+                    .cloned()
+                    .collect();
+                let start: usize = query
+                    .split('&')
+                    .find_map(|p| p.strip_prefix("cursor=v1_"))
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0);
+                let page: Vec<Value> = all
+                    .iter()
+                    .skip(start)
+                    .take(2)
+                    .map(|d| {
+                        json!({
+                            "id": d.id, "guid": d.guid, "delivered_at": d.delivered_at,
+                            "redelivery": d.redelivery, "duration": 0.1,
+                            "status": if d.status_code < 400 { "OK" } else { "Failed" },
+                            "status_code": d.status_code, "event": "workflow_job",
+                            "action": d.action, "installation_id": 123,
+                            "repository_id": 456, "throttled_at": null,
+                        })
+                    })
+                    .collect();
+                let mut response = answer(&mut fake, operation, StatusCode::OK, Value::Array(page));
+                if start + 2 < all.len() {
+                    let link = format!(
+                        "<http://fake{path}?per_page=2&cursor=v1_{}>; rel=\"next\"",
+                        start + 2
+                    );
+                    response.headers_mut().insert("link", link.parse().unwrap());
+                }
+                response
+            }
+            (Method::POST, [.., "deliveries", id, "attempts"]) => {
+                let operation = match scope {
+                    "app" => "apps/redeliver-webhook-delivery",
+                    "org" => "orgs/redeliver-webhook-delivery",
+                    _ => "repos/redeliver-webhook-delivery",
+                };
+                let id: u64 = id.parse().unwrap_or(0);
+                match fake.deliveries.iter().find(|d| d.id == id).cloned() {
+                    Some(original) => {
+                        redeliver = Some((original.guid, original.action, original.body));
+                        answer(&mut fake, operation, StatusCode::ACCEPTED, json!({}))
+                    }
+                    None => answer(
+                        &mut fake,
+                        operation,
+                        StatusCode::NOT_FOUND,
+                        json!({"message": "Not Found"}),
+                    ),
+                }
+            }
+            _ => (StatusCode::NOT_FOUND, Json(json!({"message": "Not Found"}))).into_response(),
+        }
+    };
+    if let Some((guid, action, body)) = redeliver {
+        // GitHub redelivers shortly after it accepted the request.
+        let state = state.clone();
+        tokio::spawn(async move {
+            send_delivery(&state, guid, action, body, true, false).await;
+        });
+    }
+    response
+}
+
+/// A fresh RSA key pair (PEM private, PEM public) from `openssl`, for App
+/// authentication tests; `None` when openssl is not installed.
+pub fn rsa_key_pair(dir: &std::path::Path) -> Option<(String, Vec<u8>)> {
+    let private = dir.join("app.pem");
+    let public = dir.join("app.pub.pem");
+    let ok = std::process::Command::new("openssl")
+        .args(["genrsa", "-out"])
+        .arg(&private)
+        .arg("2048")
+        .stderr(std::process::Stdio::null())
+        .status()
+        .ok()?
+        .success()
+        && std::process::Command::new("openssl")
+            .args(["rsa", "-pubout", "-in"])
+            .arg(&private)
+            .arg("-out")
+            .arg(&public)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .ok()?
+            .success();
+    ok.then(|| {
+        (
+            std::fs::read_to_string(&private).unwrap(),
+            std::fs::read(&public).unwrap(),
+        )
+    })
+}

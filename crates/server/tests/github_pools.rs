@@ -1,0 +1,445 @@
+//! GitHub pools end to end against the fake GitHub: runway's HTTP server
+//! on loopback receives the fake's webhooks, the reconciler creates JIT
+//! runners through a sim provider and deregisters before it deletes, and
+//! the healer re-checks old queued jobs and redelivers failed webhooks.
+
+mod fake_github;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use fake_github::{Auth, FakeGithub, HOOK_SECRET, TOKEN};
+use runway_core::planner::Offer;
+use runway_core::{JobSource, JobState, RunnerState, Timestamp};
+use runway_providers::sim::{BootTime, SimConfig, SimProvider};
+use runway_providers::{CreateRequest, Instance, InstanceId, ManualClock, Provider, ProviderError};
+use runway_server::config::{Config, GithubAuth, PoolConfig, PoolGithub, Secret};
+use runway_server::github::api::{Hook, Target};
+use runway_server::github::heal::Healer;
+use runway_server::reconciler::Reconciler;
+use runway_server::Service;
+use runway_store::SqliteStore;
+
+/// A sim provider that remembers what each create was given.
+struct Recording {
+    inner: SimProvider,
+    requests: Mutex<Vec<CreateRequest>>,
+}
+
+#[async_trait]
+impl Provider for Recording {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn create(&self, request: &CreateRequest) -> Result<Instance, ProviderError> {
+        self.requests.lock().unwrap().push(request.clone());
+        self.inner.create(request).await
+    }
+    async fn delete(&self, id: &InstanceId) -> Result<(), ProviderError> {
+        self.inner.delete(id).await
+    }
+    async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
+        self.inner.list().await
+    }
+    fn bid(&self, pool: &str, capacity: u32) -> Vec<Offer> {
+        self.inner.bid(pool, capacity)
+    }
+}
+
+const LABELS: [&str; 2] = ["self-hosted", "linux"];
+
+struct Harness {
+    fake: FakeGithub,
+    service: Arc<Service>,
+    provider: Arc<Recording>,
+    reconciler: Reconciler,
+    healer: Arc<Healer>,
+    _dir: tempfile::TempDir,
+}
+
+fn config(fake: &FakeGithub) -> Config {
+    let mut config = Config {
+        pools: vec![PoolConfig {
+            name: "gh".into(),
+            labels: LABELS.iter().map(|l| l.to_string()).collect(),
+            min_idle: 0,
+            max_runners: 4,
+            idle_grace: Duration::ZERO,
+            github: Some(PoolGithub {
+                target: Target::Org("octo-org".into()),
+                runner_group_id: 1,
+            }),
+            ..PoolConfig::default()
+        }],
+        ..Config::default()
+    };
+    config.github.api_url = fake.url.clone();
+    config.github.auth = Some(GithubAuth::Token(Secret::literal(TOKEN)));
+    config.github.webhook_secrets = vec![Secret::literal(HOOK_SECRET)];
+    config.github.deliveries = Some(hook());
+    config
+}
+
+fn hook() -> Hook {
+    Hook::Org {
+        org: "octo-org".into(),
+        hook_id: 9,
+    }
+}
+
+impl Harness {
+    async fn start(remaining: u32, adjust: impl FnOnce(&mut Config)) -> Harness {
+        let fake = FakeGithub::start(remaining, Auth::Token).await;
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("runway.db").display().to_string())
+            .await
+            .unwrap();
+        let mut config = config(&fake);
+        adjust(&mut config);
+        let service = Arc::new(Service::new(config, Arc::new(store)));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        fake.lock().webhook_url = Some(format!(
+            "http://{}/webhooks/github",
+            listener.local_addr().unwrap()
+        ));
+        tokio::spawn(runway_server::serve(
+            service.clone(),
+            listener,
+            std::future::pending(),
+        ));
+        let clock = Arc::new(ManualClock::new(Timestamp::from_millis(0)));
+        let provider = Arc::new(Recording {
+            inner: SimProvider::new(
+                SimConfig {
+                    boot_time: BootTime::Fixed(Duration::ZERO),
+                    ..SimConfig::default()
+                },
+                clock,
+            ),
+            requests: Mutex::new(Vec::new()),
+        });
+        let providers: BTreeMap<String, Arc<dyn Provider>> =
+            BTreeMap::from([("sim".to_owned(), provider.clone() as Arc<dyn Provider>)]);
+        let reconciler = Reconciler::new(service.clone(), providers);
+        let client = service.github.clone().expect("a GitHub client");
+        let healer = Arc::new(Healer::new(service.clone(), client));
+        Harness {
+            fake,
+            service,
+            provider,
+            reconciler,
+            healer,
+            _dir: dir,
+        }
+    }
+
+    async fn reconcile(&self) -> runway_server::reconciler::Report {
+        self.reconciler
+            .reconcile_once(runway_server::service::now())
+            .await
+            .unwrap()
+            .0
+    }
+
+    async fn runner(&self, name: &str) -> runway_core::Runner {
+        self.service.store.find_runner(name).await.unwrap().unwrap()
+    }
+
+    async fn instance_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .provider
+            .list()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|i| i.name)
+            .collect();
+        names.sort();
+        names
+    }
+
+    async fn job(&self, github_id: u64) -> Option<runway_core::Job> {
+        self.service
+            .store
+            .find_job(JobSource::Github, &github_id.to_string())
+            .await
+            .unwrap()
+    }
+
+    /// Polls (no sleeps for events) until the job is stored, or fails.
+    async fn wait_for_job(&self, github_id: u64) -> runway_core::Job {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(job) = self.job(github_id).await {
+                return job;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {github_id} never arrived; deliveries: {:?}",
+                self.fake
+                    .lock()
+                    .deliveries
+                    .iter()
+                    .map(|d| (d.guid.clone(), d.status_code, d.redelivery))
+                    .collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn metrics(&self) -> String {
+        self.service.metrics.encode_text()
+    }
+}
+
+fn labels() -> Vec<&'static str> {
+    LABELS.to_vec()
+}
+
+#[tokio::test]
+async fn each_demand_gets_a_jit_runner_and_a_scale_down_racing_a_job_start_keeps_the_instance() {
+    let h = Harness::start(4_000, |_| {}).await;
+    for id in [101, 102] {
+        h.fake.queue_job(id, &labels());
+        assert_eq!(h.fake.deliver(id, "queued", false).await, 202);
+    }
+    let report = h.reconcile().await;
+    assert_eq!(report.created, 2, "{report:?}");
+
+    // One JIT configuration per runner, named after it, with the pool's
+    // labels, handed to the provider.
+    let requests = h.provider.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2);
+    for request in &requests {
+        let github_id = h
+            .fake
+            .runner_id(&request.name)
+            .expect("registered at GitHub");
+        assert_eq!(
+            request.bootstrap.get("RUNWAY_JIT_CONFIG"),
+            Some(&format!("jit-{github_id}-{}", request.name))
+        );
+        assert_eq!(h.fake.lock().runners[&github_id].labels, LABELS);
+    }
+    assert_eq!(h.fake.invalid(), Vec::<String>::new());
+    h.reconcile().await;
+    let (a, b) = (requests[0].name.clone(), requests[1].name.clone());
+    assert_eq!(h.runner(&a).await.state, RunnerState::Idle);
+
+    // Job 101 runs on A and ends: A (ephemeral) goes, deregistered first.
+    h.fake.start_job(101, &a);
+    assert_eq!(h.fake.deliver(101, "in_progress", false).await, 202);
+    h.fake.complete_job(101, "success");
+    assert_eq!(h.fake.deliver(101, "completed", false).await, 202);
+    // Job 102 is cancelled before it starts: B has nothing to do.
+    h.fake.complete_job(102, "cancelled");
+    assert_eq!(h.fake.deliver(102, "completed", false).await, 202);
+
+    // Meanwhile GitHub hands B a job runway has not heard of: its
+    // `queued` webhook was lost and its `in_progress` is not here yet.
+    h.fake.queue_job(103, &labels());
+    h.fake.deliver(103, "queued", true).await;
+    h.fake.start_job(103, &b);
+
+    let report = h.reconcile().await;
+    assert_eq!(report.deleted, 1, "A's instance: {report:?}");
+    assert_eq!(
+        report.delete_refused_busy, 1,
+        "B: GitHub says it is running a job"
+    );
+    assert_eq!(
+        h.instance_names().await,
+        vec![b.clone()],
+        "B's instance is kept"
+    );
+    let runner_b = h.runner(&b).await;
+    assert_eq!((runner_b.state, runner_b.job), (RunnerState::Busy, None));
+    // GitHub's busy flag still says "not busy": runway did not rely on it.
+    let b_id = h.fake.runner_id(&b).unwrap();
+    let shown: serde_json::Value = reqwest::Client::new()
+        .get(format!(
+            "{}/orgs/octo-org/actions/runners/{b_id}",
+            h.fake.url
+        ))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shown["busy"], false);
+
+    // Rounds go by: a busy runner is never asked to go again.
+    for _ in 0..3 {
+        h.reconcile().await;
+    }
+    assert_eq!(
+        h.fake
+            .calls_starting(&format!("DELETE /orgs/octo-org/actions/runners/{b_id}")),
+        1
+    );
+    assert_eq!(h.instance_names().await, vec![b.clone()]);
+
+    // The job's own webhook names it; then it ends, and only then B goes.
+    assert_eq!(h.fake.deliver(103, "in_progress", false).await, 202);
+    let job = h.job(103).await.unwrap();
+    assert_eq!(h.runner(&b).await.job, Some(job.id));
+    h.reconcile().await;
+    assert_eq!(h.instance_names().await, vec![b.clone()]);
+    h.fake.complete_job(103, "success");
+    assert_eq!(h.fake.deliver(103, "completed", false).await, 202);
+    h.reconcile().await;
+    assert_eq!(h.instance_names().await, Vec::<String>::new());
+    assert_eq!(h.runner(&b).await.state, RunnerState::Terminated);
+    assert_eq!(h.fake.invalid(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_dropped_queued_webhook_is_redelivered_once() {
+    let h = Harness::start(4_000, |_| {}).await;
+    h.fake.queue_job(201, &labels());
+    assert_eq!(h.fake.deliver(201, "queued", true).await, 504, "dropped");
+    // Delivered fine: nothing to heal.
+    h.fake.queue_job(202, &labels());
+    assert_eq!(h.fake.deliver(202, "queued", false).await, 202);
+    // Stored by runway, but GitHub timed out waiting for the answer: runway
+    // has it, so no redelivery is needed.
+    h.fake.queue_job(203, &labels());
+    h.fake.deliver(203, "queued", false).await;
+    h.fake.lock().deliveries.last_mut().unwrap().status_code = 504;
+    assert!(h.job(201).await.is_none());
+
+    let now = runway_server::service::now();
+    let report = h.healer.redeliver_once(&hook(), now).await.unwrap();
+    assert_eq!((report.failed, report.redelivered), (1, 1), "{report:?}");
+    let job = h.wait_for_job(201).await;
+    assert_eq!(job.state, JobState::Queued);
+    assert_eq!(job.pool.as_deref(), Some("gh"));
+
+    // Once each: the next interval asks for nothing.
+    let report = h.healer.redeliver_once(&hook(), now).await.unwrap();
+    assert_eq!(report.redelivered, 0, "{report:?}");
+    assert_eq!(
+        h.fake
+            .calls_starting("POST /orgs/octo-org/hooks/9/deliveries/"),
+        1
+    );
+    assert!(h.metrics().contains("runway_github_redeliveries_total 1"));
+    assert_eq!(h.fake.invalid(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn the_background_task_heals_a_dropped_webhook_within_one_interval() {
+    let h = Harness::start(4_000, |config| {
+        config.github.redeliver_interval = Duration::from_millis(500);
+    })
+    .await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(runway_server::github::heal::run(h.healer.clone(), stopped));
+    h.fake.queue_job(251, &labels());
+    h.fake.deliver(251, "queued", true).await;
+    let job = h.wait_for_job(251).await;
+    assert_eq!(job.state, JobState::Queued);
+    stop.send(true).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_dropped_completed_webhook_is_corrected_by_the_recheck() {
+    let h = Harness::start(4_000, |_| {}).await;
+    // 301: cancelled before it started; 302: ran and finished; 303: still
+    // queued. Every later webhook of theirs was lost.
+    for id in [301, 302, 303] {
+        h.fake.queue_job(id, &labels());
+        assert_eq!(h.fake.deliver(id, "queued", false).await, 202);
+    }
+    h.fake.complete_job(301, "cancelled");
+    h.fake.start_job(302, "someone-elses-runner");
+    h.fake.complete_job(302, "success");
+
+    let now = runway_server::service::now();
+    let early = h
+        .healer
+        .recheck_once(now.plus(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(
+        early.checked, 0,
+        "younger than recheck_after: not looked up"
+    );
+
+    let later = now.plus(Duration::from_secs(301));
+    let report = h.healer.recheck_once(later).await.unwrap();
+    assert_eq!((report.checked, report.corrected), (3, 2), "{report:?}");
+    let cancelled = h.job(301).await.unwrap();
+    assert_eq!(cancelled.state, JobState::Completed);
+    assert_eq!(cancelled.conclusion.map(|c| c.as_str()), Some("cancelled"));
+    let finished = h.job(302).await.unwrap();
+    assert_eq!(finished.state, JobState::Completed);
+    assert_eq!(finished.conclusion.map(|c| c.as_str()), Some("success"));
+    assert_eq!(h.job(303).await.unwrap().state, JobState::Queued);
+
+    // The corrected jobs create no demand: one runner, for 303.
+    let report = h.reconcile().await;
+    assert_eq!(report.created, 1, "{report:?}");
+
+    // 303 is not looked up again before recheck_after has passed anew.
+    let again = h
+        .healer
+        .recheck_once(later.plus(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(again.checked, 0);
+    let text = h.metrics();
+    assert!(
+        text.contains(r#"runway_github_job_rechecks_total{reason="completed"} 2"#),
+        "{text}"
+    );
+    assert_eq!(h.fake.invalid(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn with_the_rate_limit_nearly_spent_jit_runners_start_and_rechecks_wait() {
+    // 301 of 5,000 left: inside the re-check reserve.
+    let h = Harness::start(301, |_| {}).await;
+    h.fake.queue_job(401, &labels());
+    h.fake.deliver(401, "queued", false).await;
+    let report = h.reconcile().await;
+    assert_eq!(report.created, 1, "the JIT request went out: {report:?}");
+    let later = runway_server::service::now().plus(Duration::from_secs(600));
+    let recheck = h.healer.recheck_once(later).await.unwrap();
+    assert_eq!((recheck.checked, recheck.deferred), (0, 1), "{recheck:?}");
+    assert_eq!(h.fake.calls_starting("GET /repos/"), 0);
+    assert!(h
+        .metrics()
+        .contains("runway_github_rate_limit_remaining 300"));
+}
+
+#[tokio::test]
+async fn a_runner_github_never_lets_go_of_is_settled_by_asking_again() {
+    // Busy for a job whose webhooks all got lost: after recheck_after,
+    // runway asks GitHub again, and once it lets go the machine goes.
+    let h = Harness::start(4_000, |_| {}).await;
+    h.fake.queue_job(501, &labels());
+    h.fake.deliver(501, "queued", false).await;
+    h.reconcile().await;
+    h.reconcile().await;
+    let name = h.provider.requests.lock().unwrap()[0].name.clone();
+    h.fake.complete_job(501, "cancelled");
+    h.fake.deliver(501, "completed", false).await;
+    h.fake.queue_job(502, &labels());
+    h.fake.start_job(502, &name);
+    h.reconcile().await;
+    assert_eq!(h.runner(&name).await.state, RunnerState::Busy);
+    h.fake.complete_job(502, "success"); // And its webhooks never come.
+    h.reconcile().await;
+    assert_eq!(h.instance_names().await, vec![name.clone()], "not yet due");
+    let later = runway_server::service::now().plus(Duration::from_secs(301));
+    h.reconciler.reconcile_once(later).await.unwrap();
+    h.reconciler.reconcile_once(later).await.unwrap();
+    assert_eq!(h.instance_names().await, Vec::<String>::new());
+    assert_eq!(h.runner(&name).await.state, RunnerState::Terminated);
+}
