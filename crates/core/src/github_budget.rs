@@ -172,8 +172,9 @@ impl Budget {
             let until = now.plus(wait);
             self.blocked_until = Some(self.blocked_until.map_or(until, |b| b.max(until)));
         }
-        // A secondary limit with no Retry-After: GitHub documents waiting a
-        // minute; with Remaining at 0, waiting for the reset.
+        // Remaining at 0: nothing until the reset. (A secondary limit with
+        // no Retry-After is read by the caller, which knows the status, as
+        // a Retry-After of a minute, as GitHub documents.)
         if remaining == Some(0) {
             if let Some(reset_at) = reset_at {
                 self.blocked_until = Some(self.blocked_until.map_or(reset_at, |b| b.max(reset_at)));

@@ -321,8 +321,11 @@ impl Reconciler {
                 }
                 let event = match (by_id.get(&instance_id), runner.state) {
                     // A runner that registers itself is ready when it says
-                    // so, not when its machine is up.
-                    (Some(InstanceState::Running), RunnerState::Provisioning) if !registers => {
+                    // so, not when its machine is up. A GitHub pool's
+                    // runners register with GitHub, not with runway.
+                    (Some(InstanceState::Running), RunnerState::Provisioning)
+                        if !registers || github.is_some() =>
+                    {
                         Some(RunnerEvent::Ready)
                     }
                     (None | Some(InstanceState::Stopped), RunnerState::Busy) => {
@@ -679,7 +682,7 @@ impl Reconciler {
                             }
                         }
                     }
-                    if backend.runners_register() {
+                    if backend.runners_register() && pool_config.github.is_none() {
                         // One-time, bound to this record, valid while it may boot.
                         let token = crate::auth::new_token("rwr_");
                         store

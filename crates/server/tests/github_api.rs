@@ -280,3 +280,27 @@ fn the_schema_check_catches_what_github_would_refuse() {
     let job_schema = &op("actions/get-job-for-workflow-run")["responses"]["200"]["schema"];
     assert!(fake_github::validate(&job, job_schema, "job").is_err());
 }
+
+#[tokio::test]
+async fn a_secondary_rate_limit_without_retry_after_stops_requests_for_a_minute() {
+    let fake = FakeGithub::start(4_000, Auth::Token).await;
+    fake.lock().secondary_limited = 1;
+    let client = token_client(&fake.url);
+    let metrics = Metrics::new();
+    let labels = vec!["self-hosted".to_owned()];
+    let first = client
+        .generate_jitconfig(&metrics, &org(), "r-1", &labels, 1)
+        .await;
+    assert!(
+        matches!(first, Err(GithubError::Status { status: 403, .. })),
+        "{first:?}"
+    );
+    let second = client
+        .generate_jitconfig(&metrics, &org(), "r-2", &labels, 1)
+        .await;
+    assert!(
+        matches!(second, Err(GithubError::Budget { .. })),
+        "even JIT waits out a secondary limit: {second:?}"
+    );
+    assert_eq!(fake.calls().len(), 1, "the second never reached GitHub");
+}

@@ -238,6 +238,9 @@ pub struct GithubClient {
     budget: Mutex<Budget>,
 }
 
+/// How long a secondary rate limit without `Retry-After` stops requests.
+const SECONDARY_LIMIT_WAIT: Duration = Duration::from_secs(60);
+
 /// An installation token is replaced this long before it expires.
 const TOKEN_REFRESH_MARGIN: Duration = Duration::from_secs(300);
 
@@ -449,10 +452,6 @@ impl GithubClient {
         let status = response.status();
         let headers = response.headers().clone();
         let remaining = header_number(&headers, "x-ratelimit-remaining").map(|n| n as u32);
-        // The App's own requests have a budget of their own.
-        if who == As::Installation || matches!(self.credentials, Credentials::Token(_)) {
-            self.observe(&headers, remaining);
-        }
         metrics.github_request(operation, status.as_str());
         if let Some(remaining) = remaining.filter(|_| who == As::Installation) {
             metrics
@@ -461,17 +460,38 @@ impl GithubClient {
         }
         let text = response.text().await.unwrap_or_default();
         let value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        // The App's own requests have a budget of their own.
+        if who == As::Installation || matches!(self.credentials, Credentials::Token(_)) {
+            self.observe(status, &headers, remaining, &value);
+        }
         Ok((status, headers, value))
     }
 
-    fn observe(&self, headers: &HeaderMap, remaining: Option<u32>) {
+    fn observe(
+        &self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        remaining: Option<u32>,
+        body: &Value,
+    ) {
+        let mut retry_after = header_number(headers, "retry-after").map(Duration::from_secs);
+        // A secondary rate limit without Retry-After: GitHub says to wait
+        // at least a minute.
+        let limited = status == StatusCode::TOO_MANY_REQUESTS
+            || (status == StatusCode::FORBIDDEN
+                && body["message"]
+                    .as_str()
+                    .is_some_and(|m| m.to_lowercase().contains("rate limit")));
+        if limited && retry_after.is_none() && remaining != Some(0) {
+            retry_after = Some(SECONDARY_LIMIT_WAIT);
+        }
         if let Ok(mut budget) = self.budget.lock() {
             budget.observe(
                 remaining,
                 header_number(headers, "x-ratelimit-limit").map(|n| n as u32),
                 header_number(headers, "x-ratelimit-reset")
                     .map(|s| Timestamp::from_millis(s as i64 * 1000)),
-                header_number(headers, "retry-after").map(Duration::from_secs),
+                retry_after,
                 crate::service::now(),
             );
         }

@@ -181,6 +181,9 @@ pub struct Fake {
     pub webhook_url: Option<String>,
     pub auth: Auth,
     pub installation_tokens: Vec<String>,
+    /// The next this many requests hit a secondary rate limit (403, no
+    /// Retry-After, as GitHub documents it can answer).
+    pub secondary_limited: u32,
     next_runner: u64,
     next_delivery: u64,
 }
@@ -211,6 +214,7 @@ impl FakeGithub {
             webhook_url: None,
             auth,
             installation_tokens: Vec::new(),
+            secondary_limited: 0,
             next_runner: 23,
             next_delivery: 1000,
         }));
@@ -508,6 +512,17 @@ async fn handle(
         };
         if !allowed {
             return unauthorised(&mut fake, &call);
+        }
+        if fake.secondary_limited > 0 {
+            fake.secondary_limited -= 1;
+            return (
+                StatusCode::FORBIDDEN,
+                Json(json!({
+                    "message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.",
+                    "documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
+                })),
+            )
+                .into_response();
         }
         match (method.clone(), rest) {
             (Method::POST, ["actions", "runners", "generate-jitconfig"]) => {
