@@ -160,6 +160,10 @@ pub struct Reconciler {
     reliability: Mutex<BTreeMap<String, f64>>,
     /// The predictive pools' arrival forecasts, learnt since start-up.
     forecasts: Mutex<BTreeMap<String, ArrivalForecast>>,
+    /// GitHub pools whose JIT requests failed: (consecutive failures, no
+    /// new runner before). A refusing GitHub is asked again after a backoff,
+    /// not every round.
+    jit_backoff: Mutex<BTreeMap<String, (u32, Timestamp)>>,
 }
 
 impl Reconciler {
@@ -193,6 +197,7 @@ impl Reconciler {
             health: Mutex::new(BTreeMap::new()),
             reliability: Mutex::new(BTreeMap::new()),
             forecasts: Mutex::new(forecasts),
+            jit_backoff: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -402,8 +407,12 @@ impl Reconciler {
                 .map_err(|e| e.to_string()),
             None => Err("no GitHub credentials ([github] token or App)".to_owned()),
         };
+        let result = result.inspect_err(|_| self.jit_failed(&runner.pool, now));
         match result {
             Ok(jit) => {
+                if let Ok(mut backoff) = self.jit_backoff.lock() {
+                    backoff.remove(&runner.pool);
+                }
                 store
                     .set_runner_external_id(runner.id, &jit.runner_id.to_string())
                     .await?;
@@ -417,6 +426,22 @@ impl Reconciler {
                 store.apply_runner_event(runner.id, &failed, now).await?;
                 Ok(None)
             }
+        }
+    }
+
+    fn jit_backing_off(&self, pool: &str, now: Timestamp) -> bool {
+        self.jit_backoff
+            .lock()
+            .map(|backoff| backoff.get(pool).is_some_and(|(_, until)| now < *until))
+            .unwrap_or(false)
+    }
+
+    fn jit_failed(&self, pool: &str, now: Timestamp) {
+        if let Ok(mut backoff) = self.jit_backoff.lock() {
+            let entry = backoff.entry(pool.to_owned()).or_insert((0, now));
+            entry.0 += 1;
+            let delay = backoff_delay(entry.0, rand::thread_rng().gen_range(0.5..=1.0));
+            entry.1 = now.plus(delay);
         }
     }
 
@@ -638,6 +663,9 @@ impl Reconciler {
                 else {
                     return Ok(());
                 };
+                if pool_config.github.is_some() && self.jit_backing_off(pool, now) {
+                    return Ok(()); // GitHub refused lately; asked again later.
+                }
                 let labels = pool_config.labels.clone();
                 let launch_config =
                     match crate::worker_configs::launch_config(&self.service, pool, provider).await

@@ -443,3 +443,29 @@ async fn a_runner_github_never_lets_go_of_is_settled_by_asking_again() {
     assert_eq!(h.instance_names().await, Vec::<String>::new());
     assert_eq!(h.runner(&name).await.state, RunnerState::Terminated);
 }
+
+#[tokio::test]
+async fn a_refusing_github_is_asked_again_after_a_backoff_not_every_round() {
+    let h = Harness::start(4_000, |_| {}).await;
+    h.fake.lock().refuse_jit = Some(axum::http::StatusCode::FORBIDDEN);
+    h.fake.queue_job(601, &labels());
+    h.fake.deliver(601, "queued", false).await;
+    let now = runway_server::service::now();
+    let (report, _) = h.reconciler.reconcile_once(now).await.unwrap();
+    assert_eq!((report.created, report.create_failures), (0, 1));
+    for _ in 0..3 {
+        h.reconciler.reconcile_once(now).await.unwrap();
+    }
+    let jit = "POST /orgs/octo-org/actions/runners/generate-jitconfig";
+    assert_eq!(h.fake.calls_starting(jit), 1, "backing off");
+    assert!(
+        h.instance_names().await.is_empty(),
+        "no machine without a JIT config"
+    );
+
+    h.fake.lock().refuse_jit = None;
+    let later = now.plus(Duration::from_secs(60));
+    let (report, _) = h.reconciler.reconcile_once(later).await.unwrap();
+    assert_eq!(report.created, 1, "{report:?}");
+    assert_eq!(h.fake.calls_starting(jit), 2);
+}

@@ -184,6 +184,8 @@ pub struct Fake {
     /// The next this many requests hit a secondary rate limit (403, no
     /// Retry-After, as GitHub documents it can answer).
     pub secondary_limited: u32,
+    /// Refuse JIT configurations with this status (a missing permission).
+    pub refuse_jit: Option<StatusCode>,
     next_runner: u64,
     next_delivery: u64,
 }
@@ -215,6 +217,7 @@ impl FakeGithub {
             auth,
             installation_tokens: Vec::new(),
             secondary_limited: 0,
+            refuse_jit: None,
             next_runner: 23,
             next_delivery: 1000,
         }));
@@ -528,6 +531,14 @@ async fn handle(
             (Method::POST, ["actions", "runners", "generate-jitconfig"]) => {
                 let operation = format!("actions/generate-runner-jitconfig-for-{scope}");
                 check_request(&mut fake, &operation, &json_body);
+                if let Some(status) = fake.refuse_jit {
+                    return answer(
+                        &mut fake,
+                        &operation,
+                        status,
+                        json!({"message": "Resource not accessible by personal access token", "documentation_url": "https://docs.github.com/rest"}),
+                    );
+                }
                 let mut answer_body = example(&format!(
                     "actions__generate-runner-jitconfig-for-{scope}.201.default.json"
                 ));
