@@ -661,6 +661,12 @@ impl Config {
                     format!("{unknown:?} is not a declared provider ([providers.NAME])"),
                 ));
             }
+            if pool.github.is_some() && !pool.ephemeral {
+                return Err((
+                    key("ephemeral"),
+                    "a GitHub pool's runners are just-in-time runners, one job each: ephemeral must be true".into(),
+                ));
+            }
             if pool.github.is_some() && self.github.auth.is_none() {
                 return Err((
                     key("github"),
@@ -1841,6 +1847,10 @@ mod tests {
             expect![[
                 r#"error: config runway.toml: pools[0].github.repo: "just-a-name" is not owner/name"#
             ]],
+        );
+        check(
+            &format!("[github]\ntoken = \"t\"\n{pool}ephemeral = false\n[pools.github]\norg = \"a\"\n"),
+            expect!["error: pools[0].ephemeral: a GitHub pool's runners are just-in-time runners, one job each: ephemeral must be true"],
         );
         check(
             "[github]\napp_id = 1\ninstallation_id = 2\n",

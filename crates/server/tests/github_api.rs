@@ -235,6 +235,31 @@ async fn an_app_mints_installation_tokens_and_signs_its_own_requests() {
         ],
         "one installation token, reused until near its expiry"
     );
+    // A token about to expire is replaced before it is used again.
+    fake.lock().token_lifetime = std::time::Duration::from_secs(120);
+    let fresh = GithubClient::new(
+        &fake.url,
+        Credentials::from_config(&GithubAuth::App {
+            app_id: 4242,
+            private_key: Secret::literal(&private_pem),
+            installation_id: 77,
+        })
+        .unwrap(),
+        3_000,
+    )
+    .unwrap();
+    for name in ["c", "d"] {
+        fresh
+            .generate_jitconfig(&metrics, &org(), name, &labels, 1)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        fake.calls_starting("POST /app/installations/77/access_tokens"),
+        3,
+        "a token with two minutes left is not used: one new token per request"
+    );
+    assert_eq!(fake.invalid(), Vec::<String>::new());
     assert!(Credentials::from_config(&GithubAuth::App {
         app_id: 1,
         private_key: Secret::literal("not a key"),

@@ -186,6 +186,8 @@ pub struct Fake {
     pub secondary_limited: u32,
     /// Refuse JIT configurations with this status (a missing permission).
     pub refuse_jit: Option<StatusCode>,
+    /// How long the installation tokens it mints live (GitHub: an hour).
+    pub token_lifetime: Duration,
     next_runner: u64,
     next_delivery: u64,
 }
@@ -218,6 +220,7 @@ impl FakeGithub {
             installation_tokens: Vec::new(),
             secondary_limited: 0,
             refuse_jit: None,
+            token_lifetime: Duration::from_secs(3600),
             next_runner: 23,
             next_delivery: 1000,
         }));
@@ -503,7 +506,7 @@ async fn handle(
             fake.installation_tokens.push(token.clone());
             return (
                 StatusCode::CREATED,
-                Json(json!({"token": token, "expires_at": now_rfc3339(Duration::from_secs(3600))})),
+                Json(json!({"token": token, "expires_at": now_rfc3339(fake.token_lifetime)})),
             )
                 .into_response();
         }
