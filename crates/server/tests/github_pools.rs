@@ -469,3 +469,45 @@ async fn a_refusing_github_is_asked_again_after_a_backoff_not_every_round() {
     assert_eq!(report.created, 1, "{report:?}");
     assert_eq!(h.fake.calls_starting(jit), 2);
 }
+
+#[tokio::test]
+async fn a_redelivery_is_asked_for_once_even_after_a_restart() {
+    let h = Harness::start(4_000, |_| {}).await;
+    h.fake.queue_job(701, &labels());
+    h.fake.deliver(701, "queued", true).await;
+    // runway is unreachable for the redelivery too.
+    let url = h.fake.lock().webhook_url.take();
+    let now = runway_server::service::now();
+    let report = h.healer.redeliver_once(&hook(), now).await.unwrap();
+    assert_eq!(report.redelivered, 1);
+    let redelivery_failed = || {
+        h.fake
+            .lock()
+            .deliveries
+            .iter()
+            .any(|d| d.redelivery && d.status_code == 504)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !redelivery_failed() {
+        assert!(Instant::now() < deadline, "the redelivery never happened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    h.fake.lock().webhook_url = url;
+
+    // A restarted runway (a new healer) that looks back over the same
+    // deliveries does not ask again: the request is remembered in the store.
+    h.service
+        .store
+        .put_setting("github.deliveries.orgs/octo-org/hooks/9.checked_until", "0")
+        .await
+        .unwrap();
+    let client = h.service.github.clone().unwrap();
+    let restarted = Healer::new(h.service.clone(), client);
+    let report = restarted.redeliver_once(&hook(), now).await.unwrap();
+    assert_eq!(report.redelivered, 0, "{report:?}");
+    assert_eq!(
+        h.fake
+            .calls_starting("POST /orgs/octo-org/hooks/9/deliveries/"),
+        1
+    );
+}

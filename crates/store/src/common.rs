@@ -29,6 +29,9 @@ pub(crate) struct RunnerApiStatements {
     pub get_setting: String,
     pub put_setting: String,
     pub set_external_id: String,
+    pub claim_once: String,
+    pub prune_once: String,
+    pub forget_once: String,
     pub get_external_id: String,
     pub put_log: String,
     pub get_log: String,
@@ -60,6 +63,11 @@ impl RunnerApiStatements {
                     .into(),
             ),
             set_external_id: sql("UPDATE runners SET external_id = $2 WHERE id = $1".into()),
+            claim_once: sql(
+                "INSERT INTO once_keys (key, done_at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING".into(),
+            ),
+            prune_once: sql("DELETE FROM once_keys WHERE done_at < $1".into()),
+            forget_once: sql("DELETE FROM once_keys WHERE key = $1".into()),
             get_external_id: sql("SELECT external_id FROM runners WHERE id = $1".into()),
             put_log: sql(
                 "INSERT INTO job_logs (job_id, exit_code, log) VALUES ($1, $2, $3) \
@@ -500,6 +508,28 @@ macro_rules! impl_store {
             sqlx::query(&self.inner.statements.runner_api.put_setting)
                 .bind(key)
                 .bind(value)
+                .execute(self.writer())
+                .await?;
+            Ok(())
+        }
+
+        async fn claim_once(&self, key: &str, now: Timestamp, forget_before: Timestamp) -> Result<bool, StoreError> {
+            let sql = &self.inner.statements.runner_api;
+            sqlx::query(&sql.prune_once)
+                .bind(forget_before.as_millis())
+                .execute(self.writer())
+                .await?;
+            let done = sqlx::query(&sql.claim_once)
+                .bind(key)
+                .bind(now.as_millis())
+                .execute(self.writer())
+                .await?;
+            Ok(done.rows_affected() == 1)
+        }
+
+        async fn forget_once(&self, key: &str) -> Result<(), StoreError> {
+            sqlx::query(&self.inner.statements.runner_api.forget_once)
+                .bind(key)
                 .execute(self.writer())
                 .await?;
             Ok(())

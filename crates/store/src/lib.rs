@@ -330,6 +330,19 @@ pub trait Store: Send + Sync + 'static {
     /// Stores (replacing) an installation-wide value.
     async fn put_setting(&self, key: &str, value: &str) -> Result<(), StoreError>;
 
+    /// Claims `key` for something to be done at most once: true for the
+    /// first caller (in any process sharing the store), false ever after,
+    /// until the claim is older than `forget_before` and pruned.
+    async fn claim_once(
+        &self,
+        key: &str,
+        now: Timestamp,
+        forget_before: Timestamp,
+    ) -> Result<bool, StoreError>;
+
+    /// Gives up a claim (the thing could not be done after all).
+    async fn forget_once(&self, key: &str) -> Result<(), StoreError>;
+
     /// Records the id a runner has at its job source (GitHub's runner id).
     async fn set_runner_external_id(
         &self,

@@ -30,6 +30,7 @@ on_both_backends!(
     the_controller_id_is_chosen_once,
     job_logs_are_replaced,
     settings_and_external_ids_are_replaced,
+    once_keys_are_claimed_once_until_pruned,
 );
 
 mod cases {
@@ -489,6 +490,35 @@ mod cases {
             store.set_runner_external_id(RunnerId(999_999), "1").await,
             Err(StoreError::RunnerNotFound(_))
         ));
+    }
+
+    pub async fn once_keys_are_claimed_once_until_pruned(store: Arc<dyn Store>) {
+        assert!(store
+            .claim_once("redeliver:1", at(10), at(0))
+            .await
+            .unwrap());
+        assert!(!store
+            .claim_once("redeliver:1", at(20), at(0))
+            .await
+            .unwrap());
+        assert!(store
+            .claim_once("redeliver:2", at(20), at(0))
+            .await
+            .unwrap());
+        // Pruned once older than forget_before: claimable again.
+        assert!(store
+            .claim_once("redeliver:1", at(30), at(15))
+            .await
+            .unwrap());
+        assert!(!store
+            .claim_once("redeliver:2", at(30), at(15))
+            .await
+            .unwrap());
+        store.forget_once("redeliver:2").await.unwrap();
+        assert!(store
+            .claim_once("redeliver:2", at(40), at(15))
+            .await
+            .unwrap());
     }
 
     pub async fn job_logs_are_replaced(store: Arc<dyn Store>) {

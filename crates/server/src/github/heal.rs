@@ -32,6 +32,9 @@ const FIRST_LOOK_BACK: Duration = Duration::from_secs(3600);
 /// Each pass looks this far behind the last one, in case GitHub lists a
 /// delivery late; what was already redelivered is not asked again.
 const OVERLAP: Duration = Duration::from_secs(60);
+/// How long a redelivery request is remembered: longer than GitHub keeps
+/// deliveries (three days).
+const REMEMBER: Duration = Duration::from_secs(7 * 24 * 3600);
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RecheckReport {
@@ -56,8 +59,6 @@ pub struct Healer {
     client: Arc<GithubClient>,
     /// When each queued job was last looked up.
     checked: Mutex<BTreeMap<JobId, Timestamp>>,
-    /// Deliveries this process asked GitHub to redeliver.
-    redelivered: Mutex<BTreeSet<u64>>,
 }
 
 impl Healer {
@@ -66,7 +67,6 @@ impl Healer {
             service,
             client,
             checked: Mutex::new(BTreeMap::new()),
-            redelivered: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -252,13 +252,15 @@ impl Healer {
         let mut all_done = complete;
         // Oldest first: a job's `queued` before its `completed`.
         for delivery in candidates.iter().rev() {
-            let already = self
-                .redelivered
-                .lock()
-                .map(|done| done.contains(&delivery.id))
-                .unwrap_or(false);
-            if already || store.delivery_seen(&delivery.guid).await? {
-                continue; // Asked before, or it reached runway after all.
+            if store.delivery_seen(&delivery.guid).await? {
+                continue; // It reached runway after all.
+            }
+            // Once each, across restarts and replicas sharing the store.
+            let once = format!("github.redeliver.{hook}.{}", delivery.id);
+            let forget_before =
+                Timestamp::from_millis(now.as_millis() - REMEMBER.as_millis() as i64);
+            if !store.claim_once(&once, now, forget_before).await? {
+                continue;
             }
             report.failed += 1;
             match self
@@ -267,15 +269,13 @@ impl Healer {
                 .await
             {
                 Ok(()) => {
-                    if let Ok(mut done) = self.redelivered.lock() {
-                        done.insert(delivery.id);
-                    }
                     self.service.metrics.github_redeliveries.inc();
                     report.redelivered += 1;
                     tracing::info!(%hook, delivery = delivery.id, guid = %delivery.guid, action = ?delivery.action, "asked GitHub to redeliver a failed webhook");
                 }
                 Err(error) => {
                     all_done = false;
+                    store.forget_once(&once).await?; // Not done: ask again next time.
                     tracing::warn!(%hook, delivery = delivery.id, %error, "cannot redeliver; next interval");
                     if matches!(error, GithubError::Budget { .. }) {
                         break;
