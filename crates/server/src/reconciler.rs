@@ -359,6 +359,12 @@ impl Reconciler {
                         if matches!(event, RunnerEvent::Crashed { .. }) {
                             *report.crashed.entry(runner.pool.clone()).or_default() += 1;
                         }
+                        if let (Some(github), false) = (github, ready) {
+                            // Its machine is gone: so must its registration be.
+                            if let Err(error) = self.deregister(github, runner).await? {
+                                tracing::debug!(runner = %runner.name, %error, "registration of a vanished runner left to GitHub");
+                            }
+                        }
                         if ready {
                             let installed = now.since(runner.requested_at);
                             self.service
@@ -858,6 +864,13 @@ impl Reconciler {
             Err(other) => return Err(other),
         };
         if let Some(github) = github {
+            let may_fail = matches!(
+                runner.state,
+                RunnerState::Requested | RunnerState::Provisioning | RunnerState::Idle
+            );
+            if failure.is_some() && !may_fail {
+                return Ok(()); // Changed since the snapshot: next round decides.
+            }
             if !self.release(github, &runner, now, report).await? {
                 return Ok(()); // Busy at GitHub, or GitHub unreachable: kept.
             }

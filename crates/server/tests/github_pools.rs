@@ -511,3 +511,31 @@ async fn a_redelivery_is_asked_for_once_even_after_a_restart() {
         1
     );
 }
+
+#[tokio::test]
+async fn a_runner_whose_machine_vanished_is_deregistered_too() {
+    let h = Harness::start(4_000, |_| {}).await;
+    h.fake.queue_job(801, &labels());
+    h.fake.deliver(801, "queued", false).await;
+    h.reconcile().await;
+    h.reconcile().await;
+    let name = h.provider.requests.lock().unwrap()[0].name.clone();
+    let github_id = h.fake.runner_id(&name).unwrap();
+    let instance = h.runner(&name).await.instance_id.unwrap();
+    h.provider
+        .delete(&InstanceId(instance))
+        .await
+        .expect("the machine disappears");
+    h.reconcile().await;
+    assert_eq!(h.runner(&name).await.state, RunnerState::Failed);
+    assert_eq!(
+        h.fake.calls_starting(&format!(
+            "DELETE /orgs/octo-org/actions/runners/{github_id}"
+        )),
+        1
+    );
+    assert!(
+        h.fake.runner_id(&name).is_none(),
+        "no stale registration left"
+    );
+}
