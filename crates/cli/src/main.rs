@@ -261,8 +261,19 @@ async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
         pools = ?pools,
         "runway listening"
     );
+    // Nothing reconciles until the lead is held (at once on SQLite; on
+    // PostgreSQL by the one replica holding the advisory lock).
+    service.leading = std::sync::atomic::AtomicBool::new(false);
     let service = Arc::new(service);
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let leadership = tokio::spawn(runway_server::background::leadership(
+        service.clone(),
+        service.config.scaling_interval.clamp(
+            std::time::Duration::from_secs(1),
+            std::time::Duration::from_secs(5),
+        ),
+        stopped.clone(),
+    ));
     let sweeper = tokio::spawn(runway_server::background::lease_sweeper(
         service.clone(),
         stopped.clone(),
@@ -311,6 +322,7 @@ async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
     if let Some(healer) = healer {
         let _ = healer.await;
     }
+    let _ = leadership.await;
     tracing::info!("runway stopped");
     Ok(())
 }

@@ -69,3 +69,54 @@ pub async fn lease_sweeper(service: Arc<Service>, shutdown: watch::Receiver<bool
     })
     .await
 }
+
+/// Keeps `service.leading` true exactly while this replica holds the lead
+/// (`Store::try_lead`): tries every `period` while it does not, checks the
+/// lead is still held every `period` while it does. Leading comes first:
+/// the first try is at once.
+pub async fn leadership(
+    service: Arc<Service>,
+    period: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    use std::sync::atomic::Ordering;
+    let mut lead: Option<Box<dyn runway_store::Leadership>> = None;
+    loop {
+        let held = match lead.as_mut() {
+            Some(held) => held.still_held().await,
+            None => false,
+        };
+        if !held {
+            if lead.take().is_some() {
+                tracing::warn!("lost the lead (its database session ended); trying again");
+            }
+            match service.store.try_lead("runway").await {
+                Ok(Some(new)) => {
+                    lead = Some(new);
+                    tracing::info!(
+                        "leading: this replica runs the reconciler and the GitHub healer"
+                    );
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    service.metrics.store_error("try_lead");
+                    tracing::warn!(%error, "cannot try for the lead");
+                }
+            }
+        }
+        let leading = lead.is_some();
+        service.leading.store(leading, Ordering::SeqCst);
+        service.metrics.leader.set(i64::from(leading));
+        if leading {
+            // A new leader's first round need not wait for the timer.
+            service.reconcile_wanted.notify_one();
+        }
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            () = tokio::time::sleep(period) => {}
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+    }
+}

@@ -181,6 +181,7 @@ pub struct Metrics {
     pub github_requests: Family<GithubRequestLabels, Counter>,
     pub github_rate_limit_remaining: Gauge,
     pub github_redeliveries: Counter,
+    pub leader: Gauge,
     pub github_job_rechecks: Family<ReasonLabel, Counter>,
     pub runners_created: Family<PoolProviderLabels, Counter>,
     pub runner_delete_requests: Family<PoolResultLabels, Counter>,
@@ -297,6 +298,12 @@ impl Metrics {
             "Requests left in GitHub's rate-limit window, as its last answer said",
             github_rate_limit_remaining.clone(),
         );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica leads (runs the reconciler and the GitHub healer), else 0",
+            leader.clone(),
+        );
         let github_redeliveries = Counter::default();
         registry.register(
             "github_redeliveries",
@@ -357,6 +364,7 @@ impl Metrics {
             github_requests,
             github_rate_limit_remaining,
             github_redeliveries,
+            leader,
             github_job_rechecks,
             jobs_started,
             jobs_completed,

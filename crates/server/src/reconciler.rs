@@ -1046,6 +1046,9 @@ pub async fn run(
         if *shutdown.borrow() {
             return;
         }
+        if !reconciler.service.is_leader() {
+            continue; // Another replica reconciles.
+        }
         match reconciler.reconcile_once(crate::service::now()).await {
             Ok(_) => consecutive_errors = 0,
             Err(error) => {

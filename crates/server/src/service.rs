@@ -34,6 +34,10 @@ pub struct Service {
     pub events: crate::events::EventLog,
     /// The GitHub API client, when `[github]` has credentials.
     pub github: Option<Arc<crate::github::api::GithubClient>>,
+    /// Whether this replica leads: runs the reconciler and the GitHub
+    /// healer (`background::leadership` keeps it; true unless replicas
+    /// share a PostgreSQL store and another leads).
+    pub leading: std::sync::atomic::AtomicBool,
 }
 
 /// Arrivals kept for a reconciler that has not drained them.
@@ -84,7 +88,13 @@ impl Service {
                 }
             },
             config,
+            leading: std::sync::atomic::AtomicBool::new(true),
         }
+    }
+
+    /// Whether this replica runs the reconciler and the GitHub healer now.
+    pub fn is_leader(&self) -> bool {
+        self.leading.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// What the configured providers declare, for worker-configuration checks.

@@ -210,6 +210,25 @@ impl Default for OpenOptions {
     }
 }
 
+/// Held by the one replica that leads (runs the reconciler and the GitHub
+/// healer). Dropping it gives up the lead.
+#[async_trait]
+pub trait Leadership: Send + Sync {
+    /// Whether the lead is still held: on PostgreSQL, whether the session
+    /// holding the advisory lock is alive.
+    async fn still_held(&mut self) -> bool;
+}
+
+/// SQLite: one process owns the file, so it always leads.
+pub struct SoleLeader;
+
+#[async_trait]
+impl Leadership for SoleLeader {
+    async fn still_held(&mut self) -> bool {
+        true
+    }
+}
+
 /// The durable job and runner store. See the crate docs for what it holds.
 ///
 /// Implementations provide the primitive operations; the state transitions
@@ -221,6 +240,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Whether the database answers and every migration has been applied.
     async fn check_ready(&self) -> Result<(), StoreError>;
+
+    /// Tries to become the leader for `name` among the processes sharing
+    /// this store; `None` while another holds it.
+    async fn try_lead(&self, name: &str) -> Result<Option<Box<dyn Leadership>>, StoreError>;
 
     /// Stores a new job, or returns the one already stored under the same
     /// (source, external id). Durable when it returns.

@@ -180,6 +180,21 @@ async fn tokio_timeout<T>(
     }
 }
 
+/// The advisory lock's session; closing it releases the lock.
+struct PgLeadership {
+    connection: sqlx::PgConnection,
+}
+
+#[async_trait]
+impl crate::Leadership for PgLeadership {
+    async fn still_held(&mut self) -> bool {
+        sqlx::query("SELECT 1")
+            .execute(&mut self.connection)
+            .await
+            .is_ok()
+    }
+}
+
 fn key(job: &Job) -> (&'static str, String) {
     (job.source.as_str(), job.external_id.clone())
 }
@@ -187,6 +202,24 @@ fn key(job: &Job) -> (&'static str, String) {
 impl_store!(PostgresStore, Postgres, {
     fn backend(&self) -> Backend {
         Backend::Postgres
+    }
+
+    /// A session-level advisory lock on a connection of its own, keyed by
+    /// the schema and `name` (tests share a database, each in a schema).
+    /// The session ending (the process dying) releases it.
+    async fn try_lead(&self, name: &str) -> Result<Option<Box<dyn crate::Leadership>>, StoreError> {
+        let mut connection = self.writer().acquire().await?.detach();
+        let locked: bool = sqlx::query_scalar(
+            "SELECT pg_try_advisory_lock(hashtext(current_schema() || ':' || $1)::bigint)",
+        )
+        .bind(name)
+        .fetch_one(&mut connection)
+        .await?;
+        if !locked {
+            let _ = connection.close().await;
+            return Ok(None);
+        }
+        Ok(Some(Box::new(PgLeadership { connection })))
     }
 
     async fn enqueue_many(

@@ -143,6 +143,13 @@ impl_store!(SqliteStore, Sqlite, {
         Backend::Sqlite
     }
 
+    async fn try_lead(
+        &self,
+        _name: &str,
+    ) -> Result<Option<Box<dyn crate::Leadership>>, StoreError> {
+        Ok(Some(Box::new(crate::SoleLeader)))
+    }
+
     async fn enqueue_many(
         &self,
         jobs: &[NewJob],

@@ -31,6 +31,7 @@ on_both_backends!(
     job_logs_are_replaced,
     settings_and_external_ids_are_replaced,
     once_keys_are_claimed_once_until_pruned,
+    one_process_leads_at_a_time,
 );
 
 mod cases {
@@ -519,6 +520,37 @@ mod cases {
             .claim_once("redeliver:2", at(40), at(15))
             .await
             .unwrap());
+    }
+
+    pub async fn one_process_leads_at_a_time(store: Arc<dyn Store>) {
+        let mut first = store.try_lead("reconciler").await.unwrap().expect("leads");
+        assert!(first.still_held().await);
+        let second = store.try_lead("reconciler").await.unwrap();
+        match store.backend() {
+            // One process owns a SQLite file: it always leads.
+            runway_store::Backend::Sqlite => assert!(second.is_some()),
+            runway_store::Backend::Postgres => {
+                assert!(second.is_none(), "the lock is held");
+                assert!(
+                    store.try_lead("healer").await.unwrap().is_some(),
+                    "per name"
+                );
+                drop(first);
+                // The session closes as the connection drops; the server
+                // frees the lock as it notices.
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                loop {
+                    if store.try_lead("reconciler").await.unwrap().is_some() {
+                        break;
+                    }
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the lead was never given up"
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
     }
 
     pub async fn job_logs_are_replaced(store: Arc<dyn Store>) {

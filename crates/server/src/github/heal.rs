@@ -310,7 +310,12 @@ pub async fn run(healer: Arc<Healer>, shutdown: tokio::sync::watch::Receiver<boo
             shutdown.clone(),
             move || {
                 let healer = healer.clone();
-                async move { healer.recheck_once(crate::service::now()).await.map(|_| ()) }
+                async move {
+                    if !healer.service.is_leader() {
+                        return Ok(()); // Another replica heals.
+                    }
+                    healer.recheck_once(crate::service::now()).await.map(|_| ())
+                }
             },
         )
     };
@@ -327,6 +332,9 @@ pub async fn run(healer: Arc<Healer>, shutdown: tokio::sync::watch::Receiver<boo
             move || {
                 let (healer, hook) = (healer.clone(), hook.clone());
                 async move {
+                    if !healer.service.is_leader() {
+                        return Ok(());
+                    }
                     healer
                         .redeliver_once(&hook, crate::service::now())
                         .await

@@ -1,0 +1,113 @@
+//! Two `runway serve` replicas on one PostgreSQL store: both take requests,
+//! exactly one (the holder of an advisory lock) reconciles; when it dies
+//! (SIGKILL), the other takes over. Each replica's `sim` provider knows
+//! only its own machines, so a follower that reconciled would fail the
+//! leader's runners as vanished and start its own: its
+//! `runway_runners_created_total` stays 0 only if it never does.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{spawn_serve, wait_until, Process};
+
+const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
+
+fn metric(base: &str, family: &str) -> Option<f64> {
+    let text = reqwest::blocking::get(format!("{base}/metrics"))
+        .and_then(|r| r.text())
+        .ok()?;
+    Some(
+        text.lines()
+            .filter(|l| l.starts_with(family))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum(),
+    )
+}
+
+fn serve(dir: &Path, database: &str) -> (Process, String) {
+    let mut command = Command::new(RUNWAY);
+    command
+        .args(["serve", "--config", "runway.toml", "--database", database])
+        .current_dir(dir)
+        .env("RUNWAY_LOG", "info")
+        .env_remove("RUNWAY_URL")
+        .env_remove("RUNWAY_DATABASE_URL");
+    spawn_serve(command)
+}
+
+#[test]
+fn one_replica_reconciles_and_another_takes_over_when_it_dies() {
+    let url = std::env::var("RUNWAY_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let schema = format!("runway_replicas_{}", std::process::id());
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let scoped = format!("{url}{separator}options=-c%20search_path%3D{schema}");
+    let psql = |sql: &str| {
+        Command::new("psql")
+            .args([url.as_str(), "-qAtc", sql])
+            .output()
+            .expect("psql")
+    };
+    assert!(psql(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+        .status
+        .success());
+    struct DropSchema<'a>(&'a dyn Fn(&str) -> std::process::Output, String);
+    impl Drop for DropSchema<'_> {
+        fn drop(&mut self) {
+            (self.0)(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.1));
+        }
+    }
+    let _drop = DropSchema(&psql, schema.clone());
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("runway.toml"),
+        r#"[server]
+listen = "127.0.0.1:0"
+
+[scaling]
+interval = "200ms"
+
+[[providers]]
+name = "cloud"
+kind = "sim"
+boot_seconds = 0
+
+[[pools]]
+name = "warm"
+labels = ["self-hosted", "linux"]
+min_idle = 2
+max_runners = 4
+providers = ["cloud"]
+"#,
+    )
+    .unwrap();
+    let (first, a) = serve(dir.path(), &scoped);
+    wait_until("the first replica to lead", 30, || {
+        metric(&a, "runway_leader") == Some(1.0)
+    });
+    let (_second, b) = serve(dir.path(), &scoped);
+    wait_until("the leader to start its two warm runners", 30, || {
+        metric(&a, "runway_runners_created_total") == Some(2.0)
+            && metric(&a, "runway_runners{pool=\"warm\",state=\"idle\"}") == Some(2.0)
+    });
+    // The follower serves (its /metrics answers) but does not reconcile.
+    assert_eq!(metric(&b, "runway_leader"), Some(0.0));
+    assert_eq!(metric(&b, "runway_runners_created_total"), Some(0.0));
+    assert_eq!(
+        metric(&a, "runway_runners_created_total"),
+        Some(2.0),
+        "nobody failed the leader's runners"
+    );
+
+    drop(first); // SIGKILL: its session ends, and with it the lock.
+    wait_until("the second replica to take the lead", 30, || {
+        metric(&b, "runway_leader") == Some(1.0)
+    });
+    // Its sim has none of the dead leader's machines: it starts its own.
+    wait_until("the new leader to keep two runners warm", 30, || {
+        metric(&b, "runway_runners{pool=\"warm\",state=\"idle\"}") == Some(2.0)
+    });
+}
