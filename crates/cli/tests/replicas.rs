@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{spawn_serve, wait_until, Process};
+use common::{spawn_serve, wait_until, PgSchema, Process};
 
 const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
 
@@ -39,28 +39,8 @@ fn serve(dir: &Path, database: &str) -> (Process, String) {
 
 #[test]
 fn one_replica_reconciles_and_another_takes_over_when_it_dies() {
-    let url = std::env::var("RUNWAY_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let schema = format!("runway_replicas_{}", std::process::id());
-    let separator = if url.contains('?') { '&' } else { '?' };
-    let scoped = format!("{url}{separator}options=-c%20search_path%3D{schema}");
-    let psql = |sql: &str| {
-        Command::new("psql")
-            .args([url.as_str(), "-qAtc", sql])
-            .output()
-            .expect("psql")
-    };
-    assert!(psql(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
-        .status
-        .success());
-    struct DropSchema<'a>(&'a dyn Fn(&str) -> std::process::Output, String);
-    impl Drop for DropSchema<'_> {
-        fn drop(&mut self) {
-            (self.0)(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.1));
-        }
-    }
-    let _drop = DropSchema(&psql, schema.clone());
-
+    let schema = PgSchema::create("runway_replicas");
+    let scoped = schema.scoped.clone();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("runway.toml"),

@@ -1,11 +1,15 @@
 //! End-to-end: the real `runway` binary, started as a user would, on an
 //! ephemeral loopback port.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+use common::PgSchema;
 
 const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
 
@@ -165,30 +169,17 @@ fn serve_with_no_config_answers_health_readiness_and_status_then_stops_on_sigter
 #[test]
 fn serve_on_postgres_is_ready() {
     let dir = tempfile::tempdir().unwrap();
-    let url = std::env::var("RUNWAY_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let schema = format!("runway_cli_test_{}", std::process::id());
-    let separator = if url.contains('?') { '&' } else { '?' };
-    let scoped = format!("{url}{separator}options=-c%20search_path%3D{schema}");
-    // Create the schema the server will use, and drop it at the end.
-    let psql = |sql: &str| {
-        Command::new("psql")
-            .args([url.as_str(), "-qAtc", sql])
-            .output()
-            .expect("psql")
-    };
-    assert!(psql(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
-        .status
-        .success());
+    let schema = PgSchema::create("runway_cli_test");
+    let scoped = schema.scoped.clone();
     let server = Server::start(dir.path(), &["--database", &scoped]);
     assert_eq!(server.get("/readyz").0, 200);
     let (_, body) = server.get("/");
     assert!(body.contains(r#""store":"postgres""#), "{body}");
     assert!(server.terminate().success());
-    let tables = psql(&format!(
-        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = '{schema}' AND table_name IN ('jobs', 'runners')"
+    let tables = schema.psql(&format!(
+        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = '{}' AND table_name IN ('jobs', 'runners')",
+        schema.schema
     ));
-    psql(&format!("DROP SCHEMA {schema} CASCADE"));
     assert_eq!(
         String::from_utf8_lossy(&tables.stdout).trim(),
         "2",

@@ -107,3 +107,46 @@ impl Drop for RunnerProcesses {
         }
     }
 }
+
+/// A PostgreSQL schema of its own for one test, dropped when this is
+/// dropped: `url` is the database (`RUNWAY_TEST_POSTGRES_URL`, or the
+/// machine's service), `scoped` the same URL with the schema as its
+/// search path, for `runway serve --database`.
+pub struct PgSchema {
+    pub url: String,
+    pub schema: String,
+    pub scoped: String,
+}
+
+impl PgSchema {
+    pub fn create(prefix: &str) -> PgSchema {
+        let url = std::env::var("RUNWAY_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let schema = format!("{prefix}_{}", std::process::id());
+        let separator = if url.contains('?') { '&' } else { '?' };
+        let scoped = format!("{url}{separator}options=-c%20search_path%3D{schema}");
+        let created = PgSchema {
+            url,
+            schema,
+            scoped,
+        };
+        assert!(created
+            .psql(&format!("CREATE SCHEMA IF NOT EXISTS {}", created.schema))
+            .status
+            .success());
+        created
+    }
+
+    pub fn psql(&self, sql: &str) -> std::process::Output {
+        Command::new("psql")
+            .args([self.url.as_str(), "-qAtc", sql])
+            .output()
+            .expect("psql")
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        self.psql(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
+    }
+}
