@@ -25,6 +25,12 @@ impl Timestamp {
         Timestamp(self.0.saturating_add(millis))
     }
 
+    /// `self - duration`, saturating instead of overflowing.
+    pub fn minus(self, duration: Duration) -> Timestamp {
+        let millis = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
+        Timestamp(self.0.saturating_sub(millis))
+    }
+
     /// How long after `earlier` this instant is; zero if it is not later.
     pub fn since(self, earlier: Timestamp) -> Duration {
         Duration::from_millis(u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0))

@@ -290,13 +290,7 @@ impl Reconciler {
                         found.id.clone()
                     }
                 };
-                let github = self
-                    .service
-                    .config
-                    .pools
-                    .iter()
-                    .find(|p| p.name == runner.pool)
-                    .and_then(|p| p.github.as_ref());
+                let github = self.github_pool(&runner.pool);
                 if let (Some(github), RunnerState::Busy, None) = (github, runner.state, runner.job)
                 {
                     self.settle_unknown_job(github, runner, now).await?;
@@ -387,6 +381,16 @@ impl Reconciler {
             }
         }
         Ok(())
+    }
+
+    /// The GitHub side of `pool`, if it is a GitHub pool.
+    fn github_pool(&self, pool: &str) -> Option<&PoolGithub> {
+        self.service
+            .config
+            .pools
+            .iter()
+            .find(|p| p.name == pool)
+            .and_then(|p| p.github.as_ref())
     }
 
     /// Registers `runner` with GitHub as a just-in-time runner and returns
@@ -823,13 +827,7 @@ impl Reconciler {
             pool: pool.to_owned(),
             result: result.to_owned(),
         };
-        let github = self
-            .service
-            .config
-            .pools
-            .iter()
-            .find(|p| p.name == pool)
-            .and_then(|p| p.github.as_ref());
+        let github = self.github_pool(pool);
         let event = match (&failure, github) {
             // A GitHub runner fails only once GitHub has let it go: it may
             // have taken a job while we gave up on it.

@@ -19,7 +19,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use runway_core::Timestamp;
 use serde::Deserialize;
 
 use crate::auth::RunnerAuth;
@@ -131,8 +130,7 @@ async fn report(
         )
     })?;
     let now = now();
-    let earliest =
-        Timestamp::from_millis(runner.requested_at.as_millis() - SKEW.as_millis() as i64);
+    let earliest = runner.requested_at.minus(SKEW);
     let latest = now.plus(SKEW);
     let check_time = |seconds: f64| -> Result<(), ApiError> {
         let millis = (seconds * 1_000.0).round();

@@ -270,26 +270,7 @@ async fn an_app_mints_installation_tokens_and_signs_its_own_requests() {
 
 #[test]
 fn the_schema_check_catches_what_github_would_refuse() {
-    let operations: Vec<serde_json::Value> = serde_json::from_str(
-        &std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../../shared/fixtures/github/openapi/operations-summary.deref.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let op = |id: &str| {
-        operations
-            .iter()
-            .find(|o| o["operationId"] == id)
-            .unwrap()
-            .clone()
-    };
-    let jit = op("actions/generate-runner-jitconfig-for-org");
-    let schema = jit["requestBody"]
-        .get("schema")
-        .cloned()
-        .unwrap_or(jit["requestBody"].clone());
+    let schema = fake_github::request_schema("actions/generate-runner-jitconfig-for-org");
     let check = |body: serde_json::Value| fake_github::validate(&body, &schema, "jit request");
     assert!(check(serde_json::json!({"name": "r", "runner_group_id": 1, "labels": ["x"]})).is_ok());
     assert!(
@@ -302,7 +283,8 @@ fn the_schema_check_catches_what_github_would_refuse() {
     );
     // GitHub's own job example lacks the required created_at.
     let job = fake_github::example("actions__get-job-for-workflow-run.200.default.json");
-    let job_schema = &op("actions/get-job-for-workflow-run")["responses"]["200"]["schema"];
+    let job_schema =
+        &fake_github::operation("actions/get-job-for-workflow-run")["responses"]["200"]["schema"];
     assert!(fake_github::validate(&job, job_schema, "job").is_err());
 }
 

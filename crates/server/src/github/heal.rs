@@ -202,8 +202,8 @@ impl Healer {
             .and_then(|text| text.parse::<i64>().ok())
             .map(Timestamp::from_millis);
         let since = match checked_until {
-            Some(until) => Timestamp::from_millis(until.as_millis() - OVERLAP.as_millis() as i64),
-            None => Timestamp::from_millis(now.as_millis() - FIRST_LOOK_BACK.as_millis() as i64),
+            Some(until) => until.minus(OVERLAP),
+            None => now.minus(FIRST_LOOK_BACK),
         };
         let mut newest = checked_until.unwrap_or(since);
         let mut candidates: Vec<Delivery> = Vec::new();
@@ -257,8 +257,7 @@ impl Healer {
             }
             // Once each, across restarts and replicas sharing the store.
             let once = format!("github.redeliver.{hook}.{}", delivery.id);
-            let forget_before =
-                Timestamp::from_millis(now.as_millis() - REMEMBER.as_millis() as i64);
+            let forget_before = now.minus(REMEMBER);
             if !store.claim_once(&once, now, forget_before).await? {
                 continue;
             }

@@ -45,7 +45,8 @@ fn operations() -> &'static Vec<Value> {
     })
 }
 
-fn operation(id: &str) -> &'static Value {
+/// An operation of the OpenAPI subset, by `operationId`.
+pub fn operation(id: &str) -> &'static Value {
     operations()
         .iter()
         .find(|o| o["operationId"] == id)
@@ -115,7 +116,8 @@ pub fn validate(value: &Value, schema: &Value, at: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn request_schema(id: &str) -> Value {
+/// The request body schema of an operation.
+pub fn request_schema(id: &str) -> Value {
     let body = &operation(id)["requestBody"];
     body.get("schema").cloned().unwrap_or_else(|| body.clone())
 }
