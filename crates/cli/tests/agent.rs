@@ -7,22 +7,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{spawn_serve, wait_until, Process};
+use common::{runway, wait_until, Process};
 
-const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
 const ADMIN: &str = "agent-test-admin-token";
-
-fn runway(dir: &Path) -> Command {
-    let mut command = Command::new(RUNWAY);
-    command
-        .current_dir(dir)
-        .env("RUNWAY_LOG", "info")
-        .env_remove("RUNWAY_CONFIG")
-        .env_remove("RUNWAY_DATABASE_URL")
-        .env_remove("RUNWAY_URL")
-        .env_remove("RUNWAY_TOKEN");
-    command
-}
 
 fn write_config(dir: &Path, listen: &str) {
     std::fs::write(
@@ -38,9 +25,7 @@ fn write_config(dir: &Path, listen: &str) {
 
 /// Starts `runway serve` and returns it with its base URL.
 fn serve(dir: &Path) -> (Process, String) {
-    let mut command = runway(dir);
-    command.args(["serve", "--config", "runway.toml"]);
-    spawn_serve(command)
+    common::serve_in(dir, &["--config", "runway.toml"])
 }
 
 fn api(base: &str) -> reqwest::blocking::Client {

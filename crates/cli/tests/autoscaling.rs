@@ -5,15 +5,13 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{spawn_serve, wait_until, Process};
+use common::{client, wait_until, Process};
 
 use runway_server::github::signature::sign;
 use serde_json::{json, Value};
 
-const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
 const ADMIN: &str = "autoscaling-admin-token";
 const SECRET: &str = "autoscaling-webhook-secret";
 
@@ -50,19 +48,7 @@ ephemeral = false
         ),
     )
     .unwrap();
-    let mut command = Command::new(RUNWAY);
-    command
-        .args(["serve", "--config", "runway.toml"])
-        .current_dir(dir)
-        .env("RUNWAY_LOG", "info");
-    spawn_serve(command)
-}
-
-fn client() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
+    common::serve_in(dir, &["--config", "runway.toml"])
 }
 
 fn webhook(base: &str, delivery: &str, action: &str, job: u64, runner: Option<&str>) {

@@ -9,12 +9,9 @@ mod common;
 mod fake_github;
 
 use std::path::Path;
-use std::process::Command;
 
-use common::{spawn_serve, wait_until, RunnerProcesses};
+use common::{metric, runway, spawn_serve, wait_until, RunnerProcesses};
 use fake_github::{Auth, FakeGithub, HOOK_SECRET, TOKEN};
-
-const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
 
 fn write_config(dir: &Path, github: &str) {
     let log = dir.join("jit.log");
@@ -56,12 +53,6 @@ org = "octo-org"
     .unwrap();
 }
 
-fn metrics(base: &str) -> String {
-    reqwest::blocking::get(format!("{base}/metrics"))
-        .and_then(|r| r.text())
-        .unwrap_or_default()
-}
-
 #[test]
 fn a_github_pool_heals_a_lost_webhook_starts_a_jit_runner_and_deregisters_it() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -70,14 +61,10 @@ fn a_github_pool_heals_a_lost_webhook_starts_a_jit_runner_and_deregisters_it() {
     write_config(dir.path(), &fake.url);
     // Kills whatever runner processes are left if the test fails.
     let processes = RunnerProcesses(dir.path().join("processes"));
-    let mut command = Command::new(RUNWAY);
+    let mut command = runway(dir.path());
     command
         .args(["serve", "--config", "runway.toml"])
-        .current_dir(dir.path())
-        .env("RUNWAY_LOG", "info")
-        .env("RUNWAY_TEST_GITHUB_TOKEN", TOKEN)
-        .env_remove("RUNWAY_URL")
-        .env_remove("RUNWAY_DATABASE_URL");
+        .env("RUNWAY_TEST_GITHUB_TOKEN", TOKEN);
     let (_serve, base) = spawn_serve(command);
     fake.lock().webhook_url = Some(format!("{base}/webhooks/github"));
 
@@ -115,14 +102,14 @@ fn a_github_pool_heals_a_lost_webhook_starts_a_jit_runner_and_deregisters_it() {
         1,
         "deregistered before its machine was stopped"
     );
-    let text = metrics(&base);
-    assert!(
-        text.contains("runway_github_redeliveries_total 1"),
-        "{text}"
+    assert_eq!(metric(&base, "runway_github_redeliveries_total"), 1.0);
+    assert_eq!(
+        metric(
+            &base,
+            r#"runway_github_requests_total{operation="generate_jitconfig",status="201"}"#
+        ),
+        1.0
     );
-    assert!(text.contains(
-        r#"runway_github_requests_total{operation="generate_jitconfig",status="201"} 1"#
-    ));
     assert_eq!(fake.invalid(), Vec::<String>::new());
     assert_eq!(
         fake.calls_starting("POST /orgs/octo-org/actions/runners/generate-jitconfig"),

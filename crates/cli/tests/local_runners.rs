@@ -6,12 +6,10 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
-use common::{spawn_serve, wait_until, Process, RunnerProcesses};
+use common::{client, metric, wait_until, Process, RunnerProcesses};
 use serde_json::{json, Value};
 
-const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
 const ADMIN: &str = "local-runners-admin-token";
 
 fn write_config(dir: &Path, listen: &str, min_idle: u32, max_runners: u32) {
@@ -52,21 +50,7 @@ providers = ["local"]
 }
 
 fn serve(dir: &Path) -> (Process, String) {
-    let mut command = Command::new(RUNWAY);
-    command
-        .args(["serve", "--config", "runway.toml"])
-        .current_dir(dir)
-        .env("RUNWAY_LOG", "info")
-        .env_remove("RUNWAY_URL")
-        .env_remove("RUNWAY_DATABASE_URL");
-    spawn_serve(command)
-}
-
-fn client() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
+    common::serve_in(dir, &["--config", "runway.toml"])
 }
 
 fn get(base: &str, path: &str) -> Value {
@@ -104,19 +88,6 @@ fn live_runners(base: &str) -> Vec<Value> {
             )
         })
         .collect()
-}
-
-fn metric(base: &str, family: &str) -> f64 {
-    let text = client()
-        .get(format!("{base}/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
-    text.lines()
-        .filter(|l| l.starts_with(family))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 #[test]

@@ -9,12 +9,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
-use common::{spawn_serve, wait_until, Process, RunnerProcesses};
+use common::{client, wait_until, Process, RunnerProcesses};
 use serde_json::Value;
-
-const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
 
 fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -67,13 +64,6 @@ fn alert_and_recording_rules_pass_promtool_and_their_unit_tests() {
     );
 }
 
-fn client() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn a_real_scrape_passes_promtool_and_prometheus_reads_the_series_back() {
     let (Some(promtool), Some(prometheus)) = (tool("promtool"), tool("prometheus")) else {
@@ -82,14 +72,7 @@ fn a_real_scrape_passes_promtool_and_prometheus_reads_the_series_back() {
     let dir = tempfile::tempdir().unwrap();
     // Out of the box (no config): pool `local`, runners started by runway.
     let _runners = RunnerProcesses(dir.path().join("runway-processes/local"));
-    let mut command = Command::new(RUNWAY);
-    command
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .current_dir(dir.path())
-        .env("RUNWAY_LOG", "info")
-        .env_remove("RUNWAY_CONFIG")
-        .env_remove("RUNWAY_DATABASE_URL");
-    let (_server, base) = spawn_serve(command);
+    let (_server, base) = common::serve_in(dir.path(), &["--listen", "127.0.0.1:0"]);
     let token = std::fs::read_to_string(dir.path().join("runway-admin.token"))
         .unwrap()
         .trim()

@@ -8,33 +8,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
-use common::{spawn_serve, wait_until, PgSchema, Process};
-
-const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
-
-fn metric(base: &str, family: &str) -> Option<f64> {
-    let text = reqwest::blocking::get(format!("{base}/metrics"))
-        .and_then(|r| r.text())
-        .ok()?;
-    Some(
-        text.lines()
-            .filter(|l| l.starts_with(family))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum(),
-    )
-}
+use common::{metric, wait_until, PgSchema, Process};
 
 fn serve(dir: &Path, database: &str) -> (Process, String) {
-    let mut command = Command::new(RUNWAY);
-    command
-        .args(["serve", "--config", "runway.toml", "--database", database])
-        .current_dir(dir)
-        .env("RUNWAY_LOG", "info")
-        .env_remove("RUNWAY_URL")
-        .env_remove("RUNWAY_DATABASE_URL");
-    spawn_serve(command)
+    common::serve_in(dir, &["--config", "runway.toml", "--database", database])
 }
 
 #[test]
@@ -66,28 +44,28 @@ providers = ["cloud"]
     .unwrap();
     let (first, a) = serve(dir.path(), &scoped);
     wait_until("the first replica to lead", 30, || {
-        metric(&a, "runway_leader") == Some(1.0)
+        metric(&a, "runway_leader") == 1.0
     });
     let (_second, b) = serve(dir.path(), &scoped);
     wait_until("the leader to start its two warm runners", 30, || {
-        metric(&a, "runway_runners_created_total") == Some(2.0)
-            && metric(&a, "runway_runners{pool=\"warm\",state=\"idle\"}") == Some(2.0)
+        metric(&a, "runway_runners_created_total") == 2.0
+            && metric(&a, "runway_runners{pool=\"warm\",state=\"idle\"}") == 2.0
     });
     // The follower serves (its /metrics answers) but does not reconcile.
-    assert_eq!(metric(&b, "runway_leader"), Some(0.0));
-    assert_eq!(metric(&b, "runway_runners_created_total"), Some(0.0));
+    assert_eq!(metric(&b, "runway_leader"), 0.0);
+    assert_eq!(metric(&b, "runway_runners_created_total"), 0.0);
     assert_eq!(
         metric(&a, "runway_runners_created_total"),
-        Some(2.0),
+        2.0,
         "nobody failed the leader's runners"
     );
 
     drop(first); // SIGKILL: its session ends, and with it the lock.
     wait_until("the second replica to take the lead", 30, || {
-        metric(&b, "runway_leader") == Some(1.0)
+        metric(&b, "runway_leader") == 1.0
     });
     // Its sim has none of the dead leader's machines: it starts its own.
     wait_until("the new leader to keep two runners warm", 30, || {
-        metric(&b, "runway_runners{pool=\"warm\",state=\"idle\"}") == Some(2.0)
+        metric(&b, "runway_runners{pool=\"warm\",state=\"idle\"}") == 2.0
     });
 }

@@ -3,9 +3,59 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+pub const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
+
+/// `runway` run in `dir`, logging at info, with none of the caller's own
+/// `RUNWAY_*` settings leaking in.
+pub fn runway(dir: &Path) -> Command {
+    let mut command = Command::new(RUNWAY);
+    command
+        .current_dir(dir)
+        .env("RUNWAY_LOG", "info")
+        .env_remove("RUNWAY_CONFIG")
+        .env_remove("RUNWAY_DATABASE_URL")
+        .env_remove("RUNWAY_URL")
+        .env_remove("RUNWAY_TOKEN");
+    command
+}
+
+/// `runway serve ARGS` in `dir`, with its base URL.
+pub fn serve_in(dir: &Path, args: &[&str]) -> (Process, String) {
+    let mut command = runway(dir);
+    command.arg("serve").args(args);
+    spawn_serve(command)
+}
+
+/// An HTTP client that gives up after 10 s.
+pub fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("an HTTP client")
+}
+
+/// The sum of the `/metrics` samples whose line starts with `series`
+/// (a family name, or a name with its labels); NaN when the server does
+/// not answer, which equals nothing.
+pub fn metric(base: &str, series: &str) -> f64 {
+    let Some(text) = client()
+        .get(format!("{base}/metrics"))
+        .send()
+        .and_then(|r| r.text())
+        .ok()
+    else {
+        return f64::NAN;
+    };
+    text.lines()
+        .filter(|l| l.starts_with(series))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
 
 /// A child process, killed (SIGKILL) and reaped on drop, so a failing test
 /// leaves nothing running.
