@@ -229,14 +229,10 @@ fn predictive_beats_the_baselines_that_cost_no_more(kind: WorkloadKind) {
     let mut setup = setup(50, (120.0, 180.0));
     setup.seed = 1;
     let jobs = workload(kind, 30, 50_000, 1);
-    let baselines = [
-        "static:10",
-        "arc",
-        "taskcluster",
-        "lambda",
-        "gitlab",
-        "reactive-prespawn",
-    ];
+    // Every baseline `--policy all` compares (runway's own two aside).
+    let baselines = runway_sim::policy::ALL
+        .into_iter()
+        .filter(|p| !matches!(*p, "runway" | "predictive"));
     let policies: Vec<String> = std::iter::once("predictive")
         .chain(baselines)
         .map(str::to_owned)
