@@ -7,6 +7,15 @@
 //! SIGTERM (or Ctrl-C): while idle it exits; while preparing it declines the
 //! job so another runner takes it; while running it lets the job finish for
 //! up to `--grace-seconds`, then kills it and reports it failed.
+//!
+//! A job gets nothing of the agent's: a clean environment (the base of
+//! `runway_providers::environment` and the job's own `RUNWAY_JOB_*`
+//! variables, never the agent's tokens), its own work directory (removed
+//! afterwards) and its own process group (killed when the job ends, so
+//! nothing it started outlives it). With `--job-user` (the agent running as
+//! root) it also runs as another user, who can read neither the agent's
+//! memory nor its files. Untrusted jobs still need a machine of their own
+//! per job: see docs/security.md.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -48,6 +57,137 @@ pub struct AgentArgs {
     /// On SIGTERM while a job runs, how long to let it finish before killing it.
     #[arg(long, default_value_t = 30)]
     grace_seconds: u64,
+    /// Run each job as this user (a name, or UID[:GID]) instead of the
+    /// agent's own. Needs the agent to run as root. The job cannot then read
+    /// the agent's memory, its token or its other files.
+    #[arg(long, env = "RUNWAY_AGENT_JOB_USER", value_name = "USER")]
+    job_user: Option<String>,
+}
+
+/// Who a job runs as, when not as the agent itself.
+#[derive(Debug, Clone)]
+struct JobUser {
+    name: String,
+    uid: u32,
+    gid: u32,
+    home: PathBuf,
+}
+
+impl JobUser {
+    /// `name`, `uid` or `uid:gid`, looked up in the user database.
+    fn resolve(spec: &str) -> anyhow::Result<JobUser> {
+        let (user, group) = match spec.split_once(':') {
+            Some((user, group)) => (user, Some(group)),
+            None => (spec, None),
+        };
+        let entry = match user.parse::<u32>() {
+            Ok(uid) => passwd_by_uid(uid).or(Some(JobUser {
+                name: uid.to_string(),
+                uid,
+                gid: uid,
+                home: PathBuf::from("/"),
+            })),
+            Err(_) => passwd_by_name(user),
+        };
+        let Some(mut entry) = entry else {
+            bail!("--job-user {spec:?}: no such user");
+        };
+        if let Some(group) = group {
+            entry.gid = group
+                .parse()
+                .with_context(|| format!("--job-user {spec:?}: the group must be a number"))?;
+        }
+        if entry.uid == 0 {
+            bail!("--job-user {spec:?} is root: choose an unprivileged user");
+        }
+        Ok(entry)
+    }
+}
+
+fn passwd_by_name(name: &str) -> Option<JobUser> {
+    let name = std::ffi::CString::new(name).ok()?;
+    passwd_lookup(|entry, buffer, result| {
+        // SAFETY: every pointer is valid for the call; `buffer` outlives it.
+        unsafe {
+            libc::getpwnam_r(
+                name.as_ptr(),
+                entry,
+                buffer.as_mut_ptr(),
+                buffer.len(),
+                result,
+            )
+        }
+    })
+}
+
+fn passwd_by_uid(uid: u32) -> Option<JobUser> {
+    passwd_lookup(|entry, buffer, result| {
+        // SAFETY: as above.
+        unsafe { libc::getpwuid_r(uid, entry, buffer.as_mut_ptr(), buffer.len(), result) }
+    })
+}
+
+/// Runs a `getpw*_r` call with room for its strings and copies the entry out.
+fn passwd_lookup(
+    call: impl Fn(*mut libc::passwd, &mut [libc::c_char], *mut *mut libc::passwd) -> libc::c_int,
+) -> Option<JobUser> {
+    let mut buffer: Vec<libc::c_char> = vec![0; 16 * 1024];
+    // SAFETY: an all-zero `passwd` is a valid value (null pointers, zero ids).
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    if call(&mut entry, &mut buffer, &mut result) != 0 || result.is_null() {
+        return None;
+    }
+    // SAFETY: on success the entry's strings point into `buffer`, which is
+    // still alive, and are NUL-terminated.
+    let text = |pointer: *const libc::c_char| unsafe {
+        if pointer.is_null() {
+            String::new()
+        } else {
+            std::ffi::CStr::from_ptr(pointer)
+                .to_string_lossy()
+                .into_owned()
+        }
+    };
+    Some(JobUser {
+        name: text(entry.pw_name),
+        uid: entry.pw_uid,
+        gid: entry.pw_gid,
+        home: PathBuf::from(text(entry.pw_dir)),
+    })
+}
+
+/// Whether `user` can reach `dir` (search permission on it and on every
+/// directory above it), judged from the mode bits. Jobs start in a
+/// directory under the work root; one the job user cannot reach would fail
+/// every job, so the agent refuses to start instead.
+fn reachable_by(user: &JobUser, dir: &std::path::Path) -> Result<(), PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    for ancestor in dir.ancestors() {
+        let Ok(metadata) = std::fs::metadata(ancestor) else {
+            return Err(ancestor.to_path_buf());
+        };
+        let mode = metadata.mode();
+        let searchable = if metadata.uid() == user.uid {
+            mode & 0o100 != 0
+        } else if metadata.gid() == user.gid {
+            mode & 0o010 != 0
+        } else {
+            mode & 0o001 != 0
+        };
+        if !searchable {
+            return Err(ancestor.to_path_buf());
+        }
+    }
+    Ok(())
+}
+
+/// Creates `dir` (and what is missing above it) with `mode`, and sets that
+/// mode even if it existed.
+fn create_private_dir(dir: &std::path::Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
 }
 
 struct Client {
@@ -112,6 +252,18 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot build the HTTP client")?;
     let name = args.name.clone().unwrap_or_else(default_name);
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let job_user = match &args.job_user {
+        Some(_) if !root => bail!("--job-user needs the agent to run as root"),
+        Some(spec) => Some(JobUser::resolve(spec)?),
+        None => None,
+    };
+    if root && job_user.is_none() {
+        tracing::warn!(
+            "the agent runs as root and so do its jobs; use --job-user to run them as another user"
+        );
+    }
     let registration = Client {
         http: http.clone(),
         base: base.clone(),
@@ -141,8 +293,26 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         Some(dir) => dir.clone(),
         None => std::env::temp_dir().join(format!("runway-agent-{name}")),
     };
-    std::fs::create_dir_all(&work_root)
+    // Only the agent may list or read its work root; a job user may pass
+    // through it to its own directory (mode 0711), nothing more.
+    create_private_dir(&work_root, if job_user.is_some() { 0o711 } else { 0o700 })
         .with_context(|| format!("cannot create {}", work_root.display()))?;
+    if let Some(user) = &job_user {
+        if let Err(blocked) = reachable_by(user, &work_root) {
+            bail!(
+                "--job-user {}: that user cannot reach the work directory {} ({} is not searchable for it); choose another --work-dir",
+                user.name,
+                work_root.display(),
+                blocked.display()
+            );
+        }
+    }
+    let job = JobContext {
+        runner_name: name.clone(),
+        work_root: work_root.clone(),
+        user: job_user,
+        grace: Duration::from_secs(args.grace_seconds),
+    };
     tracing::info!(runner = %name, id = registered["runner_id"].as_i64().unwrap_or(0), work_dir = %work_root.display(), "agent registered");
     let mut terminating = termination();
     let mut failures: u32 = 0;
@@ -155,7 +325,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             }
             answer = request => answer,
         };
-        let job = match answer {
+        let offered = match answer {
             Ok((StatusCode::CREATED, job)) => {
                 failures = 0;
                 job
@@ -186,29 +356,103 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 continue;
             }
         };
-        run_job(
-            &client,
-            &job,
-            &work_root,
-            &mut terminating,
-            Duration::from_secs(args.grace_seconds),
-        )
-        .await?;
+        run_job(&client, &job, &offered, &mut terminating).await?;
         if args.once || *terminating.borrow() {
             return Ok(());
         }
     }
 }
 
+/// What every job of this agent shares.
+struct JobContext {
+    runner_name: String,
+    work_root: PathBuf,
+    user: Option<JobUser>,
+    grace: Duration,
+}
+
+impl JobContext {
+    /// The job's whole environment: the base inherited from the agent, then
+    /// the job's own variables. Nothing else of the agent's — not its
+    /// registration token, runner token or anything it inherited.
+    fn environment(&self, id: i64, labels: &str, dir: &std::path::Path) -> Vec<(String, String)> {
+        let mut variables: Vec<(String, String)> =
+            runway_providers::environment::inherited_from_host(&[])
+                .into_iter()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .collect();
+        variables.extend([
+            ("RUNWAY_JOB_ID".to_owned(), id.to_string()),
+            ("RUNWAY_JOB_LABELS".to_owned(), labels.to_owned()),
+            ("RUNWAY_RUNNER_NAME".to_owned(), self.runner_name.clone()),
+            ("RUNWAY_WORKSPACE".to_owned(), dir.display().to_string()),
+        ]);
+        if let Some(user) = &self.user {
+            variables.extend([
+                ("HOME".to_owned(), user.home.display().to_string()),
+                ("USER".to_owned(), user.name.clone()),
+                ("LOGNAME".to_owned(), user.name.clone()),
+            ]);
+        }
+        variables
+    }
+
+    /// A fresh, empty work directory for the job, owned by whoever runs it.
+    fn prepare(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir)?;
+        }
+        create_private_dir(dir, 0o700)?;
+        if let Some(user) = &self.user {
+            std::os::unix::fs::chown(dir, Some(user.uid), Some(user.gid))?;
+        }
+        Ok(())
+    }
+
+    fn command(
+        &self,
+        script: &str,
+        dir: &std::path::Path,
+        environment: Vec<(String, String)>,
+    ) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new("sh");
+        command
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .env_clear()
+            .envs(environment)
+            // Its own group: when the job ends, whatever it left running is
+            // killed with it.
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(user) = &self.user {
+            // The standard library drops the supplementary groups too
+            // (setgroups) when it changes the user of a child of root.
+            command.uid(user.uid).gid(user.gid);
+        }
+        command
+    }
+}
+
 async fn run_job(
     client: &Client,
+    context: &JobContext,
     job: &Value,
-    work_root: &std::path::Path,
     terminating: &mut watch::Receiver<bool>,
-    grace: Duration,
 ) -> anyhow::Result<()> {
     let id = job["id"].as_i64().unwrap_or_default();
     let script = job["script"].as_str().unwrap_or_default().to_owned();
+    let labels = job["labels"]
+        .as_array()
+        .map(|labels| {
+            labels
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
     let timeout = Duration::from_secs(job["timeout_seconds"].as_u64().unwrap_or(3600));
     let lease = Duration::from_secs(job["lease_seconds"].as_u64().unwrap_or(120));
     let path = |what: &str| format!("/api/v1/jobs/{id}/{what}");
@@ -223,13 +467,8 @@ async fn run_job(
         tracing::warn!(job = id, %error, "cannot keep the claim alive; leaving the job to the queue");
         return Ok(());
     }
-    let job_dir = work_root.join(format!("job-{id}"));
-    let prepared = (|| -> std::io::Result<()> {
-        if job_dir.exists() {
-            std::fs::remove_dir_all(&job_dir)?;
-        }
-        std::fs::create_dir_all(&job_dir)
-    })();
+    let job_dir = context.work_root.join(format!("job-{id}"));
+    let prepared = context.prepare(&job_dir);
     if prepared.is_err() || *terminating.borrow() {
         tracing::info!(job = id, ?prepared, "declining the job");
         let _ = client
@@ -248,22 +487,43 @@ async fn run_job(
                 ?other,
                 "accept refused or lost; leaving the job to the queue"
             );
+            let _ = std::fs::remove_dir_all(&job_dir);
             return Ok(());
         }
     }
-    let log_path = work_root.join(format!("job-{id}.log"));
-    let log = std::fs::File::create(&log_path)
-        .with_context(|| format!("cannot create {}", log_path.display()))?;
-    let mut child = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(&script)
-        .current_dir(&job_dir)
+    // The log is the agent's, outside the job's directory and readable by
+    // the agent alone: the job writes to it only through its stdout.
+    let log_path = context.work_root.join(format!("job-{id}.log"));
+    let log = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&log_path)
+            .with_context(|| format!("cannot create {}", log_path.display()))?
+    };
+    let environment = context.environment(id, &labels, &job_dir);
+    let spawned = context
+        .command(&script, &job_dir, environment)
         .stdin(Stdio::null())
         .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log))
-        .kill_on_drop(true)
-        .spawn()
-        .context("cannot start sh")?;
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(error) => {
+            // Accepted but not startable: say so, rather than leave the
+            // job to run out its lease and fail the same way elsewhere.
+            tracing::error!(job = id, %error, "cannot start the job");
+            let report = json!({"conclusion": "failure", "log_tail": format!("[runway agent: cannot start the job: {error}]\n")});
+            report_completion(client, &path("complete"), id, report).await;
+            finish(&job_dir, &log_path, None);
+            return Ok(());
+        }
+    };
+    let group = child.id().and_then(|pid| i32::try_from(pid).ok());
     let heartbeats = {
         let http = client.http.clone();
         let url = format!("{}{}", client.base, path("heartbeat"));
@@ -275,6 +535,7 @@ async fn run_job(
             }
         })
     };
+    let grace = context.grace;
     let outcome = tokio::select! {
         status = child.wait() => Outcome::Exited(status?),
         () = tokio::time::sleep(timeout) => Outcome::TimedOut,
@@ -291,6 +552,7 @@ async fn run_job(
     }
     heartbeats.abort();
     let log_tail = read_tail(&log_path);
+    finish(&job_dir, &log_path, group);
     let report = match outcome {
         Outcome::Exited(status) => match status.code() {
             Some(code) => json!({"exit_code": code, "log_tail": log_tail}),
@@ -303,6 +565,22 @@ async fn run_job(
     };
     report_completion(client, &path("complete"), id, report).await;
     Ok(())
+}
+
+/// After a job: kills what is left of its process group and removes its
+/// work directory and log (the report carries the log's tail).
+fn finish(job_dir: &std::path::Path, log_path: &std::path::Path, group: Option<i32>) {
+    if let Some(pid) = group.filter(|pid| *pid > 1) {
+        // SAFETY: kill(2) has no memory effects; the negative pid names the
+        // job's own process group (it was started with process_group(0)).
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+    if let Err(error) = std::fs::remove_dir_all(job_dir) {
+        tracing::warn!(dir = %job_dir.display(), %error, "cannot remove the job's work directory");
+    }
+    let _ = std::fs::remove_file(log_path);
 }
 
 /// Reports a finished job, retrying while the server cannot be reached (it

@@ -3,6 +3,7 @@
 mod admin;
 mod agent;
 mod bench;
+mod secrets;
 mod sim;
 
 use std::io::IsTerminal;
@@ -123,6 +124,13 @@ impl ConfigArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
+    // Secrets read from the environment leave it before any thread starts
+    // (and so before anything can be spawned): `runway serve` loads its
+    // configuration here for that reason.
+    let prepared = match prepare(cli.command) {
+        Ok(prepared) => prepared,
+        Err(error) => return report(error),
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -133,17 +141,46 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    match runtime.block_on(run(prepared)) {
         Ok(code) => code,
-        Err(error) => {
-            // One line, whole cause chain: what failed and why.
-            let message = format!("{error:#}");
-            eprintln!(
-                "error: {}",
-                message.split_whitespace().collect::<Vec<_>>().join(" ")
-            );
-            ExitCode::FAILURE
+        Err(error) => report(error),
+    }
+}
+
+/// One line, whole cause chain: what failed and why.
+fn report(error: anyhow::Error) -> ExitCode {
+    let message = format!("{error:#}");
+    eprintln!(
+        "error: {}",
+        message.split_whitespace().collect::<Vec<_>>().join(" ")
+    );
+    ExitCode::FAILURE
+}
+
+/// A command ready to run: `serve` with its configuration loaded.
+enum Prepared {
+    Serve(ConfigArgs, Box<Config>),
+    Other(Command),
+}
+
+/// Loads what must be loaded before the runtime starts, and removes from
+/// the environment every secret read from it: a serve's `env:` secrets and
+/// `RUNWAY_DATABASE_URL`, an agent's registration token.
+fn prepare(command: Command) -> anyhow::Result<Prepared> {
+    match command {
+        Command::Serve(args) => {
+            // Configuration first: a bad file must not create or touch a database.
+            let config = args.load()?;
+            let mut names = config.secret_environment_variables();
+            names.push("RUNWAY_DATABASE_URL".to_owned());
+            secrets::scrub(&names);
+            Ok(Prepared::Serve(args, Box::new(config)))
         }
+        Command::Agent(args) => {
+            secrets::scrub(&["RUNWAY_REGISTRATION_TOKEN".to_owned()]);
+            Ok(Prepared::Other(Command::Agent(args)))
+        }
+        other => Ok(Prepared::Other(other)),
     }
 }
 
@@ -160,10 +197,21 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn run(command: Command) -> anyhow::Result<ExitCode> {
+async fn run(prepared: Prepared) -> anyhow::Result<ExitCode> {
+    let command = match prepared {
+        Prepared::Serve(args, config) => {
+            serve(args, *config).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Prepared::Other(command) => command,
+    };
     match command {
         Command::Submit(args) => return admin::submit(args).await,
-        Command::Serve(args) => serve(args).await?,
+        // `prepare` loads a serve's configuration; this arm is not reached.
+        Command::Serve(args) => {
+            let config = args.load()?;
+            serve(args, config).await?
+        }
         Command::Config(ConfigCommand::Check(args)) => {
             let config = args.load()?;
             print!("{}", config.to_redacted_toml());
@@ -204,9 +252,7 @@ fn eval_worker_config(args: EvalArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
-    // Configuration first: a bad file must not create or touch a database.
-    let mut config = args.load()?;
+async fn serve(args: ConfigArgs, mut config: Config) -> anyhow::Result<()> {
     let generate_admin_token = args.config.is_none() && config.server.admin_tokens.is_empty();
     let listen = config.server.listen;
     let listener = tokio::net::TcpListener::bind(listen)

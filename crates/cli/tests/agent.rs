@@ -49,6 +49,10 @@ fn registration_token(base: &str) -> String {
 }
 
 fn agent(dir: &Path, base: &str, name: &str) -> Process {
+    agent_with(dir, base, name, &[])
+}
+
+fn agent_with(dir: &Path, base: &str, name: &str, extra: &[&str]) -> Process {
     let work = dir.join(format!("work-{name}"));
     Process(
         runway(dir)
@@ -61,6 +65,7 @@ fn agent(dir: &Path, base: &str, name: &str) -> Process {
                 "--name",
                 name,
             ])
+            .args(extra)
             .arg("--work-dir")
             .arg(&work)
             .env("RUNWAY_REGISTRATION_TOKEN", registration_token(base))
@@ -148,6 +153,74 @@ fn agents_run_submitted_jobs_exactly_once_each() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&output.stdout), "waited\n");
+}
+
+fn log(base: &str, id: i64) -> String {
+    api(base)
+        .get(format!("{base}/api/v1/jobs/{id}/log"))
+        .bearer_auth(ADMIN)
+        .send()
+        .and_then(|r| r.text())
+        .unwrap_or_default()
+}
+
+/// `--job-user`: the job runs as another user, who can read neither the
+/// agent's files nor its process's environment. Needs root (CI is root).
+#[test]
+fn a_job_user_cannot_read_the_agents_files() {
+    let uid = std::process::Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        eprintln!(
+            "skipped: --job-user needs the agent to run as root, and this test runs as uid {}",
+            String::from_utf8_lossy(&uid.stdout).trim()
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The job user must be able to pass through to its work directory.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    }
+    write_config(dir.path(), "127.0.0.1:0");
+    let (_server, base) = serve(dir.path());
+    let _agent = agent_with(dir.path(), &base, "j", &["--job-user", "nobody", "--once"]);
+    let work = dir.path().join("work-j");
+    let script = format!(
+        "echo \"uid=$(id -u)\"; echo \"cwd=$(pwd)\"; \
+         ls {w} >/dev/null 2>&1 && echo listed-work-root || echo cannot-list-work-root; \
+         cat {w}/job-$RUNWAY_JOB_ID.log >/dev/null 2>&1 && echo read-agent-log || echo cannot-read-agent-log; \
+         cat /proc/$PPID/environ >/dev/null 2>&1 && echo read-agent-environ || echo cannot-read-agent-environ; \
+         touch written-in-workspace && echo wrote-workspace",
+        w = work.display()
+    );
+    let id = submit(&base, &script);
+    wait_until("the job to complete", 60, || {
+        job(&base, id)["state"] == "completed"
+    });
+    let output = log(&base, id);
+    let nobody = std::process::Command::new("id")
+        .args(["-u", "nobody"])
+        .output()
+        .unwrap();
+    let nobody = String::from_utf8_lossy(&nobody.stdout).trim().to_owned();
+    assert!(output.contains(&format!("uid={nobody}\n")), "{output}");
+    assert!(
+        output.contains(&format!("cwd={}/job-{id}\n", work.display())),
+        "{output}"
+    );
+    for line in [
+        "cannot-list-work-root",
+        "cannot-read-agent-log",
+        "cannot-read-agent-environ",
+        "wrote-workspace",
+    ] {
+        assert!(output.contains(line), "{line}:\n{output}");
+    }
+    // The work directory is removed afterwards.
+    wait_until("the job's directory to be removed", 10, || {
+        !work.join(format!("job-{id}")).exists()
+    });
 }
 
 #[test]

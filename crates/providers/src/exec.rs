@@ -10,7 +10,10 @@
 //! `GARM_INSTANCE_ID` for the calls about one instance. `CreateInstance`
 //! reads the bootstrap parameters as JSON on standard input and prints the
 //! instance as JSON; `GetInstance` prints one instance and `ListInstances`
-//! an array. A non-zero exit is a failure, with the end of standard error as
+//! an array. The executable runs in a clean environment, as under GARM:
+//! only the base of [`crate::environment`], the host variables
+//! `environment_variables` names, and the `GARM_*` variables of the call.
+//! A non-zero exit is a failure, with the end of standard error as
 //! its message. Every call has a timeout; a call that overruns is killed.
 //!
 //! runway's pool *name* is the `GARM_POOL_ID`. The bootstrap document
@@ -44,6 +47,10 @@ pub struct ExecConfig {
     pub pools: Vec<String>,
     /// The longest one call may take.
     pub timeout: Duration,
+    /// Host variables (names or prefixes, GARM's `environment_variables`)
+    /// the executable may inherit besides the base of
+    /// [`crate::environment`].
+    pub environment_variables: Vec<String>,
     pub max_instances: u32,
     pub price_per_hour: f64,
     pub boot_time: Duration,
@@ -132,10 +139,21 @@ impl ExecProvider {
             .clone()
             .unwrap_or_else(|| PathBuf::from("/dev/null"));
         let mut command = tokio::process::Command::new(&self.config.executable);
+        // As GARM does: a clean environment, never runway's own (its
+        // secrets must not reach a third-party executable).
+        crate::environment::set_clean(
+            &mut command,
+            &self.config.environment_variables,
+            [
+                ("GARM_COMMAND", std::ffi::OsString::from(operation.as_str())),
+                ("GARM_PROVIDER_CONFIG_FILE", config_file.into_os_string()),
+                (
+                    "GARM_CONTROLLER_ID",
+                    std::ffi::OsString::from(&self.config.controller_id),
+                ),
+            ],
+        );
         command
-            .env("GARM_COMMAND", operation.as_str())
-            .env("GARM_PROVIDER_CONFIG_FILE", &config_file)
-            .env("GARM_CONTROLLER_ID", &self.config.controller_id)
             .stdin(if stdin.is_some() {
                 Stdio::piped()
             } else {

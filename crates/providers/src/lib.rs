@@ -7,6 +7,7 @@
 //! tolerate an instance that never finished being created, and offers never
 //! exceed the quota left.
 
+pub mod environment;
 pub mod exec;
 pub mod process;
 pub mod sim;

@@ -1,8 +1,11 @@
 //! The `process` provider: each runner is a local child process started
-//! from a command (an argv list) with the runner's bootstrap variables
-//! (`RUNWAY_URL`, `RUNWAY_REGISTRATION_TOKEN`, `RUNWAY_RUNNER_NAME`, …) and
-//! its launch configuration (`RUNWAY_LAUNCH_CONFIG`, JSON) in its environment. Out of the box, `runway serve` runs `runway agent
-//! --once` this way.
+//! from a command (an argv list) in a clean environment (the base of
+//! [`crate::environment`] and the allow-listed host variables) with the
+//! runner's bootstrap variables (`RUNWAY_URL`, `RUNWAY_REGISTRATION_TOKEN`,
+//! `RUNWAY_RUNNER_NAME`, …) and its launch configuration
+//! (`RUNWAY_LAUNCH_CONFIG`, JSON). Nothing else of runway's environment
+//! reaches it. Out of the box, `runway serve` runs `runway agent --once`
+//! this way.
 //!
 //! Every instance is tracked on disk (`STATE_DIR/NAME.json`, with its
 //! output in `STATE_DIR/NAME.log`), so a restarted `runway serve` finds the
@@ -28,9 +31,12 @@ use crate::{CreateRequest, Instance, InstanceId, InstanceState, Provider, Provid
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessConfig {
     pub name: String,
-    /// Program and arguments; the runner's variables are added to the
-    /// environment runway itself runs with.
+    /// Program and arguments. It runs in a clean environment (see
+    /// [`crate::environment`]): the base, the host variables
+    /// `environment_variables` names, and the runner's bootstrap variables.
     pub command: Vec<String>,
+    /// Host variables (names or prefixes) the runner may inherit.
+    pub environment_variables: Vec<String>,
     /// Where instances are tracked. Per provider: two providers must not share one.
     pub state_dir: PathBuf,
     /// After SIGTERM, how long a runner may take to exit before SIGKILL.
@@ -212,13 +218,18 @@ impl ProcessProvider {
             .try_clone()
             .map_err(|e| self.error(format!("cannot share the runner's log: {e}")))?;
         let mut command = tokio::process::Command::new(&self.config.command[0]);
+        let own = request.bootstrap.clone().into_iter().chain([
+            ("RUNWAY_RUNNER_NAME".to_owned(), request.name.clone()),
+            ("RUNWAY_POOL".to_owned(), request.pool.clone()),
+            ("RUNWAY_RUNNER_LABELS".to_owned(), request.labels.join(",")),
+            (
+                "RUNWAY_LAUNCH_CONFIG".to_owned(),
+                request.launch_config.to_string(),
+            ),
+        ]);
+        crate::environment::set_clean(&mut command, &self.config.environment_variables, own);
         command
             .args(&self.config.command[1..])
-            .envs(&request.bootstrap)
-            .env("RUNWAY_RUNNER_NAME", &request.name)
-            .env("RUNWAY_POOL", &request.pool)
-            .env("RUNWAY_RUNNER_LABELS", request.labels.join(","))
-            .env("RUNWAY_LAUNCH_CONFIG", request.launch_config.to_string())
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(stderr)

@@ -231,6 +231,7 @@ fn process_config(dir: &std::path::Path, command: &[&str]) -> ProcessConfig {
         price_per_hour: 0.0,
         boot_time: Duration::from_secs(1),
         controller_id: "controller-a".to_owned(),
+        environment_variables: Vec::new(),
     }
 }
 
@@ -375,6 +376,7 @@ fn exec_config(dir: &std::path::Path, command: &str) -> ExecConfig {
         config_file: Some(config_file),
         pools: vec!["linux".to_owned()],
         timeout: Duration::from_secs(20),
+        environment_variables: Vec::new(),
         max_instances: 3,
         price_per_hour: 0.05,
         boot_time: Duration::from_secs(1),

@@ -104,6 +104,11 @@ pub struct ProviderConfig {
     pub config_file: Option<PathBuf>,
     /// `exec`: the longest one call of the executable may take.
     pub timeout: Duration,
+    /// `process`, `exec`: host environment variables (names, or prefixes
+    /// such as `"AWS_"`) the child may inherit besides the base (`PATH`,
+    /// `HOME`, `LANG`, `TMPDIR`, the proxy variables). Nothing else of
+    /// runway's environment reaches it; `RUNWAY_*` and `GARM_*` never do.
+    pub environment_variables: Vec<String>,
 }
 
 impl ProviderConfig {
@@ -127,6 +132,7 @@ impl ProviderConfig {
             executable: None,
             config_file: None,
             timeout: Duration::from_secs(120),
+            environment_variables: Vec::new(),
         }
     }
 }
@@ -394,6 +400,29 @@ impl Config {
 pub struct Overrides {
     pub listen: Option<SocketAddr>,
     pub database: Option<String>,
+}
+
+impl Config {
+    /// The environment variables the secrets of this configuration were
+    /// read from (`env:NAME`). `runway serve` removes them from its own
+    /// environment once loaded, so nothing it starts can inherit them.
+    pub fn secret_environment_variables(&self) -> Vec<String> {
+        let github = match &self.github.auth {
+            Some(GithubAuth::Token(token)) => Some(token),
+            Some(GithubAuth::App { private_key, .. }) => Some(private_key),
+            None => None,
+        };
+        let mut names: Vec<String> = std::iter::once(&self.server.database)
+            .chain(&self.server.admin_tokens)
+            .chain(&self.server.read_tokens)
+            .chain(&self.github.webhook_secrets)
+            .chain(github)
+            .filter_map(|secret| secret.environment_variable().map(str::to_owned))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
 }
 
 impl Config {
@@ -789,6 +818,7 @@ impl Config {
                             executable: p.executable.as_ref().map(|d| d.display().to_string()),
                             config_file: p.config_file.as_ref().map(|d| d.display().to_string()),
                             timeout: (p.kind == "exec").then(|| format_duration(p.timeout)),
+                            environment_variables: p.environment_variables.clone(),
                         };
                         (p.name.clone(), raw)
                     })
@@ -897,6 +927,14 @@ impl Secret {
             });
         }
         Ok(Secret::literal(written))
+    }
+
+    /// The environment variable it was read from (`env:NAME`), if any.
+    pub fn environment_variable(&self) -> Option<&str> {
+        match &self.source {
+            SecretSource::Env(name) => Some(name),
+            _ => None,
+        }
     }
 
     /// The value itself. Only for handing to the code that needs it.
@@ -1043,6 +1081,8 @@ struct RawProvider {
     config_file: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    environment_variables: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -1304,6 +1344,7 @@ impl RawConfig {
                 executable: path(p.executable),
                 config_file: path(p.config_file),
                 timeout,
+                environment_variables: p.environment_variables,
                 name,
             })
         })

@@ -84,6 +84,7 @@ pub fn build_providers(
                     price_per_hour: provider.price_per_hour,
                     boot_time: boot_time(provider.boot_seconds),
                     controller_id: context.controller_id.clone(),
+                    environment_variables: provider.environment_variables.clone(),
                 })
                 .map_err(|e| format!("[providers.{}] {e}", provider.name))?;
                 Arc::new(process)
@@ -113,6 +114,7 @@ pub fn build_providers(
                     config_file: provider.config_file.clone(),
                     pools,
                     timeout: provider.timeout,
+                    environment_variables: provider.environment_variables.clone(),
                     max_instances: provider.max_instances,
                     price_per_hour: provider.price_per_hour,
                     boot_time: boot_time(provider.boot_seconds),

@@ -1,0 +1,294 @@
+//! No runway secret reaches a runner, a job or a provider (issue 22).
+//!
+//! `runway serve` runs as an operator runs it: secrets from the
+//! environment (`env:` admin token, webhook secret, GitHub token,
+//! `RUNWAY_DATABASE_URL`), one more written in the file, a `process` pool of
+//! `runway agent --once` and an `exec` pool whose GARM provider records the
+//! environment of every call. Each spawn path is checked for every secret's
+//! value and for runway's tokens: the runner process (through
+//! `/proc/PPID/environ`, read by its job), the job (`env`), the provider
+//! executable (its own `env`), and `runway serve` itself.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{client, runway, spawn_serve, wait_until, Process, RunnerProcesses};
+use serde_json::{json, Value};
+
+const ADMIN_SECRET: &str = "admin-secret-4f1c9a7e2b";
+const HOOK_SECRET: &str = "hook-secret-9d2e77a1c0";
+const GITHUB_SECRET: &str = "ghp_githubsecret5a6b7c8d9e";
+const FILE_SECRET: &str = "read-secret-written-in-the-file-83hd";
+const HIDDEN: &str = "unlisted-host-value-0c7e";
+
+/// runway's secrets: no child, and not runway's own environment once
+/// loaded, may hold one.
+const SECRETS: [&str; 4] = [ADMIN_SECRET, HOOK_SECRET, GITHUB_SECRET, FILE_SECRET];
+
+/// Dropped in field order: the server, its runners, then the directory.
+struct Setup {
+    serve: Process,
+    base: String,
+    _runners: RunnerProcesses,
+    _garm_runners: RunnerProcesses,
+    dir: tempfile::TempDir,
+}
+
+fn contrib_provider() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../contrib/garm-provider-local/garm-provider-local")
+        .canonicalize()
+        .expect("contrib/garm-provider-local")
+}
+
+/// `runway serve` with its secrets in its environment and config.
+fn start() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    // The exec provider: a wrapper that records each call's environment,
+    // then hands the call to the contrib GARM provider.
+    let wrapper = root.join("provider.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nenv > \"{calls}/$GARM_COMMAND.$$\"\nexec python3 {provider} \"$@\"\n",
+            calls = root.join("calls").display(),
+            provider = contrib_provider().display(),
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(root.join("calls")).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(
+        root.join("garm.conf"),
+        format!(
+            "state_dir={}\ncommand={} agent --once\nstop_grace=2\n",
+            root.join("garm-state").display(),
+            common::RUNWAY
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("runway.toml"),
+        format!(
+            r#"[server]
+listen = "127.0.0.1:0"
+admin_tokens = ["env:MY_ADMIN"]
+read_tokens = ["{FILE_SECRET}"]
+
+[github]
+webhook_secrets = ["env:MY_HOOK_SECRET"]
+token = "env:MY_GITHUB_TOKEN"
+# Nothing listens there, and nothing here needs GitHub.
+api_url = "http://127.0.0.1:9"
+
+[runner_api]
+poll_timeout = "2s"
+lease = "5s"
+
+[scaling]
+interval = "200ms"
+
+[[providers]]
+name = "local"
+kind = "process"
+command = ["runway", "agent", "--once"]
+state_dir = "processes"
+stop_grace = "2s"
+max_instances = 2
+environment_variables = ["ALLOWED_"]
+
+[[providers]]
+name = "garm"
+kind = "exec"
+executable = "{wrapper}"
+config_file = "{root}/garm.conf"
+max_instances = 2
+
+[[pools]]
+name = "local"
+labels = ["local"]
+max_runners = 1
+boot_timeout = "60s"
+providers = ["local"]
+
+[[pools]]
+name = "garm"
+labels = ["garm"]
+max_runners = 1
+boot_timeout = "60s"
+providers = ["garm"]
+"#,
+            wrapper = wrapper.display(),
+            root = root.display(),
+        ),
+    )
+    .unwrap();
+    let mut command = runway(root);
+    command
+        .args(["serve", "--config", "runway.toml"])
+        .env("MY_ADMIN", ADMIN_SECRET)
+        .env("MY_HOOK_SECRET", HOOK_SECRET)
+        .env("MY_GITHUB_TOKEN", GITHUB_SECRET)
+        .env("RUNWAY_DATABASE_URL", "sqlite://runway.db")
+        .env("ALLOWED_FLAG", "visible")
+        .env("UNLISTED_VAR", HIDDEN);
+    let (serve, base) = spawn_serve(command);
+    Setup {
+        _runners: RunnerProcesses(root.join("processes")),
+        // The GARM provider's records have the same `name` and `pid`.
+        _garm_runners: RunnerProcesses(root.join("garm-state")),
+        dir,
+        serve,
+        base,
+    }
+}
+
+/// Submits `script` to the pool with `label` and returns its log once it
+/// has finished.
+fn run_job(setup: &Setup, label: &str, script: &str) -> String {
+    let submitted: Value = client()
+        .post(format!("{}/api/v1/jobs", setup.base))
+        .bearer_auth(ADMIN_SECRET)
+        .json(&json!({"labels": [label], "script": script, "timeout_seconds": 60}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let id = submitted["id"].as_i64().expect("a job id");
+    let mut log = String::new();
+    wait_until("the job to finish", 90, || {
+        let Ok(response) = client()
+            .get(format!("{}/api/v1/jobs/{id}/log", setup.base))
+            .bearer_auth(ADMIN_SECRET)
+            .send()
+        else {
+            return false;
+        };
+        let state = response
+            .headers()
+            .get("x-runway-job-state")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        log = response.text().unwrap_or_default();
+        state == "completed"
+    });
+    log
+}
+
+/// Fails naming the secret when a child's environment holds one, a runway
+/// token, or a host variable nobody allowed.
+fn assert_clean_child(what: &str, text: &str) {
+    assert_clean(what, text);
+    assert!(
+        !text.contains(HIDDEN),
+        "{what} inherited a host variable nobody allowed:\n{text}"
+    );
+}
+
+/// Fails naming the secret when `text` (what `what` saw) holds one, or a
+/// runway token.
+fn assert_clean(what: &str, text: &str) {
+    for secret in SECRETS {
+        assert!(!text.contains(secret), "{what} holds {secret:?}:\n{text}");
+    }
+    for token in ["rwr_", "rwt_", "rwa_"] {
+        assert!(
+            !text.contains(token),
+            "{what} holds a runway token ({token}…):\n{text}"
+        );
+    }
+    assert!(
+        !text.contains("sqlite://runway.db"),
+        "{what} holds RUNWAY_DATABASE_URL:\n{text}"
+    );
+}
+
+fn section<'a>(log: &'a str, start: &str, end: &str) -> &'a str {
+    let from = log.find(start).map(|i| i + start.len()).unwrap_or(0);
+    let to = log[from..].find(end).map(|i| from + i).unwrap_or(log.len());
+    &log[from..to]
+}
+
+#[test]
+fn serve_forgets_its_env_secrets_once_loaded() {
+    let setup = start();
+    let pid = setup.serve.0.id();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let environ = String::from_utf8_lossy(&environ).replace('\0', "\n");
+    assert_clean("runway serve's /proc/PID/environ", &environ);
+    // What is not a secret stays.
+    assert!(environ.contains("ALLOWED_FLAG=visible"), "{environ}");
+    // And it still works with what it read: the admin token is accepted.
+    let status = client()
+        .get(format!("{}/api/v1/jobs", setup.base))
+        .bearer_auth(ADMIN_SECRET)
+        .send()
+        .unwrap()
+        .status();
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn a_process_runner_and_its_job_get_a_clean_environment() {
+    let setup = start();
+    let log = run_job(
+        &setup,
+        "local",
+        "echo '== job =='; env; echo '== runner =='; tr '\\0' '\\n' < /proc/$PPID/environ; echo '== end =='",
+    );
+    let job = section(&log, "== job ==", "== runner ==");
+    let runner = section(&log, "== runner ==", "== end ==");
+    assert!(job.contains("RUNWAY_JOB_ID="), "{log}");
+    assert!(job.contains("RUNWAY_JOB_LABELS=local"), "{log}");
+    assert!(job.contains("PATH="), "{log}");
+    assert_clean_child("the job's environment", job);
+    // The job gets nothing of the runner's own: no bootstrap variables, no
+    // allow-listed host variable.
+    for name in ["RUNWAY_URL", "RUNWAY_REGISTRATION_TOKEN", "ALLOWED_FLAG"] {
+        assert!(!job.contains(name), "the job saw {name}:\n{job}");
+    }
+    // The runner process (the job's parent, `runway agent`): its bootstrap,
+    // the allow-listed host variable, and nothing else of runway's. Its
+    // registration token was scrubbed once read.
+    assert!(runner.contains("RUNWAY_RUNNER_NAME=local-"), "{log}");
+    assert!(runner.contains("ALLOWED_FLAG=visible"), "{log}");
+    assert!(!runner.contains("UNLISTED_VAR"), "{runner}");
+    assert_clean_child("the runner's /proc/PID/environ", runner);
+}
+
+#[test]
+fn an_exec_provider_gets_a_clean_environment() {
+    let setup = start();
+    let log = run_job(&setup, "garm", "echo ran on $RUNWAY_RUNNER_NAME; env");
+    assert!(log.contains("ran on garm-"), "{log}");
+    assert_clean_child("a job of the exec pool", &log);
+    let calls: Vec<PathBuf> = std::fs::read_dir(setup.dir.path().join("calls"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(
+        calls.iter().any(|p| p
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("CreateInstance."))),
+        "{calls:?}"
+    );
+    for call in &calls {
+        let environment = std::fs::read_to_string(call).unwrap();
+        assert!(environment.contains("GARM_COMMAND="), "{environment}");
+        assert!(environment.contains("GARM_CONTROLLER_ID="), "{environment}");
+        assert_clean_child(
+            &format!("the provider call {}", call.display()),
+            &environment,
+        );
+        // Not allow-listed for this provider.
+        assert!(!environment.contains("ALLOWED_FLAG"), "{environment}");
+        assert!(!environment.contains("MY_ADMIN"), "{environment}");
+    }
+}
