@@ -8,6 +8,7 @@ pub mod forecast;
 pub mod github;
 pub mod github_budget;
 pub mod job;
+pub mod moves;
 pub mod planner;
 pub mod routing;
 pub mod runner;

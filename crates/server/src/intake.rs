@@ -14,8 +14,8 @@ use runway_core::github::{converge, GithubUpdate, WorkflowJobAction};
 use runway_core::job::{NewJob, Route};
 use runway_core::routing::RouteDecision;
 use runway_core::runner::NewRunner;
-use runway_core::{Conclusion, Job, JobSource, RunnerEvent, RunnerId, Timestamp};
-use runway_store::{Delivery, StoreError};
+use runway_core::{Conclusion, Job, JobSource, RunnerId, Timestamp};
+use runway_store::{Delivery, Moved, StoreError};
 use serde::Serialize;
 
 use crate::error::ApiError;
@@ -432,10 +432,10 @@ async fn apply(
         (Some(_), _) => "completed",
     };
     if let Some(moved) = &moved {
-        after_move(service, payload, moved, now).await;
+        after_move(service, payload, &moved.job, now).await;
     }
     record(service, delivery_record(delivery, payload, outcome, now)).await?;
-    let job = moved.as_ref().unwrap_or(&job);
+    let job = moved.as_ref().map(|moved| &moved.job).unwrap_or(&job);
     Ok((StatusCode::ACCEPTED, Answer::for_job(outcome, job)))
 }
 
@@ -473,13 +473,15 @@ fn conclusion_of(payload: &WorkflowJob) -> Conclusion {
 }
 
 /// Reads, converges and compare-and-sets until the job is where the update
-/// says or further. `None` when nothing changed.
+/// says or further, changing its runner in the same transaction: a job that
+/// starts makes its runner busy with it, one that ends frees it (and stops
+/// an ephemeral one). `None` when nothing changed.
 async fn move_job(
     service: &Service,
     job: &Job,
     update: &GithubUpdate,
     now: Timestamp,
-) -> Result<Option<Job>, ApiError> {
+) -> Result<Option<Moved>, ApiError> {
     let mut current = job.clone();
     for _ in 0..32 {
         let Some(event) = converge(&current, update) else {
@@ -492,13 +494,40 @@ async fn move_job(
                 return Ok(None);
             }
         };
+        let runner = match next.runner.or(current.runner) {
+            Some(id) => service
+                .store
+                .get_runner(id)
+                .await
+                .map_err(|e| store_failure(service, "get_runner", e))?,
+            None => None,
+        };
+        let runner_next = runner.as_ref().and_then(|runner| {
+            if next.state == runway_core::JobState::Running {
+                // GitHub says it runs there: a refusal (the record already
+                // ended) leaves the record as it is.
+                runway_core::moves::start(&next, runner, now).ok()
+            } else if next.state.is_terminal() {
+                let terminate = service.stops_after_its_job(runner);
+                runway_core::moves::finish(&next, runner, terminate, now)
+            } else {
+                None
+            }
+        });
+        let pair = runner
+            .as_ref()
+            .map(|now| (now, runner_next.as_ref().unwrap_or(now)));
         if service
             .store
-            .replace_job(&current, &next)
+            .replace_job_and_runner((&current, &next), pair)
             .await
-            .map_err(|e| store_failure(service, "replace_job", e))?
+            .map_err(|e| store_failure(service, "replace_job_and_runner", e))?
         {
-            return Ok(Some(next));
+            service.runner_moved(runner_next.as_ref());
+            return Ok(Some(Moved {
+                job: next,
+                runner: runner_next.or(runner),
+            }));
         }
         current = service
             .store
@@ -543,8 +572,8 @@ async fn runner_for(service: &Service, name: &str, job: &Job) -> Result<RunnerId
     }
 }
 
-/// Bookkeeping after a job moved: the runner's state and the durations.
-/// Failures here are logged, never fail the webhook: the job is stored.
+/// Bookkeeping after a job (and its runner) moved: metrics and the event
+/// log. Nothing here can fail the webhook: the move is stored.
 async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Timestamp) {
     let pool = PoolLabel {
         pool: job.pool.clone().unwrap_or_default(),
@@ -615,21 +644,5 @@ async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Ti
             ),
             now,
         );
-    }
-    let Some(runner) = job.runner else {
-        return;
-    };
-    if running {
-        let event = RunnerEvent::JobAssigned { job: job.id };
-        if let Err(error) = service.store.apply_runner_event(runner, &event, now).await {
-            tracing::debug!(%error, runner = %runner, "runner bookkeeping skipped");
-        }
-    } else if let Ok(Some(r)) = service.store.get_runner(runner).await {
-        // Busy with no job named: GitHub kept it for this job, whose
-        // `in_progress` never came.
-        let unnamed = r.state == runway_core::RunnerState::Busy && r.job.is_none();
-        if r.job == Some(job.id) || unnamed {
-            service.finish_runner_job(runner, now).await;
-        }
     }
 }

@@ -16,7 +16,7 @@ use axum::{Json, Router};
 use runway_core::job::{NewJob, Route};
 use runway_core::routing::RouteDecision;
 use runway_core::{
-    Conclusion, Job, JobEvent, JobId, JobSource, JobState, RunnerEvent, RunnerState, Timestamp,
+    Conclusion, Job, JobEvent, JobId, JobSource, Runner, RunnerEvent, RunnerState, Timestamp,
 };
 use runway_store::{Claim, StoreError};
 use serde::{Deserialize, Serialize};
@@ -452,15 +452,20 @@ async fn provisioning(
             ))
         }
     };
-    if let JobEvent::Accept { .. } = event {
-        // The runner first: one being scaled down (terminating) or gone
-        // must not start a job it would be killed in the middle of.
+    let job = if let JobEvent::Accept { .. } = event {
+        // The job and its runner in one transaction: a runner being scaled
+        // down (terminating) or gone refuses, and then nothing is started.
+        let start = |_: &Job, after: &Job, current: &Runner, now: Timestamp| {
+            runway_core::moves::start(after, current, now)
+                .map(Some)
+                .map_err(StoreError::from)
+        };
         match service
             .store
-            .apply_runner_event(runner.id, &RunnerEvent::JobAssigned { job: id }, now)
+            .move_job_and_runner(id, &event, Some(runner.id), &start, now)
             .await
         {
-            Ok(_) => {}
+            Ok(moved) => moved.job,
             Err(StoreError::RunnerTransition(refused)) => {
                 tracing::info!(runner = %runner.id, job = %id, %refused, "accept refused; the job goes back to the queue");
                 let _ = service
@@ -474,21 +479,14 @@ async fn provisioning(
                     format!("this runner cannot start a job ({refused}); the job was returned to the queue"),
                 ));
             }
-            Err(other) => return Err(store_failure(&service, "provisioning", other)),
+            Err(error) => return Err(transition_error(&service, "provisioning", error)),
         }
-    }
-    let job = match service.store.apply_job_event(id, &event, now).await {
-        Ok(job) => job,
-        Err(error) => {
-            if let JobEvent::Accept { .. } = event {
-                // Not started after all: the runner is free again.
-                let _ = service
-                    .store
-                    .apply_runner_event(runner.id, &RunnerEvent::JobFinished, now)
-                    .await;
-            }
-            return Err(transition_error(&service, "provisioning", error));
-        }
+    } else {
+        service
+            .store
+            .apply_job_event(id, &event, now)
+            .await
+            .map_err(|error| transition_error(&service, "provisioning", error))?
     };
     match &event {
         JobEvent::Accept { .. } => {
@@ -635,11 +633,27 @@ async fn complete(
         .put_job_log(id, request.exit_code, tail(&request.log_tail))
         .await
         .map_err(|e| store_failure(&service, "put_job_log", e))?;
-    let job = service
+    // The job and its runner in one transaction: the runner is free (or,
+    // ephemeral, stopping) exactly when its job is over.
+    let terminate = service.stops_after_its_job(&runner);
+    let finish = |_: &Job, after: &Job, current: &Runner, now: Timestamp| {
+        Ok(runway_core::moves::finish(after, current, terminate, now))
+    };
+    let moved = service
         .store
-        .complete(id, runner.id, conclusion, now)
+        .move_job_and_runner(
+            id,
+            &JobEvent::Complete {
+                runner: runner.id,
+                conclusion,
+            },
+            Some(runner.id),
+            &finish,
+            now,
+        )
         .await
         .map_err(|e| transition_error(&service, "complete", e))?;
+    let job = moved.job;
     let pool = PoolLabel {
         pool: job.pool.clone().unwrap_or_default(),
     };
@@ -668,7 +682,7 @@ async fn complete(
             now,
         );
     }
-    service.finish_runner_job(runner.id, now).await;
+    service.runner_moved(moved.runner.as_ref());
     Ok(job_state(&job).into_response())
 }
 
@@ -711,55 +725,30 @@ async fn log(
 /// it at `max_attempts`), marks the runner of a job that was running as
 /// crashed, and wakes long pollers. Returns how many jobs it moved.
 pub async fn sweep_leases(service: &Service, now: Timestamp) -> Result<usize, StoreError> {
-    let mut moved = 0;
-    loop {
-        let expired = service.store.jobs_with_expired_leases(now, 500).await?;
-        let batch = expired.len();
-        for job in expired {
-            let Ok(next) = job.apply(&JobEvent::LeaseExpired, now) else {
-                continue;
-            };
-            if !service.store.replace_job(&job, &next).await? {
-                continue; // Changed meanwhile; the next sweep decides again.
-            }
-            moved += 1;
-            tracing::info!(
-                target: "runway::events",
-                event = "lease_expired",
-                job = %job.id,
-                was = %job.state,
-                now = %next.state,
-                attempts = next.attempts
-            );
-            if let (JobState::Running, Some(runner)) = (job.state, job.runner) {
-                let reason = format!("lease on running job {} expired", job.id);
-                match service
-                    .store
-                    .apply_runner_event(runner, &RunnerEvent::Crashed { reason }, now)
-                    .await
-                {
-                    Ok(_) => {
-                        service
-                            .metrics
-                            .runners_crashed
-                            .get_or_create(&PoolLabel {
-                                pool: job.pool.clone().unwrap_or_default(),
-                            })
-                            .inc();
-                    }
-                    Err(error) => {
-                        tracing::debug!(%error, runner = %runner, "runner not marked crashed")
-                    }
-                }
-            }
-        }
-        if batch < 500 {
-            break;
+    // Each job with its runner in one transaction (the store's sweep).
+    let expired = service.store.expire_leases(now).await?;
+    for moved in &expired {
+        tracing::info!(
+            target: "runway::events",
+            event = "lease_expired",
+            job = %moved.was.id,
+            was = %moved.was.state,
+            now = %moved.job.state,
+            attempts = moved.job.attempts
+        );
+        if moved.runner_crashed {
+            service
+                .metrics
+                .runners_crashed
+                .get_or_create(&PoolLabel {
+                    pool: moved.was.pool.clone().unwrap_or_default(),
+                })
+                .inc();
         }
     }
-    if moved > 0 {
+    if !expired.is_empty() {
         service.job_available.notify_waiters();
         service.reconcile_wanted.notify_one();
     }
-    Ok(moved)
+    Ok(expired.len())
 }

@@ -102,6 +102,27 @@ impl Service {
         self.config.schemas()
     }
 
+    /// Whether `runner` is stopped once its job is over: a runner of an
+    /// ephemeral pool that a provider of runway's made (one that registered
+    /// itself, or GitHub's, is not runway's to stop).
+    pub fn stops_after_its_job(&self, runner: &runway_core::Runner) -> bool {
+        let ephemeral = self
+            .config
+            .pools
+            .iter()
+            .any(|p| p.name == runner.pool && p.ephemeral);
+        let provider_made = !matches!(runner.provider.as_str(), "registered" | "external");
+        ephemeral && provider_made
+    }
+
+    /// After a job's move changed its runner: a runner now stopping has its
+    /// instance deleted in the reconciler's next round, which is now.
+    pub fn runner_moved(&self, runner: Option<&runway_core::Runner>) {
+        if matches!(runner, Some(r) if r.state == runway_core::RunnerState::Terminating) {
+            self.reconcile_wanted.notify_one();
+        }
+    }
+
     /// A runner's job is over: it becomes idle, and in an `ephemeral` pool a
     /// runner runway started through a provider is then terminated (the
     /// reconciler deletes its instance). Registered runners manage their own
@@ -118,13 +139,7 @@ impl Service {
                 return;
             }
         };
-        let ephemeral = self
-            .config
-            .pools
-            .iter()
-            .any(|p| p.name == finished.pool && p.ephemeral);
-        let provider_made = !matches!(finished.provider.as_str(), "registered" | "external");
-        if ephemeral && provider_made {
+        if self.stops_after_its_job(&finished) {
             match self
                 .store
                 .apply_runner_event(runner, &RunnerEvent::TerminateRequested, now)

@@ -736,6 +736,29 @@ macro_rules! impl_store {
             Ok(deleted.rows_affected() == 1)
         }
 
+        async fn replace_job_and_runner(
+            &self,
+            job: (&Job, &Job),
+            runner: Option<(&Runner, &Runner)>,
+        ) -> Result<bool, StoreError> {
+            let (current, next) = job;
+            let Some((runner_current, runner_next)) = runner else {
+                return self.replace_job(current, next).await;
+            };
+            let op = Op::ReplaceWithRunner {
+                id: current.id,
+                version: current.version,
+                next: Box::new(JobColumns::from(next)),
+                runner: runner_current.id,
+                runner_version: runner_current.version,
+                runner_next: Box::new(RunnerColumns::from(runner_next)),
+            };
+            match self.group.submit(op).await? {
+                Outcome::Replaced(replaced) => Ok(replaced),
+                _ => Err(StoreError::Corrupt("group commit answered a replace with another outcome".into())),
+            }
+        }
+
         async fn replace_runner(&self, current: &Runner, next: &Runner) -> Result<bool, StoreError> {
             let columns = RunnerColumns::from(next);
             let result = bind_runner(sqlx::query(&self.inner.statements.replace_runner), &columns)
@@ -854,6 +877,41 @@ macro_rules! impl_batch_executor {
                             .execute(&mut *transaction)
                             .await?;
                         Outcome::Replaced(result.rows_affected() == 1)
+                    }
+                    Op::ReplaceWithRunner {
+                        id,
+                        version,
+                        next,
+                        runner,
+                        runner_version,
+                        runner_next,
+                    } => {
+                        // A savepoint inside a shared transaction, a
+                        // transaction of its own otherwise: either way both
+                        // rows change or neither does.
+                        let mut both = sqlx::Connection::begin(&mut *transaction).await?;
+                        let job = bind_job(sqlx::query(&self.statements.replace_job), next)
+                            .bind(id.0)
+                            .bind(*version)
+                            .execute(&mut *both)
+                            .await?;
+                        let replaced = job.rows_affected() == 1 && {
+                            let runner = bind_runner(
+                                sqlx::query(&self.statements.replace_runner),
+                                runner_next,
+                            )
+                            .bind(runner.0)
+                            .bind(*runner_version)
+                            .execute(&mut *both)
+                            .await?;
+                            runner.rows_affected() == 1
+                        };
+                        if replaced {
+                            both.commit().await?;
+                        } else {
+                            both.rollback().await?;
+                        }
+                        Outcome::Replaced(replaced)
                     }
                     Op::Claim { claim, now } => {
                         let rows: Vec<JobRow> = sqlx::query_as(&self.claim)

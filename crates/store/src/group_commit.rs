@@ -14,16 +14,17 @@
 //! transaction of its own, so one bad write never fails its neighbours.
 //!
 //! Only writes that cannot fail on their own data go through here: claims,
-//! idempotent enqueues and compare-and-set replaces.
+//! idempotent enqueues and compare-and-set replaces (of a job, or of a job
+//! and its runner together).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use runway_core::job::NewJob;
-use runway_core::{Job, JobId, Timestamp};
+use runway_core::{Job, JobId, RunnerId, Timestamp};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use crate::rows::JobColumns;
+use crate::rows::{JobColumns, RunnerColumns};
 use crate::{Claim, Delivery, Enqueued, StoreError};
 
 /// How many writes one transaction takes at most.
@@ -44,6 +45,16 @@ pub(crate) enum Op {
         id: JobId,
         version: i64,
         next: Box<JobColumns>,
+    },
+    /// A job and its runner together: both compare-and-sets hold, or
+    /// neither row is written (a savepoint within a shared transaction).
+    ReplaceWithRunner {
+        id: JobId,
+        version: i64,
+        next: Box<JobColumns>,
+        runner: RunnerId,
+        runner_version: i64,
+        runner_next: Box<RunnerColumns>,
     },
     Claim {
         claim: Claim,
@@ -69,7 +80,9 @@ impl Op {
                 (0, format!("{}/{}", job.source.as_str(), job.external_id), 0)
             }
             Op::RecordDelivery { delivery } => (1, delivery.id.clone(), 0),
-            Op::Replace { id, .. } => (2, String::new(), id.0),
+            // The job row first, then its runner: every writer that
+            // changes both locks them in this order.
+            Op::Replace { id, .. } | Op::ReplaceWithRunner { id, .. } => (2, String::new(), id.0),
             Op::Claim { .. } => (3, String::new(), 0),
         }
     }

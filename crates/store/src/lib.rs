@@ -192,6 +192,35 @@ pub struct RunnerFilter {
     pub pool: Option<String>,
 }
 
+/// What a job's move does to its runner: given the job before and after
+/// the event, the runner's current row and the time, its next row (`None`
+/// leaves it as it is), or an error that refuses the whole move. A pure
+/// decision: no I/O, time passed in.
+pub type RunnerChange<'a> = &'a (dyn Fn(&Job, &Job, &Runner, Timestamp) -> Result<Option<Runner>, StoreError>
+         + Send
+         + Sync);
+
+/// The result of [`Store::move_job_and_runner`]: the job as stored, and its
+/// runner as stored (changed or not), if it has a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moved {
+    pub job: Job,
+    pub runner: Option<Runner>,
+}
+
+/// One job [`Store::expire_leases`] moved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredLease {
+    /// The job as it was.
+    pub was: Job,
+    /// The job as stored now: queued again, or failed at `max_attempts`.
+    pub job: Job,
+    /// Its runner as stored now, if it has a record.
+    pub runner: Option<Runner>,
+    /// Whether this sweep marked that runner crashed.
+    pub runner_crashed: bool,
+}
+
 /// Connection settings that are not part of the URL.
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
@@ -303,6 +332,16 @@ pub trait Store: Send + Sync + 'static {
     /// Writes `next` over `current` if the stored row still has
     /// `current.version`; false if someone else changed it first.
     async fn replace_job(&self, current: &Job, next: &Job) -> Result<bool, StoreError>;
+
+    /// Writes a job and its runner in one transaction: both only if each
+    /// stored row still has the version of its `current`; false, and
+    /// nothing written, otherwise. `None` for the runner is
+    /// [`Store::replace_job`].
+    async fn replace_job_and_runner(
+        &self,
+        job: (&Job, &Job),
+        runner: Option<(&Runner, &Runner)>,
+    ) -> Result<bool, StoreError>;
 
     async fn create_runner(&self, runner: &NewRunner, now: Timestamp)
         -> Result<Runner, StoreError>;
@@ -458,6 +497,52 @@ pub trait Store: Send + Sync + 'static {
         })
     }
 
+    /// Applies `event` to a job and, in the same transaction, what `change`
+    /// decides for its runner: a change that moves a job and a runner
+    /// together is never half made, whatever crashes when. `runner` names
+    /// the runner; `None` takes the job's runner after the event, else
+    /// before it (the holder whose lease expired). `change` is given the
+    /// job before and after the event and the runner's current row, and
+    /// returns its next row (`None`: leave it) or an error, which refuses
+    /// the whole move. A runner record that does not exist is left out.
+    /// Retried on the fresh rows when either changed underneath.
+    async fn move_job_and_runner(
+        &self,
+        id: JobId,
+        event: &JobEvent,
+        runner: Option<RunnerId>,
+        change: RunnerChange<'_>,
+        now: Timestamp,
+    ) -> Result<Moved, StoreError> {
+        for _ in 0..MAX_COMPARE_AND_SET_ATTEMPTS {
+            let current = self.get_job(id).await?.ok_or(StoreError::JobNotFound(id))?;
+            let next = current.apply(event, now)?;
+            let runner_id = runner.or(next.runner).or(current.runner);
+            let runner_now = match runner_id {
+                Some(runner_id) => self.get_runner(runner_id).await?,
+                None => None,
+            };
+            let runner_next = match &runner_now {
+                Some(runner_now) => change(&current, &next, runner_now, now)?,
+                None => None,
+            };
+            // A runner left as it is is still compared: the decision to
+            // leave it was made on this version of it.
+            let pair = runner_now
+                .as_ref()
+                .map(|now| (now, runner_next.as_ref().unwrap_or(now)));
+            if self.replace_job_and_runner((&current, &next), pair).await? {
+                return Ok(Moved {
+                    job: next,
+                    runner: runner_next.or(runner_now),
+                });
+            }
+        }
+        Err(StoreError::Contention {
+            what: format!("job {id} and its runner"),
+        })
+    }
+
     /// Extends the holder's lease to `now + lease`.
     async fn keepalive(
         &self,
@@ -507,29 +592,41 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Puts every job whose lease expired by `now` back at the tail of its
-    /// queue (`attempts + 1`), or fails it at `max_attempts`. Returns the jobs
-    /// it changed. A job whose lease was extended meanwhile is left alone.
-    async fn expire_leases(&self, now: Timestamp) -> Result<Vec<Job>, StoreError> {
+    /// queue (`attempts + 1`), or fails it at `max_attempts`, and marks the
+    /// runner of a job that was running as crashed — each job with its
+    /// runner in one transaction (`runway_core::moves::lease_expired`).
+    /// Returns what it changed. A job whose lease was extended meanwhile is
+    /// left alone.
+    async fn expire_leases(&self, now: Timestamp) -> Result<Vec<ExpiredLease>, StoreError> {
         const BATCH: u32 = 500;
+        let crash = |before: &Job, _: &Job, runner: &Runner, now: Timestamp| {
+            Ok(runway_core::moves::lease_expired(before, runner, now))
+        };
         let mut changed = Vec::new();
         loop {
             let expired = self.jobs_with_expired_leases(now, BATCH).await?;
             let batch_len = expired.len();
-            for job in expired {
-                let next = job.apply(&JobEvent::LeaseExpired, now)?;
-                if self.replace_job(&job, &next).await? {
-                    changed.push(next);
-                } else {
-                    // Changed since we read it (keepalive, completion, another
-                    // sweeper): decide again on the fresh row.
-                    match self
-                        .apply_job_event(job.id, &JobEvent::LeaseExpired, now)
-                        .await
-                    {
-                        Ok(next) => changed.push(next),
-                        Err(StoreError::JobTransition(_)) => {}
-                        Err(other) => return Err(other),
+            for was in expired {
+                match self
+                    .move_job_and_runner(was.id, &JobEvent::LeaseExpired, None, &crash, now)
+                    .await
+                {
+                    Ok(moved) => {
+                        let runner_crashed = was.state == JobState::Running
+                            && matches!(&moved.runner, Some(r) if r.state == RunnerState::Crashed
+                                && Some(r.id) == was.runner
+                                && r.ended_at == Some(now));
+                        changed.push(ExpiredLease {
+                            was,
+                            job: moved.job,
+                            runner: moved.runner,
+                            runner_crashed,
+                        });
                     }
+                    // Changed since it was read (a keepalive, a completion,
+                    // another sweeper): not expired after all.
+                    Err(StoreError::JobTransition(_)) => {}
+                    Err(other) => return Err(other),
                 }
             }
             if batch_len < BATCH as usize {

@@ -32,6 +32,7 @@ on_both_backends!(
     settings_and_external_ids_are_replaced,
     once_keys_are_claimed_once_until_pruned,
     one_process_leads_at_a_time,
+    a_job_and_its_runner_move_together_or_not_at_all,
 );
 
 mod cases {
@@ -763,9 +764,9 @@ mod cases {
         assert_eq!(requeued.len(), 1);
         assert_eq!(
             (
-                requeued[0].state,
-                requeued[0].attempts,
-                requeued[0].enqueued_at
+                requeued[0].job.state,
+                requeued[0].job.attempts,
+                requeued[0].job.enqueued_at
             ),
             (JobState::Queued, 1, lease_end)
         );
@@ -778,8 +779,12 @@ mod cases {
             .await
             .unwrap();
         let failed = store.expire_leases(at(10_000_000)).await.unwrap();
-        assert_eq!((failed[0].state, failed[0].attempts), (JobState::Failed, 2));
+        assert_eq!(
+            (failed[0].job.state, failed[0].job.attempts),
+            (JobState::Failed, 2)
+        );
         assert!(failed[0]
+            .job
             .reason
             .as_deref()
             .unwrap_or("")
@@ -882,6 +887,129 @@ mod cases {
             .await
             .unwrap();
         assert_eq!(first_two.len(), 2);
+    }
+
+    /// `replace_job_and_runner` writes both rows only if both versions
+    /// hold; `move_job_and_runner` applies core's decisions to both, and a
+    /// refusal for the runner leaves the job untouched too.
+    pub async fn a_job_and_its_runner_move_together_or_not_at_all(store: Arc<dyn Store>) {
+        let new = NewRunner {
+            name: "default-move".into(),
+            pool: "default".into(),
+            provider: "sim".into(),
+            labels: vec![],
+        };
+        let runner = store.create_runner(&new, at(1)).await.unwrap();
+        let runner = store
+            .apply_runner_event(runner.id, &RunnerEvent::Ready, at(2))
+            .await
+            .unwrap();
+        let job = store
+            .enqueue(&api_job("move", "default"), at(3))
+            .await
+            .unwrap()
+            .job;
+        let [claimed] = &store
+            .claim(&claim("default", runner.id.0, 1), at(4))
+            .await
+            .unwrap()[..]
+        else {
+            panic!("one job claimed");
+        };
+        // A stale runner version: neither row changes.
+        let accepted = claimed
+            .apply(&JobEvent::Accept { runner: runner.id }, at(5))
+            .unwrap();
+        let busy = runner
+            .apply(&RunnerEvent::JobAssigned { job: job.id }, at(5))
+            .unwrap();
+        let mut stale = runner.clone();
+        stale.version -= 1;
+        assert!(!store
+            .replace_job_and_runner((claimed, &accepted), Some((&stale, &busy)))
+            .await
+            .unwrap());
+        assert_eq!(store.get_job(job.id).await.unwrap().unwrap(), *claimed);
+        assert_eq!(store.get_runner(runner.id).await.unwrap().unwrap(), runner);
+        // A stale job version: neither row changes either.
+        let mut stale_job = claimed.clone();
+        stale_job.version -= 1;
+        assert!(!store
+            .replace_job_and_runner((&stale_job, &accepted), Some((&runner, &busy)))
+            .await
+            .unwrap());
+        assert_eq!(store.get_runner(runner.id).await.unwrap().unwrap(), runner);
+        // Both current: both written.
+        assert!(store
+            .replace_job_and_runner((claimed, &accepted), Some((&runner, &busy)))
+            .await
+            .unwrap());
+        assert_eq!(store.get_job(job.id).await.unwrap().unwrap(), accepted);
+        assert_eq!(store.get_runner(runner.id).await.unwrap().unwrap(), busy);
+
+        // Completion frees the runner in the same move.
+        let finish = |_: &runway_core::Job,
+                      after: &runway_core::Job,
+                      current: &runway_core::Runner,
+                      now: runway_core::Timestamp| {
+            Ok(runway_core::moves::finish(after, current, false, now))
+        };
+        let complete = JobEvent::Complete {
+            runner: runner.id,
+            conclusion: Conclusion::Success,
+        };
+        let moved = store
+            .move_job_and_runner(job.id, &complete, Some(runner.id), &finish, at(6))
+            .await
+            .unwrap();
+        assert_eq!(moved.job.state, JobState::Completed);
+        let free = moved.runner.unwrap();
+        assert_eq!((free.state, free.job), (RunnerState::Idle, None));
+        assert_eq!(store.get_runner(runner.id).await.unwrap().unwrap(), free);
+
+        // A runner that refuses (terminating) refuses the whole move.
+        let second = store
+            .enqueue(&api_job("move-2", "default"), at(7))
+            .await
+            .unwrap()
+            .job;
+        store
+            .claim(&claim("default", runner.id.0, 1), at(8))
+            .await
+            .unwrap();
+        let stopping = store
+            .apply_runner_event(runner.id, &RunnerEvent::TerminateRequested, at(9))
+            .await
+            .unwrap();
+        let start = |_: &runway_core::Job,
+                     after: &runway_core::Job,
+                     current: &runway_core::Runner,
+                     now: runway_core::Timestamp| {
+            runway_core::moves::start(after, current, now)
+                .map(Some)
+                .map_err(StoreError::from)
+        };
+        let refused = store
+            .move_job_and_runner(
+                second.id,
+                &JobEvent::Accept { runner: runner.id },
+                Some(runner.id),
+                &start,
+                at(10),
+            )
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::RunnerTransition(_))),
+            "{refused:?}"
+        );
+        assert_eq!(
+            store.get_job(second.id).await.unwrap().unwrap().state,
+            JobState::Provisioning
+        );
+        assert_eq!(
+            store.get_runner(runner.id).await.unwrap().unwrap(),
+            stopping
+        );
     }
 
     pub async fn runners_move_through_their_states_with_timestamps(store: Arc<dyn Store>) {

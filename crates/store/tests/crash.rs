@@ -8,6 +8,14 @@
 //! - once the lease deadline has passed, every claimed but unfinished job is
 //!   back in the queue.
 //!
+//! A second workload moves jobs *and their runners*: accepts (the runner
+//! becomes busy with the job), completions (the runner is free again) and
+//! lease sweeps (a running job's runner crashes), each one store operation.
+//! After every kill, besides the checks above: every runner keeps its
+//! invariants, and a job and its runner agree — a running job's runner is
+//! busy with it, a busy runner's job is running on it. Two separate writes
+//! would leave them disagreeing after a kill between them.
+//!
 //! The child is this same test binary, re-executed to run
 //! [`crash_child_entry_point`] with `RUNWAY_CRASH_CHILD` set; it reports each
 //! acknowledged operation on stdout only after the store returned.
@@ -23,8 +31,14 @@ use common::{api_job, at, Harness};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use runway_core::job::NewJob;
-use runway_core::{Conclusion, JobId, JobSource, JobState, RunnerId, Timestamp};
-use runway_store::{Claim, JobFilter, OpenOptions, PostgresStore, SqliteStore, Store};
+use runway_core::runner::NewRunner;
+use runway_core::{
+    Conclusion, Job, JobEvent, JobId, JobSource, JobState, Runner, RunnerEvent, RunnerId,
+    RunnerState, Timestamp,
+};
+use runway_store::{
+    Claim, JobFilter, OpenOptions, PostgresStore, RunnerFilter, SqliteStore, Store, StoreError,
+};
 use sqlx::Connection;
 
 const KILLS: u64 = 30;
@@ -49,7 +63,10 @@ fn crash_child_entry_point() {
         .enable_all()
         .build()
         .expect("runtime");
-    runtime.block_on(child_workload(&target, life));
+    match std::env::var("RUNWAY_CRASH_WORKLOAD").as_deref() {
+        Ok("moves") => runtime.block_on(moves_workload(&target, life)),
+        _ => runtime.block_on(child_workload(&target, life)),
+    }
 }
 
 /// The PostgreSQL URL a child life connects with: tagged with the life so
@@ -158,9 +175,142 @@ async fn child_workload(target: &str, life: i64) {
     }
 }
 
+/// A ready runner of this life, created through the store as the
+/// reconciler creates one.
+async fn ready_runner(store: &Arc<dyn Store>, name: String, now: i64) -> Runner {
+    let new = NewRunner {
+        name,
+        pool: "default".into(),
+        provider: "sim".into(),
+        labels: vec![],
+    };
+    let runner = store
+        .create_runner(&new, at(now))
+        .await
+        .expect("create runner");
+    store
+        .apply_runner_event(runner.id, &RunnerEvent::Ready, at(now))
+        .await
+        .expect("runner ready")
+}
+
+fn start_on(
+    _: &Job,
+    after: &Job,
+    runner: &Runner,
+    now: Timestamp,
+) -> Result<Option<Runner>, StoreError> {
+    runway_core::moves::start(after, runner, now)
+        .map(Some)
+        .map_err(StoreError::from)
+}
+
+fn finish_on(
+    _: &Job,
+    after: &Job,
+    runner: &Runner,
+    now: Timestamp,
+) -> Result<Option<Runner>, StoreError> {
+    Ok(runway_core::moves::finish(after, runner, false, now))
+}
+
+/// Claims, accepts, completes and sweeps leases through the atomic moves,
+/// with time jumping past the lease now and then so sweeps crash runners.
+async fn moves_workload(target: &str, life: i64) {
+    let store = open_target(target, life).await;
+    let mut rng = StdRng::seed_from_u64(life as u64 ^ 0x6d6f766573);
+    let mut now = life * MILLIS_PER_LIFE;
+    let mut counter = 0u64;
+    let mut runners: Vec<RunnerId> = Vec::new();
+    for i in 0..3 {
+        runners.push(
+            ready_runner(&store, format!("life{life}-r{i}"), now)
+                .await
+                .id,
+        );
+    }
+    report("ready".into());
+    loop {
+        now += 1;
+        let slot = rng.gen_range(0..runners.len());
+        match rng.gen_range(0..10) {
+            0..=2 => {
+                counter += 1;
+                let external_id = format!("life{life}-job{counter}");
+                let job = NewJob {
+                    max_attempts: 1_000,
+                    ..api_job(&external_id, "default")
+                };
+                store.enqueue(&job, at(now)).await.expect("enqueue");
+                report(format!("enqueued {external_id}"));
+            }
+            3..=5 => {
+                let id = runners[slot];
+                let runner = store.get_runner(id).await.expect("read").expect("runner");
+                if runner.state != RunnerState::Idle {
+                    continue;
+                }
+                let claim = Claim {
+                    pool: "default".into(),
+                    runner: id,
+                    limit: 1,
+                    lease: LEASE,
+                    runner_labels: None,
+                };
+                for job in store.claim(&claim, at(now)).await.expect("claim") {
+                    let accept = JobEvent::Accept { runner: id };
+                    match store
+                        .move_job_and_runner(job.id, &accept, Some(id), &start_on, at(now))
+                        .await
+                    {
+                        Ok(_) => report(format!("started {}", job.id)),
+                        Err(StoreError::RunnerTransition(_)) => {}
+                        Err(other) => panic!("accept: {other}"),
+                    }
+                }
+            }
+            6..=7 => {
+                let id = runners[slot];
+                let runner = store.get_runner(id).await.expect("read").expect("runner");
+                let (RunnerState::Busy, Some(job)) = (runner.state, runner.job) else {
+                    continue;
+                };
+                let complete = JobEvent::Complete {
+                    runner: id,
+                    conclusion: Conclusion::Success,
+                };
+                store
+                    .move_job_and_runner(job, &complete, Some(id), &finish_on, at(now))
+                    .await
+                    .expect("complete");
+                report(format!("completed {job}"));
+            }
+            _ => {
+                // Past every lease: the sweep requeues running jobs and
+                // crashes their runners, which are then replaced.
+                now += LEASE.as_millis() as i64 + 1;
+                store.expire_leases(at(now)).await.expect("sweep");
+                for (i, slot) in runners.iter_mut().enumerate() {
+                    let runner = store
+                        .get_runner(*slot)
+                        .await
+                        .expect("read")
+                        .expect("runner");
+                    if runner.state.is_terminal() {
+                        counter += 1;
+                        *slot = ready_runner(&store, format!("life{life}-r{i}-{counter}"), now)
+                            .await
+                            .id;
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Runs one child life and kills it after `delay`; returns the lines it
 /// completed before dying.
-fn run_and_kill(target: &str, life: u64, delay: Duration) -> Vec<String> {
+fn run_and_kill(target: &str, workload: Workload, life: u64, delay: Duration) -> Vec<String> {
     let mut child = Command::new(std::env::current_exe().expect("test binary path"))
         .args([
             "crash_child_entry_point",
@@ -170,6 +320,7 @@ fn run_and_kill(target: &str, life: u64, delay: Duration) -> Vec<String> {
         ])
         .env("RUNWAY_CRASH_CHILD", target)
         .env("RUNWAY_CRASH_LIFE", life.to_string())
+        .env("RUNWAY_CRASH_WORKLOAD", workload.name())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -196,7 +347,12 @@ fn run_and_kill(target: &str, life: u64, delay: Duration) -> Vec<String> {
     complete.lines().map(str::to_owned).collect()
 }
 
-async fn check_after_kill(store: &Arc<dyn Store>, lines: &[String], life: u64) -> (usize, usize) {
+async fn check_after_kill(
+    store: &Arc<dyn Store>,
+    workload: Workload,
+    lines: &[String],
+    life: u64,
+) -> (usize, usize) {
     let mut enqueued = 0;
     let mut completed = 0;
     for line in lines {
@@ -225,11 +381,7 @@ async fn check_after_kill(store: &Arc<dyn Store>, lines: &[String], life: u64) -
             completed += 1;
         }
     }
-    let all = store.list_jobs(&JobFilter::default()).await.expect("list");
-    for job in &all {
-        let problems = job.invariant_violations();
-        assert!(problems.is_empty(), "life {life}: {problems:?}");
-    }
+    check_invariants(store, workload, life, "after the kill").await;
     // Past every lease granted so far, nothing may stay bound to a dead runner.
     let after_deadline = Timestamp::from_millis((life as i64 + 1) * MILLIS_PER_LIFE - 1);
     store
@@ -244,7 +396,65 @@ async fn check_after_kill(store: &Arc<dyn Store>, lines: &[String], life: u64) -
             job.state
         );
     }
+    check_invariants(store, workload, life, "after the sweep").await;
     (enqueued, completed)
+}
+
+/// Every job keeps its invariants; in the moves workload, every runner too,
+/// and each job agrees with its runner. (The queue workload claims for
+/// runner ids that have no record.)
+async fn check_invariants(store: &Arc<dyn Store>, workload: Workload, life: u64, when: &str) {
+    match workload {
+        Workload::Queue => {
+            for job in store.list_jobs(&JobFilter::default()).await.expect("list") {
+                let problems = job.invariant_violations();
+                assert!(problems.is_empty(), "life {life} {when}: {problems:?}");
+            }
+        }
+        Workload::Moves => assert_jobs_and_runners_agree(store, life, when).await,
+    }
+}
+
+/// Every job and every runner keeps its invariants, and each job and its
+/// runner agree: a running job's runner is busy with it, and a busy
+/// runner's named job is running on it.
+async fn assert_jobs_and_runners_agree(store: &Arc<dyn Store>, life: u64, when: &str) {
+    let jobs = store
+        .list_jobs(&JobFilter::default())
+        .await
+        .expect("list jobs");
+    let runners = store
+        .list_runners(&RunnerFilter::default())
+        .await
+        .expect("list runners");
+    for runner in &runners {
+        let problems = runner.invariant_violations();
+        assert!(problems.is_empty(), "life {life} {when}: {problems:?}");
+    }
+    let runner_of = |id: RunnerId| runners.iter().find(|r| r.id == id);
+    for job in &jobs {
+        let problems = job.invariant_violations();
+        assert!(problems.is_empty(), "life {life} {when}: {problems:?}");
+        if job.state == JobState::Running {
+            let runner = job.runner.and_then(runner_of);
+            assert!(
+                matches!(runner, Some(r) if r.state == RunnerState::Busy && r.job == Some(job.id)),
+                "life {life} {when}: job {} runs on {:?}, whose record is {runner:?}",
+                job.id,
+                job.runner
+            );
+        }
+    }
+    for runner in &runners {
+        if let (RunnerState::Busy, Some(id)) = (runner.state, runner.job) {
+            let job = jobs.iter().find(|j| j.id == id);
+            assert!(
+                matches!(job, Some(j) if j.state == JobState::Running && j.runner == Some(runner.id)),
+                "life {life} {when}: runner {} is busy with job {id}, which is {job:?}",
+                runner.id
+            );
+        }
+    }
 }
 
 /// A statement the child sent just before SIGKILL may still be running in
@@ -274,23 +484,45 @@ async fn wait_for_postgres_backends_to_exit(life: u64) {
     }
 }
 
-async fn survive_random_kills(harness: &Harness, target: &str) {
+#[derive(Debug, Clone, Copy)]
+enum Workload {
+    /// Enqueue, claim, accept, decline, complete, keepalive: jobs only.
+    Queue,
+    /// Accept, complete and sweep moving jobs with their runners.
+    Moves,
+}
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Queue => "queue",
+            Workload::Moves => "moves",
+        }
+    }
+}
+
+async fn survive_random_kills(harness: &Harness, target: &str, workload: Workload) {
     let mut rng = StdRng::seed_from_u64(0x5eed);
     let mut acknowledged = (0, 0);
     let started = Instant::now();
     for life in 0..KILLS {
-        // Some kills land while the child is still opening the store.
-        let delay = Duration::from_millis(rng.gen_range(5..250));
-        let lines = run_and_kill(target, life, delay);
+        // Some kills land while the child is still opening the store (and
+        // creating its runners, in the moves workload).
+        let delay = match workload {
+            Workload::Queue => Duration::from_millis(rng.gen_range(5..250)),
+            Workload::Moves => Duration::from_millis(rng.gen_range(20..500)),
+        };
+        let lines = run_and_kill(target, workload, life, delay);
         if target.starts_with("postgres-schema:") {
             wait_for_postgres_backends_to_exit(life).await;
         }
-        let (enqueued, completed) = check_after_kill(&harness.store, &lines, life).await;
+        let (enqueued, completed) = check_after_kill(&harness.store, workload, &lines, life).await;
         acknowledged.0 += enqueued;
         acknowledged.1 += completed;
     }
     eprintln!(
-        "{KILLS} kills in {:?}: {} acknowledged enqueues and {} completions all survived",
+        "{} workload, {KILLS} kills in {:?}: {} acknowledged enqueues and {} completions all survived",
+        workload.name(),
         started.elapsed(),
         acknowledged.0,
         acknowledged.1
@@ -309,7 +541,7 @@ async fn survive_random_kills(harness: &Harness, target: &str) {
 async fn sqlite_survives_sigkill_at_random_moments() {
     let harness = Harness::sqlite().await;
     let target = harness.url.clone();
-    survive_random_kills(&harness, &target).await;
+    survive_random_kills(&harness, &target, Workload::Queue).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -319,5 +551,23 @@ async fn postgres_survives_sigkill_at_random_moments() {
         "postgres-schema:{}",
         harness.postgres_schema().expect("schema")
     );
-    survive_random_kills(&harness, &target).await;
+    survive_random_kills(&harness, &target, Workload::Queue).await;
+}
+
+/// Accept, complete and sweep, killed at random: jobs and runners agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_job_and_runner_moves_survive_sigkill() {
+    let harness = Harness::sqlite().await;
+    let target = harness.url.clone();
+    survive_random_kills(&harness, &target, Workload::Moves).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_job_and_runner_moves_survive_sigkill() {
+    let harness = Harness::postgres().await;
+    let target = format!(
+        "postgres-schema:{}",
+        harness.postgres_schema().expect("schema")
+    );
+    survive_random_kills(&harness, &target, Workload::Moves).await;
 }

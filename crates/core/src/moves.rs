@@ -1,0 +1,151 @@
+//! What a job's move does to its runner.
+//!
+//! A job that starts, ends or loses its lease changes its runner too; the
+//! store writes both in one transaction (`Store::move_job_and_runner`), so
+//! no crash leaves a running job on an idle runner or a busy runner on a
+//! finished job. These are the decisions it applies: pure, given the rows
+//! and the time, each returning the runner's next row (`None`: leave it).
+
+use crate::job::{Job, JobState};
+use crate::runner::{Runner, RunnerEvent, RunnerState, RunnerTransitionError};
+use crate::time::Timestamp;
+
+/// A runner starting `job` (an accept, or GitHub's `in_progress`): busy with
+/// it. Refused when the runner cannot start a job — being scaled down
+/// (terminating) or gone — so the job is not started on a runner about to
+/// be stopped.
+pub fn start(job: &Job, runner: &Runner, now: Timestamp) -> Result<Runner, RunnerTransitionError> {
+    runner.apply(&RunnerEvent::JobAssigned { job: job.id }, now)
+}
+
+/// A job that ended (completed, cancelled, failed): its runner is free
+/// again if it was busy with this job, or busy with no job named (GitHub
+/// kept it for this job, whose `in_progress` never came). With
+/// `terminate`, an ephemeral runner's one job is done: it is asked to stop
+/// as well. A runner busy with another job is left alone.
+pub fn finish(job: &Job, runner: &Runner, terminate: bool, now: Timestamp) -> Option<Runner> {
+    let holding =
+        runner.state == RunnerState::Busy && (runner.job == Some(job.id) || runner.job.is_none());
+    if !holding {
+        return None;
+    }
+    let free = runner.apply(&RunnerEvent::JobFinished, now).ok()?;
+    if terminate {
+        if let Ok(stopping) = free.apply(&RunnerEvent::TerminateRequested, now) {
+            return Some(stopping);
+        }
+    }
+    Some(free)
+}
+
+/// A job whose lease expired (`before` is the job as it was): if it was
+/// running, its runner stopped reporting mid-job and is marked crashed. A
+/// job that was only claimed (provisioning) never made its runner busy,
+/// and a runner busy with another job is not this job's to crash.
+pub fn lease_expired(before: &Job, runner: &Runner, now: Timestamp) -> Option<Runner> {
+    let held = before.state == JobState::Running && before.runner == Some(runner.id);
+    let busy_with_it = runner.job == Some(before.id) || runner.job.is_none();
+    if !held || !busy_with_it {
+        return None;
+    }
+    let reason = format!("lease on running job {} expired", before.id);
+    runner.apply(&RunnerEvent::Crashed { reason }, now).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{JobEvent, JobId, JobSource, NewJob};
+    use crate::runner::{NewRunner, RunnerId};
+
+    fn at(ms: i64) -> Timestamp {
+        Timestamp::from_millis(ms)
+    }
+
+    fn runner(state: RunnerState, job: Option<i64>) -> Runner {
+        let mut runner = NewRunner {
+            name: "r".into(),
+            pool: "p".into(),
+            provider: "sim".into(),
+            labels: vec![],
+        }
+        .initial(RunnerId(7), at(0));
+        runner.state = state;
+        runner.job = job.map(JobId);
+        runner
+    }
+
+    fn job(state: JobState, holder: Option<i64>) -> Job {
+        let mut job = NewJob {
+            source: JobSource::Api,
+            external_id: "j".into(),
+            route: crate::job::Route::Pool("p".into()),
+            labels: vec![],
+            payload: String::new(),
+            max_attempts: 3,
+        }
+        .initial(JobId(1), at(0));
+        job.state = state;
+        job.runner = holder.map(RunnerId);
+        job
+    }
+
+    /// One row per case: (runner state, its job) → what each decision makes of it.
+    #[test]
+    fn decisions_by_case() {
+        use RunnerState::*;
+        let cases: [(RunnerState, Option<i64>, &str, &str, &str); 7] = [
+            // state, job, start, finish (ephemeral), lease expiry of a running job held by it
+            (Idle, None, "busy(1)", "-", "-"),
+            (Provisioning, None, "busy(1)", "-", "-"),
+            (Busy, Some(1), "refused", "terminating", "crashed"),
+            (Busy, None, "busy(1)", "terminating", "crashed"),
+            (Busy, Some(2), "refused", "-", "-"),
+            (Terminating, None, "refused", "-", "-"),
+            (Terminated, None, "refused", "-", "-"),
+        ];
+        let show = |r: Option<Runner>| match r {
+            None => "-".to_owned(),
+            Some(r) if r.state == Busy => format!("busy({})", r.job.map(|j| j.0).unwrap_or(0)),
+            Some(r) => r.state.as_str().to_owned(),
+        };
+        let running = job(JobState::Running, Some(7));
+        for (state, held, started, finished, expired) in cases {
+            let r = runner(state, held);
+            let got_start = match start(&running, &r, at(1)) {
+                Ok(next) => show(Some(next)),
+                Err(_) => "refused".to_owned(),
+            };
+            let got_finish = show(finish(&running, &r, true, at(1)));
+            let got_expiry = show(lease_expired(&running, &r, at(1)));
+            assert_eq!(
+                (got_start.as_str(), got_finish.as_str(), got_expiry.as_str()),
+                (started, finished, expired),
+                "runner {state:?} with job {held:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_finish_without_terminate_leaves_the_runner_idle() {
+        let busy = runner(RunnerState::Busy, Some(1));
+        let next = finish(&job(JobState::Completed, Some(7)), &busy, false, at(5)).unwrap();
+        assert_eq!((next.state, next.job), (RunnerState::Idle, None));
+    }
+
+    #[test]
+    fn only_a_running_job_held_by_the_runner_crashes_it() {
+        let busy = runner(RunnerState::Busy, Some(1));
+        // Claimed, never accepted: the runner was never busy with it.
+        assert_eq!(
+            lease_expired(&job(JobState::Provisioning, Some(7)), &busy, at(1)),
+            None
+        );
+        // Held by another runner.
+        assert_eq!(
+            lease_expired(&job(JobState::Running, Some(8)), &busy, at(1)),
+            None
+        );
+        let _ = JobEvent::LeaseExpired;
+    }
+}
