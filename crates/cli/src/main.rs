@@ -10,11 +10,10 @@ use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use runway_server::{Config, Overrides, Service};
+use runway_server::{Config, Overrides};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -252,152 +251,21 @@ fn eval_worker_config(args: EvalArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve(args: ConfigArgs, mut config: Config) -> anyhow::Result<()> {
-    let generate_admin_token = args.config.is_none() && config.server.admin_tokens.is_empty();
+async fn serve(args: ConfigArgs, config: Config) -> anyhow::Result<()> {
     let listen = config.server.listen;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
-    let address = listener
-        .local_addr()
-        .context("cannot read the listening address")?;
-    if config.server.public_url.is_none() {
-        config.server.public_url = Some(config.server.runner_url(address));
-    }
-    // The event log before the store: a bad path must not create a database.
-    let events =
-        runway_server::events::EventLog::open(&config.telemetry).map_err(anyhow::Error::msg)?;
-    let store = Service::open_store(&config).await?;
-    let controller_id = store
-        .controller_id(&runway_server::auth::new_token("rwc_"))
-        .await
-        .context("cannot read this installation's controller id")?;
-    let providers = runway_server::reconciler::build_providers(
-        &config,
-        &runway_server::reconciler::ProviderContext {
-            clock: Arc::new(runway_providers::SystemClock),
-            controller_id,
-            runway_exe: std::env::current_exe().ok(),
-        },
-    )
-    .map_err(anyhow::Error::msg)?;
-    // Only once the store is open: a failed start leaves no token file behind.
-    if generate_admin_token {
-        let token = admin_token_file()?;
-        config
-            .server
-            .admin_tokens
-            .push(runway_server::config::Secret::literal(&token));
-    }
-    let mut service = Service::new(config, store);
-    service.events = events;
-    service
-        .install_worker_configs()
-        .await
-        .context("cannot install the worker configurations of the config file")?;
-    let pools: Vec<&str> = service
-        .config
-        .pools
-        .iter()
-        .map(|p| p.name.as_str())
-        .collect();
-    tracing::info!(
-        address = %format!("http://{address}"),
-        store = %service.config.server.database,
-        pools = ?pools,
-        "runway listening"
-    );
-    // Nothing reconciles until the lead is held (at once on SQLite; on
-    // PostgreSQL by the one replica holding the advisory lock).
-    service.leading = std::sync::atomic::AtomicBool::new(false);
-    let service = Arc::new(service);
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let leadership = tokio::spawn(runway_server::background::leadership(
-        service.clone(),
-        service.config.scaling_interval.clamp(
-            std::time::Duration::from_secs(1),
-            std::time::Duration::from_secs(5),
-        ),
-        stopped.clone(),
-    ));
-    let sweeper = tokio::spawn(runway_server::background::lease_sweeper(
-        service.clone(),
-        stopped.clone(),
-    ));
-    let reconciler = if providers.is_empty() {
-        None
-    } else {
-        let reconciler = Arc::new(runway_server::reconciler::Reconciler::new(
-            service.clone(),
-            providers,
-        ));
-        let interval = service.config.scaling_interval;
-        Some(tokio::spawn(runway_server::reconciler::run(
-            reconciler,
-            interval,
-            stopped.clone(),
-        )))
+    let options = runway_server::RunOptions {
+        // Only without a config file: then the CLI finds the token there.
+        admin_token_file: args
+            .config
+            .is_none()
+            .then(|| PathBuf::from(admin::TOKEN_FILE)),
+        runway_exe: std::env::current_exe().ok(),
     };
-    let healer = service.github.clone().map(|client| {
-        tracing::info!(
-            api = %service.config.github.api_url,
-            deliveries = ?service.config.github.deliveries.as_ref().map(ToString::to_string),
-            "GitHub API: re-checking old queued jobs{}",
-            if service.config.github.deliveries.is_some() { " and redelivering failed webhooks" } else { "" }
-        );
-        let healer = Arc::new(runway_server::github::heal::Healer::new(
-            service.clone(),
-            client,
-        ));
-        tokio::spawn(runway_server::github::heal::run(healer, stopped.clone()))
-    });
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        let _ = stop.send(true);
-    });
-    let mut server_stop = stopped;
-    runway_server::serve(service, listener, async move {
-        let _ = server_stop.wait_for(|stop| *stop).await;
-    })
-    .await
-    .context("HTTP server failed")?;
-    let _ = sweeper.await;
-    if let Some(reconciler) = reconciler {
-        let _ = reconciler.await;
-    }
-    if let Some(healer) = healer {
-        let _ = healer.await;
-    }
-    let _ = leadership.await;
-    tracing::info!("runway stopped");
+    runway_server::run(config, listener, options, shutdown_signal()).await?;
     Ok(())
-}
-
-/// Without a config file, the admin API still needs a token: reuse the one
-/// in ./runway-admin.token, or write a new one there (mode 0600) for the CLI.
-fn admin_token_file() -> anyhow::Result<String> {
-    let path = std::path::Path::new(admin::TOKEN_FILE);
-    if let Ok(existing) = std::fs::read_to_string(path) {
-        let existing = existing.trim().to_owned();
-        if existing.len() >= 16 {
-            return Ok(existing);
-        }
-    }
-    let token = runway_server::auth::new_token("rwa_");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    use std::io::Write;
-    options
-        .open(path)
-        .and_then(|mut file| file.write_all(format!("{token}\n").as_bytes()))
-        .with_context(|| format!("cannot write the admin token to {}", path.display()))?;
-    tracing::info!(file = %path.display(), "generated an admin token for the CLI (runway jobs, runway submit)");
-    Ok(token)
 }
 
 /// Completes on Ctrl-C or SIGTERM.

@@ -616,3 +616,69 @@ values = { scalingRatio = 2 }
         "{line}"
     );
 }
+
+/// `GET /api/v1/tasks`: every background worker with its state, and when
+/// the database goes away (its schema dropped), the failing workers' last
+/// error and consecutive failures.
+#[test]
+fn background_workers_show_their_state_and_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = PgSchema::create("runway_cli_tasks");
+    std::fs::write(
+        dir.path().join("runway.toml"),
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"tasks-admin-token\"]\n\
+         [runner_api]\nlease = \"2s\"\n[scaling]\ninterval = \"200ms\"\n\
+         [[providers]]\nname = \"sim\"\nkind = \"sim\"\n\
+         [[pools]]\nname = \"p\"\nlabels = [\"x\"]\nproviders = [\"sim\"]\n",
+    )
+    .unwrap();
+    let (_server, base) = common::serve_in(
+        dir.path(),
+        &["--config", "runway.toml", "--database", &schema.scoped],
+    );
+    let tasks = || -> serde_json::Value {
+        common::client()
+            .get(format!("{base}/api/v1/tasks"))
+            .bearer_auth("tasks-admin-token")
+            .send()
+            .and_then(|r| r.json())
+            .unwrap_or_default()
+    };
+    let task = |all: &serde_json::Value, name: &str| -> serde_json::Value {
+        all["tasks"]
+            .as_array()
+            .and_then(|tasks| tasks.iter().find(|t| t["name"] == name).cloned())
+            .unwrap_or_default()
+    };
+    common::wait_until("every worker to have run", 30, || {
+        let all = tasks();
+        ["leadership", "sweep_leases", "reconcile"]
+            .iter()
+            .all(|name| task(&all, name)["runs"].as_u64().unwrap_or(0) > 0)
+    });
+    let all = tasks();
+    assert_eq!(all["leading"], true, "{all}");
+    let reconcile = task(&all, "reconcile");
+    assert_eq!(reconcile["leader_only"], true, "{all}");
+    assert_eq!(reconcile["consecutive_failures"], 0, "{all}");
+    assert!(reconcile["last_error"].is_null(), "{all}");
+
+    schema.psql(&format!("DROP SCHEMA {} CASCADE", schema.schema));
+    common::wait_until("the sweeper to fail twice in a row", 60, || {
+        task(&tasks(), "sweep_leases")["consecutive_failures"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 2
+    });
+    let sweeper = task(&tasks(), "sweep_leases");
+    assert!(
+        ["backing_off", "running"].contains(&sweeper["state"].as_str().unwrap_or("")),
+        "{sweeper}"
+    );
+    assert!(
+        sweeper["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("database")),
+        "{sweeper}"
+    );
+}

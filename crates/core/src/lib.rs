@@ -9,6 +9,7 @@ pub mod github;
 pub mod github_budget;
 pub mod job;
 pub mod moves;
+pub mod observe;
 pub mod planner;
 pub mod routing;
 pub mod runner;

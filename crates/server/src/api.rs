@@ -27,6 +27,7 @@ pub fn router() -> Router<Arc<Service>> {
         .route("/api/v1/jobs/{id}", get(get_job))
         .route("/api/v1/pools", get(list_pools))
         .route("/api/v1/runners", get(list_runners))
+        .route("/api/v1/tasks", get(list_tasks))
 }
 
 fn store_error(service: &Service, operation: &str, error: StoreError) -> ApiError {
@@ -350,4 +351,51 @@ async fn list_runners(
     Ok(Json(RunnersDto {
         runners: runners.iter().map(RunnerDto::from).collect(),
     }))
+}
+
+/// One background worker of this process (`crate::tasks`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct TaskDto {
+    pub name: String,
+    /// `idle`, `running`, `backing_off`, `following` (leader-only, on a
+    /// replica that does not lead) or `stopped`.
+    pub state: String,
+    pub leader_only: bool,
+    pub period_seconds: f64,
+    pub runs: u64,
+    pub consecutive_failures: u32,
+    pub last_error: Option<String>,
+    pub last_started_at: Option<String>,
+    pub last_success_at: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct TasksDto {
+    pub leading: bool,
+    pub tasks: Vec<TaskDto>,
+}
+
+/// The background workers of the replica that answers, with their state,
+/// last error and consecutive failures.
+async fn list_tasks(_: Reader, State(service): State<Arc<Service>>) -> Json<TasksDto> {
+    let tasks = service
+        .tasks
+        .snapshot()
+        .into_iter()
+        .map(|status| TaskDto {
+            name: status.name.to_owned(),
+            state: status.state.as_str().to_owned(),
+            leader_only: status.leader_only,
+            period_seconds: status.period.as_secs_f64(),
+            runs: status.runs,
+            consecutive_failures: status.consecutive_failures,
+            last_error: status.last_error,
+            last_started_at: status.last_started_at.map(rfc3339),
+            last_success_at: status.last_success_at.map(rfc3339),
+        })
+        .collect();
+    Json(TasksDto {
+        leading: service.is_leader(),
+        tasks,
+    })
 }

@@ -1,6 +1,7 @@
-//! runway's service: configuration, the HTTP surface and the service root
-//! that holds the store. Later: GitHub intake, the runner and admin APIs,
-//! the reconciler and telemetry.
+//! runway's service: configuration, the HTTP surfaces (GitHub webhooks, the
+//! runner API, the admin API, operations), the service root that holds the
+//! store, the reconciler, the GitHub client and healer, the background
+//! workers and telemetry. [`run`] starts all of it, as `runway serve` does.
 
 pub mod api;
 pub mod auth;
@@ -14,10 +15,13 @@ pub mod http;
 pub mod intake;
 pub mod metrics;
 pub mod reconciler;
+mod run;
 pub mod runner_api;
 pub mod runner_reports;
 pub mod service;
+pub mod tasks;
 pub mod worker_configs;
 
 pub use config::{Config, ConfigError, Overrides};
+pub use run::{run, RunError, RunOptions};
 pub use service::{serve, Service};

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 use runway_core::forecast::ArrivalForecast;
+use runway_core::observe::{observe, Observed, Readiness};
 use runway_core::planner::{
     backoff_delay, learn_reliability, plan, Action, Backoff, Plan, Snapshot,
 };
@@ -320,31 +321,21 @@ impl Reconciler {
                     }
                     continue;
                 }
-                let event = match (by_id.get(&instance_id), runner.state) {
-                    // A runner that registers itself is ready when it says
-                    // so, not when its machine is up. A GitHub pool's
-                    // runners register with GitHub, not with runway.
-                    (Some(InstanceState::Running), RunnerState::Provisioning)
-                        if !registers || github.is_some() =>
-                    {
-                        Some(RunnerEvent::Ready)
-                    }
-                    (None | Some(InstanceState::Stopped), RunnerState::Busy) => {
-                        Some(RunnerEvent::Crashed {
-                            reason: format!("instance {instance_id} vanished while running a job"),
-                        })
-                    }
-                    (None | Some(InstanceState::Stopped), RunnerState::Terminating) => {
-                        Some(RunnerEvent::Terminated)
-                    }
-                    (
-                        None | Some(InstanceState::Stopped),
-                        RunnerState::Provisioning | RunnerState::Idle,
-                    ) => Some(RunnerEvent::Failed {
-                        reason: format!("instance {instance_id} vanished"),
-                    }),
-                    _ => None,
+                let observed = match by_id.get(&instance_id) {
+                    None => Observed::Absent,
+                    Some(InstanceState::Pending) => Observed::Pending,
+                    Some(InstanceState::Running) => Observed::Running,
+                    Some(InstanceState::Stopped) => Observed::Stopped,
                 };
+                // A runner that registers itself is ready when it says so,
+                // not when its machine is up. A GitHub pool's runners
+                // register with GitHub, not with runway.
+                let readiness = if registers && github.is_none() {
+                    Readiness::RunnerRegisters
+                } else {
+                    Readiness::MachineRunning
+                };
+                let event = observe(runner, &instance_id.0, observed, readiness);
                 if let Some(event) = event {
                     let ready = event == RunnerEvent::Ready;
                     if store
@@ -1029,33 +1020,27 @@ impl Reconciler {
 pub async fn run(
     reconciler: Arc<Reconciler>,
     interval: Duration,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut consecutive_errors: u32 = 0;
-    loop {
-        let wait = if consecutive_errors == 0 {
-            interval
-        } else {
-            interval.saturating_mul(2u32.saturating_pow(consecutive_errors.min(5)))
-        };
-        tokio::select! {
-            _ = shutdown.changed() => return,
-            () = tokio::time::sleep(wait) => {}
-            () = reconciler.service.reconcile_wanted.notified() => {}
-        }
-        if *shutdown.borrow() {
-            return;
-        }
-        if !reconciler.service.is_leader() {
-            continue; // Another replica reconciles.
-        }
-        match reconciler.reconcile_once(crate::service::now()).await {
-            Ok(_) => consecutive_errors = 0,
-            Err(error) => {
-                consecutive_errors += 1;
-                reconciler.service.metrics.store_error("reconcile");
-                tracing::warn!(%error, consecutive_errors, "reconcile failed; backing off");
+    let service = reconciler.service.clone();
+    let worker = crate::tasks::Worker {
+        name: "reconcile",
+        period: interval,
+        // Another replica reconciles while this one follows.
+        leader_only: true,
+        first_round_at_once: false,
+        wake: Some(&service.reconcile_wanted),
+    };
+    worker
+        .run(&service.tasks, &|| service.is_leader(), shutdown, || {
+            let reconciler = reconciler.clone();
+            async move {
+                reconciler
+                    .reconcile_once(crate::service::now())
+                    .await
+                    .map(|_| ())
+                    .inspect_err(|_| reconciler.service.metrics.store_error("reconcile"))
             }
-        }
-    }
+        })
+        .await
 }

@@ -38,6 +38,8 @@ pub struct Service {
     /// healer (`background::leadership` keeps it; true unless replicas
     /// share a PostgreSQL store and another leads).
     pub leading: std::sync::atomic::AtomicBool,
+    /// The status of every background worker (`GET /api/v1/tasks`).
+    pub tasks: crate::tasks::Tasks,
 }
 
 /// Arrivals kept for a reconciler that has not drained them.
@@ -89,6 +91,7 @@ impl Service {
             },
             config,
             leading: std::sync::atomic::AtomicBool::new(true),
+            tasks: crate::tasks::Tasks::default(),
         }
     }
 

@@ -300,47 +300,40 @@ pub fn recheck_period(recheck_after: Duration) -> Duration {
 /// Runs re-checks and, when `[github] deliveries` names a hook,
 /// redelivery, until `shutdown` flips.
 pub async fn run(healer: Arc<Healer>, shutdown: tokio::sync::watch::Receiver<bool>) {
-    let config = &healer.service.config.github;
-    let rechecks = {
+    let service = healer.service.clone();
+    let config = &service.config.github;
+    let leading = || service.is_leader();
+    // Leader-only: another replica heals while this one follows.
+    let rechecks = crate::tasks::Worker {
+        name: "github_recheck",
+        period: recheck_period(config.recheck_after),
+        leader_only: true,
+        first_round_at_once: false,
+        wake: None,
+    }
+    .run(&service.tasks, &leading, shutdown.clone(), || {
         let healer = healer.clone();
-        crate::background::every(
-            "github_recheck",
-            recheck_period(config.recheck_after),
-            shutdown.clone(),
-            move || {
-                let healer = healer.clone();
-                async move {
-                    if !healer.service.is_leader() {
-                        return Ok(()); // Another replica heals.
-                    }
-                    healer.recheck_once(crate::service::now()).await.map(|_| ())
-                }
-            },
-        )
-    };
+        async move { healer.recheck_once(crate::service::now()).await.map(|_| ()) }
+    });
     let Some(hook) = config.deliveries.clone() else {
         rechecks.await;
         return;
     };
-    let redeliveries = {
-        let healer = healer.clone();
-        crate::background::every(
-            "github_redeliver",
-            config.redeliver_interval,
-            shutdown,
-            move || {
-                let (healer, hook) = (healer.clone(), hook.clone());
-                async move {
-                    if !healer.service.is_leader() {
-                        return Ok(());
-                    }
-                    healer
-                        .redeliver_once(&hook, crate::service::now())
-                        .await
-                        .map(|_| ())
-                }
-            },
-        )
-    };
+    let redeliveries = crate::tasks::Worker {
+        name: "github_redeliver",
+        period: config.redeliver_interval,
+        leader_only: true,
+        first_round_at_once: false,
+        wake: None,
+    }
+    .run(&service.tasks, &leading, shutdown, || {
+        let (healer, hook) = (healer.clone(), hook.clone());
+        async move {
+            healer
+                .redeliver_once(&hook, crate::service::now())
+                .await
+                .map(|_| ())
+        }
+    });
     tokio::join!(rechecks, redeliveries);
 }

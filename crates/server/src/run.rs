@@ -1,0 +1,193 @@
+//! Everything `runway serve` starts, in one function: the CLI parses flags
+//! and calls [`run`], and so can a test, which then starts exactly what a
+//! user starts (STYLE rule 23).
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use runway_store::StoreError;
+use tokio::net::TcpListener;
+
+use crate::config::{Config, Secret};
+use crate::service::Service;
+
+/// What `runway serve` decides outside the configuration.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Without a config file the admin API still needs a token: reuse the
+    /// one in this file, or write a new one there (mode 0600) for the CLI.
+    /// Only used when the configuration has no admin token.
+    pub admin_token_file: Option<PathBuf>,
+    /// This very binary: a `process` provider's command `runway` means it.
+    pub runway_exe: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot read the listening address: {0}")]
+    Address(std::io::Error),
+    #[error("{0}")]
+    EventLog(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot read this installation's controller id: {0}")]
+    ControllerId(StoreError),
+    #[error("{0}")]
+    Providers(String),
+    #[error("cannot write the admin token to {path}: {error}")]
+    AdminToken {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("cannot install the worker configurations of the config file: {0}")]
+    WorkerConfigs(StoreError),
+    #[error("HTTP server failed: {0}")]
+    Http(std::io::Error),
+}
+
+/// Serves `config` on `listener` until `shutdown` completes: opens the
+/// event log and the store, builds the providers, installs the worker
+/// configurations, starts every background worker (leadership, the lease
+/// sweeper, the reconciler when there are providers, the GitHub healer with
+/// credentials) and the HTTP server; on shutdown, lets them finish and
+/// returns.
+pub async fn run(
+    mut config: Config,
+    listener: TcpListener,
+    options: RunOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    let address = listener.local_addr().map_err(RunError::Address)?;
+    if config.server.public_url.is_none() {
+        config.server.public_url = Some(config.server.runner_url(address));
+    }
+    // The event log before the store: a bad path must not create a database.
+    let events = crate::events::EventLog::open(&config.telemetry).map_err(RunError::EventLog)?;
+    let store = Service::open_store(&config).await?;
+    let controller_id = store
+        .controller_id(&crate::auth::new_token("rwc_"))
+        .await
+        .map_err(RunError::ControllerId)?;
+    let providers = crate::reconciler::build_providers(
+        &config,
+        &crate::reconciler::ProviderContext {
+            clock: Arc::new(runway_providers::SystemClock),
+            controller_id,
+            runway_exe: options.runway_exe.clone(),
+        },
+    )
+    .map_err(RunError::Providers)?;
+    // Only once the store is open: a failed start leaves no token file behind.
+    if let (Some(path), true) = (
+        &options.admin_token_file,
+        config.server.admin_tokens.is_empty(),
+    ) {
+        let token = admin_token_file(path)?;
+        config.server.admin_tokens.push(Secret::literal(&token));
+    }
+    let mut service = Service::new(config, store);
+    service.events = events;
+    service
+        .install_worker_configs()
+        .await
+        .map_err(RunError::WorkerConfigs)?;
+    let pools: Vec<&str> = service
+        .config
+        .pools
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    tracing::info!(
+        address = %format!("http://{address}"),
+        store = %service.config.server.database,
+        pools = ?pools,
+        "runway listening"
+    );
+    // Nothing reconciles until the lead is held (at once on SQLite; on
+    // PostgreSQL by the one replica holding the advisory lock).
+    service.leading = std::sync::atomic::AtomicBool::new(false);
+    let service = Arc::new(service);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut workers = Vec::new();
+    workers.push(tokio::spawn(crate::background::leadership(
+        service.clone(),
+        service
+            .config
+            .scaling_interval
+            .clamp(Duration::from_secs(1), Duration::from_secs(5)),
+        stopped.clone(),
+    )));
+    workers.push(tokio::spawn(crate::background::lease_sweeper(
+        service.clone(),
+        stopped.clone(),
+    )));
+    if !providers.is_empty() {
+        let reconciler = Arc::new(crate::reconciler::Reconciler::new(
+            service.clone(),
+            providers,
+        ));
+        workers.push(tokio::spawn(crate::reconciler::run(
+            reconciler,
+            service.config.scaling_interval,
+            stopped.clone(),
+        )));
+    }
+    if let Some(client) = service.github.clone() {
+        tracing::info!(
+            api = %service.config.github.api_url,
+            deliveries = ?service.config.github.deliveries.as_ref().map(ToString::to_string),
+            "GitHub API: re-checking old queued jobs{}",
+            if service.config.github.deliveries.is_some() { " and redelivering failed webhooks" } else { "" }
+        );
+        let healer = Arc::new(crate::github::heal::Healer::new(service.clone(), client));
+        workers.push(tokio::spawn(crate::github::heal::run(
+            healer,
+            stopped.clone(),
+        )));
+    }
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    let mut server_stop = stopped;
+    let served = crate::service::serve(service, listener, async move {
+        let _ = server_stop.wait_for(|stop| *stop).await;
+    })
+    .await;
+    for worker in workers {
+        let _ = worker.await;
+    }
+    served.map_err(RunError::Http)?;
+    tracing::info!("runway stopped");
+    Ok(())
+}
+
+/// Reuses the admin token in `path`, or writes a new one there (mode 0600).
+fn admin_token_file(path: &Path) -> Result<String, RunError> {
+    if let Ok(existing) = std::fs::read_to_string(path) {
+        let existing = existing.trim().to_owned();
+        if existing.len() >= 16 {
+            return Ok(existing);
+        }
+    }
+    let token = crate::auth::new_token("rwa_");
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    use std::io::Write;
+    options
+        .open(path)
+        .and_then(|mut file| file.write_all(format!("{token}\n").as_bytes()))
+        .map_err(|error| RunError::AdminToken {
+            path: path.to_path_buf(),
+            error,
+        })?;
+    tracing::info!(file = %path.display(), "generated an admin token for the CLI (runway jobs, runway submit)");
+    Ok(token)
+}
