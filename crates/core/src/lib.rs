@@ -20,5 +20,7 @@ pub use job::{
     Conclusion, Job, JobEvent, JobId, JobSource, JobState, JobTransitionError, NewJob, Route,
     UnknownName,
 };
-pub use runner::{NewRunner, Runner, RunnerEvent, RunnerId, RunnerState, RunnerTransitionError};
+pub use runner::{
+    NewRunner, Runner, RunnerEvent, RunnerId, RunnerOrigin, RunnerState, RunnerTransitionError,
+};
 pub use time::Timestamp;

@@ -127,6 +127,55 @@ impl NewRunner {
     }
 }
 
+/// Where a runner record came from. Stored in the `provider` column: a
+/// provider's name, or one of two markers no provider may be called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunnerOrigin<'a> {
+    /// Created by the reconciler through this provider; runway deletes its
+    /// instance.
+    Provisioned { provider: &'a str },
+    /// Registered itself with a token an admin minted
+    /// (`runway registration-token`); it manages its own lifetime.
+    Registered,
+    /// Known only from a webhook naming it (another system's runner).
+    External,
+}
+
+impl<'a> RunnerOrigin<'a> {
+    const REGISTERED: &'static str = "registered";
+    const EXTERNAL: &'static str = "external";
+
+    /// The origin a stored `provider` column says.
+    pub fn of_column(provider: &'a str) -> RunnerOrigin<'a> {
+        match provider {
+            RunnerOrigin::REGISTERED => RunnerOrigin::Registered,
+            RunnerOrigin::EXTERNAL => RunnerOrigin::External,
+            provider => RunnerOrigin::Provisioned { provider },
+        }
+    }
+
+    /// What the `provider` column stores for it.
+    pub fn column(self) -> &'a str {
+        match self {
+            RunnerOrigin::Provisioned { provider } => provider,
+            RunnerOrigin::Registered => RunnerOrigin::REGISTERED,
+            RunnerOrigin::External => RunnerOrigin::EXTERNAL,
+        }
+    }
+
+    /// Whether a provider name would be read back as a marker (config
+    /// validation refuses such a provider name).
+    pub fn is_reserved(name: &str) -> bool {
+        matches!(name, RunnerOrigin::REGISTERED | RunnerOrigin::EXTERNAL)
+    }
+}
+
+impl Runner {
+    pub fn origin(&self) -> RunnerOrigin<'_> {
+        RunnerOrigin::of_column(&self.provider)
+    }
+}
+
 /// One runner as the store holds it, with the time of each transition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Runner {
@@ -348,5 +397,23 @@ impl Runner {
             "terminating without terminating_at",
         );
         problems
+    }
+}
+
+#[cfg(test)]
+mod origin_tests {
+    use super::RunnerOrigin;
+
+    #[test]
+    fn origins_round_trip_through_the_provider_column() {
+        for origin in [
+            RunnerOrigin::Registered,
+            RunnerOrigin::External,
+            RunnerOrigin::Provisioned { provider: "ec2" },
+        ] {
+            assert_eq!(RunnerOrigin::of_column(origin.column()), origin);
+        }
+        assert!(RunnerOrigin::is_reserved("registered"));
+        assert!(!RunnerOrigin::is_reserved("local"));
     }
 }

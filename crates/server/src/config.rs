@@ -513,6 +513,12 @@ impl Config {
 
     fn validate(&self) -> Result<(), (String, String)> {
         for provider in &self.providers {
+            if runway_core::RunnerOrigin::is_reserved(&provider.name) {
+                return Err((
+                    format!("[providers.{}]", provider.name),
+                    "this name is reserved (runway marks runners that registered themselves or that it only heard of this way); choose another".into(),
+                ));
+            }
             if !PROVIDER_KINDS.contains(&provider.kind.as_str()) {
                 return Err((
                     format!("[providers.{}] kind", provider.name),
@@ -1835,6 +1841,10 @@ mod tests {
             expect![[
                 r#"error: [server] database: unsupported database URL scheme "mysql"; use sqlite://PATH or postgres://USER@HOST/DB"#
             ]],
+        );
+        check(
+            "[providers.external]\nkind = \"sim\"\n",
+            expect!["error: [providers.external]: this name is reserved (runway marks runners that registered themselves or that it only heard of this way); choose another"],
         );
     }
 

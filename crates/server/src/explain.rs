@@ -59,7 +59,7 @@ pub async fn pool_snapshot(
             .iter()
             // Runners only known from webhooks (another system's) are
             // not runway's capacity to plan with.
-            .filter(|r| !r.state.is_terminal() && r.provider != "external")
+            .filter(|r| !r.state.is_terminal() && r.origin() != runway_core::RunnerOrigin::External)
             .map(|r| RunnerView {
                 id: r.id,
                 provider: r.provider.clone(),

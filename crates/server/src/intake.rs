@@ -557,7 +557,7 @@ async fn runner_for(service: &Service, name: &str, job: &Job) -> Result<RunnerId
     let new = NewRunner {
         name: name.to_owned(),
         pool: job.pool.clone().unwrap_or_default(),
-        provider: "external".to_owned(),
+        provider: runway_core::RunnerOrigin::External.column().to_owned(),
         labels: Vec::new(),
     };
     match store.create_runner(&new, now()).await {

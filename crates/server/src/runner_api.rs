@@ -190,7 +190,7 @@ async fn register(State(service): State<Arc<Service>>, body: Bytes) -> Result<Re
         })?;
     // A runner runway started (its token was bound to its record) is ready
     // already, and its install time is known.
-    if runner.provider == "registered" {
+    if runner.origin() == runway_core::RunnerOrigin::Registered {
         if let Err(error) = service
             .store
             .apply_runner_event(runner.id, &RunnerEvent::Ready, now)

@@ -114,7 +114,10 @@ impl Service {
             .pools
             .iter()
             .any(|p| p.name == runner.pool && p.ephemeral);
-        let provider_made = !matches!(runner.provider.as_str(), "registered" | "external");
+        let provider_made = matches!(
+            runner.origin(),
+            runway_core::RunnerOrigin::Provisioned { .. }
+        );
         ephemeral && provider_made
     }
 

@@ -456,7 +456,7 @@ macro_rules! impl_store {
                     let new = NewRunner {
                         name: name.to_owned(),
                         pool,
-                        provider: "registered".to_owned(),
+                        provider: runway_core::RunnerOrigin::Registered.column().to_owned(),
                         labels: labels.to_vec(),
                     };
                     let columns = RunnerColumns::from(&new.initial(RunnerId(0), now));
