@@ -36,9 +36,62 @@ const KNOWN_EVENTS: &[&str] = &[
     "pull_request",
 ];
 
+/// What runway did with a webhook delivery that it accepted: the
+/// `outcome` of the answer, the metric label and the delivery record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookOutcome {
+    /// GitHub's `ping` event.
+    Pong,
+    /// An event other than `workflow_job`.
+    IgnoredEvent,
+    /// A `workflow_job` action runway does not act on.
+    IgnoredAction,
+    /// A delivery id runway already has.
+    DuplicateDelivery,
+    /// A `queued` event for a job runway already has (another delivery id).
+    DuplicateJob,
+    /// A job without the required self-hosted labels.
+    IgnoredGithubHosted,
+    /// A new job no pool serves: stored as `unroutable`.
+    Unroutable,
+    /// A new job, queued in its pool.
+    Queued,
+    /// `waiting` for a job runway does not know: nothing to store yet.
+    Waiting,
+    /// The event was not news: the job was already there or further.
+    NoChange,
+    Started,
+    Completed,
+}
+
+impl WebhookOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WebhookOutcome::Pong => "pong",
+            WebhookOutcome::IgnoredEvent => "ignored_event",
+            WebhookOutcome::IgnoredAction => "ignored_action",
+            WebhookOutcome::DuplicateDelivery => "duplicate_delivery",
+            WebhookOutcome::DuplicateJob => "duplicate_job",
+            WebhookOutcome::IgnoredGithubHosted => "ignored_github_hosted",
+            WebhookOutcome::Unroutable => "unroutable",
+            WebhookOutcome::Queued => "queued",
+            WebhookOutcome::Waiting => "waiting",
+            WebhookOutcome::NoChange => "no_change",
+            WebhookOutcome::Started => "started",
+            WebhookOutcome::Completed => "completed",
+        }
+    }
+}
+
+impl Serialize for WebhookOutcome {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
 #[derive(Serialize)]
 struct Answer {
-    outcome: &'static str,
+    outcome: WebhookOutcome,
     #[serde(skip_serializing_if = "Option::is_none")]
     job: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -48,7 +101,7 @@ struct Answer {
 }
 
 impl Answer {
-    fn outcome(outcome: &'static str) -> Answer {
+    fn outcome(outcome: WebhookOutcome) -> Answer {
         Answer {
             outcome,
             job: None,
@@ -57,7 +110,7 @@ impl Answer {
         }
     }
 
-    fn for_job(outcome: &'static str, job: &Job) -> Answer {
+    fn for_job(outcome: WebhookOutcome, job: &Job) -> Answer {
         Answer {
             outcome,
             job: Some(job.id.0),
@@ -127,7 +180,7 @@ pub async fn github_webhook(
     let result = handle(&service, &headers, body, &mut received).await;
     match result {
         Ok((status, answer)) => {
-            received.finish(&service, status, answer.outcome);
+            received.finish(&service, status, answer.outcome.as_str());
             (status, Json(answer)).into_response()
         }
         Err(error) => {
@@ -176,11 +229,14 @@ async fn handle(
         ));
     }
     match received.event {
-        "ping" => return Ok((StatusCode::OK, Answer::outcome("pong"))),
+        "ping" => return Ok((StatusCode::OK, Answer::outcome(WebhookOutcome::Pong))),
         "workflow_job" => {}
         _ => {
             received.action = action_of(&body).unwrap_or_default();
-            return Ok((StatusCode::ACCEPTED, Answer::outcome("ignored_event")));
+            return Ok((
+                StatusCode::ACCEPTED,
+                Answer::outcome(WebhookOutcome::IgnoredEvent),
+            ));
         }
     }
     let payload = WorkflowJob::parse(&body)
@@ -189,7 +245,10 @@ async fn handle(
     received.job_id = Some(payload.job_id);
     let Some(action) = WorkflowJobAction::parse(&payload.action) else {
         // GitHub may add actions; they are not errors of the sender.
-        return Ok((StatusCode::ACCEPTED, Answer::outcome("ignored_action")));
+        return Ok((
+            StatusCode::ACCEPTED,
+            Answer::outcome(WebhookOutcome::IgnoredAction),
+        ));
     };
     if action == WorkflowJobAction::InProgress
         && payload.runner_name.as_deref().is_none_or(str::is_empty)
@@ -211,7 +270,10 @@ async fn handle(
             .await
             .map_err(|e| store_failure(service, "delivery_seen", e))?;
         if seen {
-            return Ok((StatusCode::OK, Answer::outcome("duplicate_delivery")));
+            return Ok((
+                StatusCode::OK,
+                Answer::outcome(WebhookOutcome::DuplicateDelivery),
+            ));
         }
     }
     apply(service, &payload, action, received.delivery, now).await
@@ -226,7 +288,7 @@ fn store_failure(service: &Service, operation: &str, error: StoreError) -> ApiEr
 fn delivery_record(
     delivery: Option<&str>,
     payload: &WorkflowJob,
-    outcome: &str,
+    outcome: WebhookOutcome,
     now: Timestamp,
 ) -> Option<Delivery> {
     delivery.map(|id| Delivery {
@@ -234,7 +296,7 @@ fn delivery_record(
         event: "workflow_job".to_owned(),
         action: Some(payload.action.clone()),
         external_id: Some(payload.job_id.to_string()),
-        outcome: outcome.to_owned(),
+        outcome: outcome.as_str().to_owned(),
         received_at: now,
     })
 }
@@ -314,13 +376,13 @@ async fn queued(
     let Some(route) = route_new_job(service, payload) else {
         return Ok((
             StatusCode::ACCEPTED,
-            Answer::outcome("ignored_github_hosted"),
+            Answer::outcome(WebhookOutcome::IgnoredGithubHosted),
         ));
     };
     let outcome = if matches!(route, Route::Unroutable { .. }) {
-        "unroutable"
+        WebhookOutcome::Unroutable
     } else {
-        "queued"
+        WebhookOutcome::Queued
     };
     let record = delivery_record(delivery, payload, outcome, now);
     let (enqueued, new_delivery) = service
@@ -331,13 +393,13 @@ async fn queued(
     if record.is_some() && !new_delivery {
         return Ok((
             StatusCode::OK,
-            Answer::for_job("duplicate_delivery", &enqueued.job),
+            Answer::for_job(WebhookOutcome::DuplicateDelivery, &enqueued.job),
         ));
     }
     if !enqueued.created {
         return Ok((
             StatusCode::ACCEPTED,
-            Answer::for_job("duplicate_job", &enqueued.job),
+            Answer::for_job(WebhookOutcome::DuplicateJob, &enqueued.job),
         ));
     }
     count_new_job(service, &enqueued.job);
@@ -348,14 +410,13 @@ async fn queued(
 }
 
 /// What a re-check found (GitHub's own record of a job), applied as its
-/// lost webhook would have been. Returns what was done (`started`,
-/// `completed`, `no_change`, …).
+/// lost webhook would have been. Returns what was done.
 pub(crate) async fn apply_observed(
     service: &Service,
     payload: &WorkflowJob,
     action: WorkflowJobAction,
     now: Timestamp,
-) -> Result<&'static str, ApiError> {
+) -> Result<WebhookOutcome, ApiError> {
     apply(service, payload, action, None, now)
         .await
         .map(|(_, answer)| answer.outcome)
@@ -383,12 +444,19 @@ async fn apply(
             let Some(route) = route_new_job(service, payload) else {
                 return Ok((
                     StatusCode::ACCEPTED,
-                    Answer::outcome("ignored_github_hosted"),
+                    Answer::outcome(WebhookOutcome::IgnoredGithubHosted),
                 ));
             };
             if !action.creates_job() {
-                record(service, delivery_record(delivery, payload, "waiting", now)).await?;
-                return Ok((StatusCode::ACCEPTED, Answer::outcome("waiting")));
+                record(
+                    service,
+                    delivery_record(delivery, payload, WebhookOutcome::Waiting, now),
+                )
+                .await?;
+                return Ok((
+                    StatusCode::ACCEPTED,
+                    Answer::outcome(WebhookOutcome::Waiting),
+                ));
             }
             let enqueued = service
                 .store
@@ -427,9 +495,9 @@ async fn apply(
     };
     let moved = move_job(service, &job, &update, now).await?;
     let outcome = match (&moved, action) {
-        (None, _) => "no_change",
-        (Some(_), WorkflowJobAction::InProgress) => "started",
-        (Some(_), _) => "completed",
+        (None, _) => WebhookOutcome::NoChange,
+        (Some(_), WorkflowJobAction::InProgress) => WebhookOutcome::Started,
+        (Some(_), _) => WebhookOutcome::Completed,
     };
     if let Some(moved) = &moved {
         after_move(service, payload, &moved.job, now).await;

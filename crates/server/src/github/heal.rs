@@ -162,7 +162,7 @@ impl Healer {
                 completed_at: status.completed_at.as_deref().and_then(parse_time),
             };
             match crate::intake::apply_observed(&self.service, &observed, action, now).await {
-                Ok("no_change") => self.count_recheck("queued"),
+                Ok(crate::intake::WebhookOutcome::NoChange) => self.count_recheck("queued"),
                 Ok(_) => {
                     report.corrected += 1;
                     let what = match action {
