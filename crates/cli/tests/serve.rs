@@ -3,110 +3,45 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
 
 use common::PgSchema;
 
-const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
-
+/// `runway ARGS` in `dir` (the shared command: a clean `RUNWAY_*` environment).
 fn runway(dir: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(RUNWAY);
-    command
-        .args(args)
-        .current_dir(dir)
-        .env_remove("RUNWAY_CONFIG")
-        .env_remove("RUNWAY_DATABASE_URL")
-        .env("RUNWAY_LOG", "info");
+    let mut command = common::runway(dir);
+    command.args(args);
     command
 }
 
-/// A running `runway serve`, killed on drop if a test fails half-way.
+/// A running `runway serve` (the shared harness's), killed on drop if a
+/// test fails half-way.
 struct Server {
-    child: Child,
+    process: common::Process,
     base: String,
-    // Held so the reader thread keeps draining the pipe; a closed pipe
-    // would make runway's next log line fail.
-    _stderr: mpsc::Receiver<String>,
 }
 
 impl Server {
     fn start(dir: &Path, extra: &[&str]) -> Server {
-        let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+        let mut args = vec!["--listen", "127.0.0.1:0"];
         args.extend_from_slice(extra);
-        Server::spawn(runway(dir, &args))
+        let (process, base) = common::serve_in(dir, &args);
+        Server { process, base }
     }
 
-    fn spawn(mut command: Command) -> Server {
-        let mut child = command
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start runway");
-        let stderr = child.stderr.take().expect("stderr");
-        let (sender, receiver) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut server = Server {
-            child,
-            base: String::new(),
-            _stderr: receiver,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while server.base.is_empty() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = server
-                ._stderr
-                .recv_timeout(left)
-                .expect("runway did not report its address within 30 s");
-            if let Some(rest) = line.split("address=http://").nth(1) {
-                let address = rest.split_whitespace().next().unwrap_or_default();
-                server.base = format!("http://{address}");
-            }
-        }
-        server
+    fn spawn(command: Command) -> Server {
+        let (process, base) = common::spawn_serve(command);
+        Server { process, base }
     }
 
     fn get(&self, path: &str) -> (u16, String) {
-        let response =
-            reqwest::blocking::get(format!("{}{path}", self.base)).expect("HTTP request");
-        let status = response.status().as_u16();
-        (status, response.text().expect("body"))
+        common::get(&self.base, path)
     }
 
     /// Sends SIGTERM and waits (with a deadline) for a clean exit.
     fn terminate(mut self) -> std::process::ExitStatus {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill -TERM");
-        assert!(status.success());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "runway did not stop within 20 s of SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.terminate()
     }
 }
 

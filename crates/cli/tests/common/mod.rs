@@ -68,6 +68,38 @@ impl Drop for Process {
     }
 }
 
+impl Process {
+    /// Sends SIGTERM and waits (with a deadline) for the process to exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status()
+            .expect("kill -TERM");
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.0.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "runway did not stop within 20 s of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// GET `base` + `path` without a token: (status, body).
+pub fn get(base: &str, path: &str) -> (u16, String) {
+    let response = client()
+        .get(format!("{base}{path}"))
+        .send()
+        .expect("HTTP request");
+    let status = response.status().as_u16();
+    (status, response.text().expect("body"))
+}
+
 /// Starts `runway serve` from `command` and returns it with its base URL,
 /// read from its "runway listening" log line. Its stderr is drained for as
 /// long as it runs, so it never blocks on a full pipe.
