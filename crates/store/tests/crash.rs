@@ -537,37 +537,35 @@ async fn survive_random_kills(harness: &Harness, target: &str, workload: Workloa
     );
 }
 
+/// What a child life opens: the SQLite file, or the PostgreSQL schema.
+fn child_target(harness: &Harness) -> String {
+    match harness.postgres_schema() {
+        Some(schema) => format!("postgres-schema:{schema}"),
+        None => harness.url.clone(),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_survives_sigkill_at_random_moments() {
     let harness = Harness::sqlite().await;
-    let target = harness.url.clone();
-    survive_random_kills(&harness, &target, Workload::Queue).await;
+    survive_random_kills(&harness, &child_target(&harness), Workload::Queue).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_survives_sigkill_at_random_moments() {
     let harness = Harness::postgres().await;
-    let target = format!(
-        "postgres-schema:{}",
-        harness.postgres_schema().expect("schema")
-    );
-    survive_random_kills(&harness, &target, Workload::Queue).await;
+    survive_random_kills(&harness, &child_target(&harness), Workload::Queue).await;
 }
 
 /// Accept, complete and sweep, killed at random: jobs and runners agree.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_job_and_runner_moves_survive_sigkill() {
     let harness = Harness::sqlite().await;
-    let target = harness.url.clone();
-    survive_random_kills(&harness, &target, Workload::Moves).await;
+    survive_random_kills(&harness, &child_target(&harness), Workload::Moves).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_job_and_runner_moves_survive_sigkill() {
     let harness = Harness::postgres().await;
-    let target = format!(
-        "postgres-schema:{}",
-        harness.postgres_schema().expect("schema")
-    );
-    survive_random_kills(&harness, &target, Workload::Moves).await;
+    survive_random_kills(&harness, &child_target(&harness), Workload::Moves).await;
 }
