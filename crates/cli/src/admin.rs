@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context};
 use clap::Args;
-use runway_server::api::{JobPageDto, PoolsDto, RunnersDto};
+use runway_server::http::api::{JobPageDto, PoolsDto, RunnersDto};
 
 #[derive(Args, Debug, Clone)]
 pub struct Connection {
@@ -251,7 +251,7 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
         query.push(("explain", "true".to_owned()));
     }
     let page: JobPageDto = get(&args.connection, "/api/v1/jobs", &query).await?;
-    let why = |job: &runway_server::api::JobDto| match &job.waiting {
+    let why = |job: &runway_server::http::api::JobDto| match &job.waiting {
         None => "-".to_owned(),
         Some(waiting) => {
             let code = waiting["code"].as_str().unwrap_or("?");

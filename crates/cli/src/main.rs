@@ -235,8 +235,9 @@ fn eval_worker_config(args: EvalArgs) -> anyhow::Result<()> {
     };
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("cannot read worker configuration {}", args.file.display()))?;
-    let config = runway_server::worker_configs::parse(&text, &args.file.display().to_string())
-        .map_err(anyhow::Error::msg)?;
+    let config =
+        runway_server::config::worker_config::parse(&text, &args.file.display().to_string())
+            .map_err(anyhow::Error::msg)?;
     let mut inputs = std::collections::BTreeMap::new();
     for pair in &args.inputs {
         let Some((name, value)) = pair.split_once('=') else {

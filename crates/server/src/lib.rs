@@ -1,27 +1,31 @@
-//! runway's service: configuration, the HTTP surfaces (GitHub webhooks, the
-//! runner API, the admin API, operations), the service root that holds the
-//! store, the reconciler, the GitHub client and healer, the background
-//! workers and telemetry. [`run`] starts all of it, as `runway serve` does.
+//! runway's service, in layers (ARCHITECTURE.md; `tests/layers.rs` checks
+//! the import graph):
+//!
+//! - `config`: the file's types, validation and secrets; depends on nothing
+//!   above it.
+//! - `clock`, `telemetry` (metrics, the event log), `tasks` (the one
+//!   background-worker shape) and `github` (REST client, payloads,
+//!   signatures): used by what is above.
+//! - `app`: the service root ([`Service`]) and the domain operations every
+//!   edge calls (apply a GitHub job event, submit, claim, accept, complete,
+//!   sweep leases, explain), with typed results and no HTTP types.
+//! - `reconcile`: observe, plan (runway-core's planner), act; the GitHub
+//!   healer.
+//! - `http`: routers per surface (webhooks, runner API, admin API, ops),
+//!   DTOs and one error type; handlers call `app`, never the reverse.
+//! - [`run`]: everything `runway serve` starts.
 
-pub mod api;
-pub mod auth;
-pub mod background;
+pub mod app;
+pub mod clock;
 pub mod config;
-pub mod error;
-pub mod events;
-pub mod explain;
 pub mod github;
 pub mod http;
-pub mod intake;
-pub mod metrics;
-pub mod reconciler;
+pub mod reconcile;
 mod run;
-pub mod runner_api;
-pub mod runner_reports;
-pub mod service;
 pub mod tasks;
-pub mod worker_configs;
+pub mod telemetry;
 
+pub use app::Service;
 pub use config::{Config, ConfigError, Overrides};
+pub use http::serve;
 pub use run::{run, RunError, RunOptions};
-pub use service::{serve, Service};

@@ -10,8 +10,8 @@ use std::time::Duration;
 use runway_store::StoreError;
 use tokio::net::TcpListener;
 
+use crate::app::Service;
 use crate::config::{Config, Secret};
-use crate::service::Service;
 
 /// What `runway serve` decides outside the configuration.
 #[derive(Debug, Clone, Default)]
@@ -64,15 +64,16 @@ pub async fn run(
         config.server.public_url = Some(config.server.runner_url(address));
     }
     // The event log before the store: a bad path must not create a database.
-    let events = crate::events::EventLog::open(&config.telemetry).map_err(RunError::EventLog)?;
+    let events =
+        crate::telemetry::events::EventLog::open(&config.telemetry).map_err(RunError::EventLog)?;
     let store = Service::open_store(&config).await?;
     let controller_id = store
-        .controller_id(&crate::auth::new_token("rwc_"))
+        .controller_id(&crate::app::tokens::new_token("rwc_"))
         .await
         .map_err(RunError::ControllerId)?;
-    let providers = crate::reconciler::build_providers(
+    let providers = crate::reconcile::build_providers(
         &config,
-        &crate::reconciler::ProviderContext {
+        &crate::reconcile::ProviderContext {
             clock: Arc::new(runway_providers::SystemClock),
             controller_id,
             runway_exe: options.runway_exe.clone(),
@@ -111,7 +112,7 @@ pub async fn run(
     let service = Arc::new(service);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut workers = Vec::new();
-    workers.push(tokio::spawn(crate::background::leadership(
+    workers.push(tokio::spawn(crate::app::background::leadership(
         service.clone(),
         service
             .config
@@ -119,16 +120,16 @@ pub async fn run(
             .clamp(Duration::from_secs(1), Duration::from_secs(5)),
         stopped.clone(),
     )));
-    workers.push(tokio::spawn(crate::background::lease_sweeper(
+    workers.push(tokio::spawn(crate::app::background::lease_sweeper(
         service.clone(),
         stopped.clone(),
     )));
     if !providers.is_empty() {
-        let reconciler = Arc::new(crate::reconciler::Reconciler::new(
+        let reconciler = Arc::new(crate::reconcile::Reconciler::new(
             service.clone(),
             providers,
         ));
-        workers.push(tokio::spawn(crate::reconciler::run(
+        workers.push(tokio::spawn(crate::reconcile::run(
             reconciler,
             service.config.scaling_interval,
             stopped.clone(),
@@ -141,8 +142,8 @@ pub async fn run(
             "GitHub API: re-checking old queued jobs{}",
             if service.config.github.deliveries.is_some() { " and redelivering failed webhooks" } else { "" }
         );
-        let healer = Arc::new(crate::github::heal::Healer::new(service.clone(), client));
-        workers.push(tokio::spawn(crate::github::heal::run(
+        let healer = Arc::new(crate::reconcile::heal::Healer::new(service.clone(), client));
+        workers.push(tokio::spawn(crate::reconcile::heal::run(
             healer,
             stopped.clone(),
         )));
@@ -152,7 +153,7 @@ pub async fn run(
         let _ = stop.send(true);
     });
     let mut server_stop = stopped;
-    let served = crate::service::serve(service, listener, async move {
+    let served = crate::http::serve(service, listener, async move {
         let _ = server_stop.wait_for(|stop| *stop).await;
     })
     .await;
@@ -172,7 +173,7 @@ fn admin_token_file(path: &Path) -> Result<String, RunError> {
             return Ok(existing);
         }
     }
-    let token = crate::auth::new_token("rwa_");
+    let token = crate::app::tokens::new_token("rwa_");
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]

@@ -20,7 +20,7 @@ use rand::Rng;
 use runway_core::Timestamp;
 use tokio::sync::{watch, Notify};
 
-use crate::service::now;
+use crate::clock::now;
 
 /// How long work in progress may take to finish once shutdown is signalled.
 pub const EXIT_DEADLINE: Duration = Duration::from_secs(10);

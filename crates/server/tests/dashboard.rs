@@ -34,7 +34,7 @@ fn names_in(expr: &str) -> Vec<String> {
 
 #[test]
 fn every_dashboard_query_names_a_series_runway_or_its_rules_make() {
-    let exposition = runway_server::metrics::Metrics::new().encode_text();
+    let exposition = runway_server::telemetry::metrics::Metrics::new().encode_text();
     let mut known: BTreeSet<String> = BTreeSet::new();
     for line in exposition.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {

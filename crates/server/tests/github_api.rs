@@ -9,7 +9,7 @@ use runway_server::config::{GithubAuth, Secret};
 use runway_server::github::api::{
     Credentials, Deregistered, GithubClient, GithubError, Hook, Target,
 };
-use runway_server::metrics::Metrics;
+use runway_server::telemetry::metrics::Metrics;
 
 fn org() -> Target {
     Target::Org("octo-org".into())

@@ -16,9 +16,9 @@ use runway_core::{JobSource, JobState, RunnerState, Timestamp};
 use runway_providers::sim::{BootTime, SimConfig, SimProvider};
 use runway_providers::{CreateRequest, Instance, InstanceId, ManualClock, Provider, ProviderError};
 use runway_server::config::{Config, GithubAuth, PoolConfig, PoolGithub, Secret};
-use runway_server::github::api::{Hook, Target};
-use runway_server::github::heal::Healer;
-use runway_server::reconciler::Reconciler;
+use runway_server::config::{Hook, Target};
+use runway_server::reconcile::heal::Healer;
+use runway_server::reconcile::Reconciler;
 use runway_server::Service;
 use runway_store::SqliteStore;
 
@@ -135,9 +135,9 @@ impl Harness {
         }
     }
 
-    async fn reconcile(&self) -> runway_server::reconciler::Report {
+    async fn reconcile(&self) -> runway_server::reconcile::Report {
         self.reconciler
-            .reconcile_once(runway_server::service::now())
+            .reconcile_once(runway_server::clock::now())
             .await
             .unwrap()
             .0
@@ -312,7 +312,7 @@ async fn a_dropped_queued_webhook_is_redelivered_once() {
     h.fake.lock().deliveries.last_mut().unwrap().status_code = 504;
     assert!(h.job(201).await.is_none());
 
-    let now = runway_server::service::now();
+    let now = runway_server::clock::now();
     let report = h.healer.redeliver_once(&hook(), now).await.unwrap();
     assert_eq!((report.failed, report.redelivered), (1, 1), "{report:?}");
     let job = h.wait_for_job(201).await;
@@ -338,7 +338,10 @@ async fn the_background_task_heals_a_dropped_webhook_within_one_interval() {
     })
     .await;
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let task = tokio::spawn(runway_server::github::heal::run(h.healer.clone(), stopped));
+    let task = tokio::spawn(runway_server::reconcile::heal::run(
+        h.healer.clone(),
+        stopped,
+    ));
     h.fake.queue_job(251, &labels());
     h.fake.deliver(251, "queued", true).await;
     let job = h.wait_for_job(251).await;
@@ -360,7 +363,7 @@ async fn a_dropped_completed_webhook_is_corrected_by_the_recheck() {
     h.fake.start_job(302, "someone-elses-runner");
     h.fake.complete_job(302, "success");
 
-    let now = runway_server::service::now();
+    let now = runway_server::clock::now();
     let early = h
         .healer
         .recheck_once(now.plus(Duration::from_secs(60)))
@@ -409,7 +412,7 @@ async fn with_the_rate_limit_nearly_spent_jit_runners_start_and_rechecks_wait() 
     h.fake.deliver(401, "queued", false).await;
     let report = h.reconcile().await;
     assert_eq!(report.created, 1, "the JIT request went out: {report:?}");
-    let later = runway_server::service::now().plus(Duration::from_secs(600));
+    let later = runway_server::clock::now().plus(Duration::from_secs(600));
     let recheck = h.healer.recheck_once(later).await.unwrap();
     assert_eq!((recheck.checked, recheck.deferred), (0, 1), "{recheck:?}");
     assert_eq!(h.fake.calls_starting("GET /repos/"), 0);
@@ -437,7 +440,7 @@ async fn a_runner_github_never_lets_go_of_is_settled_by_asking_again() {
     h.fake.complete_job(502, "success"); // And its webhooks never come.
     h.reconcile().await;
     assert_eq!(h.instance_names().await, vec![name.clone()], "not yet due");
-    let later = runway_server::service::now().plus(Duration::from_secs(301));
+    let later = runway_server::clock::now().plus(Duration::from_secs(301));
     h.reconciler.reconcile_once(later).await.unwrap();
     h.reconciler.reconcile_once(later).await.unwrap();
     assert_eq!(h.instance_names().await, Vec::<String>::new());
@@ -450,7 +453,7 @@ async fn a_refusing_github_is_asked_again_after_a_backoff_not_every_round() {
     h.fake.lock().refuse_jit = Some(axum::http::StatusCode::FORBIDDEN);
     h.fake.queue_job(601, &labels());
     h.fake.deliver(601, "queued", false).await;
-    let now = runway_server::service::now();
+    let now = runway_server::clock::now();
     let (report, _) = h.reconciler.reconcile_once(now).await.unwrap();
     assert_eq!((report.created, report.create_failures), (0, 1));
     for _ in 0..3 {
@@ -477,7 +480,7 @@ async fn a_redelivery_is_asked_for_once_even_after_a_restart() {
     h.fake.deliver(701, "queued", true).await;
     // runway is unreachable for the redelivery too.
     let url = h.fake.lock().webhook_url.take();
-    let now = runway_server::service::now();
+    let now = runway_server::clock::now();
     let report = h.healer.redeliver_once(&hook(), now).await.unwrap();
     assert_eq!(report.redelivered, 1);
     let redelivery_failed = || {

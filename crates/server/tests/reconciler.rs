@@ -13,7 +13,7 @@ use runway_providers::{
     Clock, CreateRequest, Instance, InstanceId, ManualClock, Provider, ProviderError,
 };
 use runway_server::config::{Config, PoolConfig};
-use runway_server::reconciler::Reconciler;
+use runway_server::reconcile::Reconciler;
 use runway_server::Service;
 use runway_store::{RunnerFilter, SqliteStore};
 
@@ -95,7 +95,7 @@ async fn scales_up_to_max_marks_ready_and_scales_down_to_min_idle_without_touchi
     );
     assert_eq!(count(&service, RunnerState::Provisioning).await, 5);
     assert_eq!(plan.waiting[&jobs[7].id].code(), "at_max_runners");
-    let explained = runway_server::explain::explain_job(&service, &jobs[7])
+    let explained = runway_server::app::explain::explain_job(&service, &jobs[7])
         .await
         .unwrap()
         .unwrap();
@@ -495,7 +495,7 @@ async fn self_registering_runners_adopt_their_record_and_orphans_are_deleted() {
     let registered = service
         .store
         .register_runner(
-            &runway_server::auth::token_hash(&token),
+            &runway_server::app::tokens::token_hash(&token),
             "whatever-it-calls-itself",
             &[],
             "runner-token-hash",

@@ -7,8 +7,8 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use runway_core::{JobId, JobState, RunnerEvent, RunnerState, Timestamp};
+use runway_server::app::jobs::sweep_leases;
 use runway_server::config::{Config, PoolConfig, RunnerApiConfig, Secret};
-use runway_server::runner_api::sweep_leases;
 use runway_server::Service;
 use runway_store::SqliteStore;
 use serde_json::{json, Value};
@@ -55,7 +55,8 @@ impl Harness {
             config.telemetry.event_log = Some(path.display().to_string());
         }
         let mut service = Service::new(config, Arc::new(store));
-        service.events = runway_server::events::EventLog::open(&service.config.telemetry).unwrap();
+        service.events =
+            runway_server::telemetry::events::EventLog::open(&service.config.telemetry).unwrap();
         Harness {
             service: Arc::new(service),
             _dir: dir,
@@ -198,7 +199,7 @@ async fn scopes_and_registration() {
     let expired_token = "rwr_expired-token";
     store
         .create_registration_token(
-            &runway_server::auth::token_hash(expired_token),
+            &runway_server::app::tokens::token_hash(expired_token),
             "default",
             None,
             Timestamp::from_millis(1),
@@ -478,7 +479,7 @@ async fn expired_leases_requeue_and_crash_the_runner_of_a_running_job() {
             Some(json!({"status": "accepted"})),
         )
         .await;
-    let later = runway_server::service::now().plus(Duration::from_secs(121));
+    let later = runway_server::clock::now().plus(Duration::from_secs(121));
     assert_eq!(sweep_leases(&harness.service, later).await.unwrap(), 1);
     let job = harness
         .service
@@ -533,7 +534,7 @@ async fn runner_reports_are_validated_and_stored() {
         .unwrap()
         .unwrap();
     let path = format!("/api/v1/runners/{}/metrics", runner.id);
-    let now = runway_server::service::now().as_millis() / 1_000;
+    let now = runway_server::clock::now().as_millis() / 1_000;
     let pre = json!({"phase": "pre-job", "workflow": "CI", "repository": "org/repo", "event": "push",
                      "workflow_run_id": 5_373_506_832u64, "timestamp": now});
     let (status, _) = harness.call("POST", &path, &token, Some(pre.clone())).await;
@@ -696,7 +697,7 @@ async fn a_runner_being_scaled_down_starts_no_job() {
         .apply_runner_event(
             runner.id,
             &RunnerEvent::TerminateRequested,
-            runway_server::service::now(),
+            runway_server::clock::now(),
         )
         .await
         .unwrap();

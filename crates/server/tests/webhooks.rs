@@ -64,7 +64,8 @@ impl Harness {
         let path = dir.path().join("runway.db").display().to_string();
         let store = SqliteStore::open(&path).await.unwrap();
         let mut service = Service::new(config, Arc::new(store));
-        service.events = runway_server::events::EventLog::open(&service.config.telemetry).unwrap();
+        service.events =
+            runway_server::telemetry::events::EventLog::open(&service.config.telemetry).unwrap();
         Harness {
             service: Arc::new(service),
             _dir: dir,

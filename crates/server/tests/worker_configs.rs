@@ -30,7 +30,8 @@ fn inputs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 #[test]
 fn the_rfc_124_example_evaluates_as_the_rfc_says() {
-    let config = runway_server::worker_configs::parse(&example(), "example").expect("parses");
+    let config =
+        runway_server::config::worker_config::parse(&example(), "example").expect("parses");
     let east = config
         .evaluate(
             &inputs(&[

@@ -20,91 +20,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::config::Secret;
-use crate::metrics::Metrics;
-
-/// Where runners register: an organisation or one repository.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    Org(String),
-    Repo { owner: String, name: String },
-}
-
-/// Whose webhook deliveries runway heals: the App's, or an organisation's or
-/// repository's hook. Written `app`, `orgs/ORG/hooks/ID` or
-/// `repos/OWNER/NAME/hooks/ID`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Hook {
-    App,
-    Org {
-        org: String,
-        hook_id: u64,
-    },
-    Repo {
-        owner: String,
-        name: String,
-        hook_id: u64,
-    },
-}
-
-impl Hook {
-    fn deliveries_path(&self) -> String {
-        match self {
-            Hook::App => "/app/hook/deliveries".to_owned(),
-            Hook::Org { org, hook_id } => format!("/orgs/{org}/hooks/{hook_id}/deliveries"),
-            Hook::Repo {
-                owner,
-                name,
-                hook_id,
-            } => format!("/repos/{owner}/{name}/hooks/{hook_id}/deliveries"),
-        }
-    }
-}
-
-impl std::fmt::Display for Hook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Hook::App => f.write_str("app"),
-            Hook::Org { org, hook_id } => write!(f, "orgs/{org}/hooks/{hook_id}"),
-            Hook::Repo {
-                owner,
-                name,
-                hook_id,
-            } => write!(f, "repos/{owner}/{name}/hooks/{hook_id}"),
-        }
-    }
-}
-
-impl std::str::FromStr for Hook {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Hook, String> {
-        let parts: Vec<&str> = text.trim_matches('/').split('/').collect();
-        let id = |id: &str| id.parse::<u64>().ok().filter(|id| *id > 0);
-        let named = |part: &&str| !part.is_empty();
-        match parts.as_slice() {
-            ["app"] => Ok(Hook::App),
-            ["orgs", org, "hooks", hook_id] if named(org) => match id(hook_id) {
-                Some(hook_id) => Ok(Hook::Org {
-                    org: (*org).to_owned(),
-                    hook_id,
-                }),
-                None => Err(format!("{hook_id:?} is not a hook id")),
-            },
-            ["repos", owner, name, "hooks", hook_id] if named(owner) && named(name) => {
-                match id(hook_id) {
-                    Some(hook_id) => Ok(Hook::Repo {
-                        owner: (*owner).to_owned(),
-                        name: (*name).to_owned(),
-                        hook_id,
-                    }),
-                    None => Err(format!("{hook_id:?} is not a hook id")),
-                }
-            }
-            _ => Err(format!(
-                "{text:?} is not \"app\", \"orgs/ORG/hooks/ID\" or \"repos/OWNER/NAME/hooks/ID\""
-            )),
-        }
-    }
-}
+pub use crate::config::{Hook, Target};
+use crate::telemetry::metrics::Metrics;
 
 impl Target {
     fn runners_path(&self) -> String {
@@ -318,7 +235,7 @@ impl GithubClient {
                 message: "this needs GitHub App credentials".into(),
             });
         };
-        let now = crate::service::now().as_millis() / 1000;
+        let now = crate::clock::now().as_millis() / 1000;
         let claims = AppClaims {
             iat: now - 60,
             exp: now + 540,
@@ -354,7 +271,7 @@ impl GithubClient {
             ) => *installation_id,
         };
         let mut cached = self.installation_token.lock().await;
-        let now = crate::service::now();
+        let now = crate::clock::now();
         if let Some((token, expires_at)) = cached.as_ref() {
             if now.plus(TOKEN_REFRESH_MARGIN) < *expires_at {
                 return Ok(token.expose().to_owned());
@@ -415,7 +332,7 @@ impl GithubClient {
         path: &str,
         body: Option<Value>,
     ) -> Result<(StatusCode, HeaderMap, Value), GithubError> {
-        let now = crate::service::now();
+        let now = crate::clock::now();
         {
             let mut budget = self.budget.lock().map_err(|_| GithubError::Transport {
                 operation,
@@ -492,7 +409,7 @@ impl GithubClient {
                 header_number(headers, "x-ratelimit-reset")
                     .map(|s| Timestamp::from_millis(s as i64 * 1000)),
                 retry_after,
-                crate::service::now(),
+                crate::clock::now(),
             );
         }
     }

@@ -1,6 +1,5 @@
-//! GitHub's side of intake: webhook signatures and `workflow_job` payloads.
+//! GitHub itself: the REST client, `workflow_job` payloads, webhook signatures.
 
 pub mod api;
-pub mod heal;
 pub mod payload;
 pub mod signature;

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::service::{now, Service};
+use crate::app::Service;
+use crate::clock::now;
 use crate::tasks::Worker;
 
 /// Returns the lease sweeper's period for a lease length: often enough that
@@ -28,7 +29,7 @@ pub async fn lease_sweeper(service: Arc<Service>, shutdown: watch::Receiver<bool
         .run(&service.tasks, &|| true, shutdown, || {
             let service = service.clone();
             async move {
-                crate::runner_api::sweep_leases(&service, now())
+                crate::app::jobs::sweep_leases(&service, now())
                     .await
                     .map(|_| ())
                     .inspect_err(|_| service.metrics.store_error("sweep_leases"))

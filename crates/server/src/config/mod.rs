@@ -7,6 +7,11 @@
 //! printed or logged: [`Secret`]'s `Debug` and `Display` show only where the
 //! value came from.
 
+pub mod github;
+pub mod worker_config;
+
+pub use github::{Hook, Target};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::SocketAddr;
@@ -17,7 +22,7 @@ use runway_core::routing::{route, PoolLabels, RouteDecision, RoutingPolicy};
 use runway_core::worker_config::{ProviderSchema, Schemas, WorkerConfig};
 use serde::{Deserialize, Serialize};
 
-use crate::worker_configs::WorkerConfigDto;
+use crate::config::worker_config::WorkerConfigDto;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATABASE: &str = "sqlite://runway.db";
@@ -168,7 +173,7 @@ pub struct GithubConfig {
     pub redeliver_interval: Duration,
     /// Whose webhook deliveries to heal; default: the App's when
     /// authenticating as an App, none otherwise.
-    pub deliveries: Option<crate::github::api::Hook>,
+    pub deliveries: Option<crate::config::Hook>,
 }
 
 /// `[github] token`, or `app_id` + `private_key` + `installation_id`.
@@ -186,7 +191,7 @@ pub enum GithubAuth {
 /// `[pools.github]`: where a GitHub pool's runners register.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolGithub {
-    pub target: crate::github::api::Target,
+    pub target: crate::config::Target,
     /// The runner group new runners join (1: the default group).
     pub runner_group_id: u64,
 }
@@ -620,9 +625,15 @@ impl Config {
                 return Err(("[github] token".into(), "is empty".into()));
             }
         }
-        if let Some(auth) = &self.github.auth {
-            crate::github::api::Credentials::from_config(auth)
-                .map_err(|m| ("[github] private_key".to_owned(), m))?;
+        if let Some(GithubAuth::App { private_key, .. }) = &self.github.auth {
+            jsonwebtoken::EncodingKey::from_rsa_pem(private_key.expose().as_bytes()).map_err(
+                |e| {
+                    (
+                        "[github] private_key".to_owned(),
+                        format!("not an RSA private key in PEM form ({e})"),
+                    )
+                },
+            )?;
         }
         if self.github.deliveries.is_some() && self.github.auth.is_none() {
             return Err((
@@ -630,7 +641,7 @@ impl Config {
                 "redelivering webhooks needs [github] token or App credentials".into(),
             ));
         }
-        if matches!(self.github.deliveries, Some(crate::github::api::Hook::App))
+        if matches!(self.github.deliveries, Some(crate::config::Hook::App))
             && !matches!(self.github.auth, Some(GithubAuth::App { .. }))
         {
             return Err((
@@ -1448,7 +1459,7 @@ impl RawConfig {
                     ),
                     // An App's own webhook is the one to heal.
                     None => matches!(auth, Some(GithubAuth::App { .. }))
-                        .then_some(crate::github::api::Hook::App),
+                        .then_some(crate::config::Hook::App),
                 },
                 auth,
                 max_requests_per_hour: self
@@ -1552,7 +1563,7 @@ fn github_auth(
 
 impl RawPoolGithub {
     fn resolve(self) -> Result<PoolGithub, (String, String)> {
-        use crate::github::api::Target;
+        use crate::config::Target;
         let target = match (self.org, self.repo) {
             (Some(org), None) if !org.trim().is_empty() && !org.contains('/') => Target::Org(org),
             (Some(org), None) => {
@@ -1590,7 +1601,7 @@ impl RawPoolGithub {
     }
 
     fn from_config(github: &PoolGithub) -> RawPoolGithub {
-        use crate::github::api::Target;
+        use crate::config::Target;
         let (org, repo) = match &github.target {
             Target::Org(org) => (Some(org.clone()), None),
             Target::Repo { owner, name } => (None, Some(format!("{owner}/{name}"))),
@@ -1619,7 +1630,7 @@ fn worker_config_from_toml(
         };
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        return crate::worker_configs::parse(&text, &path.display().to_string());
+        return crate::config::worker_config::parse(&text, &path.display().to_string());
     }
     let json = serde_json::to_value(source).map_err(|e| e.to_string())?;
     let dto: WorkerConfigDto =
@@ -1712,7 +1723,7 @@ mod tests {
 
     #[test]
     fn the_documented_example_is_valid() {
-        let text = include_str!("../../../examples/runway.toml");
+        let text = include_str!("../../../../examples/runway.toml");
         let config = Config::parse(text, "examples/runway.toml", None).expect("example parses");
         config.validate().expect("example is valid");
         assert_eq!(config.pools.len(), 2);
@@ -1873,7 +1884,7 @@ mod tests {
         assert_eq!(
             parsed.pools[0].github,
             Some(PoolGithub {
-                target: crate::github::api::Target::Repo {
+                target: crate::config::Target::Repo {
                     owner: "o".into(),
                     name: "r".into()
                 },

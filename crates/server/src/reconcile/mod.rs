@@ -3,6 +3,8 @@
 //! applies the actions through the providers and records every outcome. It
 //! assumes nothing about why it runs; running it twice in a row is harmless.
 
+pub mod heal;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -22,9 +24,9 @@ use runway_providers::sim::{BootTime, SimConfig, SimProvider};
 use runway_providers::{Clock, CreateRequest, InstanceId, InstanceState, Provider};
 use runway_store::{JobFilter, RunnerFilter, StoreError};
 
+use crate::app::Service;
 use crate::config::{Config, PoolConfig, PoolGithub, ScalingPolicy};
 use crate::github::api::GithubError;
-use crate::service::Service;
 
 /// What providers need from the running installation.
 pub struct ProviderContext {
@@ -500,7 +502,7 @@ impl Reconciler {
                 self.service
                     .metrics
                     .runner_delete_requests
-                    .get_or_create(&crate::metrics::PoolResultLabels {
+                    .get_or_create(&crate::telemetry::metrics::PoolResultLabels {
                         pool: runner.pool.clone(),
                         result: "refused_busy".to_owned(),
                     })
@@ -627,7 +629,8 @@ impl Reconciler {
                     offer
                 })
                 .collect();
-            let mut snapshot = crate::explain::pool_snapshot(&self.service, pool, offers).await?;
+            let mut snapshot =
+                crate::app::explain::pool_snapshot(&self.service, pool, offers).await?;
             snapshot.policy.min_idle = self.warm(pool, now);
             pools.push(snapshot);
         }
@@ -671,7 +674,8 @@ impl Reconciler {
                 }
                 let labels = pool_config.labels.clone();
                 let launch_config =
-                    match crate::worker_configs::launch_config(&self.service, pool, provider).await
+                    match crate::app::worker_configs::launch_config(&self.service, pool, provider)
+                        .await
                     {
                         Ok(values) => values,
                         Err(message) => {
@@ -715,10 +719,10 @@ impl Reconciler {
                     }
                     if backend.runners_register() && pool_config.github.is_none() {
                         // One-time, bound to this record, valid while it may boot.
-                        let token = crate::auth::new_token("rwr_");
+                        let token = crate::app::tokens::new_token("rwr_");
                         store
                             .create_registration_token(
-                                &crate::auth::token_hash(&token),
+                                &crate::app::tokens::token_hash(&token),
                                 pool,
                                 Some(runner.id),
                                 now.plus(pool_config.boot_timeout),
@@ -747,7 +751,7 @@ impl Reconciler {
                                 .await?;
                             metrics
                                 .runners_created
-                                .get_or_create(&crate::metrics::PoolProviderLabels {
+                                .get_or_create(&crate::telemetry::metrics::PoolProviderLabels {
                                     pool: pool.clone(),
                                     provider: provider.clone(),
                                 })
@@ -816,7 +820,7 @@ impl Reconciler {
         report: &mut Report,
     ) -> Result<(), StoreError> {
         let store = &self.service.store;
-        let result_label = |result: &str| crate::metrics::PoolResultLabels {
+        let result_label = |result: &str| crate::telemetry::metrics::PoolResultLabels {
             pool: pool.to_owned(),
             result: result.to_owned(),
         };
@@ -929,7 +933,7 @@ impl Reconciler {
                     .count();
                 metrics
                     .runners
-                    .get_or_create(&crate::metrics::PoolStateLabels {
+                    .get_or_create(&crate::telemetry::metrics::PoolStateLabels {
                         pool: pool.name.clone(),
                         state: state.as_str().to_owned(),
                     })
@@ -956,7 +960,7 @@ impl Reconciler {
         for ((pool, reason), count) in waiting {
             metrics
                 .jobs_waiting
-                .get_or_create(&crate::metrics::PoolReasonLabels {
+                .get_or_create(&crate::telemetry::metrics::PoolReasonLabels {
                     pool,
                     reason: reason.to_owned(),
                 })
@@ -970,7 +974,7 @@ impl Reconciler {
         self.service
             .metrics
             .provider_errors
-            .get_or_create(&crate::metrics::ProviderOperationLabels {
+            .get_or_create(&crate::telemetry::metrics::ProviderOperationLabels {
                 provider: provider.to_owned(),
                 operation: operation.to_owned(),
             })
@@ -1036,7 +1040,7 @@ pub async fn run(
             let reconciler = reconciler.clone();
             async move {
                 reconciler
-                    .reconcile_once(crate::service::now())
+                    .reconcile_once(crate::clock::now())
                     .await
                     .map(|_| ())
                     .inspect_err(|_| reconciler.service.metrics.store_error("reconcile"))

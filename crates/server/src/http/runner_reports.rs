@@ -21,10 +21,11 @@ use axum::routing::post;
 use axum::Router;
 use serde::Deserialize;
 
-use crate::auth::RunnerAuth;
-use crate::error::ApiError;
-use crate::metrics::ReasonLabel;
-use crate::service::{now, Service};
+use crate::app::Service;
+use crate::clock::now;
+use crate::http::auth::RunnerAuth;
+use crate::http::error::ApiError;
+use crate::telemetry::metrics::ReasonLabel;
 
 pub const MAX_REPORT_BYTES: usize = 64 * 1024;
 const MAX_STRING: usize = 256;
@@ -210,7 +211,7 @@ async fn report(
     service
         .metrics
         .runner_reports
-        .get_or_create(&crate::metrics::PhaseLabel {
+        .get_or_create(&crate::telemetry::metrics::PhaseLabel {
             phase: phase.to_owned(),
         })
         .inc();

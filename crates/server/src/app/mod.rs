@@ -2,18 +2,28 @@
 //! part of the server. Durable facts live in the store; nothing here is
 //! state that a restart would lose.
 
-use std::future::Future;
+pub mod background;
+pub mod error;
+pub mod explain;
+pub mod intake;
+pub mod jobs;
+pub mod runners;
+pub mod tokens;
+pub mod worker_configs;
+
+pub use error::{AppError, ErrorKind};
+
 use std::sync::Arc;
 
 use runway_core::worker_config::Schemas;
 use runway_core::{RunnerEvent, RunnerId, Timestamp};
 use runway_store::{Expect, OpenOptions, Store, StoreError};
-use tokio::net::TcpListener;
 
+use crate::app::worker_configs::EvaluationCache;
+use crate::clock::now;
+use crate::config::worker_config::WorkerConfigDto;
 use crate::config::Config;
-use crate::http;
-use crate::metrics::Metrics;
-use crate::worker_configs::{EvaluationCache, WorkerConfigDto};
+use crate::telemetry::metrics::Metrics;
 
 pub struct Service {
     pub config: Config,
@@ -31,7 +41,7 @@ pub struct Service {
     /// The reconciler's latest plan: its wait reasons answer "why is my job waiting?".
     pub last_plan: std::sync::Mutex<Option<runway_core::planner::Plan>>,
     /// The JSON event log (`[telemetry] event_log`); disabled unless set.
-    pub events: crate::events::EventLog,
+    pub events: crate::telemetry::events::EventLog,
     /// The GitHub API client, when `[github]` has credentials.
     pub github: Option<Arc<crate::github::api::GithubClient>>,
     /// Whether this replica leads: runs the reconciler and the GitHub
@@ -44,15 +54,6 @@ pub struct Service {
 
 /// Arrivals kept for a reconciler that has not drained them.
 const MAX_PENDING_ARRIVALS: usize = 100_000;
-
-/// The wall clock, read only at the edges and passed inward as data.
-pub fn now() -> Timestamp {
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_millis())
-        .unwrap_or(0);
-    Timestamp::from_millis(i64::try_from(millis).unwrap_or(i64::MAX))
-}
 
 impl Service {
     /// Opens the configured store (applying migrations) and builds the root.
@@ -71,7 +72,8 @@ impl Service {
     }
 
     pub fn new(config: Config, store: Arc<dyn Store>) -> Service {
-        let job_labels = crate::metrics::JobLabelSwitches::of(&config.metrics_job_labels);
+        let job_labels =
+            crate::telemetry::metrics::JobLabelSwitches::of(&config.metrics_job_labels);
         Service {
             store,
             metrics: Metrics::new().with_job_labels(job_labels),
@@ -79,7 +81,7 @@ impl Service {
             job_available: tokio::sync::Notify::new(),
             reconcile_wanted: tokio::sync::Notify::new(),
             arrivals: std::sync::Mutex::new(Vec::new()),
-            events: crate::events::EventLog::disabled(),
+            events: crate::telemetry::events::EventLog::disabled(),
             last_plan: std::sync::Mutex::new(None),
             github: match crate::github::api::GithubClient::from_config(&config.github) {
                 Ok(client) => client.map(Arc::new),
@@ -186,17 +188,4 @@ impl Service {
         }
         Ok(())
     }
-}
-
-/// Serves HTTP on `listener` until `shutdown` completes, then finishes the
-/// requests in flight and returns.
-pub async fn serve(
-    service: Arc<Service>,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let router = http::with_request_ids(http::router(service));
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
 }

@@ -7,14 +7,13 @@ use std::sync::Arc;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::StatusCode;
-use rand::RngCore;
 use runway_core::Runner;
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::app::tokens::token_hash;
+use crate::app::Service;
 use crate::config::Secret;
-use crate::error::ApiError;
-use crate::service::Service;
+use crate::http::error::ApiError;
 
 fn bearer(parts: &Parts) -> Result<&str, ApiError> {
     parts
@@ -30,18 +29,6 @@ fn any_matches(tokens: &[Secret], presented: &str) -> bool {
     tokens
         .iter()
         .any(|token| bool::from(token.expose().as_bytes().ct_eq(presented.as_bytes())))
-}
-
-/// A random token with a readable prefix (`rwr_` registration, `rwt_` runner).
-pub fn new_token(prefix: &str) -> String {
-    let mut bytes = [0u8; 32];
-    rand::thread_rng().fill_bytes(&mut bytes);
-    format!("{prefix}{}", hex::encode(bytes))
-}
-
-/// The only form in which tokens are stored.
-pub fn token_hash(token: &str) -> String {
-    hex::encode(Sha256::digest(token.as_bytes()))
 }
 
 /// The caller may read: an admin token or a read-only token.

@@ -1,5 +1,13 @@
 //! The HTTP surface. One router; each handler reads the [`Service`] root.
 
+pub mod api;
+pub mod auth;
+pub mod error;
+pub mod runner_api;
+pub mod runner_reports;
+pub mod webhooks;
+pub mod worker_configs;
+
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
@@ -14,7 +22,7 @@ use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
 
-use crate::service::Service;
+use crate::app::Service;
 
 pub fn router(service: Arc<Service>) -> Router {
     let body_limit = service.config.github.max_body_bytes;
@@ -25,12 +33,12 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/metrics", get(metrics))
         .route(
             "/webhooks/github",
-            post(crate::intake::github_webhook).layer(DefaultBodyLimit::max(body_limit)),
+            post(crate::http::webhooks::github_webhook).layer(DefaultBodyLimit::max(body_limit)),
         )
-        .merge(crate::api::router())
-        .merge(crate::worker_configs::router())
-        .merge(crate::runner_api::router())
-        .merge(crate::runner_reports::router())
+        .merge(crate::http::api::router())
+        .merge(crate::http::worker_configs::router())
+        .merge(crate::http::runner_api::router())
+        .merge(crate::http::runner_reports::router())
         .with_state(service)
 }
 
@@ -187,4 +195,17 @@ async fn status(State(service): State<Arc<Service>>) -> Response {
         pools,
     })
     .into_response()
+}
+
+/// Serves HTTP on `listener` until `shutdown` completes, then finishes the
+/// requests in flight and returns.
+pub async fn serve(
+    service: Arc<Service>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let router = with_request_ids(router(service));
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
 }

@@ -14,9 +14,9 @@ use serde::{Deserialize, Serialize};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use crate::auth::Reader;
-use crate::error::ApiError;
-use crate::service::Service;
+use crate::app::Service;
+use crate::http::auth::Reader;
+use crate::http::error::ApiError;
 
 pub const DEFAULT_PAGE: u32 = 100;
 pub const MAX_PAGE: u32 = 10_000;
@@ -174,18 +174,18 @@ async fn list_jobs(
                 .iter()
                 .any(|j| j.state == JobState::Queued && j.pool.as_ref() == Some(&pool.name))
             {
-                let waiting = crate::explain::waiting_in_pool(&service, pool)
+                let waiting = crate::app::explain::waiting_in_pool(&service, pool)
                     .await
                     .map_err(|e| store_error(&service, "explain", e))?;
                 for (id, reason) in waiting {
-                    reasons.insert(id, crate::explain::reason_json(&reason, Some(pool)));
+                    reasons.insert(id, crate::app::explain::reason_json(&reason, Some(pool)));
                 }
             }
         }
         for (dto, job) in dtos.iter_mut().zip(&jobs) {
             dto.waiting = match job.state {
                 JobState::Queued => reasons.get(&job.id).cloned(),
-                JobState::Unroutable => Some(crate::explain::unroutable_json(job)),
+                JobState::Unroutable => Some(crate::app::explain::unroutable_json(job)),
                 _ => None,
             };
         }
@@ -211,7 +211,7 @@ async fn get_job(
         .map_err(|e| store_error(&service, "get_job", e))?
         .ok_or_else(|| ApiError::not_found(format!("no job {id}")))?;
     let mut dto = JobDto::from(&job);
-    dto.waiting = crate::explain::explain_job(&service, &job)
+    dto.waiting = crate::app::explain::explain_job(&service, &job)
         .await
         .map_err(|e| store_error(&service, "explain", e))?;
     Ok(Json(dto))

@@ -8,9 +8,10 @@ use runway_core::{Job, JobState};
 use runway_store::{JobFilter, RunnerFilter, StoreError};
 use serde_json::{json, Value};
 
-use crate::api::rfc3339;
+use crate::app::Service;
+use crate::clock::now;
+use crate::clock::rfc3339;
 use crate::config::PoolConfig;
-use crate::service::{now, Service};
 
 pub fn policy(pool: &PoolConfig) -> PoolPolicy {
     PoolPolicy {

@@ -7,6 +7,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 
+use crate::app::{AppError, ErrorKind};
+
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
@@ -58,5 +60,21 @@ impl IntoResponse for ApiError {
             code: self.code,
         };
         (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<AppError> for ApiError {
+    fn from(error: AppError) -> ApiError {
+        let status = match error.kind {
+            ErrorKind::Invalid => StatusCode::BAD_REQUEST,
+            ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
+            ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::Conflict => StatusCode::CONFLICT,
+            ErrorKind::Gone => StatusCode::GONE,
+            ErrorKind::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        ApiError::new(status, error.code, error.message)
     }
 }

@@ -1,15 +1,8 @@
-//! `POST /webhooks/github`: verify, deduplicate, route and store
-//! `workflow_job` events, then answer. A 2xx answer means the effect is
-//! committed; anything refused changes nothing.
+//! GitHub `workflow_job` events, from a webhook or from the healer's
+//! re-check of GitHub's own record: route and store a new job, move a known
+//! one forward (with its runner, in one transaction), record the delivery.
+//! Everything returns a typed [`WebhookOutcome`]; nothing here knows HTTP.
 
-use std::sync::Arc;
-
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::Json;
 use runway_core::github::{converge, GithubUpdate, WorkflowJobAction};
 use runway_core::job::{NewJob, Route};
 use runway_core::routing::RouteDecision;
@@ -18,23 +11,10 @@ use runway_core::{Conclusion, Job, JobSource, RunnerId, Timestamp};
 use runway_store::{Delivery, Moved, StoreError};
 use serde::Serialize;
 
-use crate::error::ApiError;
-use crate::github::payload::{action_of, WorkflowJob};
-use crate::github::signature::{verify, SignatureError};
-use crate::metrics::{PoolLabel, ReasonLabel};
-use crate::service::{now, Service};
-
-/// Events we name in metrics; anything else is counted as `other`, so an
-/// unauthenticated caller cannot invent label values.
-const KNOWN_EVENTS: &[&str] = &[
-    "ping",
-    "workflow_job",
-    "workflow_run",
-    "check_run",
-    "check_suite",
-    "push",
-    "pull_request",
-];
+use crate::app::{AppError, ErrorKind, Service};
+use crate::clock::now;
+use crate::github::payload::WorkflowJob;
+use crate::telemetry::metrics::{PoolLabel, ReasonLabel};
 
 /// What runway did with a webhook delivery that it accepted: the
 /// `outcome` of the answer, the metric label and the delivery record.
@@ -89,200 +69,59 @@ impl Serialize for WebhookOutcome {
     }
 }
 
-#[derive(Serialize)]
-struct Answer {
-    outcome: WebhookOutcome,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    job: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pool: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<String>,
+/// What an event did, and to which job.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    pub outcome: WebhookOutcome,
+    pub job: Option<Job>,
 }
 
-impl Answer {
-    fn outcome(outcome: WebhookOutcome) -> Answer {
-        Answer {
+impl Applied {
+    fn outcome(outcome: WebhookOutcome) -> Applied {
+        Applied { outcome, job: None }
+    }
+
+    fn for_job(outcome: WebhookOutcome, job: &Job) -> Applied {
+        Applied {
             outcome,
-            job: None,
-            pool: None,
-            reason: None,
-        }
-    }
-
-    fn for_job(outcome: WebhookOutcome, job: &Job) -> Answer {
-        Answer {
-            outcome,
-            job: Some(job.id.0),
-            pool: job.pool.clone(),
-            reason: job.reason.clone(),
+            job: Some(job.clone()),
         }
     }
 }
 
-/// What one delivery was, for metrics and the event log.
-struct Received<'a> {
-    delivery: Option<&'a str>,
-    event: &'a str,
-    action: String,
-    job_id: Option<u64>,
-}
-
-impl Received<'_> {
-    fn finish(&self, service: &Service, status: StatusCode, outcome: &str) {
-        let event = if KNOWN_EVENTS.contains(&self.event) {
-            self.event
-        } else {
-            "other"
-        };
-        service.metrics.webhook(event, &self.action, outcome);
-        service.events.emit(
-            "webhook",
-            serde_json::json!({
-                "delivery": self.delivery.unwrap_or(""),
-                "github_event": event,
-                "action": self.action,
-                "job_id": self.job_id,
-                "outcome": outcome,
-                "status": status.as_u16(),
-            }),
-            crate::service::now(),
-        );
-        tracing::info!(
-            target: "runway::events",
-            event = "webhook",
-            delivery = self.delivery.unwrap_or(""),
-            github_event = event,
-            action = %self.action,
-            job_id = self.job_id.map(|id| id.to_string()).unwrap_or_default(),
-            outcome,
-            status = status.as_u16(),
-        );
-    }
-}
-
-fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers.get(name).and_then(|value| value.to_str().ok())
-}
-
-pub async fn github_webhook(
-    State(service): State<Arc<Service>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let event = header(&headers, "x-github-event").unwrap_or("");
-    let mut received = Received {
-        delivery: header(&headers, "x-github-delivery").filter(|d| !d.is_empty() && d.len() <= 200),
-        event,
-        action: String::new(),
-        job_id: None,
-    };
-    let result = handle(&service, &headers, body, &mut received).await;
-    match result {
-        Ok((status, answer)) => {
-            received.finish(&service, status, answer.outcome.as_str());
-            (status, Json(answer)).into_response()
-        }
-        Err(error) => {
-            received.finish(&service, error.status, error.code);
-            error.into_response()
-        }
-    }
-}
-
-async fn handle(
+/// A verified `workflow_job` delivery: `delivery` is its id when it has one.
+/// A `queued` event is the hot path (one write); any other first checks the
+/// delivery was not seen, then applies the event.
+pub async fn receive(
     service: &Service,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-    received: &mut Received<'_>,
-) -> Result<(StatusCode, Answer), ApiError> {
-    let body = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                format!(
-                    "the body is larger than [github] max_body_bytes ({} bytes)",
-                    service.config.github.max_body_bytes
-                ),
-            )
-        } else {
-            ApiError::bad_request(
-                "unreadable_body",
-                format!("cannot read the body: {rejection}"),
-            )
-        }
-    })?;
-    let signature = headers
-        .get("x-hub-signature-256")
-        .map(|value| value.as_bytes());
-    verify(&service.config.github.webhook_secrets, &body, signature).map_err(|error| {
-        if error == SignatureError::NoSecretsConfigured {
-            tracing::warn!("a webhook arrived but [github] webhook_secrets is empty");
-        }
-        ApiError::unauthorized(error.to_string())
-    })?;
-    if received.event.is_empty() {
-        return Err(ApiError::bad_request(
-            "missing_event",
-            "the X-GitHub-Event header is missing",
-        ));
-    }
-    match received.event {
-        "ping" => return Ok((StatusCode::OK, Answer::outcome(WebhookOutcome::Pong))),
-        "workflow_job" => {}
-        _ => {
-            received.action = action_of(&body).unwrap_or_default();
-            return Ok((
-                StatusCode::ACCEPTED,
-                Answer::outcome(WebhookOutcome::IgnoredEvent),
-            ));
-        }
-    }
-    let payload = WorkflowJob::parse(&body)
-        .map_err(|e| ApiError::bad_request("invalid_payload", e.to_string()))?;
-    received.action = payload.action.clone();
-    received.job_id = Some(payload.job_id);
-    let Some(action) = WorkflowJobAction::parse(&payload.action) else {
-        // GitHub may add actions; they are not errors of the sender.
-        return Ok((
-            StatusCode::ACCEPTED,
-            Answer::outcome(WebhookOutcome::IgnoredAction),
-        ));
-    };
+    payload: &WorkflowJob,
+    action: WorkflowJobAction,
+    delivery: Option<&str>,
+    now: Timestamp,
+) -> Result<Applied, AppError> {
     if action == WorkflowJobAction::InProgress
         && payload.runner_name.as_deref().is_none_or(str::is_empty)
     {
-        // Checked before anything is stored: a refused webhook changes nothing.
-        return Err(ApiError::bad_request(
+        // Checked before anything is stored: a refused event changes nothing.
+        return Err(AppError::invalid(
             "invalid_payload",
             "workflow_job.runner_name: is missing on an in_progress event",
         ));
     }
-    let now = now();
     if action == WorkflowJobAction::Queued {
-        return queued(service, &payload, received.delivery, now).await;
+        return queued(service, payload, delivery, now).await;
     }
-    if let Some(delivery) = received.delivery {
+    if let Some(delivery) = delivery {
         let seen = service
             .store
             .delivery_seen(delivery)
             .await
-            .map_err(|e| store_failure(service, "delivery_seen", e))?;
+            .map_err(|e| AppError::store(service, "delivery_seen", e))?;
         if seen {
-            return Ok((
-                StatusCode::OK,
-                Answer::outcome(WebhookOutcome::DuplicateDelivery),
-            ));
+            return Ok(Applied::outcome(WebhookOutcome::DuplicateDelivery));
         }
     }
-    apply(service, &payload, action, received.delivery, now).await
-}
-
-fn store_failure(service: &Service, operation: &str, error: StoreError) -> ApiError {
-    service.metrics.store_error(operation);
-    tracing::error!(%error, operation, "store operation failed during webhook intake");
-    ApiError::store_unavailable()
+    apply(service, payload, action, delivery, now).await
 }
 
 fn delivery_record(
@@ -372,12 +211,9 @@ async fn queued(
     payload: &WorkflowJob,
     delivery: Option<&str>,
     now: Timestamp,
-) -> Result<(StatusCode, Answer), ApiError> {
+) -> Result<Applied, AppError> {
     let Some(route) = route_new_job(service, payload) else {
-        return Ok((
-            StatusCode::ACCEPTED,
-            Answer::outcome(WebhookOutcome::IgnoredGithubHosted),
-        ));
+        return Ok(Applied::outcome(WebhookOutcome::IgnoredGithubHosted));
     };
     let outcome = if matches!(route, Route::Unroutable { .. }) {
         WebhookOutcome::Unroutable
@@ -389,37 +225,34 @@ async fn queued(
         .store
         .enqueue_with_delivery(&new_job(service, payload, route), record.as_ref(), now)
         .await
-        .map_err(|e| store_failure(service, "enqueue", e))?;
+        .map_err(|e| AppError::store(service, "enqueue", e))?;
     if record.is_some() && !new_delivery {
-        return Ok((
-            StatusCode::OK,
-            Answer::for_job(WebhookOutcome::DuplicateDelivery, &enqueued.job),
+        return Ok(Applied::for_job(
+            WebhookOutcome::DuplicateDelivery,
+            &enqueued.job,
         ));
     }
     if !enqueued.created {
-        return Ok((
-            StatusCode::ACCEPTED,
-            Answer::for_job(WebhookOutcome::DuplicateJob, &enqueued.job),
+        return Ok(Applied::for_job(
+            WebhookOutcome::DuplicateJob,
+            &enqueued.job,
         ));
     }
     count_new_job(service, &enqueued.job);
-    Ok((
-        StatusCode::ACCEPTED,
-        Answer::for_job(outcome, &enqueued.job),
-    ))
+    Ok(Applied::for_job(outcome, &enqueued.job))
 }
 
 /// What a re-check found (GitHub's own record of a job), applied as its
 /// lost webhook would have been. Returns what was done.
-pub(crate) async fn apply_observed(
+pub async fn apply_observed(
     service: &Service,
     payload: &WorkflowJob,
     action: WorkflowJobAction,
     now: Timestamp,
-) -> Result<WebhookOutcome, ApiError> {
+) -> Result<WebhookOutcome, AppError> {
     apply(service, payload, action, None, now)
         .await
-        .map(|(_, answer)| answer.outcome)
+        .map(|applied| applied.outcome)
 }
 
 /// `waiting`, `in_progress` and `completed`: find or create the job, move it
@@ -432,20 +265,17 @@ async fn apply(
     action: WorkflowJobAction,
     delivery: Option<&str>,
     now: Timestamp,
-) -> Result<(StatusCode, Answer), ApiError> {
+) -> Result<Applied, AppError> {
     let existing = service
         .store
         .find_job(JobSource::Github, &payload.job_id.to_string())
         .await
-        .map_err(|e| store_failure(service, "find_job", e))?;
+        .map_err(|e| AppError::store(service, "find_job", e))?;
     let job = match existing {
         Some(job) => job,
         None => {
             let Some(route) = route_new_job(service, payload) else {
-                return Ok((
-                    StatusCode::ACCEPTED,
-                    Answer::outcome(WebhookOutcome::IgnoredGithubHosted),
-                ));
+                return Ok(Applied::outcome(WebhookOutcome::IgnoredGithubHosted));
             };
             if !action.creates_job() {
                 record(
@@ -453,16 +283,13 @@ async fn apply(
                     delivery_record(delivery, payload, WebhookOutcome::Waiting, now),
                 )
                 .await?;
-                return Ok((
-                    StatusCode::ACCEPTED,
-                    Answer::outcome(WebhookOutcome::Waiting),
-                ));
+                return Ok(Applied::outcome(WebhookOutcome::Waiting));
             }
             let enqueued = service
                 .store
                 .enqueue(&new_job(service, payload, route), now)
                 .await
-                .map_err(|e| store_failure(service, "enqueue", e))?;
+                .map_err(|e| AppError::store(service, "enqueue", e))?;
             if enqueued.created {
                 count_new_job(service, &enqueued.job);
             }
@@ -504,7 +331,7 @@ async fn apply(
     }
     record(service, delivery_record(delivery, payload, outcome, now)).await?;
     let job = moved.as_ref().map(|moved| &moved.job).unwrap_or(&job);
-    Ok((StatusCode::ACCEPTED, Answer::for_job(outcome, job)))
+    Ok(Applied::for_job(outcome, job))
 }
 
 fn count_rejection(service: &Service, reason: &str) {
@@ -517,13 +344,13 @@ fn count_rejection(service: &Service, reason: &str) {
         .inc();
 }
 
-async fn record(service: &Service, delivery: Option<Delivery>) -> Result<(), ApiError> {
+async fn record(service: &Service, delivery: Option<Delivery>) -> Result<(), AppError> {
     if let Some(delivery) = delivery {
         service
             .store
             .record_delivery(&delivery)
             .await
-            .map_err(|e| store_failure(service, "record_delivery", e))?;
+            .map_err(|e| AppError::store(service, "record_delivery", e))?;
     }
     Ok(())
 }
@@ -549,7 +376,7 @@ async fn move_job(
     job: &Job,
     update: &GithubUpdate,
     now: Timestamp,
-) -> Result<Option<Moved>, ApiError> {
+) -> Result<Option<Moved>, AppError> {
     let mut current = job.clone();
     for _ in 0..32 {
         let Some(event) = converge(&current, update) else {
@@ -567,7 +394,7 @@ async fn move_job(
                 .store
                 .get_runner(id)
                 .await
-                .map_err(|e| store_failure(service, "get_runner", e))?,
+                .map_err(|e| AppError::store(service, "get_runner", e))?,
             None => None,
         };
         let runner_next = runner.as_ref().and_then(|runner| {
@@ -589,7 +416,7 @@ async fn move_job(
             .store
             .replace_job_and_runner((&current, &next), pair)
             .await
-            .map_err(|e| store_failure(service, "replace_job_and_runner", e))?
+            .map_err(|e| AppError::store(service, "replace_job_and_runner", e))?
         {
             service.runner_moved(runner_next.as_ref());
             return Ok(Some(Moved {
@@ -601,11 +428,11 @@ async fn move_job(
             .store
             .get_job(job.id)
             .await
-            .map_err(|e| store_failure(service, "get_job", e))?
-            .ok_or_else(ApiError::store_unavailable)?;
+            .map_err(|e| AppError::store(service, "get_job", e))?
+            .ok_or_else(AppError::store_unavailable)?;
     }
-    Err(ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
+    Err(AppError::new(
+        ErrorKind::Unavailable,
         "contention",
         "the job kept changing under us; retry",
     ))
@@ -613,12 +440,12 @@ async fn move_job(
 
 /// The runner a GitHub job runs on: ours if we know the name, else an
 /// external runner recorded for the job's pool.
-async fn runner_for(service: &Service, name: &str, job: &Job) -> Result<RunnerId, ApiError> {
+async fn runner_for(service: &Service, name: &str, job: &Job) -> Result<RunnerId, AppError> {
     let store = &service.store;
     if let Some(runner) = store
         .find_runner(name)
         .await
-        .map_err(|e| store_failure(service, "find_runner", e))?
+        .map_err(|e| AppError::store(service, "find_runner", e))?
     {
         return Ok(runner.id);
     }
@@ -633,10 +460,10 @@ async fn runner_for(service: &Service, name: &str, job: &Job) -> Result<RunnerId
         Err(StoreError::DuplicateRunnerName(_)) => store
             .find_runner(name)
             .await
-            .map_err(|e| store_failure(service, "find_runner", e))?
+            .map_err(|e| AppError::store(service, "find_runner", e))?
             .map(|runner| runner.id)
-            .ok_or_else(ApiError::store_unavailable),
-        Err(error) => Err(store_failure(service, "create_runner", error)),
+            .ok_or_else(AppError::store_unavailable),
+        Err(error) => Err(AppError::store(service, "create_runner", error)),
     }
 }
 
@@ -661,13 +488,13 @@ async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Ti
         service
             .metrics
             .jobs_completed
-            .get_or_create(&crate::metrics::JobConclusionLabels {
+            .get_or_create(&crate::telemetry::metrics::JobConclusionLabels {
                 job: labels.clone(),
                 conclusion: conclusion.as_str().to_owned(),
             })
             .inc();
     }
-    let context = crate::events::JobContext {
+    let context = crate::telemetry::events::JobContext {
         flavor: &pool.pool,
         workflow: payload.workflow.as_deref().unwrap_or(""),
         repo: payload.repository.as_deref().unwrap_or(""),

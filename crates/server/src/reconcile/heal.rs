@@ -20,10 +20,10 @@ use runway_core::github::WorkflowJobAction;
 use runway_core::{JobId, JobSource, JobState, Timestamp};
 use runway_store::{JobFilter, StoreError};
 
-use super::api::{parse_time, Delivery, GithubClient, GithubError, Hook};
-use super::payload::WorkflowJob;
-use crate::metrics::ReasonLabel;
-use crate::service::Service;
+use crate::app::Service;
+use crate::github::api::{parse_time, Delivery, GithubClient, GithubError, Hook};
+use crate::github::payload::WorkflowJob;
+use crate::telemetry::metrics::ReasonLabel;
 
 /// Pages of deliveries read per pass at most (100 each).
 const MAX_DELIVERY_PAGES: usize = 10;
@@ -161,8 +161,8 @@ impl Healer {
                 started_at: status.started_at.as_deref().and_then(parse_time),
                 completed_at: status.completed_at.as_deref().and_then(parse_time),
             };
-            match crate::intake::apply_observed(&self.service, &observed, action, now).await {
-                Ok(crate::intake::WebhookOutcome::NoChange) => self.count_recheck("queued"),
+            match crate::app::intake::apply_observed(&self.service, &observed, action, now).await {
+                Ok(crate::app::intake::WebhookOutcome::NoChange) => self.count_recheck("queued"),
                 Ok(_) => {
                     report.corrected += 1;
                     let what = match action {
@@ -313,7 +313,7 @@ pub async fn run(healer: Arc<Healer>, shutdown: tokio::sync::watch::Receiver<boo
     }
     .run(&service.tasks, &leading, shutdown.clone(), || {
         let healer = healer.clone();
-        async move { healer.recheck_once(crate::service::now()).await.map(|_| ()) }
+        async move { healer.recheck_once(crate::clock::now()).await.map(|_| ()) }
     });
     let Some(hook) = config.deliveries.clone() else {
         rechecks.await;
@@ -330,7 +330,7 @@ pub async fn run(healer: Arc<Healer>, shutdown: tokio::sync::watch::Receiver<boo
         let (healer, hook) = (healer.clone(), hook.clone());
         async move {
             healer
-                .redeliver_once(&hook, crate::service::now())
+                .redeliver_once(&hook, crate::clock::now())
                 .await
                 .map(|_| ())
         }

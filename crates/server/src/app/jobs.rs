@@ -1,0 +1,493 @@
+//! Jobs of the runner API (DESIGN §3, §4): submission for non-GitHub
+//! sources, the long-poll claim, the explicit two-phase start (a job handed
+//! to a runner stays `provisioning` under a lease until the runner says it
+//! really started), heartbeats, completion, and the lease sweep that puts a
+//! quiet runner's job back in the queue. A change that moves a job and its
+//! runner together is one store transaction.
+
+use std::time::Duration;
+
+use runway_core::job::{NewJob, Route};
+use runway_core::routing::RouteDecision;
+use runway_core::{Conclusion, Job, JobEvent, JobId, Runner, RunnerState, Timestamp};
+use runway_store::{Claim, StoreError};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::app::{AppError, ErrorKind, Service};
+use crate::clock::now;
+use crate::telemetry::events::JobContext;
+use crate::telemetry::metrics::{JobConclusionLabels, PoolLabel};
+
+/// The most a runner may report of a job's output.
+pub const MAX_LOG_TAIL: usize = 64 * 1024;
+/// The longest a submitted job may run.
+pub const MAX_JOB_TIMEOUT: u64 = 7 * 24 * 3600;
+/// Long pollers look again this often even without a wake-up, so a missed
+/// notification (or a job requeued elsewhere) costs at most this long.
+const REPOLL: Duration = Duration::from_secs(2);
+
+/// A job submitted through the runner API.
+#[derive(Debug, Clone)]
+pub struct Submission {
+    pub labels: Vec<String>,
+    pub script: String,
+    pub timeout_seconds: Option<u64>,
+    /// The caller's idempotency key; a fresh one if absent.
+    pub external_id: Option<String>,
+}
+
+/// What an API job carries for its runner (its stored payload).
+#[derive(Serialize, Deserialize, Debug, Clone)]
+struct ApiJobPayload {
+    script: String,
+    timeout_seconds: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Submitted {
+    pub job: Job,
+    pub pool: String,
+    /// False when the external id was already submitted (nothing new).
+    pub created: bool,
+}
+
+/// Routes and enqueues a job; the same external id twice is one job.
+pub async fn submit(service: &Service, request: Submission) -> Result<Submitted, AppError> {
+    if request.script.trim().is_empty() {
+        return Err(AppError::invalid(
+            "invalid_body",
+            "script: must not be empty",
+        ));
+    }
+    let timeout_seconds = request.timeout_seconds.unwrap_or(3600);
+    if timeout_seconds == 0 || timeout_seconds > MAX_JOB_TIMEOUT {
+        return Err(AppError::invalid(
+            "invalid_body",
+            format!("timeout_seconds: must be between 1 and {MAX_JOB_TIMEOUT}"),
+        ));
+    }
+    let pool = match service.config.route(&request.labels, &[]) {
+        RouteDecision::Pool(pool) => pool,
+        RouteDecision::Unroutable { detail, .. } => {
+            return Err(AppError::new(
+                ErrorKind::Unprocessable,
+                "unroutable",
+                detail,
+            ));
+        }
+        RouteDecision::Ignore { missing } => {
+            return Err(AppError::new(
+                ErrorKind::Unprocessable,
+                "unroutable",
+                format!("labels lack {}", missing.join(", ")),
+            ));
+        }
+    };
+    let payload = ApiJobPayload {
+        script: request.script,
+        timeout_seconds,
+    };
+    let new_job = NewJob {
+        source: runway_core::JobSource::Api,
+        external_id: request
+            .external_id
+            .unwrap_or_else(|| crate::app::tokens::new_token("job_")),
+        route: Route::Pool(pool.clone()),
+        labels: request.labels,
+        payload: serde_json::to_string(&payload).unwrap_or_default(),
+        max_attempts: service.config.queue.max_attempts,
+    };
+    let enqueued = service
+        .store
+        .enqueue(&new_job, now())
+        .await
+        .map_err(|e| AppError::store(service, "enqueue", e))?;
+    if enqueued.created {
+        service
+            .metrics
+            .jobs_routed
+            .get_or_create(&PoolLabel { pool: pool.clone() })
+            .inc();
+        service.job_available.notify_waiters();
+        service.job_arrived(&pool, enqueued.job.enqueued_at);
+    }
+    Ok(Submitted {
+        job: enqueued.job,
+        pool,
+        created: enqueued.created,
+    })
+}
+
+/// A job handed to a runner: what it runs and for how long it may.
+#[derive(Debug, Clone)]
+pub struct Assigned {
+    pub job: Job,
+    pub script: String,
+    pub timeout_seconds: u64,
+    pub lease: Duration,
+}
+
+/// Long poll: the oldest queued job of the runner's pool that `labels` (the
+/// runner's registered labels if `None`) can serve, or `None` after
+/// `[runner_api] poll_timeout`. A runner being scaled down, or gone, is
+/// refused: it takes no more work.
+pub async fn claim(
+    service: &Service,
+    runner: &Runner,
+    labels: Option<Vec<String>>,
+) -> Result<Option<Assigned>, AppError> {
+    let lease = service.config.runner_api.lease;
+    let claim = Claim {
+        pool: runner.pool.clone(),
+        runner: runner.id,
+        limit: 1,
+        lease,
+        runner_labels: Some(labels.unwrap_or_else(|| runner.labels.clone())),
+    };
+    let deadline = tokio::time::Instant::now() + service.config.runner_api.poll_timeout;
+    let mut current = runner.clone();
+    loop {
+        if matches!(current.state, RunnerState::Terminating) || current.state.is_terminal() {
+            return Err(AppError::new(
+                ErrorKind::Gone,
+                "runner_terminating",
+                format!(
+                    "runner {} is {}; it takes no more jobs",
+                    current.name, current.state
+                ),
+            ));
+        }
+        // Listen before looking, so a job enqueued in between still wakes us.
+        let notified = service.job_available.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let claimed = service
+            .store
+            .claim(&claim, now())
+            .await
+            .map_err(|e| AppError::store(service, "claim", e))?;
+        if let Some(job) = claimed.into_iter().next() {
+            let payload: ApiJobPayload =
+                serde_json::from_str(&job.payload).unwrap_or(ApiJobPayload {
+                    script: String::new(),
+                    timeout_seconds: 3600,
+                });
+            return Ok(Some(Assigned {
+                job,
+                script: payload.script,
+                timeout_seconds: payload.timeout_seconds,
+                lease,
+            }));
+        }
+        let now_instant = tokio::time::Instant::now();
+        if now_instant >= deadline {
+            return Ok(None);
+        }
+        let wait = (deadline - now_instant).min(REPOLL);
+        let _ = tokio::time::timeout(wait, notified).await;
+        current = match service.store.get_runner(runner.id).await {
+            Ok(Some(fresh)) => fresh,
+            Ok(None) => current,
+            Err(e) => return Err(AppError::store(service, "get_runner", e)),
+        };
+    }
+}
+
+/// What a runner says about a job it was handed (the two-phase start).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProvisioningStatus {
+    /// Still preparing: extend the lease.
+    Pending,
+    /// Started: the job runs, and the runner is busy with it.
+    Accepted,
+    /// Will not run it: back to the queue.
+    Declined,
+}
+
+impl std::str::FromStr for ProvisioningStatus {
+    type Err = AppError;
+
+    fn from_str(text: &str) -> Result<ProvisioningStatus, AppError> {
+        match text {
+            "pending" => Ok(ProvisioningStatus::Pending),
+            "accepted" => Ok(ProvisioningStatus::Accepted),
+            "declined" => Ok(ProvisioningStatus::Declined),
+            other => Err(AppError::invalid(
+                "invalid_body",
+                format!("status: {other:?} is not one of pending, accepted, declined"),
+            )),
+        }
+    }
+}
+
+/// A job of the runner API: no workflow, repository or GitHub event.
+fn api_job(pool: &str) -> JobContext<'_> {
+    JobContext {
+        flavor: pool,
+        workflow: "",
+        repo: "",
+        github_event: "",
+    }
+}
+
+/// Applies a runner's provisioning report on job `id`. Accepting moves the
+/// job and the runner in one transaction: a runner being scaled down or
+/// gone refuses, the job goes back to the queue, and nothing is started.
+pub async fn provisioning(
+    service: &Service,
+    runner: &Runner,
+    id: JobId,
+    status: ProvisioningStatus,
+) -> Result<Job, AppError> {
+    let now = now();
+    let job = match status {
+        ProvisioningStatus::Accepted => accept(service, runner, id, now).await?,
+        ProvisioningStatus::Pending => {
+            let event = JobEvent::Keepalive {
+                runner: runner.id,
+                lease_deadline: now.plus(service.config.runner_api.lease),
+            };
+            service
+                .store
+                .apply_job_event(id, &event, now)
+                .await
+                .map_err(|error| AppError::transition(service, "provisioning", error))?
+        }
+        ProvisioningStatus::Declined => {
+            let event = JobEvent::Decline { runner: runner.id };
+            let job = service
+                .store
+                .apply_job_event(id, &event, now)
+                .await
+                .map_err(|error| AppError::transition(service, "provisioning", error))?;
+            service.job_available.notify_waiters();
+            job
+        }
+    };
+    Ok(job)
+}
+
+async fn accept(
+    service: &Service,
+    runner: &Runner,
+    id: JobId,
+    now: Timestamp,
+) -> Result<Job, AppError> {
+    let start = |_: &Job, after: &Job, current: &Runner, now: Timestamp| {
+        runway_core::moves::start(after, current, now)
+            .map(Some)
+            .map_err(StoreError::from)
+    };
+    let event = JobEvent::Accept { runner: runner.id };
+    let job = match service
+        .store
+        .move_job_and_runner(id, &event, Some(runner.id), &start, now)
+        .await
+    {
+        Ok(moved) => moved.job,
+        Err(StoreError::RunnerTransition(refused)) => {
+            tracing::info!(runner = %runner.id, job = %id, %refused, "accept refused; the job goes back to the queue");
+            let _ = service
+                .store
+                .apply_job_event(id, &JobEvent::Decline { runner: runner.id }, now)
+                .await;
+            service.job_available.notify_waiters();
+            return Err(AppError::new(
+                ErrorKind::Conflict,
+                "runner_unavailable",
+                format!(
+                    "this runner cannot start a job ({refused}); the job was returned to the queue"
+                ),
+            ));
+        }
+        Err(error) => return Err(AppError::transition(service, "provisioning", error)),
+    };
+    let pool = PoolLabel {
+        pool: job.pool.clone().unwrap_or_default(),
+    };
+    let labels = service.metrics.job_labels(&pool.pool, None, None, None);
+    service.metrics.jobs_started.get_or_create(&labels).inc();
+    let queued_for = job
+        .started_at
+        .unwrap_or(now)
+        .since(job.enqueued_at)
+        .as_secs_f64();
+    service
+        .metrics
+        .job_queue_duration
+        .get_or_create(&labels)
+        .observe(queued_for);
+    let idle = runner
+        .idle_at
+        .map(|idle_since| now.since(idle_since).as_secs_f64());
+    if let Some(idle) = idle {
+        service
+            .metrics
+            .runner_idle_duration
+            .get_or_create(&pool)
+            .observe(idle);
+    }
+    service.events.emit(
+        "job_queuing",
+        json!({"flavor": pool.pool, "duration": queued_for.round() as u64}),
+        now,
+    );
+    service.events.emit(
+        "runner_start",
+        api_job(&pool.pool).fields(now, json!({"idle": idle.unwrap_or(0.0).round() as u64})),
+        now,
+    );
+    Ok(job)
+}
+
+/// Extends the lease of a job `runner` holds.
+pub async fn heartbeat(service: &Service, runner: &Runner, id: JobId) -> Result<Job, AppError> {
+    service
+        .store
+        .keepalive(id, runner.id, service.config.runner_api.lease, now())
+        .await
+        .map_err(|e| AppError::transition(service, "heartbeat", e))
+}
+
+/// How a runner ended a job.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    pub conclusion: Conclusion,
+    pub exit_code: Option<i64>,
+    /// The end of the job's output; only the last [`MAX_LOG_TAIL`] bytes are kept.
+    pub log_tail: String,
+}
+
+/// The last `MAX_LOG_TAIL` bytes of `log`, cut at a character boundary.
+fn tail(log: &str) -> &str {
+    if log.len() <= MAX_LOG_TAIL {
+        return log;
+    }
+    let mut start = log.len() - MAX_LOG_TAIL;
+    while !log.is_char_boundary(start) {
+        start += 1;
+    }
+    &log[start..]
+}
+
+/// Ends job `id` that `runner` holds. The log is stored first (a completion
+/// that is acknowledged has its log), then the job and its runner move in
+/// one transaction: the runner is free (or, ephemeral, stopping) exactly
+/// when its job is over.
+pub async fn complete(
+    service: &Service,
+    runner: &Runner,
+    id: JobId,
+    completion: Completion,
+) -> Result<Job, AppError> {
+    let now = now();
+    let current = service
+        .store
+        .get_job(id)
+        .await
+        .map_err(|e| AppError::store(service, "get_job", e))?
+        .ok_or_else(|| AppError::not_found(format!("no job {id}")))?;
+    if current.state.is_terminal() {
+        return Err(AppError::new(
+            ErrorKind::Conflict,
+            "invalid_transition",
+            format!("job {id} is {}, which is final", current.state),
+        ));
+    }
+    if !current.is_held_by(runner.id) {
+        return Err(AppError::transition(
+            service,
+            "complete",
+            StoreError::JobTransition(runway_core::JobTransitionError::NotHolder {
+                job: id,
+                runner: runner.id,
+            }),
+        ));
+    }
+    service
+        .store
+        .put_job_log(id, completion.exit_code, tail(&completion.log_tail))
+        .await
+        .map_err(|e| AppError::store(service, "put_job_log", e))?;
+    let terminate = service.stops_after_its_job(runner);
+    let finish = |_: &Job, after: &Job, current: &Runner, now: Timestamp| {
+        Ok(runway_core::moves::finish(after, current, terminate, now))
+    };
+    let conclusion = completion.conclusion;
+    let moved = service
+        .store
+        .move_job_and_runner(
+            id,
+            &JobEvent::Complete {
+                runner: runner.id,
+                conclusion,
+            },
+            Some(runner.id),
+            &finish,
+            now,
+        )
+        .await
+        .map_err(|e| AppError::transition(service, "complete", e))?;
+    let job = moved.job;
+    let pool = job.pool.clone().unwrap_or_default();
+    let labels = service.metrics.job_labels(&pool, None, None, None);
+    service
+        .metrics
+        .jobs_completed
+        .get_or_create(&JobConclusionLabels {
+            job: labels.clone(),
+            conclusion: conclusion.as_str().to_owned(),
+        })
+        .inc();
+    if let Some(started) = job.started_at {
+        let ran = now.since(started).as_secs_f64();
+        service
+            .metrics
+            .job_run_duration
+            .get_or_create(&labels)
+            .observe(ran);
+        service.events.emit(
+            "runner_stop",
+            api_job(&pool).fields(
+                now,
+                json!({"status": conclusion.as_str(), "duration": ran.round() as u64}),
+            ),
+            now,
+        );
+    }
+    service.runner_moved(moved.runner.as_ref());
+    Ok(job)
+}
+
+/// Puts every job whose lease expired by `now` back in the queue (or fails
+/// it at `max_attempts`), marks the runner of a job that was running as
+/// crashed, and wakes long pollers. Returns how many jobs it moved.
+pub async fn sweep_leases(service: &Service, now: Timestamp) -> Result<usize, StoreError> {
+    // Each job with its runner in one transaction (the store's sweep).
+    let expired = service.store.expire_leases(now).await?;
+    for moved in &expired {
+        tracing::info!(
+            target: "runway::events",
+            event = "lease_expired",
+            job = %moved.was.id,
+            was = %moved.was.state,
+            now = %moved.job.state,
+            attempts = moved.job.attempts
+        );
+        if moved.runner_crashed {
+            service
+                .metrics
+                .runners_crashed
+                .get_or_create(&PoolLabel {
+                    pool: moved.was.pool.clone().unwrap_or_default(),
+                })
+                .inc();
+        }
+    }
+    if !expired.is_empty() {
+        service.job_available.notify_waiters();
+        service.reconcile_wanted.notify_one();
+    }
+    Ok(expired.len())
+}

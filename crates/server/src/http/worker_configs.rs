@@ -1,0 +1,222 @@
+//! The worker-configuration admin API: list, read, write (with ETags and
+//! `If-Match`), delete, and evaluate. The shape is `config::worker_config`.
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use runway_core::worker_config::{Schemas, WorkerConfig, WorkerConfigError};
+use runway_store::{Expect, StoreError, StoredWorkerConfig};
+use serde::Serialize;
+
+use crate::app::worker_configs::{self, EvaluateError};
+use crate::app::Service;
+use crate::clock::now;
+use crate::clock::rfc3339;
+use crate::config::worker_config::{parse, RuleDto, WorkerConfigDto};
+use crate::http::auth::{Reader, Writer};
+use crate::http::error::ApiError;
+
+pub fn router() -> Router<Arc<Service>> {
+    Router::new()
+        .route("/api/v1/worker-configs", get(list))
+        .route(
+            "/api/v1/worker-configs/{id}",
+            get(read).put(write).delete(remove),
+        )
+        .route("/api/v1/worker-configs/{id}/evaluate", post(evaluate))
+}
+
+#[derive(Serialize)]
+struct StoredDto {
+    id: String,
+    version: i64,
+    updated_at: String,
+    pools: Vec<String>,
+    rules: Vec<RuleDto>,
+}
+
+fn stored_dto(stored: StoredWorkerConfig) -> Result<StoredDto, ApiError> {
+    let config = parse(&stored.body, &stored.id).map_err(|e| {
+        tracing::error!(error = %e, "a stored worker configuration does not parse");
+        ApiError::store_unavailable()
+    })?;
+    Ok(StoredDto {
+        id: stored.id,
+        version: stored.version,
+        updated_at: rfc3339(stored.updated_at),
+        pools: stored.pools,
+        rules: WorkerConfigDto::from_core(&config).rules,
+    })
+}
+
+fn store_error(service: &Service, operation: &str, error: StoreError) -> ApiError {
+    match error {
+        StoreError::VersionConflict { .. } | StoreError::PoolTaken { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "conflict", error.to_string())
+        }
+        other => {
+            service.metrics.store_error(operation);
+            tracing::error!(error = %other, operation, "store operation failed in the worker-config API");
+            ApiError::store_unavailable()
+        }
+    }
+}
+
+/// `If-Match: "3"` (or `3`, or `W/"3"`) → version 3; absent or `*` → any.
+fn precondition(headers: &HeaderMap) -> Result<Expect, ApiError> {
+    let Some(value) = headers.get(header::IF_MATCH) else {
+        return Ok(Expect::Any);
+    };
+    let text = value.to_str().unwrap_or("").trim();
+    if text == "*" {
+        return Ok(Expect::Any);
+    }
+    let bare = text.trim_start_matches("W/").trim_matches('"');
+    bare.parse::<i64>().map(Expect::Version).map_err(|_| {
+        ApiError::bad_request(
+            "invalid_header",
+            format!("If-Match: {text:?} is not a version this API gave out (an ETag like \"3\")"),
+        )
+    })
+}
+
+fn etag(version: i64) -> (header::HeaderName, String) {
+    (header::ETAG, format!("\"{version}\""))
+}
+
+async fn list(_: Reader, State(service): State<Arc<Service>>) -> Result<Response, ApiError> {
+    let configs = service
+        .store
+        .list_worker_configs()
+        .await
+        .map_err(|e| store_error(&service, "list_worker_configs", e))?;
+    let dtos = configs
+        .into_iter()
+        .map(stored_dto)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Json(serde_json::json!({ "worker_configs": dtos })).into_response())
+}
+
+async fn read(
+    _: Reader,
+    State(service): State<Arc<Service>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let stored = service
+        .store
+        .get_worker_config(&id)
+        .await
+        .map_err(|e| store_error(&service, "get_worker_config", e))?
+        .ok_or_else(|| ApiError::not_found(format!("no worker configuration {id:?}")))?;
+    let version = stored.version;
+    Ok(([etag(version)], Json(stored_dto(stored)?)).into_response())
+}
+
+/// Checks a configuration against the declared providers, as a 400.
+fn checked(config: &WorkerConfig, schemas: &Schemas) -> Result<(), ApiError> {
+    config.check(schemas).map_err(|e: WorkerConfigError| {
+        ApiError::bad_request("invalid_worker_config", e.to_string())
+    })
+}
+
+async fn write(
+    _: Writer,
+    State(service): State<Arc<Service>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let expect = precondition(&headers)?;
+    let dto: WorkerConfigDto = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request("invalid_worker_config", format!("body: {e}")))?;
+    if let Some(body_id) = &dto.id {
+        if body_id != &id {
+            return Err(ApiError::bad_request(
+                "invalid_worker_config",
+                format!("id: the body says {body_id:?} but the path says {id:?}"),
+            ));
+        }
+    }
+    let config = dto.into_core(&id);
+    checked(&config, &service.schemas())?;
+    let existed = service
+        .store
+        .get_worker_config(&id)
+        .await
+        .map_err(|e| store_error(&service, "get_worker_config", e))?
+        .is_some();
+    let text = serde_json::to_string(&WorkerConfigDto::from_core(&config))
+        .map_err(|_| ApiError::store_unavailable())?;
+    let version = service
+        .store
+        .put_worker_config(&id, &text, &config.pools, expect, now())
+        .await
+        .map_err(|e| store_error(&service, "put_worker_config", e))?;
+    service.evaluations.forget(&id);
+    let status = if existed {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((
+        status,
+        [etag(version)],
+        Json(serde_json::json!({ "id": id, "version": version })),
+    )
+        .into_response())
+}
+
+async fn remove(
+    _: Writer,
+    State(service): State<Arc<Service>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let expect = precondition(&headers)?;
+    let deleted = service
+        .store
+        .delete_worker_config(&id, expect)
+        .await
+        .map_err(|e| store_error(&service, "delete_worker_config", e))?;
+    service.evaluations.forget(&id);
+    if deleted {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(ApiError::not_found(format!(
+            "no worker configuration {id:?}"
+        )))
+    }
+}
+
+async fn evaluate(
+    _: Reader,
+    State(service): State<Arc<Service>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let inputs: BTreeMap<String, String> = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_inputs",
+            format!("body: the condition inputs must be an object of strings, like {{\"provider\":\"ec2\",\"region\":\"us-east-1\"}}: {e}"),
+        )
+    })?;
+    let stored = service
+        .store
+        .get_worker_config(&id)
+        .await
+        .map_err(|e| store_error(&service, "get_worker_config", e))?
+        .ok_or_else(|| ApiError::not_found(format!("no worker configuration {id:?}")))?;
+    let answer = worker_configs::evaluate(&service, &stored, &inputs).map_err(|e| match e {
+        EvaluateError::Unreadable(_) => ApiError::store_unavailable(),
+        EvaluateError::Invalid(e) => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_result",
+            e.to_string(),
+        ),
+    })?;
+    Ok(Json(answer).into_response())
+}
