@@ -3,6 +3,7 @@
 //! runners through a sim provider and deregisters before it deletes, and
 //! the healer re-checks old queued jobs and redelivers failed webhooks.
 
+mod common;
 mod fake_github;
 
 use std::collections::BTreeMap;
@@ -20,7 +21,6 @@ use runway_server::config::{Hook, Target};
 use runway_server::reconcile::heal::Healer;
 use runway_server::reconcile::Reconciler;
 use runway_server::Service;
-use runway_store::SqliteStore;
 
 /// A sim provider that remembers what each create was given.
 struct Recording {
@@ -93,12 +93,10 @@ impl Harness {
     async fn start(remaining: u32, adjust: impl FnOnce(&mut Config)) -> Harness {
         let fake = FakeGithub::start(remaining, Auth::Token).await;
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(&dir.path().join("runway.db").display().to_string())
-            .await
-            .unwrap();
+        let store = common::sqlite_store(&dir.path().join("runway.db")).await;
         let mut config = config(&fake);
         adjust(&mut config);
-        let service = Arc::new(Service::new(config, Arc::new(store)));
+        let service = Arc::new(Service::new(config, store));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         fake.lock().webhook_url = Some(format!(
             "http://{}/webhooks/github",

@@ -15,7 +15,9 @@ use runway_providers::{
 use runway_server::config::{Config, PoolConfig};
 use runway_server::reconcile::Reconciler;
 use runway_server::Service;
-use runway_store::{RunnerFilter, SqliteStore};
+use runway_store::RunnerFilter;
+
+mod common;
 
 fn job(id: u32) -> NewJob {
     NewJob {
@@ -29,14 +31,12 @@ fn job(id: u32) -> NewJob {
 }
 
 async fn service(dir: &tempfile::TempDir, pool: PoolConfig) -> Arc<Service> {
-    let store = SqliteStore::open(&dir.path().join("runway.db").display().to_string())
-        .await
-        .unwrap();
     let config = Config {
         pools: vec![pool],
         ..Config::default()
     };
-    Arc::new(Service::new(config, Arc::new(store)))
+    let store = common::sqlite_store(&dir.path().join("runway.db")).await;
+    Arc::new(Service::new(config, store))
 }
 
 fn linux_pool(min_idle: u32, max_runners: u32) -> PoolConfig {
@@ -565,9 +565,7 @@ async fn a_predictive_pool_keeps_the_expected_arrivals_warm() {
     let mut pool = linux_pool(0, 10);
     pool.policy = runway_server::config::ScalingPolicy::Predictive { quantile: 0.9 };
     pool.providers = vec!["sim".into()];
-    let store = SqliteStore::open(&dir.path().join("runway.db").display().to_string())
-        .await
-        .unwrap();
+    let store = common::sqlite_store(&dir.path().join("runway.db")).await;
     let provider = runway_server::config::ProviderConfig {
         boot_seconds: (100.0, 100.0),
         ..Default::default()
@@ -577,7 +575,7 @@ async fn a_predictive_pool_keeps_the_expected_arrivals_warm() {
         providers: vec![provider],
         ..Config::default()
     };
-    let service = Arc::new(Service::new(config, Arc::new(store)));
+    let service = Arc::new(Service::new(config, store));
     let clock = Arc::new(ManualClock::new(Timestamp::from_millis(0)));
     let sim = SimProvider::new(
         SimConfig {

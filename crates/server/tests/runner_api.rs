@@ -8,35 +8,20 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use runway_core::{JobId, JobState, RunnerEvent, RunnerState, Timestamp};
 use runway_server::app::jobs::sweep_leases;
-use runway_server::config::{Config, PoolConfig, RunnerApiConfig, Secret};
-use runway_server::Service;
-use runway_store::SqliteStore;
+use runway_server::config::{Config, RunnerApiConfig, Secret};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
 const ADMIN: &str = "runner-api-admin-token";
 const READER: &str = "runner-api-read-only-token";
 
-struct Harness {
-    service: Arc<Service>,
-    _dir: tempfile::TempDir,
-}
+mod common;
+use common::Harness;
 
 impl Harness {
-    async fn new() -> Harness {
-        Harness::build(None).await
-    }
-
-    /// With the JSON event log written to `events`.
-    async fn with_event_log(events: &std::path::Path) -> Harness {
-        Harness::build(Some(events)).await
-    }
-
-    async fn build(events: Option<&std::path::Path>) -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(&dir.path().join("runway.db").display().to_string())
-            .await
-            .unwrap();
+    /// One pool, `default`; admin and read tokens; short long polls; the
+    /// JSON event log written to `events` if given.
+    async fn runner_api(events: Option<&std::path::Path>) -> Harness {
         let mut config = Config::default();
         config.server.admin_tokens = vec![Secret::literal(ADMIN)];
         config.server.read_tokens = vec![Secret::literal(READER)];
@@ -44,52 +29,11 @@ impl Harness {
             poll_timeout: Duration::from_millis(300),
             lease: Duration::from_secs(120),
         };
-        config.pools = vec![PoolConfig {
-            name: "default".into(),
-            labels: vec!["self-hosted".into(), "linux".into(), "gpu".into()],
-            min_idle: 0,
-            max_runners: 10,
-            ..PoolConfig::default()
-        }];
+        config.pools = vec![common::pool("default", &["self-hosted", "linux", "gpu"])];
         if let Some(path) = events {
             config.telemetry.event_log = Some(path.display().to_string());
         }
-        let mut service = Service::new(config, Arc::new(store));
-        service.events =
-            runway_server::telemetry::events::EventLog::open(&service.config.telemetry).unwrap();
-        Harness {
-            service: Arc::new(service),
-            _dir: dir,
-        }
-    }
-
-    async fn call(
-        &self,
-        method: &str,
-        path: &str,
-        token: &str,
-        body: Option<Value>,
-    ) -> (StatusCode, Value) {
-        let request = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("authorization", format!("Bearer {token}"))
-            .body(
-                body.map(|b| Body::from(b.to_string()))
-                    .unwrap_or_else(Body::empty),
-            )
-            .unwrap();
-        let response = runway_server::http::router(self.service.clone())
-            .oneshot(request)
-            .await
-            .unwrap();
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        let value = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-        (status, value)
+        Harness::new(config).await
     }
 
     /// A registered runner's token.
@@ -134,7 +78,7 @@ impl Harness {
 
 #[tokio::test]
 async fn scopes_and_registration() {
-    let harness = Harness::new().await;
+    let harness = Harness::runner_api(None).await;
     let (status, _) = harness.call("GET", "/api/v1/jobs", READER, None).await;
     assert_eq!(status, StatusCode::OK, "a read token reads");
     let (status, body) = harness
@@ -235,7 +179,7 @@ async fn scopes_and_registration() {
 
 #[tokio::test]
 async fn submission_is_idempotent_and_refuses_unroutable_labels() {
-    let harness = Harness::new().await;
+    let harness = Harness::runner_api(None).await;
     let first = harness.submit(&["linux"], Some("build-7")).await;
     let again = harness.submit(&["linux"], Some("build-7")).await;
     assert_eq!(first, again);
@@ -265,7 +209,7 @@ async fn submission_is_idempotent_and_refuses_unroutable_labels() {
 
 #[tokio::test]
 async fn two_phase_start_and_completion() {
-    let harness = Harness::new().await;
+    let harness = Harness::runner_api(None).await;
     let alice = harness.runner("alice", &["self-hosted", "linux"]).await;
     let bob = harness.runner("bob", &["self-hosted", "linux"]).await;
     let (status, _) = harness
@@ -394,7 +338,7 @@ async fn two_phase_start_and_completion() {
 
 #[tokio::test]
 async fn decline_excludes_the_runner_and_labels_must_fit() {
-    let harness = Harness::new().await;
+    let harness = Harness::runner_api(None).await;
     let plain = harness.runner("plain", &["self-hosted", "linux"]).await;
     let gpu = harness
         .runner("gpu", &["self-hosted", "linux", "gpu"])
@@ -439,7 +383,7 @@ async fn decline_excludes_the_runner_and_labels_must_fit() {
 
 #[tokio::test]
 async fn a_long_poll_is_woken_by_a_submission() {
-    let harness = Arc::new(Harness::new().await);
+    let harness = Arc::new(Harness::runner_api(None).await);
     let token = harness.runner("waiter", &["linux"]).await;
     // A long poll longer than the test's patience: only a wake-up answers it in time.
     let waiter = {
@@ -465,7 +409,7 @@ async fn a_long_poll_is_woken_by_a_submission() {
 
 #[tokio::test]
 async fn expired_leases_requeue_and_crash_the_runner_of_a_running_job() {
-    let harness = Harness::new().await;
+    let harness = Harness::runner_api(None).await;
     let dead = harness.runner("dead", &["linux"]).await;
     let id = harness.submit(&["linux"], None).await;
     harness
@@ -523,7 +467,7 @@ async fn expired_leases_requeue_and_crash_the_runner_of_a_running_job() {
 
 #[tokio::test]
 async fn runner_reports_are_validated_and_stored() {
-    let harness = Harness::new().await;
+    let harness = Harness::runner_api(None).await;
     let token = harness.runner("reporter", &["linux"]).await;
     let other = harness.runner("other", &["linux"]).await;
     let runner = harness
@@ -606,7 +550,7 @@ async fn runner_reports_are_validated_and_stored() {
 
 #[tokio::test]
 async fn waiting_jobs_say_why() {
-    let harness = Harness::new().await;
+    let harness = Harness::runner_api(None).await;
     let first = harness.submit(&["linux"], None).await;
     let (status, job) = harness
         .call("GET", &format!("/api/v1/jobs/{first}"), READER, None)
@@ -683,7 +627,7 @@ async fn waiting_jobs_say_why() {
 
 #[tokio::test]
 async fn a_runner_being_scaled_down_starts_no_job() {
-    let harness = Harness::new().await;
+    let harness = Harness::runner_api(None).await;
     let token = harness.runner("leaving", &["self-hosted", "linux"]).await;
     let store = &harness.service.store;
     let runner = store.find_runner("leaving").await.unwrap().unwrap();
@@ -747,7 +691,7 @@ async fn a_runner_being_scaled_down_starts_no_job() {
 
 #[tokio::test]
 async fn a_failed_accept_leaves_the_runner_free() {
-    let harness = Harness::new().await;
+    let harness = Harness::runner_api(None).await;
     let token = harness.runner("r", &["self-hosted", "linux"]).await;
     let id = harness.submit(&["linux"], None).await;
     // Not claimed by this runner: the accept is refused (403) …
@@ -776,7 +720,7 @@ async fn a_failed_accept_leaves_the_runner_free() {
 async fn the_event_log_records_queuing_start_and_stop_in_the_spec_shapes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("events.log");
-    let harness = Harness::with_event_log(&path).await;
+    let harness = Harness::runner_api(Some(&path)).await;
     let token = harness.runner("r", &["self-hosted", "linux"]).await;
     let id = harness.submit(&["linux"], None).await;
     let (_, job) = harness

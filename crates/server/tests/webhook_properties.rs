@@ -14,7 +14,9 @@ use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 use runway_server::config::{Config, GithubConfig, PoolConfig, Secret};
 use runway_server::github::signature::sign;
 use runway_server::Service;
-use runway_store::{JobFilter, SqliteStore};
+use runway_store::JobFilter;
+
+mod common;
 use serde_json::json;
 use tower::ServiceExt;
 
@@ -50,9 +52,8 @@ fn config() -> Config {
 }
 
 async fn service(dir: &tempfile::TempDir, name: &str) -> Arc<Service> {
-    let path = dir.path().join(name).display().to_string();
-    let store = SqliteStore::open(&path).await.expect("store");
-    Arc::new(Service::new(config(), Arc::new(store)))
+    let store = common::sqlite_store(&dir.path().join(name)).await;
+    Arc::new(Service::new(config(), store))
 }
 
 async fn post(service: &Arc<Service>, event: &str, delivery: &str, body: Vec<u8>) -> u16 {

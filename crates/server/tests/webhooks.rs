@@ -2,18 +2,14 @@
 //! SQLite store, with GitHub's own example payloads and signature vectors.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use runway_core::{JobSource, JobState, RunnerState};
 use runway_server::config::{Config, GithubConfig, PoolConfig, Secret};
 use runway_server::github::signature::{sign, verify};
-use runway_server::Service;
-use runway_store::{JobFilter, RunnerFilter, SqliteStore, Store};
-use tower::ServiceExt;
+use runway_store::{JobFilter, RunnerFilter};
 
-const SECRET: &str = "rotate-me-1";
 const ADMIN: &str = "admin-token-0123456789";
 
 fn fixtures() -> PathBuf {
@@ -23,16 +19,6 @@ fn fixtures() -> PathBuf {
 fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(fixtures().join("webhooks").join(name))
         .unwrap_or_else(|e| panic!("fixture {name}: {e}"))
-}
-
-fn pool(name: &str, labels: &[&str]) -> PoolConfig {
-    PoolConfig {
-        name: name.to_owned(),
-        labels: labels.iter().map(|l| (*l).to_owned()).collect(),
-        min_idle: 0,
-        max_runners: 10,
-        ..PoolConfig::default()
-    }
 }
 
 fn config(pools: Vec<PoolConfig>, required_labels: &[&str]) -> Config {
@@ -53,72 +39,12 @@ fn config(pools: Vec<PoolConfig>, required_labels: &[&str]) -> Config {
     }
 }
 
-struct Harness {
-    service: Arc<Service>,
-    _dir: tempfile::TempDir,
-}
+mod common;
+use common::{pool, Harness, WEBHOOK_SECRET as SECRET};
 
 impl Harness {
-    async fn new(config: Config) -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("runway.db").display().to_string();
-        let store = SqliteStore::open(&path).await.unwrap();
-        let mut service = Service::new(config, Arc::new(store));
-        service.events =
-            runway_server::telemetry::events::EventLog::open(&service.config.telemetry).unwrap();
-        Harness {
-            service: Arc::new(service),
-            _dir: dir,
-        }
-    }
-
-    /// `/metrics` as a plain client gets it.
-    async fn metrics(&self) -> String {
-        let body = self
-            .send(Request::get("/metrics").body(Body::empty()).unwrap())
-            .await
-            .1;
-        body.as_str().unwrap_or_default().to_owned()
-    }
-
-    fn store(&self) -> &Arc<dyn Store> {
-        &self.service.store
-    }
-
-    async fn send(&self, request: Request<Body>) -> (StatusCode, serde_json::Value) {
-        let router = runway_server::http::router(self.service.clone());
-        let response = router.oneshot(request).await.unwrap();
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        let body = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into());
-        (status, body)
-    }
-
-    async fn webhook(
-        &self,
-        event: &str,
-        delivery: &str,
-        body: &[u8],
-    ) -> (StatusCode, serde_json::Value) {
-        let request = Request::post("/webhooks/github")
-            .header("x-github-event", event)
-            .header("x-github-delivery", delivery)
-            .header("x-hub-signature-256", sign(SECRET.as_bytes(), body))
-            .header("content-type", "application/json")
-            .body(Body::from(body.to_vec()))
-            .unwrap();
-        self.send(request).await
-    }
-
     async fn admin_get(&self, path: &str) -> (StatusCode, serde_json::Value) {
-        let request = Request::get(path)
-            .header("authorization", format!("Bearer {ADMIN}"))
-            .body(Body::empty())
-            .unwrap();
-        self.send(request).await
+        self.call("GET", path, ADMIN, None).await
     }
 
     async fn jobs(&self) -> Vec<runway_core::Job> {

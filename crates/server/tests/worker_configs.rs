@@ -9,8 +9,6 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use runway_core::worker_config::Schemas;
 use runway_server::config::{Config, ProviderConfig, Secret};
-use runway_server::Service;
-use runway_store::SqliteStore;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
@@ -71,58 +69,37 @@ fn the_rfc_124_example_evaluates_as_the_rfc_says() {
     );
 }
 
-struct Harness {
-    service: Arc<Service>,
-    _dir: tempfile::TempDir,
-}
+mod common;
+use common::Harness;
 
 impl Harness {
-    async fn new(providers: Vec<ProviderConfig>) -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(&dir.path().join("runway.db").display().to_string())
-            .await
-            .unwrap();
+    /// An admin token and `providers`; no pools.
+    async fn worker_configs(providers: Vec<ProviderConfig>) -> Harness {
         let mut config = Config::default();
         config.server.admin_tokens = vec![Secret::literal(ADMIN)];
         config.providers = providers;
-        Harness {
-            service: Arc::new(Service::new(config, Arc::new(store))),
-            _dir: dir,
-        }
+        Harness::new(config).await
     }
 
-    async fn call(
+    /// An admin call, with `If-Match` if given: the status, the ETag, the body.
+    async fn admin(
         &self,
         method: &str,
         path: &str,
         if_match: Option<&str>,
         body: Option<Value>,
     ) -> (StatusCode, Option<String>, Value) {
-        let mut request = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("authorization", format!("Bearer {ADMIN}"));
+        let mut request = common::request(method, path, ADMIN, body);
         if let Some(version) = if_match {
-            request = request.header("if-match", version);
+            let value = version.parse().expect("a header value");
+            request.headers_mut().insert("if-match", value);
         }
-        let body = body
-            .map(|b| Body::from(b.to_string()))
-            .unwrap_or_else(Body::empty);
-        let response = runway_server::http::router(self.service.clone())
-            .oneshot(request.body(body).unwrap())
-            .await
-            .unwrap();
-        let status = response.status();
-        let etag = response
-            .headers()
+        let (status, headers, body) = self.exchange(request).await;
+        let etag = headers
             .get("etag")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        (status, etag, value)
+        (status, etag, body)
     }
 }
 
@@ -132,9 +109,9 @@ fn example_json() -> Value {
 
 #[tokio::test]
 async fn put_get_evaluate_and_delete() {
-    let harness = Harness::new(Vec::new()).await;
+    let harness = Harness::worker_configs(Vec::new()).await;
     let (status, etag, body) = harness
-        .call(
+        .admin(
             "PUT",
             "/api/v1/worker-configs/build",
             None,
@@ -147,7 +124,7 @@ async fn put_get_evaluate_and_delete() {
         "{body}"
     );
     let (status, etag, got) = harness
-        .call("GET", "/api/v1/worker-configs/build", None, None)
+        .admin("GET", "/api/v1/worker-configs/build", None, None)
         .await;
     assert_eq!((status, etag.as_deref()), (StatusCode::OK, Some("\"1\"")));
     assert_eq!(got["pools"], json!(["build-dbg", "build-opt"]));
@@ -155,7 +132,7 @@ async fn put_get_evaluate_and_delete() {
 
     let east = json!({"provider": "ec2", "region": "us-east-1", "availabilityZone": "us-east-1a"});
     let (status, _, result) = harness
-        .call(
+        .admin(
             "POST",
             "/api/v1/worker-configs/build/evaluate",
             None,
@@ -165,7 +142,7 @@ async fn put_get_evaluate_and_delete() {
     assert_eq!(status, StatusCode::OK, "{result}");
     assert_eq!(result["config"]["ec2"]["SubnetID"], "sn-302433abcdef");
     let (_, _, again) = harness
-        .call(
+        .admin(
             "POST",
             "/api/v1/worker-configs/build/evaluate",
             None,
@@ -179,7 +156,7 @@ async fn put_get_evaluate_and_delete() {
     let mut changed = example_json();
     changed["rules"][1]["values"]["ec2"]["ImageId"] = json!("ami-new");
     let (status, etag, _) = harness
-        .call(
+        .admin(
             "PUT",
             "/api/v1/worker-configs/build",
             Some("\"1\""),
@@ -189,7 +166,7 @@ async fn put_get_evaluate_and_delete() {
     assert_eq!((status, etag.as_deref()), (StatusCode::OK, Some("\"2\"")));
     assert_eq!(harness.service.evaluations.len(), 0);
     let (_, _, fresh) = harness
-        .call(
+        .admin(
             "POST",
             "/api/v1/worker-configs/build/evaluate",
             None,
@@ -200,7 +177,7 @@ async fn put_get_evaluate_and_delete() {
     assert_eq!(fresh["version"], 2);
 
     let (status, _, error) = harness
-        .call(
+        .admin(
             "PUT",
             "/api/v1/worker-configs/build",
             Some("\"1\""),
@@ -213,12 +190,12 @@ async fn put_get_evaluate_and_delete() {
         "a stale If-Match is refused: {error}"
     );
     let (_, _, list) = harness
-        .call("GET", "/api/v1/worker-configs", None, None)
+        .admin("GET", "/api/v1/worker-configs", None, None)
         .await;
     assert_eq!(list["worker_configs"][0]["version"], 2);
 
     let (status, _, _) = harness
-        .call(
+        .admin(
             "DELETE",
             "/api/v1/worker-configs/build",
             Some("\"1\""),
@@ -227,7 +204,7 @@ async fn put_get_evaluate_and_delete() {
         .await;
     assert_eq!(status, StatusCode::CONFLICT);
     let (status, _, _) = harness
-        .call(
+        .admin(
             "DELETE",
             "/api/v1/worker-configs/build",
             Some("\"2\""),
@@ -236,14 +213,14 @@ async fn put_get_evaluate_and_delete() {
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     let (status, _, _) = harness
-        .call("GET", "/api/v1/worker-configs/build", None, None)
+        .admin("GET", "/api/v1/worker-configs/build", None, None)
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]
 async fn refusals_say_why() {
-    let harness = Harness::new(vec![ProviderConfig {
+    let harness = Harness::worker_configs(vec![ProviderConfig {
         name: "ec2".into(),
         kind: "exec".into(),
         conditions: vec!["availabilityZone".into()],
@@ -252,7 +229,7 @@ async fn refusals_say_why() {
     }])
     .await;
     let (status, _, _) = harness
-        .call(
+        .admin(
             "PUT",
             "/api/v1/worker-configs/build",
             None,
@@ -269,7 +246,7 @@ async fn refusals_say_why() {
     other["id"] = json!("other");
     other["pools"] = json!(["build-opt", "new-pool"]);
     let (status, _, error) = harness
-        .call("PUT", "/api/v1/worker-configs/other", None, Some(other))
+        .admin("PUT", "/api/v1/worker-configs/other", None, Some(other))
         .await;
     assert_eq!(status, StatusCode::CONFLICT);
     assert!(
@@ -282,7 +259,7 @@ async fn refusals_say_why() {
     undeclared["pools"] = json!(["p"]);
     undeclared["rules"][2]["conditions"][0]["zone"] = json!("a");
     let (status, _, error) = harness
-        .call("PUT", "/api/v1/worker-configs/u", None, Some(undeclared))
+        .admin("PUT", "/api/v1/worker-configs/u", None, Some(undeclared))
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(
@@ -292,7 +269,7 @@ async fn refusals_say_why() {
 
     let duplicate = json!({"pools": [], "rules": [{"rule_id": "a"}, {"rule_id": "a"}]});
     let (status, _, error) = harness
-        .call("PUT", "/api/v1/worker-configs/d", None, Some(duplicate))
+        .admin("PUT", "/api/v1/worker-configs/d", None, Some(duplicate))
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(
@@ -301,7 +278,7 @@ async fn refusals_say_why() {
     );
 
     let (status, _, error) = harness
-        .call(
+        .admin(
             "POST",
             "/api/v1/worker-configs/build/evaluate",
             None,
@@ -319,7 +296,7 @@ async fn refusals_say_why() {
     );
 
     let (status, _, _) = harness
-        .call(
+        .admin(
             "PUT",
             "/api/v1/worker-configs/x",
             Some("not-a-version"),
@@ -339,9 +316,9 @@ async fn refusals_say_why() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_puts_with_the_same_if_match_let_exactly_one_win() {
-    let harness = Arc::new(Harness::new(Vec::new()).await);
+    let harness = Arc::new(Harness::worker_configs(Vec::new()).await);
     let (status, _, _) = harness
-        .call(
+        .admin(
             "PUT",
             "/api/v1/worker-configs/build",
             None,
@@ -356,7 +333,7 @@ async fn concurrent_puts_with_the_same_if_match_let_exactly_one_win() {
             let mut body = example_json();
             body["rules"][0]["values"]["owner"] = json!(format!("writer-{writer}"));
             harness
-                .call(
+                .admin(
                     "PUT",
                     "/api/v1/worker-configs/build",
                     Some("\"1\""),

@@ -291,7 +291,7 @@ macro_rules! impl_store {
             let op = Op::Replace {
                 id: current.id,
                 version: current.version,
-                next: Box::new(JobColumns::from(next)),
+                next: Box::new(Columns::from(next)),
             };
             match self.group.submit(op).await? {
                 Outcome::Replaced(replaced) => Ok(replaced),
@@ -348,8 +348,8 @@ macro_rules! impl_store {
         async fn create_runner(&self, runner: &NewRunner, now: Timestamp) -> Result<Runner, StoreError> {
             // The id is assigned by the database; the placeholder is ignored.
             let initial = runner.initial(RunnerId(0), now);
-            let columns = RunnerColumns::from(&initial);
-            let row = bind_runner(sqlx::query(&self.inner.statements.insert_runner), &columns)
+            let columns = Columns::from(&initial);
+            let row = bind_columns(sqlx::query(&self.inner.statements.insert_runner), &columns)
                 .fetch_one(self.writer())
                 .await
                 .and_then(|row| RunnerRow::from_row(&row));
@@ -441,8 +441,8 @@ macro_rules! impl_store {
                     } else {
                         return Err(StoreError::InvalidToken);
                     };
-                    let columns = RunnerColumns::from(&next);
-                    let updated = bind_runner(sqlx::query(&self.inner.statements.replace_runner), &columns)
+                    let columns = Columns::from(&next);
+                    let updated = bind_columns(sqlx::query(&self.inner.statements.replace_runner), &columns)
                         .bind(current.id.0)
                         .bind(current.version)
                         .execute(&mut *transaction)
@@ -459,8 +459,8 @@ macro_rules! impl_store {
                         provider: runway_core::RunnerOrigin::Registered.column().to_owned(),
                         labels: labels.to_vec(),
                     };
-                    let columns = RunnerColumns::from(&new.initial(RunnerId(0), now));
-                    let row = bind_runner(sqlx::query(&self.inner.statements.insert_runner), &columns)
+                    let columns = Columns::from(&new.initial(RunnerId(0), now));
+                    let row = bind_columns(sqlx::query(&self.inner.statements.insert_runner), &columns)
                         .fetch_one(&mut *transaction)
                         .await
                         .and_then(|row| RunnerRow::from_row(&row));
@@ -748,10 +748,10 @@ macro_rules! impl_store {
             let op = Op::ReplaceWithRunner {
                 id: current.id,
                 version: current.version,
-                next: Box::new(JobColumns::from(next)),
+                next: Box::new(Columns::from(next)),
                 runner: runner_current.id,
                 runner_version: runner_current.version,
-                runner_next: Box::new(RunnerColumns::from(runner_next)),
+                runner_next: Box::new(Columns::from(runner_next)),
             };
             match self.group.submit(op).await? {
                 Outcome::Replaced(replaced) => Ok(replaced),
@@ -760,8 +760,8 @@ macro_rules! impl_store {
         }
 
         async fn replace_runner(&self, current: &Runner, next: &Runner) -> Result<bool, StoreError> {
-            let columns = RunnerColumns::from(next);
-            let result = bind_runner(sqlx::query(&self.inner.statements.replace_runner), &columns)
+            let columns = Columns::from(next);
+            let result = bind_columns(sqlx::query(&self.inner.statements.replace_runner), &columns)
                 .bind(current.id.0)
                 .bind(current.version)
                 .execute(self.writer())
@@ -806,8 +806,8 @@ macro_rules! impl_batch_executor {
                 job: &NewJob,
                 now: Timestamp,
             ) -> Result<Enqueued, StoreError> {
-                let columns = JobColumns::from(&job.initial(JobId(0), now));
-                let inserted = bind_job(sqlx::query(&self.statements.insert_job), &columns)
+                let columns = Columns::from(&job.initial(JobId(0), now));
+                let inserted = bind_columns(sqlx::query(&self.statements.insert_job), &columns)
                     .fetch_optional(&mut *connection)
                     .await?
                     .map(|row| JobRow::from_row(&row))
@@ -871,7 +871,7 @@ macro_rules! impl_batch_executor {
                         Outcome::Recorded(self.insert_delivery(&mut *transaction, delivery).await?)
                     }
                     Op::Replace { id, version, next } => {
-                        let result = bind_job(sqlx::query(&self.statements.replace_job), next)
+                        let result = bind_columns(sqlx::query(&self.statements.replace_job), next)
                             .bind(id.0)
                             .bind(*version)
                             .execute(&mut *transaction)
@@ -890,13 +890,13 @@ macro_rules! impl_batch_executor {
                         // transaction of its own otherwise: either way both
                         // rows change or neither does.
                         let mut both = sqlx::Connection::begin(&mut *transaction).await?;
-                        let job = bind_job(sqlx::query(&self.statements.replace_job), next)
+                        let job = bind_columns(sqlx::query(&self.statements.replace_job), next)
                             .bind(id.0)
                             .bind(*version)
                             .execute(&mut *both)
                             .await?;
                         let replaced = job.rows_affected() == 1 && {
-                            let runner = bind_runner(
+                            let runner = bind_columns(
                                 sqlx::query(&self.statements.replace_runner),
                                 runner_next,
                             )

@@ -24,7 +24,7 @@ use runway_core::job::NewJob;
 use runway_core::{Job, JobId, RunnerId, Timestamp};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use crate::rows::{JobColumns, RunnerColumns};
+use crate::rows::Columns;
 use crate::{Claim, Delivery, Enqueued, StoreError};
 
 /// How many writes one transaction takes at most.
@@ -44,17 +44,17 @@ pub(crate) enum Op {
     Replace {
         id: JobId,
         version: i64,
-        next: Box<JobColumns>,
+        next: Box<Columns>,
     },
     /// A job and its runner together: both compare-and-sets hold, or
     /// neither row is written (a savepoint within a shared transaction).
     ReplaceWithRunner {
         id: JobId,
         version: i64,
-        next: Box<JobColumns>,
+        next: Box<Columns>,
         runner: RunnerId,
         runner_version: i64,
-        runner_next: Box<RunnerColumns>,
+        runner_next: Box<Columns>,
     },
     Claim {
         claim: Claim,

@@ -18,10 +18,7 @@ use sqlx::FromRow;
 
 use crate::common::{impl_batch_executor, impl_store, Statements};
 use crate::group_commit::{BatchExecutor, GroupCommit, Op, Outcome};
-use crate::rows::{
-    bind_job, bind_runner, JobColumns, JobRow, RunnerColumns, RunnerRow, JOB_COLUMNS,
-    RUNNER_COLUMNS,
-};
+use crate::rows::{bind_columns, Columns, JobRow, RunnerRow, JOB_COLUMNS, RUNNER_COLUMNS};
 use crate::sqlite::describe_sqlx_error;
 use crate::{
     redact_url, Backend, Claim, Delivery, Enqueued, Expect, JobCount, JobFilter, OpenOptions,

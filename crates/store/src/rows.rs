@@ -11,7 +11,7 @@ use sqlx::{Encode, Type};
 
 use crate::StoreError;
 
-/// The columns of `jobs`, in the order [`bind_job`] binds them after the id.
+/// The columns of `jobs`, in the order [`Columns`] holds them (after the id).
 pub(crate) const JOB_COLUMNS: &str =
     "source, external_id, pool, labels, state, attempts, max_attempts, \
      runner_id, lease_deadline, excluded_runners, payload, created_at, enqueued_at, started_at, \
@@ -95,90 +95,36 @@ impl TryFrom<JobRow> for Job {
     }
 }
 
-/// A job flattened to the primitive column values, ready to bind.
-pub(crate) struct JobColumns {
-    source: &'static str,
-    external_id: String,
-    pool: Option<String>,
-    labels: String,
-    state: &'static str,
-    attempts: i64,
-    max_attempts: i64,
-    runner_id: Option<i64>,
-    lease_deadline: Option<i64>,
-    excluded_runners: String,
-    payload: String,
-    created_at: i64,
-    enqueued_at: i64,
-    started_at: Option<i64>,
-    finished_at: Option<i64>,
-    conclusion: Option<&'static str>,
-    reason: Option<String>,
-    version: i64,
-}
-
 pub(crate) fn json_list<T: serde::Serialize>(items: &[T]) -> String {
     // Serialising a slice of strings or integers cannot fail.
     serde_json::to_string(items).unwrap_or_else(|_| "[]".to_owned())
 }
 
-impl From<&Job> for JobColumns {
-    fn from(job: &Job) -> JobColumns {
+impl From<&Job> for Columns {
+    fn from(job: &Job) -> Columns {
         let excluded: Vec<i64> = job.excluded_runners.iter().map(|r| r.0).collect();
-        JobColumns {
-            source: job.source.as_str(),
-            external_id: job.external_id.clone(),
-            pool: job.pool.clone(),
-            labels: json_list(&job.labels),
-            state: job.state.as_str(),
-            attempts: i64::from(job.attempts),
-            max_attempts: i64::from(job.max_attempts),
-            runner_id: job.runner.map(|r| r.0),
-            lease_deadline: job.lease_deadline.map(Timestamp::as_millis),
-            excluded_runners: json_list(&excluded),
-            payload: job.payload.clone(),
-            created_at: job.created_at.as_millis(),
-            enqueued_at: job.enqueued_at.as_millis(),
-            started_at: job.started_at.map(Timestamp::as_millis),
-            finished_at: job.finished_at.map(Timestamp::as_millis),
-            conclusion: job.conclusion.map(|c| c.as_str()),
-            reason: job.reason.clone(),
-            version: job.version,
-        }
+        let ms = |t: Option<Timestamp>| Value::Int(t.map(Timestamp::as_millis));
+        Columns(vec![
+            text(job.source.as_str()),
+            text(&job.external_id),
+            Value::Text(job.pool.clone()),
+            text(&json_list(&job.labels)),
+            text(job.state.as_str()),
+            int(i64::from(job.attempts)),
+            int(i64::from(job.max_attempts)),
+            Value::Int(job.runner.map(|r| r.0)),
+            ms(job.lease_deadline),
+            text(&json_list(&excluded)),
+            text(&job.payload),
+            int(job.created_at.as_millis()),
+            int(job.enqueued_at.as_millis()),
+            ms(job.started_at),
+            ms(job.finished_at),
+            Value::Text(job.conclusion.map(|c| c.as_str().to_owned())),
+            Value::Text(job.reason.clone()),
+            int(job.version),
+        ])
     }
-}
-
-/// Binds the columns of [`JOB_COLUMNS`], in order.
-pub(crate) fn bind_job<'q, DB>(
-    query: Query<'q, DB, <DB as Database>::Arguments<'q>>,
-    job: &'q JobColumns,
-) -> Query<'q, DB, <DB as Database>::Arguments<'q>>
-where
-    DB: Database,
-    i64: Encode<'q, DB> + Type<DB>,
-    Option<i64>: Encode<'q, DB> + Type<DB>,
-    &'q str: Encode<'q, DB> + Type<DB>,
-    Option<&'q str>: Encode<'q, DB> + Type<DB>,
-{
-    query
-        .bind(job.source)
-        .bind(job.external_id.as_str())
-        .bind(job.pool.as_deref())
-        .bind(job.labels.as_str())
-        .bind(job.state)
-        .bind(job.attempts)
-        .bind(job.max_attempts)
-        .bind(job.runner_id)
-        .bind(job.lease_deadline)
-        .bind(job.excluded_runners.as_str())
-        .bind(job.payload.as_str())
-        .bind(job.created_at)
-        .bind(job.enqueued_at)
-        .bind(job.started_at)
-        .bind(job.finished_at)
-        .bind(job.conclusion)
-        .bind(job.reason.as_deref())
-        .bind(job.version)
 }
 
 #[derive(Debug, sqlx::FromRow)]
@@ -232,75 +178,63 @@ impl TryFrom<RunnerRow> for Runner {
     }
 }
 
-pub(crate) struct RunnerColumns {
-    name: String,
-    pool: String,
-    provider: String,
-    labels: String,
-    instance_id: Option<String>,
-    state: &'static str,
-    job_id: Option<i64>,
-    requested_at: i64,
-    provisioning_at: Option<i64>,
-    idle_at: Option<i64>,
-    busy_at: Option<i64>,
-    terminating_at: Option<i64>,
-    ended_at: Option<i64>,
-    reason: Option<String>,
-    version: i64,
-}
-
-impl From<&Runner> for RunnerColumns {
-    fn from(runner: &Runner) -> RunnerColumns {
-        let ms = |t: Option<Timestamp>| t.map(Timestamp::as_millis);
-        RunnerColumns {
-            name: runner.name.clone(),
-            pool: runner.pool.clone(),
-            provider: runner.provider.clone(),
-            labels: json_list(&runner.labels),
-            instance_id: runner.instance_id.clone(),
-            state: runner.state.as_str(),
-            job_id: runner.job.map(|j| j.0),
-            requested_at: runner.requested_at.as_millis(),
-            provisioning_at: ms(runner.provisioning_at),
-            idle_at: ms(runner.idle_at),
-            busy_at: ms(runner.busy_at),
-            terminating_at: ms(runner.terminating_at),
-            ended_at: ms(runner.ended_at),
-            reason: runner.reason.clone(),
-            version: runner.version,
-        }
+impl From<&Runner> for Columns {
+    fn from(runner: &Runner) -> Columns {
+        let ms = |t: Option<Timestamp>| Value::Int(t.map(Timestamp::as_millis));
+        Columns(vec![
+            text(&runner.name),
+            text(&runner.pool),
+            text(&runner.provider),
+            text(&json_list(&runner.labels)),
+            Value::Text(runner.instance_id.clone()),
+            text(runner.state.as_str()),
+            Value::Int(runner.job.map(|j| j.0)),
+            int(runner.requested_at.as_millis()),
+            ms(runner.provisioning_at),
+            ms(runner.idle_at),
+            ms(runner.busy_at),
+            ms(runner.terminating_at),
+            ms(runner.ended_at),
+            Value::Text(runner.reason.clone()),
+            int(runner.version),
+        ])
     }
 }
 
-/// Binds the columns of [`RUNNER_COLUMNS`], in order.
-pub(crate) fn bind_runner<'q, DB>(
+/// One column's value, as both backends bind it (`NULL` as `None`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Value {
+    Int(Option<i64>),
+    Text(Option<String>),
+}
+
+fn int(value: i64) -> Value {
+    Value::Int(Some(value))
+}
+
+fn text(value: &str) -> Value {
+    Value::Text(Some(value.to_owned()))
+}
+
+/// The values of a job's [`JOB_COLUMNS`] or a runner's [`RUNNER_COLUMNS`],
+/// in that order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Columns(Vec<Value>);
+
+/// Binds `columns`, in order, after what `query` has bound already.
+pub(crate) fn bind_columns<'q, DB>(
     query: Query<'q, DB, <DB as Database>::Arguments<'q>>,
-    runner: &'q RunnerColumns,
+    columns: &'q Columns,
 ) -> Query<'q, DB, <DB as Database>::Arguments<'q>>
 where
     DB: Database,
-    i64: Encode<'q, DB> + Type<DB>,
     Option<i64>: Encode<'q, DB> + Type<DB>,
-    &'q str: Encode<'q, DB> + Type<DB>,
     Option<&'q str>: Encode<'q, DB> + Type<DB>,
 {
-    query
-        .bind(runner.name.as_str())
-        .bind(runner.pool.as_str())
-        .bind(runner.provider.as_str())
-        .bind(runner.labels.as_str())
-        .bind(runner.instance_id.as_deref())
-        .bind(runner.state)
-        .bind(runner.job_id)
-        .bind(runner.requested_at)
-        .bind(runner.provisioning_at)
-        .bind(runner.idle_at)
-        .bind(runner.busy_at)
-        .bind(runner.terminating_at)
-        .bind(runner.ended_at)
-        .bind(runner.reason.as_deref())
-        .bind(runner.version)
+    columns.0.iter().fold(query, |query, value| match value {
+        Value::Int(number) => query.bind(*number),
+        Value::Text(text) => query.bind(text.as_deref()),
+    })
 }
 
 /// `$1, $2, …, $n`: placeholders for `n` columns starting at `first`.
