@@ -9,6 +9,7 @@
 
 pub mod environment;
 pub mod exec;
+pub mod factory;
 pub mod process;
 pub mod sim;
 

@@ -2,6 +2,7 @@
 //! and calls [`run`], and so can a test, which then starts exactly what a
 //! user starts (STYLE rule 23).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,6 +12,8 @@ use runway_store::StoreError;
 use tokio::net::TcpListener;
 
 use crate::app::Service;
+use runway_providers::factory::{self, BuildContext};
+
 use crate::config::{Config, Secret};
 
 /// What `runway serve` decides outside the configuration.
@@ -71,15 +74,17 @@ pub async fn run(
         .controller_id(&crate::app::tokens::new_token("rwc_"))
         .await
         .map_err(RunError::ControllerId)?;
-    let providers = crate::reconcile::build_providers(
-        &config,
-        &crate::reconcile::ProviderContext {
-            clock: Arc::new(runway_providers::SystemClock),
-            controller_id,
-            runway_exe: options.runway_exe.clone(),
-        },
-    )
-    .map_err(RunError::Providers)?;
+    let context = BuildContext {
+        clock: Arc::new(runway_providers::SystemClock),
+        controller_id,
+        runway_exe: options.runway_exe.clone(),
+    };
+    let mut providers = BTreeMap::new();
+    for spec in config.provider_specs().map_err(RunError::Providers)? {
+        let provider =
+            factory::build(&spec, &context).map_err(|e| RunError::Providers(e.to_string()))?;
+        providers.insert(spec.name, provider);
+    }
     // Only once the store is open: a failed start leaves no token file behind.
     if let (Some(path), true) = (
         &options.admin_token_file,

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use runway_core::routing::{route, PoolLabels, RouteDecision, RoutingPolicy};
 use runway_core::worker_config::{ProviderSchema, Schemas, WorkerConfig};
+use runway_providers::factory::{ProviderKind, ProviderSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::config::worker_config::WorkerConfigDto;
@@ -142,13 +143,48 @@ impl ProviderConfig {
     }
 }
 
+impl ProviderConfig {
+    /// Its typed declaration, for `runway_providers::factory::build`; `pools`
+    /// are the pools that may use it. `None` for a kind runway does not
+    /// have, or an `exec` provider without its executable (validation
+    /// refuses both).
+    pub fn spec(&self, pools: Vec<String>) -> Option<ProviderSpec> {
+        let kind = match self.kind.as_str() {
+            "sim" => ProviderKind::Sim {
+                fail_rate: self.fail_rate,
+                seed: self.seed,
+            },
+            "process" => ProviderKind::Process {
+                command: self.command.clone(),
+                state_dir: self.state_dir.clone(),
+                stop_grace: self.stop_grace,
+            },
+            "exec" => ProviderKind::Exec {
+                executable: self.executable.clone()?,
+                config_file: self.config_file.clone(),
+                timeout: self.timeout,
+            },
+            _ => return None,
+        };
+        Some(ProviderSpec {
+            name: self.name.clone(),
+            kind,
+            max_instances: self.max_instances,
+            price_per_hour: self.price_per_hour,
+            boot_seconds: self.boot_seconds,
+            environment_variables: self.environment_variables.clone(),
+            pools,
+        })
+    }
+}
+
 impl Default for ProviderConfig {
     fn default() -> ProviderConfig {
         ProviderConfig::for_kind("sim", "sim")
     }
 }
 
-pub const PROVIDER_KINDS: [&str; 3] = ["sim", "process", "exec"];
+pub const PROVIDER_KINDS: [&str; 3] = ProviderKind::NAMES;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GithubConfig {
@@ -499,6 +535,30 @@ impl Config {
             default_pool: self.routing.default_pool.clone(),
         };
         route(labels, &pools, &policy)
+    }
+
+    /// The typed declaration of every provider, each with the pools that
+    /// may use it (a pool that names no provider may use any).
+    pub fn provider_specs(&self) -> Result<Vec<ProviderSpec>, String> {
+        self.providers
+            .iter()
+            .map(|provider| {
+                let pools = self
+                    .pools
+                    .iter()
+                    .filter(|pool| {
+                        pool.providers.is_empty() || pool.providers.contains(&provider.name)
+                    })
+                    .map(|pool| pool.name.clone())
+                    .collect();
+                provider.spec(pools).ok_or_else(|| {
+                    format!(
+                        "[providers.{}] kind: {:?} with these settings is not a provider runway can build",
+                        provider.name, provider.kind
+                    )
+                })
+            })
+            .collect()
     }
 
     /// What the declared providers allow worker configurations to say.

@@ -6,7 +6,6 @@
 pub mod heal;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,123 +17,12 @@ use runway_core::planner::{
 };
 use runway_core::runner::NewRunner;
 use runway_core::{JobState, RunnerEvent, RunnerId, RunnerState, Timestamp};
-use runway_providers::exec::{ExecConfig, ExecProvider};
-use runway_providers::process::{ProcessConfig, ProcessProvider};
-use runway_providers::sim::{BootTime, SimConfig, SimProvider};
-use runway_providers::{Clock, CreateRequest, InstanceId, InstanceState, Provider};
+use runway_providers::{CreateRequest, InstanceId, InstanceState, Provider};
 use runway_store::{JobFilter, RunnerFilter, StoreError};
 
 use crate::app::Service;
-use crate::config::{Config, PoolConfig, PoolGithub, ScalingPolicy};
+use crate::config::{PoolConfig, PoolGithub, ScalingPolicy};
 use crate::github::api::GithubError;
-
-/// What providers need from the running installation.
-pub struct ProviderContext {
-    /// Where providers read the time (the wall clock under `runway serve`).
-    pub clock: Arc<dyn Clock>,
-    /// This installation's id (from the store); instances are tagged with it.
-    pub controller_id: String,
-    /// This binary: what a `process` command's first element `runway` means.
-    pub runway_exe: Option<PathBuf>,
-}
-
-fn boot_time((low, high): (f64, f64)) -> Duration {
-    Duration::from_secs_f64((low + high) / 2.0)
-}
-
-/// Builds the providers a configuration declares.
-pub fn build_providers(
-    config: &Config,
-    context: &ProviderContext,
-) -> Result<BTreeMap<String, Arc<dyn Provider>>, String> {
-    let mut providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
-    for provider in &config.providers {
-        let built: Arc<dyn Provider> = match provider.kind.as_str() {
-            "sim" => {
-                let (low, high) = provider.boot_seconds;
-                let boot_time = if low == high {
-                    BootTime::Fixed(Duration::from_secs_f64(low))
-                } else {
-                    BootTime::Uniform(Duration::from_secs_f64(low), Duration::from_secs_f64(high))
-                };
-                let sim = SimConfig {
-                    name: provider.name.clone(),
-                    boot_time,
-                    fail_rate: provider.fail_rate,
-                    price_per_hour: provider.price_per_hour,
-                    max_instances: provider.max_instances,
-                    seed: provider.seed,
-                };
-                Arc::new(SimProvider::new(sim, context.clock.clone()))
-            }
-            "process" => {
-                let mut command = provider.command.clone();
-                if let (Some(first), Some(exe)) = (command.first_mut(), &context.runway_exe) {
-                    if first == "runway" {
-                        *first = exe.display().to_string();
-                    }
-                }
-                let state_dir = provider
-                    .state_dir
-                    .clone()
-                    .unwrap_or_else(|| PathBuf::from("runway-processes").join(&provider.name));
-                let process = ProcessProvider::new(ProcessConfig {
-                    name: provider.name.clone(),
-                    command,
-                    state_dir,
-                    stop_grace: provider.stop_grace,
-                    max_instances: provider.max_instances,
-                    price_per_hour: provider.price_per_hour,
-                    boot_time: boot_time(provider.boot_seconds),
-                    controller_id: context.controller_id.clone(),
-                    environment_variables: provider.environment_variables.clone(),
-                })
-                .map_err(|e| format!("[providers.{}] {e}", provider.name))?;
-                Arc::new(process)
-            }
-            "exec" => {
-                let executable = provider.executable.clone().ok_or_else(|| {
-                    format!("[providers.{}] executable is not set", provider.name)
-                })?;
-                if !executable.is_file() {
-                    return Err(format!(
-                        "[providers.{}] executable: {} is not a file",
-                        provider.name,
-                        executable.display()
-                    ));
-                }
-                let pools = config
-                    .pools
-                    .iter()
-                    .filter(|pool| {
-                        pool.providers.is_empty() || pool.providers.contains(&provider.name)
-                    })
-                    .map(|pool| pool.name.clone())
-                    .collect();
-                Arc::new(ExecProvider::new(ExecConfig {
-                    name: provider.name.clone(),
-                    executable,
-                    config_file: provider.config_file.clone(),
-                    pools,
-                    timeout: provider.timeout,
-                    environment_variables: provider.environment_variables.clone(),
-                    max_instances: provider.max_instances,
-                    price_per_hour: provider.price_per_hour,
-                    boot_time: boot_time(provider.boot_seconds),
-                    controller_id: context.controller_id.clone(),
-                }))
-            }
-            other => {
-                return Err(format!(
-                    "[providers.{}] unknown kind {other:?}",
-                    provider.name
-                ))
-            }
-        };
-        providers.insert(provider.name.clone(), built);
-    }
-    Ok(providers)
-}
 
 #[derive(Default)]
 struct Health {

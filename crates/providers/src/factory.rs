@@ -1,0 +1,250 @@
+//! Builds a provider from its typed declaration: one place that knows every
+//! kind, so the server declares providers as data and a new kind (a cloud
+//! API, say) is one more variant here, not a branch in the reconciler.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::exec::{ExecConfig, ExecProvider};
+use crate::process::{ProcessConfig, ProcessProvider};
+use crate::sim::{BootTime, SimConfig, SimProvider};
+use crate::{Clock, Provider};
+
+/// A provider's kind, with the settings only that kind has.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProviderKind {
+    /// A simulated cloud (seeded): boots in `boot_seconds`, fails creates
+    /// at `fail_rate`.
+    Sim { fail_rate: f64, seed: u64 },
+    /// Each runner a local child process running `command` (a first
+    /// element `runway` means this very binary), tracked in `state_dir`.
+    Process {
+        command: Vec<String>,
+        state_dir: Option<PathBuf>,
+        stop_grace: Duration,
+    },
+    /// A GARM external provider executable, one call per operation.
+    Exec {
+        executable: PathBuf,
+        config_file: Option<PathBuf>,
+        timeout: Duration,
+    },
+}
+
+impl ProviderKind {
+    /// The names the config file uses for the kinds, in this order.
+    pub const NAMES: [&'static str; 3] = ["sim", "process", "exec"];
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            ProviderKind::Sim { .. } => "sim",
+            ProviderKind::Process { .. } => "process",
+            ProviderKind::Exec { .. } => "exec",
+        }
+    }
+}
+
+/// Everything a provider is declared with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderSpec {
+    pub name: String,
+    pub kind: ProviderKind,
+    /// Most instances at once.
+    pub max_instances: u32,
+    pub price_per_hour: f64,
+    /// Boot time, uniform between the two (equal for a fixed time).
+    pub boot_seconds: (f64, f64),
+    /// Host environment variables (names or prefixes) a child may inherit
+    /// besides the base (`environment.rs`).
+    pub environment_variables: Vec<String>,
+    /// The pools that may use it (GARM's `exec` protocol names the pool).
+    pub pools: Vec<String>,
+}
+
+impl ProviderSpec {
+    /// The boot time the provider's bids promise: the middle of the range.
+    pub fn mean_boot_time(&self) -> Duration {
+        let (low, high) = self.boot_seconds;
+        Duration::from_secs_f64((low + high) / 2.0)
+    }
+}
+
+/// What providers need from the running installation.
+pub struct BuildContext {
+    /// Where providers read the time (the wall clock under `runway serve`).
+    pub clock: Arc<dyn Clock>,
+    /// This installation's id (from the store); instances are tagged with it.
+    pub controller_id: String,
+    /// This binary: what a `process` command's first element `runway` means.
+    pub runway_exe: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum BuildError {
+    /// The declaration cannot work here; `key` names the setting.
+    #[error("[providers.{provider}] {key}: {message}")]
+    Invalid {
+        provider: String,
+        key: &'static str,
+        message: String,
+    },
+}
+
+/// The provider `spec` declares.
+pub fn build(spec: &ProviderSpec, context: &BuildContext) -> Result<Arc<dyn Provider>, BuildError> {
+    let invalid = |key: &'static str, message: String| BuildError::Invalid {
+        provider: spec.name.clone(),
+        key,
+        message,
+    };
+    let provider: Arc<dyn Provider> = match &spec.kind {
+        ProviderKind::Sim { fail_rate, seed } => {
+            let (low, high) = spec.boot_seconds;
+            let boot_time = if low == high {
+                BootTime::Fixed(Duration::from_secs_f64(low))
+            } else {
+                BootTime::Uniform(Duration::from_secs_f64(low), Duration::from_secs_f64(high))
+            };
+            let sim = SimConfig {
+                name: spec.name.clone(),
+                boot_time,
+                fail_rate: *fail_rate,
+                price_per_hour: spec.price_per_hour,
+                max_instances: spec.max_instances,
+                seed: *seed,
+            };
+            Arc::new(SimProvider::new(sim, context.clock.clone()))
+        }
+        ProviderKind::Process {
+            command,
+            state_dir,
+            stop_grace,
+        } => {
+            let mut command = command.clone();
+            if let (Some(first), Some(exe)) = (command.first_mut(), &context.runway_exe) {
+                if first == "runway" {
+                    *first = exe.display().to_string();
+                }
+            }
+            let state_dir = state_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("runway-processes").join(&spec.name));
+            let process = ProcessProvider::new(ProcessConfig {
+                name: spec.name.clone(),
+                command,
+                state_dir,
+                stop_grace: *stop_grace,
+                max_instances: spec.max_instances,
+                price_per_hour: spec.price_per_hour,
+                boot_time: spec.mean_boot_time(),
+                controller_id: context.controller_id.clone(),
+                environment_variables: spec.environment_variables.clone(),
+            })
+            .map_err(|e| invalid("state_dir", e.to_string()))?;
+            Arc::new(process)
+        }
+        ProviderKind::Exec {
+            executable,
+            config_file,
+            timeout,
+        } => {
+            if !executable.is_file() {
+                return Err(invalid(
+                    "executable",
+                    format!("{} is not a file", executable.display()),
+                ));
+            }
+            Arc::new(ExecProvider::new(ExecConfig {
+                name: spec.name.clone(),
+                executable: executable.clone(),
+                config_file: config_file.clone(),
+                pools: spec.pools.clone(),
+                timeout: *timeout,
+                environment_variables: spec.environment_variables.clone(),
+                max_instances: spec.max_instances,
+                price_per_hour: spec.price_per_hour,
+                boot_time: spec.mean_boot_time(),
+                controller_id: context.controller_id.clone(),
+            }))
+        }
+    };
+    Ok(provider)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+    use runway_core::Timestamp;
+
+    fn context() -> BuildContext {
+        BuildContext {
+            clock: Arc::new(ManualClock::new(Timestamp::from_millis(0))),
+            controller_id: "test".into(),
+            runway_exe: None,
+        }
+    }
+
+    fn spec(kind: ProviderKind) -> ProviderSpec {
+        ProviderSpec {
+            name: "p".into(),
+            kind,
+            max_instances: 3,
+            price_per_hour: 0.5,
+            boot_seconds: (10.0, 20.0),
+            environment_variables: Vec::new(),
+            pools: vec!["pool".into()],
+        }
+    }
+
+    #[test]
+    fn each_kind_builds_the_provider_of_its_name() {
+        let sim = build(
+            &spec(ProviderKind::Sim {
+                fail_rate: 0.0,
+                seed: 1,
+            }),
+            &context(),
+        )
+        .expect("a sim provider");
+        assert_eq!(sim.name(), "p");
+        assert_eq!(
+            spec(ProviderKind::Sim {
+                fail_rate: 0.0,
+                seed: 1
+            })
+            .mean_boot_time(),
+            Duration::from_secs(15)
+        );
+        let dir = tempfile::tempdir().expect("temp dir");
+        let process = build(
+            &spec(ProviderKind::Process {
+                command: vec!["true".into()],
+                state_dir: Some(dir.path().join("state")),
+                stop_grace: Duration::from_secs(1),
+            }),
+            &context(),
+        )
+        .expect("a process provider");
+        assert_eq!(process.name(), "p");
+    }
+
+    #[test]
+    fn an_exec_provider_without_its_executable_is_refused_by_name() {
+        let missing = build(
+            &spec(ProviderKind::Exec {
+                executable: PathBuf::from("/nonexistent/garm-provider"),
+                config_file: None,
+                timeout: Duration::from_secs(5),
+            }),
+            &context(),
+        )
+        .err()
+        .expect("refused");
+        assert_eq!(
+            missing.to_string(),
+            "[providers.p] executable: /nonexistent/garm-provider is not a file"
+        );
+    }
+}
