@@ -45,11 +45,7 @@ impl ApiError {
 
     /// The store failed: the client learns only that it should retry.
     pub fn store_unavailable() -> ApiError {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store_unavailable",
-            "the store is unavailable; nothing was changed, retry later",
-        )
+        AppError::store_unavailable().into()
     }
 }
 

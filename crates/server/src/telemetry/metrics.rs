@@ -6,7 +6,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::{Metric, Registry, Unit};
 
 /// A job's labels: its pool and, where known and switched on (`[metrics]
 /// job_labels`), its repository, workflow and triggering event. Absent ones
@@ -161,6 +161,18 @@ fn queue_duration_histogram() -> Histogram {
     ])
 }
 
+/// Registers `metric` under `name` with `help`, and returns it.
+fn add<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// The same for a metric measured in seconds (its name gets `_seconds`).
+fn seconds<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register_with_unit(name, help, Unit::Seconds, metric.clone());
+    metric
+}
+
 pub struct Metrics {
     registry: Registry,
     pub webhooks_received: Family<WebhookLabels, Counter>,
@@ -200,184 +212,37 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("runway");
-        let webhooks_received = Family::<WebhookLabels, Counter>::default();
-        registry.register(
-            "webhooks_received",
-            "Webhooks received, by GitHub event, action and what runway did with them",
-            webhooks_received.clone(),
-        );
-        let jobs_routed = Family::<PoolLabel, Counter>::default();
-        registry.register(
-            "jobs_routed",
-            "New jobs routed to a pool's queue",
-            jobs_routed.clone(),
-        );
-        let jobs_rejected = Family::<ReasonLabel, Counter>::default();
-        registry.register(
-            "jobs_rejected",
-            "Jobs not queued, by reason (no_matching_pool: no pool serves the labels; github_hosted: a required label is missing)",
-            jobs_rejected.clone(),
-        );
-        let store_errors = Family::<OperationLabel, Counter>::default();
-        registry.register(
-            "store_errors",
-            "Store operations that failed, by operation",
-            store_errors.clone(),
-        );
-        let job_queue_duration: JobHistogramFamily =
-            Family::new_with_constructor(queue_duration_histogram);
-        registry.register_with_unit(
-            "job_queue_duration",
-            "Time from a job's creation to its start, as GitHub reports them",
-            Unit::Seconds,
-            job_queue_duration.clone(),
-        );
-        let job_run_duration: JobHistogramFamily =
-            Family::new_with_constructor(run_duration_histogram);
-        registry.register_with_unit(
-            "job_run_duration",
-            "Time from a job's start to its completion, as GitHub reports them",
-            Unit::Seconds,
-            job_run_duration.clone(),
-        );
-        let jobs_started = Family::<JobLabels, Counter>::default();
-        registry.register(
-            "jobs_started",
-            "Jobs that started running",
-            jobs_started.clone(),
-        );
-        let jobs_completed = Family::<JobConclusionLabels, Counter>::default();
-        registry.register(
-            "jobs_completed",
-            "Jobs that completed, by conclusion",
-            jobs_completed.clone(),
-        );
-        let runners_crashed = Family::<PoolLabel, Counter>::default();
-        registry.register(
-            "runners_crashed",
-            "Runners lost while running a job",
-            runners_crashed.clone(),
-        );
-        let runner_reports_rejected = Family::<ReasonLabel, Counter>::default();
-        registry.register(
-            "runner_reports_rejected",
-            "Runner reports refused, by reason; nothing of them is stored",
-            runner_reports_rejected.clone(),
-        );
-        let runner_reports = Family::<PhaseLabel, Counter>::default();
-        registry.register(
-            "runner_reports",
-            "Runner reports accepted and stored, by phase (pre-job, post-job)",
-            runner_reports.clone(),
-        );
-        let runner_idle_duration: HistogramFamily =
-            Family::new_with_constructor(queue_duration_histogram);
-        registry.register_with_unit(
-            "runner_idle_duration",
-            "How long a runner was idle before it took a job",
-            Unit::Seconds,
-            runner_idle_duration.clone(),
-        );
-        let runner_install_duration: HistogramFamily =
-            Family::new_with_constructor(queue_duration_histogram);
-        registry.register_with_unit(
-            "runner_install_duration",
-            "From a runner's request to its being ready (booted, or registered)",
-            Unit::Seconds,
-            runner_install_duration.clone(),
-        );
-        let github_requests = Family::<GithubRequestLabels, Counter>::default();
-        registry.register(
-            "github_requests",
-            "Requests to the GitHub API, by operation and HTTP status (error: no answer)",
-            github_requests.clone(),
-        );
-        let github_rate_limit_remaining = Gauge::default();
-        registry.register(
-            "github_rate_limit_remaining",
-            "Requests left in GitHub's rate-limit window, as its last answer said",
-            github_rate_limit_remaining.clone(),
-        );
-        let leader = Gauge::default();
-        registry.register(
-            "leader",
-            "1 while this replica leads (runs the reconciler and the GitHub healer), else 0",
-            leader.clone(),
-        );
-        let github_redeliveries = Counter::default();
-        registry.register(
-            "github_redeliveries",
-            "Failed workflow_job webhook deliveries runway asked GitHub to redeliver",
-            github_redeliveries.clone(),
-        );
-        let github_job_rechecks = Family::<ReasonLabel, Counter>::default();
-        registry.register(
-            "github_job_rechecks",
-            "Old queued GitHub jobs looked up, by what was found (queued, started, completed, gone, error)",
-            github_job_rechecks.clone(),
-        );
-        let runners_created = Family::<PoolProviderLabels, Counter>::default();
-        registry.register(
-            "runners_created",
-            "Runners created, by pool and provider",
-            runners_created.clone(),
-        );
-        let runner_delete_requests = Family::<PoolResultLabels, Counter>::default();
-        registry.register(
-            "runner_delete_requests",
-            "Scale-down delete requests by result (ok, refused_busy, error)",
-            runner_delete_requests.clone(),
-        );
-        let runners = Family::<PoolStateLabels, Gauge>::default();
-        registry.register("runners", "Live runners by pool and state", runners.clone());
-        let jobs_waiting = Family::<PoolReasonLabels, Gauge>::default();
-        registry.register(
-            "jobs_waiting",
-            "Queued jobs by pool and the reason they wait",
-            jobs_waiting.clone(),
-        );
-        let provider_errors = Family::<ProviderOperationLabels, Counter>::default();
-        registry.register(
-            "provider_errors",
-            "Failed provider calls",
-            provider_errors.clone(),
-        );
-        let reconcile_duration =
-            Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0]);
-        registry.register_with_unit(
-            "reconcile_duration",
-            "How long one reconcile round took",
-            Unit::Seconds,
-            reconcile_duration.clone(),
-        );
-        Metrics {
-            runners_created,
-            runner_delete_requests,
-            runners,
-            jobs_waiting,
-            provider_errors,
-            reconcile_duration,
-            runner_reports_rejected,
-            runner_reports,
-            runner_idle_duration,
-            runner_install_duration,
-            github_requests,
-            github_rate_limit_remaining,
-            github_redeliveries,
-            leader,
-            github_job_rechecks,
-            jobs_started,
-            jobs_completed,
+        let r = &mut registry;
+        let mut metrics = Metrics {
+            webhooks_received: add(r, "webhooks_received", "Webhooks received, by GitHub event, action and what runway did with them", Family::<WebhookLabels, Counter>::default()),
+            jobs_routed: add(r, "jobs_routed", "New jobs routed to a pool's queue", Family::<PoolLabel, Counter>::default()),
+            jobs_rejected: add(r, "jobs_rejected", "Jobs not queued, by reason (no_matching_pool: no pool serves the labels; github_hosted: a required label is missing)", Family::<ReasonLabel, Counter>::default()),
+            store_errors: add(r, "store_errors", "Store operations that failed, by operation", Family::<OperationLabel, Counter>::default()),
+            job_queue_duration: seconds(r, "job_queue_duration", "Time from a job's creation to its start, as GitHub reports them", Family::new_with_constructor(queue_duration_histogram)),
+            job_run_duration: seconds(r, "job_run_duration", "Time from a job's start to its completion, as GitHub reports them", Family::new_with_constructor(run_duration_histogram)),
+            jobs_started: add(r, "jobs_started", "Jobs that started running", Family::<JobLabels, Counter>::default()),
+            jobs_completed: add(r, "jobs_completed", "Jobs that completed, by conclusion", Family::<JobConclusionLabels, Counter>::default()),
+            runners_crashed: add(r, "runners_crashed", "Runners lost while running a job", Family::<PoolLabel, Counter>::default()),
+            runner_reports_rejected: add(r, "runner_reports_rejected", "Runner reports refused, by reason; nothing of them is stored", Family::<ReasonLabel, Counter>::default()),
+            runner_reports: add(r, "runner_reports", "Runner reports accepted and stored, by phase (pre-job, post-job)", Family::<PhaseLabel, Counter>::default()),
+            runner_idle_duration: seconds(r, "runner_idle_duration", "How long a runner was idle before it took a job", Family::new_with_constructor(queue_duration_histogram)),
+            runner_install_duration: seconds(r, "runner_install_duration", "From a runner's request to its being ready (booted, or registered)", Family::new_with_constructor(queue_duration_histogram)),
+            github_requests: add(r, "github_requests", "Requests to the GitHub API, by operation and HTTP status (error: no answer)", Family::<GithubRequestLabels, Counter>::default()),
+            github_rate_limit_remaining: add(r, "github_rate_limit_remaining", "Requests left in GitHub's rate-limit window, as its last answer said", Gauge::default()),
+            leader: add(r, "leader", "1 while this replica leads (runs the reconciler and the GitHub healer), else 0", Gauge::default()),
+            github_redeliveries: add(r, "github_redeliveries", "Failed workflow_job webhook deliveries runway asked GitHub to redeliver", Counter::default()),
+            github_job_rechecks: add(r, "github_job_rechecks", "Old queued GitHub jobs looked up, by what was found (queued, started, completed, gone, error)", Family::<ReasonLabel, Counter>::default()),
+            runners_created: add(r, "runners_created", "Runners created, by pool and provider", Family::<PoolProviderLabels, Counter>::default()),
+            runner_delete_requests: add(r, "runner_delete_requests", "Scale-down delete requests by result (ok, refused_busy, error)", Family::<PoolResultLabels, Counter>::default()),
+            runners: add(r, "runners", "Live runners by pool and state", Family::<PoolStateLabels, Gauge>::default()),
+            jobs_waiting: add(r, "jobs_waiting", "Queued jobs by pool and the reason they wait", Family::<PoolReasonLabels, Gauge>::default()),
+            provider_errors: add(r, "provider_errors", "Failed provider calls", Family::<ProviderOperationLabels, Counter>::default()),
+            reconcile_duration: seconds(r, "reconcile_duration", "How long one reconcile round took", Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0])),
             job_label_switches: JobLabelSwitches::all(),
-            runners_crashed,
-            registry,
-            webhooks_received,
-            jobs_routed,
-            jobs_rejected,
-            store_errors,
-            job_queue_duration,
-            job_run_duration,
-        }
+            registry: Registry::default(),
+        };
+        metrics.registry = registry;
+        metrics
     }
 
     pub fn webhook(&self, event: &str, action: &str, outcome: &str) {
