@@ -1699,25 +1699,16 @@ fn worker_config_from_toml(
     Ok(dto.into_core(&id))
 }
 
-/// `30s`, `2m`, `1h`, `500ms`, or a bare number of seconds.
+/// `30s`, `2m`, `1h 30m`, `500ms`, `2days` (humantime's form), or a bare
+/// number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 30s, 2m, 1h or 500ms"))?;
-    let millis = match unit.trim() {
-        "" | "s" => value.checked_mul(1_000),
-        "ms" => Some(value),
-        "m" => value.checked_mul(60_000),
-        "h" => value.checked_mul(3_600_000),
-        _ => None,
+    let refused = || format!("{text:?} is not a duration like 30s, 2m, 1h 30m or 500ms");
+    // A bare number is seconds; anything else is humantime's form.
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse().map(Duration::from_secs).map_err(|_| refused());
     }
-    .ok_or_else(|| format!("{text:?} is not a duration like 30s, 2m, 1h or 500ms"))?;
-    Ok(Duration::from_millis(millis))
+    humantime::parse_duration(text).map_err(|_| refused())
 }
 
 fn format_duration(duration: Duration) -> String {
@@ -1769,6 +1760,32 @@ mod tests {
     use expect_test::{expect, Expect};
 
     use super::*;
+
+    #[test]
+    fn durations_as_operators_write_them() {
+        let cases = [
+            ("30", Some(30_000)),
+            ("30s", Some(30_000)),
+            ("500ms", Some(500)),
+            ("2m", Some(120_000)),
+            ("1h 30m", Some(5_400_000)),
+            ("1h30m", Some(5_400_000)),
+            ("2days", Some(172_800_000)),
+            (" 10s ", Some(10_000)),
+            ("", None),
+            ("ten seconds", None),
+            ("-5s", None),
+            ("5 parsecs", None),
+        ];
+        for (text, millis) in cases {
+            let parsed = parse_duration(text).ok().map(|d| d.as_millis() as u64);
+            assert_eq!(parsed, millis, "{text:?}");
+        }
+        assert_eq!(
+            parse_duration("soon").unwrap_err(),
+            "\"soon\" is not a duration like 30s, 2m, 1h 30m or 500ms"
+        );
+    }
 
     fn check(text: &str, expect: Expect) {
         let result = match Config::parse(text, "runway.toml", None) {
