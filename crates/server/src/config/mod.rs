@@ -1034,6 +1034,15 @@ impl Secret {
     }
 }
 
+/// A secret serialises as its [`Secret::redacted`] form: whatever carries
+/// one (an API answer, a dump of the configuration, the event log) can
+/// never write its value.
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.redacted())
+    }
+}
+
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Secret({})", self.redacted())
@@ -1760,6 +1769,25 @@ mod tests {
     use expect_test::{expect, Expect};
 
     use super::*;
+
+    #[test]
+    fn a_secret_serialises_only_its_redacted_form() {
+        #[derive(Serialize)]
+        struct Carrier {
+            token: Secret,
+            database: Secret,
+        }
+        let carrier = Carrier {
+            token: Secret::literal("hunter2-token"),
+            database: Secret::literal("postgres://runway:hunter2@db/runway"),
+        };
+        let json = serde_json::to_string(&carrier).expect("serialises");
+        assert!(!json.contains("hunter2"), "{json}");
+        assert_eq!(
+            json,
+            r#"{"token":"***","database":"postgres://runway:***@db/runway"}"#
+        );
+    }
 
     #[test]
     fn durations_as_operators_write_them() {
