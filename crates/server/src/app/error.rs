@@ -53,7 +53,7 @@ impl AppError {
 
     /// The store failed: counted, logged in full, and the caller learns
     /// only that nothing was changed and it should retry.
-    pub fn store(service: &Service, operation: &'static str, error: StoreError) -> AppError {
+    pub fn store(service: &Service, operation: &str, error: StoreError) -> AppError {
         service.metrics.store_error(operation);
         tracing::error!(%error, operation, "store operation failed");
         AppError::store_unavailable()
@@ -68,7 +68,7 @@ impl AppError {
     }
 
     /// A job transition the store refused, as the runner should see it.
-    pub fn transition(service: &Service, operation: &'static str, error: StoreError) -> AppError {
+    pub fn transition(service: &Service, operation: &str, error: StoreError) -> AppError {
         use runway_core::JobTransitionError as E;
         match error {
             StoreError::JobNotFound(id) => AppError::not_found(format!("no job {id}")),

@@ -8,13 +8,12 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::routing::get;
 use axum::{Json, Router};
-use runway_core::{Job, JobId, JobState, Runner, RunnerState, Timestamp};
+use runway_core::{Job, JobId, JobState, Runner, RunnerState};
 use runway_store::{JobFilter, RunnerFilter, StoreError};
 use serde::{Deserialize, Serialize};
-use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
 
-use crate::app::Service;
+use crate::app::{AppError, Service};
+use crate::clock::rfc3339;
 use crate::http::auth::Reader;
 use crate::http::error::ApiError;
 
@@ -31,16 +30,7 @@ pub fn router() -> Router<Arc<Service>> {
 }
 
 fn store_error(service: &Service, operation: &str, error: StoreError) -> ApiError {
-    service.metrics.store_error(operation);
-    tracing::error!(%error, operation, "store operation failed in the admin API");
-    ApiError::store_unavailable()
-}
-
-pub fn rfc3339(timestamp: Timestamp) -> String {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(timestamp.as_millis()) * 1_000_000)
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_else(|| timestamp.as_millis().to_string())
+    AppError::store(service, operation, error).into()
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]

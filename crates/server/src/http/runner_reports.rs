@@ -21,7 +21,7 @@ use axum::routing::post;
 use axum::Router;
 use serde::Deserialize;
 
-use crate::app::Service;
+use crate::app::{AppError, Service};
 use crate::clock::now;
 use crate::http::auth::RunnerAuth;
 use crate::http::error::ApiError;
@@ -203,11 +203,7 @@ async fn report(
         .store
         .add_runner_report(runner.id, phase, &text, now)
         .await
-        .map_err(|error| {
-            service.metrics.store_error("add_runner_report");
-            tracing::error!(%error, "cannot store a runner report");
-            ApiError::store_unavailable()
-        })?;
+        .map_err(|error| AppError::store(&service, "add_runner_report", error))?;
     service
         .metrics
         .runner_reports

@@ -13,7 +13,7 @@ use runway_store::{Expect, StoreError, StoredWorkerConfig};
 use serde::Serialize;
 
 use crate::app::worker_configs::{self, EvaluateError};
-use crate::app::Service;
+use crate::app::{AppError, Service};
 use crate::clock::now;
 use crate::clock::rfc3339;
 use crate::config::worker_config::{parse, RuleDto, WorkerConfigDto};
@@ -58,11 +58,7 @@ fn store_error(service: &Service, operation: &str, error: StoreError) -> ApiErro
         StoreError::VersionConflict { .. } | StoreError::PoolTaken { .. } => {
             ApiError::new(StatusCode::CONFLICT, "conflict", error.to_string())
         }
-        other => {
-            service.metrics.store_error(operation);
-            tracing::error!(error = %other, operation, "store operation failed in the worker-config API");
-            ApiError::store_unavailable()
-        }
+        other => AppError::store(service, operation, other).into(),
     }
 }
 
