@@ -207,9 +207,7 @@ async fn report(
     service
         .metrics
         .runner_reports
-        .get_or_create(&crate::telemetry::metrics::PhaseLabel {
-            phase: phase.to_owned(),
-        })
+        .get_or_create(&crate::telemetry::metrics::PhaseLabel { phase })
         .inc();
     tracing::info!(target: "runway::events", event = "runner_report", runner = %runner.id, phase);
     Ok(StatusCode::ACCEPTED.into_response())

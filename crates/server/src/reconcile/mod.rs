@@ -23,6 +23,7 @@ use runway_store::{JobFilter, RunnerFilter, StoreError};
 use crate::app::Service;
 use crate::config::{PoolConfig, PoolGithub, ScalingPolicy};
 use crate::github::api::GithubError;
+use crate::telemetry::metrics::DeleteResult;
 
 #[derive(Default)]
 struct Health {
@@ -392,7 +393,7 @@ impl Reconciler {
                     .runner_delete_requests
                     .get_or_create(&crate::telemetry::metrics::PoolResultLabels {
                         pool: runner.pool.clone(),
-                        result: "refused_busy".to_owned(),
+                        result: DeleteResult::RefusedBusy,
                     })
                     .inc();
                 report.delete_refused_busy += 1;
@@ -708,9 +709,9 @@ impl Reconciler {
         report: &mut Report,
     ) -> Result<(), StoreError> {
         let store = &self.service.store;
-        let result_label = |result: &str| crate::telemetry::metrics::PoolResultLabels {
+        let result_label = |result: DeleteResult| crate::telemetry::metrics::PoolResultLabels {
             pool: pool.to_owned(),
-            result: result.to_owned(),
+            result,
         };
         let github = self.github_pool(pool);
         let event = match (&failure, github) {
@@ -737,7 +738,7 @@ impl Reconciler {
                 self.service
                     .metrics
                     .runner_delete_requests
-                    .get_or_create(&result_label("refused_busy"))
+                    .get_or_create(&result_label(DeleteResult::RefusedBusy))
                     .inc();
                 report.delete_refused_busy += 1;
                 return Ok(());
@@ -790,7 +791,7 @@ impl Reconciler {
                 self.service
                     .metrics
                     .runner_delete_requests
-                    .get_or_create(&result_label("ok"))
+                    .get_or_create(&result_label(DeleteResult::Ok))
                     .inc();
                 report.deleted += 1;
             }
@@ -799,7 +800,7 @@ impl Reconciler {
                 self.service
                     .metrics
                     .runner_delete_requests
-                    .get_or_create(&result_label("error"))
+                    .get_or_create(&result_label(DeleteResult::Error))
                     .inc();
             }
         }

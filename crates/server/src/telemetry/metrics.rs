@@ -1,7 +1,9 @@
 //! The Prometheus metrics registry (prefix `runway_`), served at `/metrics`
 //! in the OpenMetrics text format.
 
-use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
+use prometheus_client::encoding::{
+    EncodeLabel, EncodeLabelSet, EncodeLabelValue, LabelSetEncoder, LabelValueEncoder,
+};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -111,7 +113,8 @@ pub struct OperationLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabel {
-    pub phase: String,
+    /// `pre-job` or `post-job`.
+    pub phase: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -123,7 +126,35 @@ pub struct PoolProviderLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolResultLabels {
     pub pool: String,
-    pub result: String,
+    pub result: DeleteResult,
+}
+
+/// How a scale-down delete request ended: a label value from a closed set,
+/// so no code path can invent a new series.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum DeleteResult {
+    /// The runner was stopped and its instance deleted.
+    Ok,
+    /// GitHub (or the runner's state) says it runs a job: kept.
+    RefusedBusy,
+    /// The provider or the store failed; retried next round.
+    Error,
+}
+
+impl DeleteResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeleteResult::Ok => "ok",
+            DeleteResult::RefusedBusy => "refused_busy",
+            DeleteResult::Error => "error",
+        }
+    }
+}
+
+impl EncodeLabelValue for DeleteResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        std::fmt::Write::write_str(encoder, self.as_str())
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
