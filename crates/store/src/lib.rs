@@ -44,6 +44,7 @@ use runway_core::{
     RunnerId, RunnerState, RunnerTransitionError, Timestamp,
 };
 
+pub use common::LIVE_RUNNER;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
@@ -351,6 +352,12 @@ pub trait Store: Send + Sync + 'static {
     async fn find_runner(&self, name: &str) -> Result<Option<Runner>, StoreError>;
 
     async fn list_runners(&self, filter: &RunnerFilter) -> Result<Vec<Runner>, StoreError>;
+
+    /// The live (not terminal) runners, of `pool` if given, oldest first.
+    /// Read through the `runners_live` partial index, so its cost follows
+    /// live runners, not every runner ever recorded: what runs per round
+    /// or per request uses this, never [`Store::list_runners`].
+    async fn list_live_runners(&self, pool: Option<&str>) -> Result<Vec<Runner>, StoreError>;
 
     /// Compare-and-set for runners, as [`Store::replace_job`].
     async fn replace_runner(&self, current: &Runner, next: &Runner) -> Result<bool, StoreError>;

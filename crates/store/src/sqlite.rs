@@ -19,6 +19,7 @@ use sqlx::Sqlite;
 
 use sqlx::FromRow;
 
+use crate::common::LIVE_RUNNER;
 use crate::common::{impl_batch_executor, impl_store, Statements};
 use crate::group_commit::{BatchExecutor, GroupCommit, Op, Outcome};
 use crate::rows::{bind_columns, Columns, JobRow, RunnerRow, JOB_COLUMNS, RUNNER_COLUMNS};

@@ -33,6 +33,7 @@ on_both_backends!(
     once_keys_are_claimed_once_until_pruned,
     one_process_leads_at_a_time,
     a_job_and_its_runner_move_together_or_not_at_all,
+    live_runners_are_the_non_terminal_ones,
 );
 
 mod cases {
@@ -1097,6 +1098,46 @@ mod cases {
             .await
             .unwrap();
         assert_eq!(terminated.len(), 1);
+    }
+
+    pub async fn live_runners_are_the_non_terminal_ones(store: Arc<dyn Store>) {
+        let mut ids = Vec::new();
+        for (name, pool) in [("a", "p"), ("b", "p"), ("c", "q"), ("d", "p")] {
+            let new = NewRunner {
+                name: name.into(),
+                pool: pool.into(),
+                provider: "sim".into(),
+                labels: vec![],
+            };
+            ids.push(store.create_runner(&new, at(0)).await.unwrap().id);
+        }
+        let failed = RunnerEvent::Failed {
+            reason: "boot timeout".into(),
+        };
+        store
+            .apply_runner_event(ids[1], &failed, at(1))
+            .await
+            .unwrap();
+        let names = |runners: Vec<runway_core::Runner>| {
+            runners.into_iter().map(|r| r.name).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(store.list_live_runners(None).await.unwrap()),
+            ["a", "c", "d"]
+        );
+        assert_eq!(
+            names(store.list_live_runners(Some("p")).await.unwrap()),
+            ["a", "d"]
+        );
+        assert_eq!(
+            store
+                .list_runners(&RunnerFilter::default())
+                .await
+                .unwrap()
+                .len(),
+            4,
+            "the history is still there"
+        );
     }
 
     pub async fn runner_names_are_unique(store: Arc<dyn Store>) {

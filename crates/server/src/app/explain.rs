@@ -5,7 +5,7 @@ use runway_core::planner::{
     plan, Offer, PoolPolicy, PoolSnapshot, QueuedJob, RunnerView, Snapshot, WaitReason, Waiting,
 };
 use runway_core::{Job, JobState};
-use runway_store::{JobFilter, RunnerFilter, StoreError};
+use runway_store::{JobFilter, StoreError};
 use serde_json::{json, Value};
 
 use crate::app::Service;
@@ -39,13 +39,7 @@ pub async fn pool_snapshot(
             ..JobFilter::default()
         })
         .await?;
-    let runners = service
-        .store
-        .list_runners(&RunnerFilter {
-            state: None,
-            pool: Some(pool.name.clone()),
-        })
-        .await?;
+    let runners = service.store.list_live_runners(Some(&pool.name)).await?;
     Ok(PoolSnapshot {
         policy: policy(pool),
         queued: queued

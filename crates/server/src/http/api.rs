@@ -234,9 +234,9 @@ async fn list_pools(
         .map_err(|e| store_error(&service, "job_counts", e))?;
     let runners = service
         .store
-        .list_runners(&RunnerFilter::default())
+        .list_live_runners(None)
         .await
-        .map_err(|e| store_error(&service, "list_runners", e))?;
+        .map_err(|e| store_error(&service, "list_live_runners", e))?;
     let pools = service
         .config
         .pools

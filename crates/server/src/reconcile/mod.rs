@@ -18,7 +18,7 @@ use runway_core::planner::{
 use runway_core::runner::NewRunner;
 use runway_core::{JobState, RunnerEvent, RunnerId, RunnerState, Timestamp};
 use runway_providers::{CreateRequest, InstanceId, InstanceState, Provider};
-use runway_store::{JobFilter, RunnerFilter, StoreError};
+use runway_store::{JobFilter, StoreError};
 
 use crate::app::Service;
 use crate::config::{PoolConfig, PoolGithub, ScalingPolicy};
@@ -145,6 +145,9 @@ impl Reconciler {
     /// instances make their runners idle, vanished ones fail (or crash, if busy).
     async fn observe(&self, now: Timestamp, report: &mut Report) -> Result<(), StoreError> {
         let store = &self.service.store;
+        // One read of the live runners per round: each provider's part
+        // below touches only its own runners, so the snapshot stays true.
+        let runners = store.list_live_runners(None).await?;
         for (name, provider) in &self.providers {
             let instances = match provider.list().await {
                 Ok(instances) => instances,
@@ -155,7 +158,6 @@ impl Reconciler {
             };
             let by_id: BTreeMap<&InstanceId, InstanceState> =
                 instances.iter().map(|i| (&i.id, i.state)).collect();
-            let runners = store.list_runners(&RunnerFilter::default()).await?;
             self.delete_orphans(name, provider.as_ref(), &instances, &runners, report)
                 .await;
             let registers = provider.runners_register();
@@ -808,11 +810,7 @@ impl Reconciler {
     }
 
     async fn update_gauges(&self, plan: &Plan) -> Result<(), StoreError> {
-        let runners = self
-            .service
-            .store
-            .list_runners(&RunnerFilter::default())
-            .await?;
+        let runners = self.service.store.list_live_runners(None).await?;
         let metrics = &self.service.metrics;
         for pool in &self.service.config.pools {
             for state in RunnerState::ALL.iter().filter(|s| !s.is_terminal()) {

@@ -1,0 +1,41 @@
+//! What runs every round or request reads live rows only: SQLite's planner
+//! answers the live-runner query from the `runners_live` partial index, so
+//! its cost follows live runners however long the history grows. (The
+//! predicate is the store's own `LIVE_RUNNER`; the index must match it.)
+
+use runway_store::{SqliteStore, Store, LIVE_RUNNER};
+use sqlx::sqlite::SqlitePoolOptions;
+
+#[tokio::test]
+async fn the_live_runner_query_is_served_by_the_partial_index() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("runway.db");
+    let url = format!("sqlite://{}", path.display());
+    let store = SqliteStore::open(&url).await.expect("open");
+    store.check_ready().await.expect("migrated");
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .expect("connect");
+    for pool_filter in ["", " AND pool = 'p'"] {
+        let sql = format!(
+            "EXPLAIN QUERY PLAN SELECT id FROM runners WHERE {LIVE_RUNNER}{pool_filter} ORDER BY id"
+        );
+        let plan: Vec<(i64, i64, i64, String)> =
+            sqlx::query_as(&sql).fetch_all(&pool).await.expect("plan");
+        let details: Vec<&str> = plan.iter().map(|row| row.3.as_str()).collect();
+        assert!(
+            details.iter().any(|d| d.contains("runners_live")),
+            "{pool_filter:?}: {details:?}"
+        );
+        assert!(
+            // Scanning the partial index reads live rows only; scanning
+            // the table (no USING) would read the whole history.
+            !details
+                .iter()
+                .any(|d| d.starts_with("SCAN runners") && !d.contains("USING")),
+            "{pool_filter:?}: a full scan: {details:?}"
+        );
+    }
+}
