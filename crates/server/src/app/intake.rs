@@ -334,13 +334,11 @@ async fn apply(
     Ok(Applied::for_job(outcome, job))
 }
 
-fn count_rejection(service: &Service, reason: &str) {
+fn count_rejection(service: &Service, reason: &'static str) {
     service
         .metrics
         .jobs_rejected
-        .get_or_create(&ReasonLabel {
-            reason: reason.to_owned(),
-        })
+        .get_or_create(&ReasonLabel { reason })
         .inc();
 }
 

@@ -81,13 +81,16 @@ impl PostJobStatus {
     }
 }
 
-fn refuse(service: &Service, reason: &str, status: StatusCode, message: String) -> ApiError {
+fn refuse(
+    service: &Service,
+    reason: &'static str,
+    status: StatusCode,
+    message: String,
+) -> ApiError {
     service
         .metrics
         .runner_reports_rejected
-        .get_or_create(&ReasonLabel {
-            reason: reason.to_owned(),
-        })
+        .get_or_create(&ReasonLabel { reason })
         .inc();
     ApiError::new(status, "invalid_report", message)
 }

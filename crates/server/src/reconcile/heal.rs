@@ -70,13 +70,11 @@ impl Healer {
         }
     }
 
-    fn count_recheck(&self, what: &str) {
+    fn count_recheck(&self, what: &'static str) {
         self.service
             .metrics
             .github_job_rechecks
-            .get_or_create(&ReasonLabel {
-                reason: what.to_owned(),
-            })
+            .get_or_create(&ReasonLabel { reason: what })
             .inc();
     }
 

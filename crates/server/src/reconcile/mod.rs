@@ -822,7 +822,7 @@ impl Reconciler {
                     .runners
                     .get_or_create(&crate::telemetry::metrics::PoolStateLabels {
                         pool: pool.name.clone(),
-                        state: state.as_str().to_owned(),
+                        state: state.as_str(),
                     })
                     .set(count as i64);
             }
@@ -847,10 +847,7 @@ impl Reconciler {
         for ((pool, reason), count) in waiting {
             metrics
                 .jobs_waiting
-                .get_or_create(&crate::telemetry::metrics::PoolReasonLabels {
-                    pool,
-                    reason: reason.to_owned(),
-                })
+                .get_or_create(&crate::telemetry::metrics::PoolReasonLabels { pool, reason })
                 .set(count);
         }
         Ok(())
