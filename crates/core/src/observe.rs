@@ -14,8 +14,15 @@ pub enum Observed {
     /// Created, still booting.
     Pending,
     Running,
-    /// Stopped or failed: it will not run a job.
+    /// Powered off but still there (GARM's `stopped`): it is started again
+    /// (see [`wants_start`]), not given up on.
     Stopped,
+    /// Failed or being deleted (GARM's `error`, an exited process): it will
+    /// not run a job.
+    Failed,
+    /// The provider cannot tell (GARM's `unknown`, a cloud API hiccup):
+    /// nothing changes until it can.
+    Unknown,
 }
 
 /// When a booting runner counts as ready.
@@ -30,16 +37,17 @@ pub enum Readiness {
 }
 
 /// The event the report means for `runner` (whose instance is
-/// `instance_id`), or `None` when it changes nothing. A vanished instance
-/// fails a booting or idle runner, crashes a busy one and ends a
-/// terminating one.
+/// `instance_id`), or `None` when it changes nothing. A vanished or failed
+/// instance fails a booting or idle runner, crashes a busy one and ends a
+/// terminating one; a stopped or unknown one changes nothing (a stopped one
+/// is started again, see [`wants_start`]).
 pub fn observe(
     runner: &Runner,
     instance_id: &str,
     instance: Observed,
     readiness: Readiness,
 ) -> Option<RunnerEvent> {
-    let gone = matches!(instance, Observed::Absent | Observed::Stopped);
+    let gone = matches!(instance, Observed::Absent | Observed::Failed);
     match runner.state {
         RunnerState::Provisioning
             if instance == Observed::Running && readiness == Readiness::MachineRunning =>
@@ -57,6 +65,17 @@ pub fn observe(
     }
 }
 
+/// Whether `runner`'s instance, reported `instance`, should be started
+/// again: a stopped machine of a runner that still counts on it, as GARM
+/// does. A terminating runner's instance is deleted instead.
+pub fn wants_start(runner: &Runner, instance: Observed) -> bool {
+    instance == Observed::Stopped
+        && matches!(
+            runner.state,
+            RunnerState::Provisioning | RunnerState::Idle | RunnerState::Busy
+        )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,7 +88,7 @@ mod tests {
     fn every_report_on_every_live_state() {
         use Observed::*;
         use Readiness::*;
-        use RunnerState::*;
+        use RunnerState::{Busy, Idle, Provisioning, Requested, Terminating};
         let mut runner = NewRunner {
             name: "r".into(),
             pool: "p".into(),
@@ -79,12 +98,16 @@ mod tests {
         .initial(RunnerId(1), Timestamp::from_millis(0));
         let mut table = String::new();
         for state in [Requested, Provisioning, Idle, Busy, Terminating] {
-            for instance in [Absent, Pending, Running, Stopped] {
+            for instance in [Absent, Pending, Running, Stopped, Failed, Unknown] {
                 for readiness in [MachineRunning, RunnerRegisters] {
                     runner.state = state;
-                    let event = observe(&runner, "i-1", instance, readiness)
+                    let mut event = observe(&runner, "i-1", instance, readiness)
                         .map(|e| e.name())
                         .unwrap_or("-");
+                    if wants_start(&runner, instance) {
+                        assert_eq!(event, "-", "a started instance changes no state");
+                        event = "(start)";
+                    }
                     if event != "-" {
                         table.push_str(&format!(
                             "{:<12} {:<8} {:<16} {event}\n",
@@ -98,25 +121,32 @@ mod tests {
         }
         // Rows not listed change nothing (a requested runner has no
         // instance yet; a pending or running instance leaves a live runner
-        // as it is, except a booting one that is ready when its machine is).
+        // as it is, except a booting one that is ready when its machine is;
+        // an unknown one is left alone, as GARM does).
         expect_test::expect![[r#"
             provisioning Absent   MachineRunning   failure
             provisioning Absent   RunnerRegisters  failure
             provisioning Running  MachineRunning   ready
-            provisioning Stopped  MachineRunning   failure
-            provisioning Stopped  RunnerRegisters  failure
+            provisioning Stopped  MachineRunning   (start)
+            provisioning Stopped  RunnerRegisters  (start)
+            provisioning Failed   MachineRunning   failure
+            provisioning Failed   RunnerRegisters  failure
             idle         Absent   MachineRunning   failure
             idle         Absent   RunnerRegisters  failure
-            idle         Stopped  MachineRunning   failure
-            idle         Stopped  RunnerRegisters  failure
+            idle         Stopped  MachineRunning   (start)
+            idle         Stopped  RunnerRegisters  (start)
+            idle         Failed   MachineRunning   failure
+            idle         Failed   RunnerRegisters  failure
             busy         Absent   MachineRunning   crash
             busy         Absent   RunnerRegisters  crash
-            busy         Stopped  MachineRunning   crash
-            busy         Stopped  RunnerRegisters  crash
+            busy         Stopped  MachineRunning   (start)
+            busy         Stopped  RunnerRegisters  (start)
+            busy         Failed   MachineRunning   crash
+            busy         Failed   RunnerRegisters  crash
             terminating  Absent   MachineRunning   termination
             terminating  Absent   RunnerRegisters  termination
-            terminating  Stopped  MachineRunning   termination
-            terminating  Stopped  RunnerRegisters  termination
+            terminating  Failed   MachineRunning   termination
+            terminating  Failed   RunnerRegisters  termination
         "#]]
         .assert_eq(&table);
     }

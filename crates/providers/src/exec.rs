@@ -1,40 +1,86 @@
 //! The `exec` provider: an external executable driven exactly as GARM
-//! drives its external providers (cloudbase/garm `doc/external_provider.md`),
-//! so the providers written for GARM (LXD, OpenStack, AWS, Azure, GCP,
-//! Kubernetes, …) can start runway's runners.
+//! drives its external providers (cloudbase/garm `runner/providers/v0.1.0`
+//! and `v0.1.1`, garm-provider-common `execution/`), so the providers
+//! written for GARM (LXD, Incus, OpenStack, AWS, Azure, GCP, Kubernetes, …)
+//! can start runway's runners.
 //!
-//! Each call runs the executable once with `GARM_COMMAND` (`CreateInstance`,
-//! `DeleteInstance`, `GetInstance`, `ListInstances`, `RemoveAllInstances`,
-//! `Start`, `Stop`), `GARM_PROVIDER_CONFIG_FILE` and `GARM_CONTROLLER_ID`
-//! always set, `GARM_POOL_ID` for `CreateInstance` and `ListInstances`, and
-//! `GARM_INSTANCE_ID` for the calls about one instance. `CreateInstance`
-//! reads the bootstrap parameters as JSON on standard input and prints the
-//! instance as JSON; `GetInstance` prints one instance and `ListInstances`
-//! an array. The executable runs in a clean environment, as under GARM:
-//! only the base of [`crate::environment`], the host variables
-//! `environment_variables` names, and the `GARM_*` variables of the call.
-//! A non-zero exit is a failure, with the end of standard error as
-//! its message. Every call has a timeout; a call that overruns is killed.
+//! Each call runs the executable once with `GARM_COMMAND`
+//! (`CreateInstance`, `DeleteInstance`, `GetInstance`, `ListInstances`,
+//! `RemoveAllInstances`, `StartInstance`, `StopInstance`),
+//! `GARM_INTERFACE_VERSION`, `GARM_PROVIDER_CONFIG_FILE` and
+//! `GARM_CONTROLLER_ID` always set. Interface `v0.1.0` adds `GARM_POOL_ID`
+//! to `CreateInstance` and `ListInstances` only; `v0.1.1` (the default) adds
+//! `GARM_POOL_ID` and `GARM_POOL_EXTRASPECS` (base64 of the pool's extra
+//! specs as JSON) to every command, as garm-provider-common's v0.1.1
+//! validation requires. `GARM_INSTANCE_ID` names the instance of the calls
+//! about one (its `provider_id`, or its name when a create never returned
+//! one). `CreateInstance` reads the bootstrap document as JSON on standard
+//! input and prints the instance; `GetInstance` prints one instance,
+//! `ListInstances` an array. Exit code 30 means "not found" (a
+//! `DeleteInstance` answering it succeeded), 31 "duplicate" (a create of a
+//! name that exists: runway adopts it). Statuses are GARM's: `running`,
+//! `stopped` (started again by the reconciler), `error`, `unknown` (left
+//! alone); `provider_fault` is base64, as Go encodes bytes. The executable
+//! runs in a clean environment, as under GARM: only the base of
+//! [`crate::environment`], the host variables `environment_variables`
+//! names, and the `GARM_*` variables of the call. Every call has a
+//! timeout; a call that overruns is killed.
 //!
-//! runway's pool *name* is the `GARM_POOL_ID`. The bootstrap document
-//! carries GARM's fields (`name`, `labels`, `pool_id`, `callback-url`,
-//! `instance-token`, `extra_specs`, …) and, in `runway_environment`, the
-//! variables a runway runner boots with (`RUNWAY_URL`,
-//! `RUNWAY_REGISTRATION_TOKEN`, `RUNWAY_RUNNER_NAME`, …).
+//! The controller id is a UUID and each pool's `GARM_POOL_ID` is a UUID
+//! derived from it and the pool's name ([`pool_id`]), as GARM's are:
+//! providers use both as tags and labels, whose lengths are limited.
+//! Instances of an installation from before the UUIDs (controller
+//! `rwc_…`, pool id = pool name) are still listed and deleted under their
+//! old ids until none is left.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use base64::Engine as _;
 use runway_core::planner::Offer;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
 use crate::{CreateRequest, Instance, InstanceId, InstanceState, Provider, ProviderError};
+
+/// The versions of GARM's external provider interface runway speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InterfaceVersion {
+    V010,
+    #[default]
+    V011,
+}
+
+impl InterfaceVersion {
+    pub const NAMES: [&'static str; 2] = ["v0.1.0", "v0.1.1"];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InterfaceVersion::V010 => "v0.1.0",
+            InterfaceVersion::V011 => "v0.1.1",
+        }
+    }
+}
+
+impl std::str::FromStr for InterfaceVersion {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "v0.1.0" => Ok(InterfaceVersion::V010),
+            "v0.1.1" => Ok(InterfaceVersion::V011),
+            other => Err(format!(
+                "unknown GARM interface version {other:?} (one of {})",
+                InterfaceVersion::NAMES.join(", ")
+            )),
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExecConfig {
@@ -43,7 +89,7 @@ pub struct ExecConfig {
     pub executable: PathBuf,
     /// Passed as `GARM_PROVIDER_CONFIG_FILE`; opaque to runway.
     pub config_file: Option<PathBuf>,
-    /// The pools whose instances `list` asks for (`GARM_POOL_ID` each).
+    /// The pools (by runway name) whose instances `list` asks for.
     pub pools: Vec<String>,
     /// The longest one call may take.
     pub timeout: Duration,
@@ -54,7 +100,12 @@ pub struct ExecConfig {
     pub max_instances: u32,
     pub price_per_hour: f64,
     pub boot_time: Duration,
+    /// This installation's id, a UUID (`GARM_CONTROLLER_ID`).
     pub controller_id: String,
+    /// The id of an installation from before the UUIDs, whose instances
+    /// (tagged with it and with the pool's name) are still looked after.
+    pub legacy_controller_id: Option<String>,
+    pub interface_version: InterfaceVersion,
 }
 
 /// The GARM operations.
@@ -65,8 +116,8 @@ pub enum Command {
     GetInstance,
     ListInstances,
     RemoveAllInstances,
-    Start,
-    Stop,
+    StartInstance,
+    StopInstance,
 }
 
 impl Command {
@@ -77,8 +128,71 @@ impl Command {
             Command::GetInstance => "GetInstance",
             Command::ListInstances => "ListInstances",
             Command::RemoveAllInstances => "RemoveAllInstances",
-            Command::Start => "Start",
-            Command::Stop => "Stop",
+            Command::StartInstance => "StartInstance",
+            Command::StopInstance => "StopInstance",
+        }
+    }
+
+    /// Whether interface `version` sends this command the pool's id.
+    fn takes_pool(self, version: InterfaceVersion) -> bool {
+        match version {
+            InterfaceVersion::V010 => {
+                matches!(self, Command::CreateInstance | Command::ListInstances)
+            }
+            InterfaceVersion::V011 => true,
+        }
+    }
+}
+
+/// GARM's exit code for "not found".
+pub const EXIT_NOT_FOUND: i32 = 30;
+/// GARM's exit code for "duplicate".
+pub const EXIT_DUPLICATE: i32 = 31;
+
+/// The `GARM_POOL_ID` of runway pool `pool` under `controller_id`: a UUID
+/// (version 5) of the pool's name in the controller's namespace, so it is
+/// the same on every replica and after every restart.
+pub fn pool_id(controller_id: &str, pool: &str) -> String {
+    let namespace = uuid::Uuid::parse_str(controller_id).unwrap_or_else(|_| {
+        uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, controller_id.as_bytes())
+    });
+    uuid::Uuid::new_v5(&namespace, pool.as_bytes()).to_string()
+}
+
+/// Under which ids an instance lives at the provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Scope {
+    controller_id: String,
+    /// `GARM_POOL_ID`.
+    pool_id: Option<String>,
+    /// The runway pool, for its extra specs.
+    pool: Option<String>,
+}
+
+/// How one call went wrong.
+#[derive(Debug)]
+enum CallError {
+    /// It exited with `code` (30 not found, 31 duplicate, …).
+    Exit {
+        code: i32,
+        error: ProviderError,
+    },
+    Other(ProviderError),
+}
+
+impl CallError {
+    fn code(&self) -> Option<i32> {
+        match self {
+            CallError::Exit { code, .. } => Some(*code),
+            CallError::Other(_) => None,
+        }
+    }
+}
+
+impl From<CallError> for ProviderError {
+    fn from(error: CallError) -> ProviderError {
+        match error {
+            CallError::Exit { error, .. } | CallError::Other(error) => error,
         }
     }
 }
@@ -89,30 +203,57 @@ pub struct ExecProvider {
     /// Instances created by this process, by name: a retried create finds
     /// the first even when the executable itself is not idempotent.
     created: Mutex<BTreeMap<String, InstanceId>>,
+    /// Where each instance seen lives (from creates and lists): the calls
+    /// about one instance name its pool.
+    located: Mutex<BTreeMap<InstanceId, Scope>>,
+    /// Each pool's extra specs, as its last create sent them.
+    extra_specs: Mutex<BTreeMap<String, Value>>,
+    /// Whether instances under the legacy ids may still exist.
+    legacy_left: AtomicBool,
     creating: tokio::sync::Mutex<()>,
 }
 
 /// The most of the executable's standard error quoted in an error.
 const STDERR_TAIL: usize = 512;
 
-/// GARM's instance statuses, as runway reads them.
+/// GARM's instance statuses, as runway reads them. GARM itself accepts only
+/// the first four from a provider; the rest are read leniently.
 fn instance_state(status: &str) -> InstanceState {
     match status {
-        "running" | "active" => InstanceState::Running,
-        "pending_create" | "creating" | "pending" | "pending_start" | "starting" => {
-            InstanceState::Pending
+        "running" => InstanceState::Running,
+        "stopped" => InstanceState::Stopped,
+        "error" | "deleting" | "deleted" | "pending_delete" | "pending_force_delete" => {
+            InstanceState::Failed
         }
-        // stopped, error, deleting, deleted, unknown, …
-        _ => InstanceState::Stopped,
+        "pending_create" | "creating" => InstanceState::Pending,
+        // "unknown", and anything GARM does not define.
+        _ => InstanceState::Unknown,
     }
+}
+
+/// A `provider_fault` as text: Go encodes bytes as base64 in JSON.
+fn fault_text(value: &Value) -> Option<String> {
+    let raw = value.get("provider_fault").and_then(Value::as_str)?;
+    if raw.is_empty() {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(raw)
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok());
+    Some(decoded.unwrap_or_else(|| raw.to_owned()))
 }
 
 impl ExecProvider {
     pub fn new(config: ExecConfig) -> ExecProvider {
+        let legacy = config.legacy_controller_id.is_some();
         ExecProvider {
             config,
             used: AtomicU32::new(0),
             created: Mutex::new(BTreeMap::new()),
+            located: Mutex::new(BTreeMap::new()),
+            extra_specs: Mutex::new(BTreeMap::new()),
+            legacy_left: AtomicBool::new(legacy),
             creating: tokio::sync::Mutex::new(()),
         }
     }
@@ -124,35 +265,104 @@ impl ExecProvider {
         }
     }
 
-    /// Runs one operation: the executable with GARM's environment, `stdin`
-    /// written to it, its standard output returned.
-    pub async fn call(
+    /// The current scope of runway pool `pool`.
+    fn pool_scope(&self, pool: &str) -> Scope {
+        Scope {
+            controller_id: self.config.controller_id.clone(),
+            pool_id: Some(pool_id(&self.config.controller_id, pool)),
+            pool: Some(pool.to_owned()),
+        }
+    }
+
+    /// The scopes `list` asks: each pool's, and its legacy one while
+    /// instances may be left there.
+    fn list_scopes(&self) -> Vec<Scope> {
+        let mut scopes: Vec<Scope> = self
+            .config
+            .pools
+            .iter()
+            .map(|p| self.pool_scope(p))
+            .collect();
+        if let (Some(legacy), true) = (
+            &self.config.legacy_controller_id,
+            self.legacy_left.load(Ordering::SeqCst),
+        ) {
+            scopes.extend(self.config.pools.iter().map(|p| Scope {
+                controller_id: legacy.clone(),
+                pool_id: Some(p.clone()),
+                pool: Some(p.clone()),
+            }));
+        }
+        scopes
+    }
+
+    /// Where `id` lives, if it was seen; after a fresh list if not.
+    async fn locate(&self, id: &InstanceId) -> Option<Scope> {
+        let known = |this: &Self| this.located.lock().ok().and_then(|l| l.get(id).cloned());
+        if let Some(scope) = known(self) {
+            return Some(scope);
+        }
+        let _ = self.list().await;
+        known(self)
+    }
+
+    fn remember(&self, id: &InstanceId, scope: &Scope) {
+        if let Ok(mut located) = self.located.lock() {
+            located.insert(id.clone(), scope.clone());
+        }
+    }
+
+    fn forget(&self, id: &InstanceId) {
+        if let Ok(mut located) = self.located.lock() {
+            located.remove(id);
+        }
+        if let Ok(mut created) = self.created.lock() {
+            created.retain(|_, known| known != id);
+        }
+    }
+
+    /// Runs one operation: the executable with GARM's environment for
+    /// `scope`, `stdin` written to it, its standard output returned.
+    async fn call(
         &self,
         operation: Command,
-        pool: Option<&str>,
+        scope: &Scope,
         instance: Option<&str>,
         stdin: Option<&[u8]>,
-    ) -> Result<Vec<u8>, ProviderError> {
+    ) -> Result<Vec<u8>, CallError> {
         let config_file = self
             .config
             .config_file
             .clone()
             .unwrap_or_else(|| PathBuf::from("/dev/null"));
+        let version = self.config.interface_version;
+        let mut own: Vec<(&str, std::ffi::OsString)> = vec![
+            ("GARM_COMMAND", operation.as_str().into()),
+            ("GARM_INTERFACE_VERSION", version.as_str().into()),
+            ("GARM_PROVIDER_CONFIG_FILE", config_file.into_os_string()),
+            ("GARM_CONTROLLER_ID", scope.controller_id.clone().into()),
+        ];
+        if operation.takes_pool(version) {
+            if let Some(pool_id) = &scope.pool_id {
+                own.push(("GARM_POOL_ID", pool_id.clone().into()));
+            }
+        }
+        if version == InterfaceVersion::V011 {
+            let specs = scope
+                .pool
+                .as_ref()
+                .and_then(|pool| self.extra_specs.lock().ok()?.get(pool).cloned())
+                .unwrap_or_else(|| json!({}));
+            let encoded = base64::engine::general_purpose::STANDARD.encode(specs.to_string());
+            own.push(("GARM_POOL_EXTRASPECS", encoded.into()));
+        }
+        if let Some(instance) = instance {
+            own.push(("GARM_INSTANCE_ID", instance.into()));
+        }
         let mut command = tokio::process::Command::new(&self.config.executable);
         // As GARM does: a clean environment, never runway's own (its
         // secrets must not reach a third-party executable).
-        crate::environment::set_clean(
-            &mut command,
-            &self.config.environment_variables,
-            [
-                ("GARM_COMMAND", std::ffi::OsString::from(operation.as_str())),
-                ("GARM_PROVIDER_CONFIG_FILE", config_file.into_os_string()),
-                (
-                    "GARM_CONTROLLER_ID",
-                    std::ffi::OsString::from(&self.config.controller_id),
-                ),
-            ],
-        );
+        crate::environment::set_clean(&mut command, &self.config.environment_variables, own);
         command
             .stdin(if stdin.is_some() {
                 Stdio::piped()
@@ -162,15 +372,11 @@ impl ExecProvider {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        if let Some(pool) = pool {
-            command.env("GARM_POOL_ID", pool);
-        }
-        if let Some(instance) = instance {
-            command.env("GARM_INSTANCE_ID", instance);
-        }
-        let mut child = command.spawn().map_err(|e| ProviderError::Permanent {
-            provider: self.config.name.clone(),
-            message: format!("cannot run {}: {e}", self.config.executable.display()),
+        let mut child = command.spawn().map_err(|e| {
+            CallError::Other(ProviderError::Permanent {
+                provider: self.config.name.clone(),
+                message: format!("cannot run {}: {e}", self.config.executable.display()),
+            })
         })?;
         if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
             // A provider that does not read its input is not an error.
@@ -180,14 +386,18 @@ impl ExecProvider {
         let output = match tokio::time::timeout(self.config.timeout, child.wait_with_output()).await
         {
             Ok(Ok(output)) => output,
-            Ok(Err(e)) => return Err(self.error(format!("{}: {e}", operation.as_str()))),
+            Ok(Err(e)) => {
+                return Err(CallError::Other(
+                    self.error(format!("{}: {e}", operation.as_str())),
+                ))
+            }
             // Dropping the future kills the child (kill_on_drop).
             Err(_) => {
-                return Err(self.error(format!(
+                return Err(CallError::Other(self.error(format!(
                     "{} did not finish within {:?}",
                     operation.as_str(),
                     self.config.timeout
-                )))
+                ))))
             }
         };
         if !output.status.success() {
@@ -202,7 +412,7 @@ impl ExecProvider {
             } else {
                 trimmed
             };
-            return Err(self.error(format!(
+            let error = self.error(format!(
                 "{} failed ({}): {}",
                 operation.as_str(),
                 output.status,
@@ -211,7 +421,11 @@ impl ExecProvider {
                 } else {
                     tail
                 }
-            )));
+            ));
+            return Err(match output.status.code() {
+                Some(code) => CallError::Exit { code, error },
+                None => CallError::Other(error),
+            });
         }
         Ok(output.stdout)
     }
@@ -244,7 +458,8 @@ impl ExecProvider {
         })
     }
 
-    /// The bootstrap document `CreateInstance` reads on standard input.
+    /// The bootstrap document `CreateInstance` reads on standard input:
+    /// GARM's `BootstrapInstance`, plus `runway_environment`.
     pub fn bootstrap(&self, request: &CreateRequest) -> Value {
         let env = |key: &str| request.bootstrap.get(key).cloned().unwrap_or_default();
         let mut environment = request.bootstrap.clone();
@@ -259,6 +474,23 @@ impl ExecProvider {
                 .unwrap_or(default)
                 .to_owned()
         };
+        let pool_id = pool_id(&self.config.controller_id, &request.pool);
+        let jit = request.bootstrap.contains_key("RUNWAY_JIT_CONFIG");
+        let mut labels = request.labels.clone();
+        if !jit {
+            // As GARM does for a runner without a JIT configuration.
+            labels.push(format!(
+                "runner-controller-id={}",
+                self.config.controller_id
+            ));
+            labels.push(format!("runner-pool-id={pool_id}"));
+        }
+        // Go decodes []byte from base64.
+        let ca_bundle = launch
+            .get("ca_cert_bundle")
+            .and_then(Value::as_str)
+            .map(|pem| base64::engine::general_purpose::STANDARD.encode(pem));
+        let object = |key: &str| launch.get(key).filter(|v| v.is_object()).cloned();
         json!({
             "name": request.name,
             "tools": [],
@@ -266,50 +498,126 @@ impl ExecProvider {
             "callback-url": env("RUNWAY_URL"),
             "metadata-url": env("RUNWAY_URL"),
             "instance-token": env("RUNWAY_REGISTRATION_TOKEN"),
+            "ssh-keys": launch.get("ssh_keys").filter(|v| v.is_array()).cloned().unwrap_or(json!([])),
             "extra_specs": launch,
-            "ca-cert-bundle": null,
-            "github-runner-group": "",
+            "ca-cert-bundle": ca_bundle,
+            "github-runner-group": text("github_runner_group", ""),
             "os_type": text("os_type", "linux"),
             "arch": text("arch", "amd64"),
             "flavor": text("flavor", ""),
             "image": text("image", ""),
-            "labels": request.labels,
-            "pool_id": request.pool,
+            "labels": labels,
+            "pool_id": pool_id,
+            "user_data_options": object("user_data_options").unwrap_or(json!({
+                "disable_updates_on_boot": false,
+                "extra_packages": [],
+                "enable_boot_debug": false,
+            })),
+            "proxy_config": object("proxy_config").unwrap_or(json!({
+                "http_proxy": "",
+                "https_proxy": "",
+                "no_proxy": "",
+            })),
             // GARM's flag for a runner that starts from a JIT configuration
             // (here: runway_environment.RUNWAY_JIT_CONFIG).
-            "jit_config_enabled": request.bootstrap.contains_key("RUNWAY_JIT_CONFIG"),
+            "jit_config_enabled": jit,
             "runway_environment": environment,
         })
     }
 
-    /// Deletes every instance tagged with this installation's controller id.
+    /// Deletes every instance tagged with this installation's controller
+    /// id (and the legacy one).
     pub async fn remove_all(&self) -> Result<(), ProviderError> {
-        self.call(Command::RemoveAllInstances, None, None, None)
-            .await?;
+        let mut controllers = vec![self.config.controller_id.clone()];
+        controllers.extend(self.config.legacy_controller_id.clone());
+        for controller_id in controllers {
+            let scope = Scope {
+                controller_id,
+                pool_id: None,
+                pool: None,
+            };
+            self.call(Command::RemoveAllInstances, &scope, None, None)
+                .await?;
+        }
         if let Ok(mut created) = self.created.lock() {
             created.clear();
+        }
+        if let Ok(mut located) = self.located.lock() {
+            located.clear();
         }
         Ok(())
     }
 
-    pub async fn get(&self, id: &InstanceId) -> Result<Instance, ProviderError> {
-        let stdout = self
-            .call(Command::GetInstance, None, Some(&id.0), None)
-            .await?;
-        let value = self.parse_json(Command::GetInstance, &stdout)?;
-        self.parse_instance(Command::GetInstance, &value)
-    }
-
-    pub async fn start(&self, id: &InstanceId) -> Result<(), ProviderError> {
-        self.call(Command::Start, None, Some(&id.0), None)
+    /// One instance; `Ok(None)` when the provider says it does not exist.
+    pub async fn get(&self, id: &InstanceId) -> Result<Option<Instance>, ProviderError> {
+        let Some(scope) = self.locate(id).await else {
+            return Ok(None);
+        };
+        match self
+            .call(Command::GetInstance, &scope, Some(&id.0), None)
             .await
-            .map(drop)
+        {
+            Ok(stdout) => {
+                let value = self.parse_json(Command::GetInstance, &stdout)?;
+                self.parse_instance(Command::GetInstance, &value).map(Some)
+            }
+            Err(error) if error.code() == Some(EXIT_NOT_FOUND) => Ok(None),
+            Err(error) => Err(error.into()),
+        }
     }
 
     pub async fn stop(&self, id: &InstanceId) -> Result<(), ProviderError> {
-        self.call(Command::Stop, None, Some(&id.0), None)
+        let Some(scope) = self.locate(id).await else {
+            return Err(self.error(format!("StopInstance: no instance {id}")));
+        };
+        self.call(Command::StopInstance, &scope, Some(&id.0), None)
             .await
             .map(drop)
+            .map_err(Into::into)
+    }
+
+    /// The instance named `name` in `scope`, by listing it.
+    async fn find_by_name(
+        &self,
+        scope: &Scope,
+        name: &str,
+    ) -> Result<Option<Instance>, ProviderError> {
+        Ok(self
+            .list_scope(scope)
+            .await?
+            .into_iter()
+            .find(|i| i.name == name))
+    }
+
+    async fn list_scope(&self, scope: &Scope) -> Result<Vec<Instance>, ProviderError> {
+        let stdout = self.call(Command::ListInstances, scope, None, None).await?;
+        let value = self.parse_json(Command::ListInstances, &stdout)?;
+        let items = match value {
+            Value::Array(items) => items,
+            Value::Null => Vec::new(),
+            other => {
+                return Err(self.error(format!(
+                    "ListInstances printed {}, not an array",
+                    short(&other.to_string())
+                )))
+            }
+        };
+        let mut instances = Vec::with_capacity(items.len());
+        for item in &items {
+            let instance = self.parse_instance(Command::ListInstances, item)?;
+            self.remember(&instance.id, scope);
+            instances.push(instance);
+        }
+        Ok(instances)
+    }
+}
+
+impl ExecProvider {
+    fn remember_created(&self, request: &CreateRequest, instance: &Instance, used: u32) {
+        if let Ok(mut created) = self.created.lock() {
+            created.insert(request.name.clone(), instance.id.clone());
+        }
+        self.used.store(used + 1, Ordering::SeqCst);
     }
 }
 
@@ -339,7 +647,7 @@ impl Provider for ExecProvider {
             .ok()
             .and_then(|created| created.get(&request.name).cloned());
         if let Some(id) = known {
-            if let Ok(instance) = self.get(&id).await {
+            if let Ok(Some(instance)) = self.get(&id).await {
                 return Ok(instance);
             }
         }
@@ -350,47 +658,82 @@ impl Provider for ExecProvider {
                 limit: self.config.max_instances,
             });
         }
+        if let Ok(mut specs) = self.extra_specs.lock() {
+            specs.insert(request.pool.clone(), request.launch_config.clone());
+        }
+        let scope = self.pool_scope(&request.pool);
         let input = self.bootstrap(request).to_string();
         let stdout = match self
             .call(
                 Command::CreateInstance,
-                Some(&request.pool),
+                &scope,
                 None,
                 Some(input.as_bytes()),
             )
             .await
         {
             Ok(stdout) => stdout,
+            Err(error) if error.code() == Some(EXIT_DUPLICATE) => {
+                // It exists already (a create retried after runway lost
+                // the answer): adopt it.
+                match self.find_by_name(&scope, &request.name).await? {
+                    Some(instance) => {
+                        self.remember_created(request, &instance, used);
+                        return Ok(instance);
+                    }
+                    None => return Err(error.into()),
+                }
+            }
             Err(error) => {
                 // GARM's contract: clean up a failed create by name.
                 let _ = self
-                    .call(Command::DeleteInstance, None, Some(&request.name), None)
+                    .call(Command::DeleteInstance, &scope, Some(&request.name), None)
                     .await;
-                return Err(error);
+                return Err(error.into());
             }
         };
         let value = self.parse_json(Command::CreateInstance, &stdout)?;
         if value.get("status").and_then(Value::as_str) == Some("error") {
-            let fault = value
-                .get("provider_fault")
+            let fault = fault_text(&value).unwrap_or_else(|| "no provider_fault given".to_owned());
+            // As GARM does: an instance that failed to come up is removed.
+            let id = value
+                .get("provider_id")
                 .and_then(Value::as_str)
-                .unwrap_or("no provider_fault given");
+                .filter(|id| !id.is_empty())
+                .unwrap_or(&request.name);
+            let _ = self
+                .call(Command::DeleteInstance, &scope, Some(id), None)
+                .await;
             return Err(self.error(format!("CreateInstance reported an error: {fault}")));
         }
         let instance = self.parse_instance(Command::CreateInstance, &value)?;
-        if let Ok(mut created) = self.created.lock() {
-            created.insert(request.name.clone(), instance.id.clone());
-        }
-        self.used.store(used + 1, Ordering::SeqCst);
+        self.remember(&instance.id, &scope);
+        self.remember_created(request, &instance, used);
         Ok(instance)
     }
 
     async fn delete(&self, id: &InstanceId) -> Result<(), ProviderError> {
-        self.call(Command::DeleteInstance, None, Some(&id.0), None)
-            .await?;
-        if let Ok(mut created) = self.created.lock() {
-            created.retain(|_, known| known != id);
+        let scope = match (self.locate(id).await, self.config.interface_version) {
+            (Some(scope), _) => scope,
+            // Listed under no pool: it does not exist. v0.1.0 needs no
+            // pool, so it is asked anyway (a create that never returned
+            // may have left it unlisted).
+            (None, InterfaceVersion::V011) => return Ok(()),
+            (None, InterfaceVersion::V010) => Scope {
+                controller_id: self.config.controller_id.clone(),
+                pool_id: None,
+                pool: None,
+            },
+        };
+        match self
+            .call(Command::DeleteInstance, &scope, Some(&id.0), None)
+            .await
+        {
+            Ok(_) => {}
+            Err(error) if error.code() == Some(EXIT_NOT_FOUND) => {}
+            Err(error) => return Err(error.into()),
         }
+        self.forget(id);
         self.used
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 Some(n.saturating_sub(1))
@@ -399,26 +742,29 @@ impl Provider for ExecProvider {
         Ok(())
     }
 
+    async fn start(&self, id: &InstanceId) -> Result<(), ProviderError> {
+        let Some(scope) = self.locate(id).await else {
+            return Err(self.error(format!("StartInstance: no instance {id}")));
+        };
+        self.call(Command::StartInstance, &scope, Some(&id.0), None)
+            .await
+            .map(drop)
+            .map_err(Into::into)
+    }
+
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
         let mut instances = Vec::new();
-        for pool in &self.config.pools {
-            let stdout = self
-                .call(Command::ListInstances, Some(pool), None, None)
-                .await?;
-            let value = self.parse_json(Command::ListInstances, &stdout)?;
-            let items = match value {
-                Value::Array(items) => items,
-                Value::Null => Vec::new(),
-                other => {
-                    return Err(self.error(format!(
-                        "ListInstances printed {}, not an array",
-                        short(&other.to_string())
-                    )))
-                }
-            };
-            for item in &items {
-                instances.push(self.parse_instance(Command::ListInstances, item)?);
+        let mut legacy_found = false;
+        for scope in self.list_scopes() {
+            let found = self.list_scope(&scope).await?;
+            if scope.controller_id != self.config.controller_id && !found.is_empty() {
+                legacy_found = true;
             }
+            instances.extend(found);
+        }
+        if !legacy_found {
+            // Every legacy list came back empty: none is left to look after.
+            self.legacy_left.store(false, Ordering::SeqCst);
         }
         self.used.store(instances.len() as u32, Ordering::SeqCst);
         Ok(instances)

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::exec::{ExecConfig, ExecProvider};
+use crate::exec::{ExecConfig, ExecProvider, InterfaceVersion};
 use crate::process::{ProcessConfig, ProcessProvider};
 use crate::sim::{BootTime, SimConfig, SimProvider};
 use crate::{Clock, Provider};
@@ -29,6 +29,8 @@ pub enum ProviderKind {
         executable: PathBuf,
         config_file: Option<PathBuf>,
         timeout: Duration,
+        /// The GARM interface version the executable speaks.
+        interface_version: InterfaceVersion,
     },
 }
 
@@ -74,8 +76,12 @@ impl ProviderSpec {
 pub struct BuildContext {
     /// Where providers read the time (the wall clock under `runway serve`).
     pub clock: Arc<dyn Clock>,
-    /// This installation's id (from the store); instances are tagged with it.
+    /// This installation's id (from the store), a UUID; instances are
+    /// tagged with it.
     pub controller_id: String,
+    /// The id an installation from before the UUIDs tagged its instances
+    /// with; they are still looked after.
+    pub legacy_controller_id: Option<String>,
     /// This binary: what a `process` command's first element `runway` means.
     pub runway_exe: Option<PathBuf>,
 }
@@ -139,6 +145,7 @@ pub fn build(spec: &ProviderSpec, context: &BuildContext) -> Result<Arc<dyn Prov
                 price_per_hour: spec.price_per_hour,
                 boot_time: spec.mean_boot_time(),
                 controller_id: context.controller_id.clone(),
+                legacy_controller_id: context.legacy_controller_id.clone(),
                 environment_variables: spec.environment_variables.clone(),
             })
             .map_err(|e| invalid("state_dir", e.to_string()))?;
@@ -148,6 +155,7 @@ pub fn build(spec: &ProviderSpec, context: &BuildContext) -> Result<Arc<dyn Prov
             executable,
             config_file,
             timeout,
+            interface_version,
         } => {
             if !executable.is_file() {
                 return Err(invalid(
@@ -166,6 +174,8 @@ pub fn build(spec: &ProviderSpec, context: &BuildContext) -> Result<Arc<dyn Prov
                 price_per_hour: spec.price_per_hour,
                 boot_time: spec.mean_boot_time(),
                 controller_id: context.controller_id.clone(),
+                legacy_controller_id: context.legacy_controller_id.clone(),
+                interface_version: *interface_version,
             }))
         }
     };
@@ -182,6 +192,7 @@ mod tests {
         BuildContext {
             clock: Arc::new(ManualClock::new(Timestamp::from_millis(0))),
             controller_id: "test".into(),
+            legacy_controller_id: None,
             runway_exe: None,
         }
     }
@@ -237,6 +248,7 @@ mod tests {
                 executable: PathBuf::from("/nonexistent/garm-provider"),
                 config_file: None,
                 timeout: Duration::from_secs(5),
+                interface_version: InterfaceVersion::default(),
             }),
             &context(),
         )

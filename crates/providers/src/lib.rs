@@ -51,8 +51,13 @@ pub enum InstanceState {
     /// Created, not yet able to run a job.
     Pending,
     Running,
-    /// Stopped or failed; it will not run a job.
+    /// Powered off but still there: it may be started again
+    /// ([`Provider::start`]).
     Stopped,
+    /// Failed, exited or being deleted: it will not run a job.
+    Failed,
+    /// The provider cannot tell now; nothing is concluded from it.
+    Unknown,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,6 +95,15 @@ pub trait Provider: Send + Sync {
 
     /// Deletes an instance. Deleting one that does not exist is not an error.
     async fn delete(&self, id: &InstanceId) -> Result<(), ProviderError>;
+
+    /// Starts a stopped instance again. Providers whose instances cannot
+    /// stop (they only fail) keep the default, which refuses.
+    async fn start(&self, id: &InstanceId) -> Result<(), ProviderError> {
+        Err(ProviderError::Permanent {
+            provider: self.name().to_owned(),
+            message: format!("instance {id} cannot be started again"),
+        })
+    }
 
     /// Every instance this provider manages for this installation.
     async fn list(&self) -> Result<Vec<Instance>, ProviderError>;

@@ -47,6 +47,9 @@ pub struct ProcessConfig {
     pub boot_time: Duration,
     /// This installation's id: instances tagged with another are never touched.
     pub controller_id: String,
+    /// The id of an installation from before the UUIDs: its processes are
+    /// still ours.
+    pub legacy_controller_id: Option<String>,
 }
 
 pub struct ProcessProvider {
@@ -185,7 +188,7 @@ impl ProcessProvider {
                 continue;
             }
             if let Some(record) = read_record(&path) {
-                if record.controller_id == self.config.controller_id {
+                if self.ours(&record) {
                     tracked.push(record);
                 }
             }
@@ -194,9 +197,14 @@ impl ProcessProvider {
         Ok(tracked)
     }
 
+    /// Whether `record` belongs to this installation.
+    fn ours(&self, record: &Tracked) -> bool {
+        record.controller_id == self.config.controller_id
+            || self.config.legacy_controller_id.as_deref() == Some(record.controller_id.as_str())
+    }
+
     fn find(&self, name: &str) -> Option<Tracked> {
-        read_record(&self.record_path(name))
-            .filter(|record| record.controller_id == self.config.controller_id)
+        read_record(&self.record_path(name)).filter(|record| self.ours(record))
     }
 
     fn instance(record: &Tracked) -> Instance {
@@ -206,7 +214,7 @@ impl ProcessProvider {
             state: if record.alive() {
                 InstanceState::Running
             } else {
-                InstanceState::Stopped
+                InstanceState::Failed
             },
         }
     }

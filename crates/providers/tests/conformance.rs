@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runway_core::Timestamp;
-use runway_providers::exec::{ExecConfig, ExecProvider};
+use runway_providers::exec::{ExecConfig, ExecProvider, InterfaceVersion};
 use runway_providers::process::{ProcessConfig, ProcessProvider};
 use runway_providers::sim::{BootTime, SimConfig, SimProvider};
 use runway_providers::{
@@ -231,6 +231,7 @@ fn process_config(dir: &std::path::Path, command: &[&str]) -> ProcessConfig {
         price_per_hour: 0.0,
         boot_time: Duration::from_secs(1),
         controller_id: "controller-a".to_owned(),
+        legacy_controller_id: None,
         environment_variables: Vec::new(),
     }
 }
@@ -280,7 +281,7 @@ async fn process_runners_get_their_bootstrap_environment() {
     eventually("the runner exited", || {
         futures_lite_block(provider.list())
             .iter()
-            .all(|i| i.state == InstanceState::Stopped)
+            .all(|i| i.state == InstanceState::Failed)
     })
     .await;
     provider.delete(&InstanceId("env-1".into())).await.unwrap();
@@ -380,9 +381,14 @@ fn exec_config(dir: &std::path::Path, command: &str) -> ExecConfig {
         max_instances: 3,
         price_per_hour: 0.05,
         boot_time: Duration::from_secs(1),
-        controller_id: "controller-a".to_owned(),
+        controller_id: CONTROLLER.to_owned(),
+        legacy_controller_id: None,
+        interface_version: InterfaceVersion::V011,
     }
 }
+
+/// A GARM controller id (a UUID).
+const CONTROLLER: &str = "5b2b7a52-6b0e-4c43-a2d9-5d4b1f4c8e01";
 
 #[tokio::test]
 async fn exec_provider_conforms_through_a_garm_provider_script() {
@@ -412,19 +418,16 @@ async fn exec_bootstrap_reaches_the_runner_and_remove_all_cleans_up() {
         std::fs::read_to_string(&out).unwrap().trim(),
         "http://127.0.0.1:8080 garm-1"
     );
-    assert_eq!(
-        provider.get(&instance.id).await.unwrap().state,
-        InstanceState::Running
-    );
+    let state = || async { provider.get(&instance.id).await.unwrap().map(|i| i.state) };
+    assert_eq!(state().await, Some(InstanceState::Running));
     provider.stop(&instance.id).await.unwrap();
-    assert_eq!(
-        provider.get(&instance.id).await.unwrap().state,
-        InstanceState::Stopped
-    );
+    assert_eq!(state().await, Some(InstanceState::Stopped));
+    provider.start(&instance.id).await.unwrap();
+    assert_eq!(state().await, Some(InstanceState::Running));
     provider.create(&request("garm-2")).await.unwrap();
     provider.remove_all().await.unwrap();
     assert!(provider.list().await.unwrap().is_empty());
-    assert!(provider.get(&instance.id).await.is_err(), "gone");
+    assert_eq!(state().await, None, "gone (exit code 30)");
 }
 
 #[tokio::test]

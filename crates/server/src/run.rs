@@ -70,13 +70,13 @@ pub async fn run(
     let events =
         crate::telemetry::events::EventLog::open(&config.telemetry).map_err(RunError::EventLog)?;
     let store = Service::open_store(&config).await?;
-    let controller_id = store
-        .controller_id(&crate::app::tokens::new_token("rwc_"))
+    let (controller_id, legacy_controller_id) = controller_ids(store.as_ref())
         .await
         .map_err(RunError::ControllerId)?;
     let context = BuildContext {
         clock: Arc::new(runway_providers::SystemClock),
         controller_id,
+        legacy_controller_id,
         runway_exe: options.runway_exe.clone(),
     };
     let mut providers = BTreeMap::new();
@@ -196,4 +196,22 @@ fn admin_token_file(path: &Path) -> Result<String, RunError> {
         })?;
     tracing::info!(file = %path.display(), "generated an admin token for the CLI (runway jobs, runway submit)");
     Ok(token)
+}
+
+/// This installation's controller id, a UUID as GARM's (providers use it in
+/// tags and labels of limited length), and the `rwc_…` id an installation
+/// from before the UUIDs tagged its instances with, if there is one: the
+/// providers still look after those.
+async fn controller_ids(
+    store: &dyn runway_store::Store,
+) -> Result<(String, Option<String>), runway_store::StoreError> {
+    let legacy = store.get_setting("controller_id").await?;
+    let candidate = legacy
+        .as_deref()
+        .and_then(|id| uuid::Uuid::parse_str(id).ok())
+        .unwrap_or_else(uuid::Uuid::new_v4)
+        .to_string();
+    let current = store.init_setting("controller_uuid", &candidate).await?;
+    let legacy = legacy.filter(|id| *id != current);
+    Ok((current, legacy))
 }

@@ -452,6 +452,7 @@ async fn self_registering_runners_adopt_their_record_and_orphans_are_deleted() {
             price_per_hour: 0.0,
             boot_time: Duration::from_secs(1),
             controller_id: "test-controller".into(),
+            legacy_controller_id: None,
             environment_variables: Vec::new(),
         })
         .unwrap();

@@ -500,15 +500,15 @@ macro_rules! impl_store {
             Ok(runner)
         }
 
-        async fn controller_id(&self, candidate: &str) -> Result<String, StoreError> {
+        async fn init_setting(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
             let sql = &self.inner.statements.runner_api;
             sqlx::query(&sql.insert_setting)
-                .bind("controller_id")
+                .bind(key)
                 .bind(candidate)
                 .execute(self.writer())
                 .await?;
             let value: String = sqlx::query_scalar(&sql.get_setting)
-                .bind("controller_id")
+                .bind(key)
                 .fetch_one(self.writer())
                 .await?;
             Ok(value)

@@ -387,9 +387,10 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
     ) -> Result<Runner, StoreError>;
 
-    /// This installation's controller id: `candidate` the first time it is
-    /// asked, the stored value ever after.
-    async fn controller_id(&self, candidate: &str) -> Result<String, StoreError>;
+    /// The installation-wide value of `key`: `candidate` the first time it
+    /// is asked (stored then), the stored value ever after, whichever
+    /// replica asks first (ids of the installation, say).
+    async fn init_setting(&self, key: &str, candidate: &str) -> Result<String, StoreError>;
 
     async fn find_runner_by_token(&self, token_hash: &str) -> Result<Option<Runner>, StoreError>;
 

@@ -455,8 +455,20 @@ mod cases {
     }
 
     pub async fn the_controller_id_is_chosen_once(store: Arc<dyn Store>) {
-        assert_eq!(store.controller_id("first").await.unwrap(), "first");
-        assert_eq!(store.controller_id("second").await.unwrap(), "first");
+        assert_eq!(
+            store
+                .init_setting("controller_uuid", "first")
+                .await
+                .unwrap(),
+            "first"
+        );
+        assert_eq!(
+            store
+                .init_setting("controller_uuid", "second")
+                .await
+                .unwrap(),
+            "first"
+        );
     }
 
     pub async fn settings_and_external_ids_are_replaced(store: Arc<dyn Store>) {

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use runway_core::routing::{route, PoolLabels, RouteDecision, RoutingPolicy};
 use runway_core::worker_config::{ProviderSchema, Schemas, WorkerConfig};
+use runway_providers::exec::InterfaceVersion;
 use runway_providers::factory::{ProviderKind, ProviderSpec};
 use serde::{Deserialize, Serialize};
 
@@ -110,6 +111,9 @@ pub struct ProviderConfig {
     pub config_file: Option<PathBuf>,
     /// `exec`: the longest one call of the executable may take.
     pub timeout: Duration,
+    /// `exec`: the GARM external provider interface it speaks (`v0.1.0` or
+    /// `v0.1.1`, GARM's `interface_version`).
+    pub interface_version: InterfaceVersion,
     /// `process`, `exec`: host environment variables (names, or prefixes
     /// such as `"AWS_"`) the child may inherit besides the base (`PATH`,
     /// `HOME`, `LANG`, `TMPDIR`, the proxy variables). Nothing else of
@@ -138,6 +142,7 @@ impl ProviderConfig {
             executable: None,
             config_file: None,
             timeout: Duration::from_secs(120),
+            interface_version: InterfaceVersion::default(),
             environment_variables: Vec::new(),
         }
     }
@@ -163,6 +168,7 @@ impl ProviderConfig {
                 executable: self.executable.clone()?,
                 config_file: self.config_file.clone(),
                 timeout: self.timeout,
+                interface_version: self.interface_version,
             },
             _ => return None,
         };
@@ -895,6 +901,8 @@ impl Config {
                             executable: p.executable.as_ref().map(|d| d.display().to_string()),
                             config_file: p.config_file.as_ref().map(|d| d.display().to_string()),
                             timeout: (p.kind == "exec").then(|| format_duration(p.timeout)),
+                            interface_version: (p.kind == "exec")
+                                .then(|| p.interface_version.as_str().to_owned()),
                             environment_variables: p.environment_variables.clone(),
                         };
                         (p.name.clone(), raw)
@@ -1167,6 +1175,8 @@ struct RawProvider {
     config_file: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interface_version: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     environment_variables: Vec<String>,
 }
@@ -1385,6 +1395,12 @@ impl RawConfig {
                 };
             let stop_grace = duration_of("stop_grace", p.stop_grace.clone(), defaults.stop_grace)?;
             let timeout = duration_of("timeout", p.timeout.clone(), defaults.timeout)?;
+            let interface_version = match &p.interface_version {
+                None => defaults.interface_version,
+                Some(text) => text
+                    .parse::<InterfaceVersion>()
+                    .map_err(|message| (key("interface_version"), message))?,
+            };
             let base = defaults;
             let boot_seconds = match &p.boot_seconds {
                 None => base.boot_seconds,
@@ -1430,6 +1446,7 @@ impl RawConfig {
                 executable: path(p.executable),
                 config_file: path(p.config_file),
                 timeout,
+                interface_version,
                 environment_variables: p.environment_variables,
                 name,
             })

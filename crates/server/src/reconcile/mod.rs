@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 use runway_core::forecast::ArrivalForecast;
-use runway_core::observe::{observe, Observed, Readiness};
+use runway_core::observe::{observe, wants_start, Observed, Readiness};
 use runway_core::planner::{
     backoff_delay, learn_reliability, plan, Action, Backoff, Plan, Snapshot,
 };
@@ -219,7 +219,19 @@ impl Reconciler {
                     Some(InstanceState::Pending) => Observed::Pending,
                     Some(InstanceState::Running) => Observed::Running,
                     Some(InstanceState::Stopped) => Observed::Stopped,
+                    Some(InstanceState::Failed) => Observed::Failed,
+                    Some(InstanceState::Unknown) => Observed::Unknown,
                 };
+                if wants_start(runner, observed) {
+                    // Stopped, not gone (GARM's `stopped`): started again.
+                    match provider.start(&instance_id).await {
+                        Ok(()) => {
+                            tracing::info!(runner = %runner.name, instance = %instance_id, "started a stopped instance again")
+                        }
+                        Err(error) => self.provider_error(name, "start", &error.to_string()),
+                    }
+                    continue;
+                }
                 // A runner that registers itself is ready when it says so,
                 // not when its machine is up. A GitHub pool's runners
                 // register with GitHub, not with runway.
