@@ -603,3 +603,113 @@ async fn a_predictive_pool_keeps_the_expected_arrivals_warm() {
     assert_eq!(report.created, 4, "{plan:?}");
     assert_eq!(plan.pools[0].want, 4);
 }
+
+/// One instance per create whose reported state the test sets; records the
+/// instances it was asked to start.
+#[derive(Default)]
+struct Reporting {
+    state: std::sync::Mutex<Option<runway_providers::InstanceState>>,
+    instances: std::sync::Mutex<Vec<Instance>>,
+    started: std::sync::Mutex<Vec<InstanceId>>,
+}
+
+impl Reporting {
+    fn report(&self, state: runway_providers::InstanceState) {
+        *self.state.lock().unwrap() = Some(state);
+    }
+}
+
+#[async_trait]
+impl Provider for Reporting {
+    fn name(&self) -> &str {
+        "reporting"
+    }
+    async fn create(&self, request: &CreateRequest) -> Result<Instance, ProviderError> {
+        let mut instances = self.instances.lock().unwrap();
+        let instance = Instance {
+            id: InstanceId(format!("r-{}", instances.len())),
+            name: request.name.clone(),
+            state: runway_providers::InstanceState::Pending,
+        };
+        instances.push(instance.clone());
+        Ok(instance)
+    }
+    async fn delete(&self, id: &InstanceId) -> Result<(), ProviderError> {
+        self.instances.lock().unwrap().retain(|i| &i.id != id);
+        Ok(())
+    }
+    async fn start(&self, id: &InstanceId) -> Result<(), ProviderError> {
+        self.started.lock().unwrap().push(id.clone());
+        Ok(())
+    }
+    async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
+        let state = *self.state.lock().unwrap();
+        Ok(self
+            .instances
+            .lock()
+            .unwrap()
+            .iter()
+            .cloned()
+            .map(|mut i| {
+                i.state = state.unwrap_or(i.state);
+                i
+            })
+            .collect())
+    }
+    fn bid(&self, _: &str, capacity: u32) -> Vec<Offer> {
+        vec![Offer {
+            provider: "reporting".into(),
+            capacity: capacity.min(1),
+            price_per_hour: 0.10,
+            boot_time: Duration::from_secs(1),
+            reliability: 1.0,
+        }]
+    }
+}
+
+/// GARM's statuses: `unknown` changes nothing, `stopped` is started again,
+/// `error` fails the runner.
+#[tokio::test]
+async fn unknown_instances_are_left_alone_and_stopped_ones_started_again() {
+    use runway_providers::InstanceState::{Failed, Running, Stopped, Unknown};
+    let dir = tempfile::tempdir().unwrap();
+    let service = service(&dir, linux_pool(1, 1)).await;
+    let provider = Arc::new(Reporting::default());
+    let providers = BTreeMap::from([(
+        "reporting".to_owned(),
+        provider.clone() as Arc<dyn Provider>,
+    )]);
+    let reconciler = Reconciler::new(service.clone(), providers);
+    let mut now = Timestamp::from_millis(1_000_000);
+    let mut round = || {
+        now = now.plus(Duration::from_secs(1));
+        let reconciler = &reconciler;
+        async move { reconciler.reconcile_once(now).await.unwrap().0 }
+    };
+    assert_eq!(round().await.created, 1);
+    provider.report(Running);
+    assert_eq!(round().await.marked_ready, 1);
+    assert_eq!(count(&service, RunnerState::Idle).await, 1);
+
+    provider.report(Unknown);
+    for _ in 0..3 {
+        let report = round().await;
+        assert_eq!((report.marked_lost, report.created), (0, 0), "{report:?}");
+    }
+    assert_eq!(count(&service, RunnerState::Idle).await, 1, "left alone");
+    assert!(provider.started.lock().unwrap().is_empty());
+
+    provider.report(Stopped);
+    let report = round().await;
+    assert_eq!((report.marked_lost, report.created), (0, 0), "{report:?}");
+    assert_eq!(count(&service, RunnerState::Idle).await, 1, "kept");
+    assert_eq!(
+        *provider.started.lock().unwrap(),
+        [InstanceId("r-0".into())],
+        "started again"
+    );
+
+    provider.report(Failed);
+    assert_eq!(round().await.marked_lost, 1);
+    assert_eq!(count(&service, RunnerState::Failed).await, 1);
+}
