@@ -713,3 +713,190 @@ async fn unknown_instances_are_left_alone_and_stopped_ones_started_again() {
     assert_eq!(round().await.marked_lost, 1);
     assert_eq!(count(&service, RunnerState::Failed).await, 1);
 }
+
+/// A provider whose calls take as long as the test says; its creates then
+/// succeed or fail (a call killed at its timeout).
+struct Hanging {
+    list_takes: Duration,
+    create_takes: Duration,
+    create_fails: bool,
+    creates_started: std::sync::atomic::AtomicU32,
+    creates_ended: std::sync::atomic::AtomicU32,
+}
+
+impl Hanging {
+    fn new(list_takes: Duration, create_takes: Duration, create_fails: bool) -> Hanging {
+        Hanging {
+            list_takes,
+            create_takes,
+            create_fails,
+            creates_started: Default::default(),
+            creates_ended: Default::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for Hanging {
+    fn name(&self) -> &str {
+        "hanging"
+    }
+    async fn create(&self, request: &CreateRequest) -> Result<Instance, ProviderError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.creates_started.fetch_add(1, SeqCst);
+        tokio::time::sleep(self.create_takes).await;
+        self.creates_ended.fetch_add(1, SeqCst);
+        if self.create_fails {
+            return Err(ProviderError::Transient {
+                provider: "hanging".into(),
+                message: "CreateInstance did not finish within 6s".into(),
+            });
+        }
+        Ok(Instance {
+            id: InstanceId(request.name.clone()),
+            name: request.name.clone(),
+            state: runway_providers::InstanceState::Pending,
+        })
+    }
+    async fn delete(&self, _: &InstanceId) -> Result<(), ProviderError> {
+        Ok(())
+    }
+    async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
+        tokio::time::sleep(self.list_takes).await;
+        Ok(Vec::new())
+    }
+    fn bid(&self, _: &str, capacity: u32) -> Vec<Offer> {
+        vec![Offer {
+            provider: "hanging".into(),
+            capacity,
+            price_per_hour: 0.01,
+            boot_time: Duration::from_secs(1),
+            reliability: 1.0,
+        }]
+    }
+}
+
+fn pool_on(name: &str, provider: &str) -> PoolConfig {
+    PoolConfig {
+        name: name.into(),
+        labels: vec![name.into()],
+        max_runners: 5,
+        idle_grace: Duration::from_secs(60),
+        providers: vec![provider.into()],
+        ..PoolConfig::default()
+    }
+}
+
+fn job_for(pool: &str, id: u32) -> NewJob {
+    NewJob {
+        route: Route::Pool(pool.into()),
+        labels: vec![pool.into()],
+        ..job(id)
+    }
+}
+
+/// Two pools on two providers: one provider's calls hang (its list, then
+/// its create), and the other pool's runner is still created in the same
+/// round, which ends long before the hang does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_provider_does_not_stall_another_pools_creates() {
+    const HANG: Duration = Duration::from_secs(60);
+    for (list_takes, create_takes) in [(HANG, Duration::ZERO), (Duration::ZERO, HANG)] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            pools: vec![pool_on("fast", "steady"), pool_on("slow", "hanging")],
+            ..Config::default()
+        };
+        let store = common::sqlite_store(&dir.path().join("runway.db")).await;
+        let service = Arc::new(Service::new(config, store));
+        let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
+        let steady = SimProvider::new(
+            SimConfig {
+                name: "steady".into(),
+                ..SimConfig::default()
+            },
+            clock.clone(),
+        );
+        let hanging = Arc::new(Hanging::new(list_takes, create_takes, false));
+        let providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::from([
+            ("steady".to_owned(), Arc::new(steady) as Arc<dyn Provider>),
+            ("hanging".to_owned(), hanging.clone() as Arc<dyn Provider>),
+        ]);
+        let reconciler = Reconciler::new(service.clone(), providers);
+        for (i, pool) in ["slow", "fast"].into_iter().enumerate() {
+            service
+                .store
+                .enqueue(&job_for(pool, i as u32), clock.now())
+                .await
+                .unwrap();
+        }
+        let started = std::time::Instant::now();
+        let (report, _) = reconciler.reconcile_once(clock.now()).await.unwrap();
+        assert!(
+            started.elapsed() < HANG / 4,
+            "the round waited {:?} for a hanging provider",
+            started.elapsed()
+        );
+        let fast = service.store.list_live_runners(Some("fast")).await.unwrap();
+        assert_eq!(
+            (fast.len(), fast[0].state, report.created >= 1),
+            (1, RunnerState::Provisioning, true),
+            "the fast pool's runner was created in the same round ({list_takes:?}, {create_takes:?})"
+        );
+        // The hanging create is still under way: no second one is started
+        // for the same demand in the next round.
+        clock.advance(Duration::from_secs(1));
+        reconciler.reconcile_once(clock.now()).await.unwrap();
+        assert!(
+            hanging
+                .creates_started
+                .load(std::sync::atomic::Ordering::SeqCst)
+                <= 1
+        );
+    }
+}
+
+/// A create that fails after hanging until its timeout is backed off from
+/// when it ended, not from the round that started it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backoff_after_a_timed_out_create_counts_from_its_end() {
+    use std::sync::atomic::Ordering::SeqCst;
+    const HANG: Duration = Duration::from_secs(6);
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        pools: vec![pool_on("slow", "hanging")],
+        ..Config::default()
+    };
+    let store = common::sqlite_store(&dir.path().join("runway.db")).await;
+    let service = Arc::new(Service::new(config, store));
+    let hanging = Arc::new(Hanging::new(Duration::ZERO, HANG, true));
+    let providers = BTreeMap::from([("hanging".to_owned(), hanging.clone() as Arc<dyn Provider>)]);
+    let reconciler = Reconciler::new(service.clone(), providers);
+    let start = Timestamp::from_millis(1_000_000);
+    service
+        .store
+        .enqueue(&job_for("slow", 1), start)
+        .await
+        .unwrap();
+    reconciler.reconcile_once(start).await.unwrap();
+    assert_eq!(hanging.creates_started.load(SeqCst), 1);
+    let deadline = std::time::Instant::now() + HANG * 3;
+    while hanging.creates_ended.load(SeqCst) == 0 || count(&service, RunnerState::Failed).await == 0
+    {
+        assert!(std::time::Instant::now() < deadline, "the create ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The shortest backoff is 2.5 s: counted from the round it would be
+    // over by now; counted from the create's end it is not.
+    let (_, plan) = reconciler
+        .reconcile_once(start.plus(HANG + Duration::from_millis(500)))
+        .await
+        .unwrap();
+    assert_eq!(
+        hanging.creates_started.load(SeqCst),
+        1,
+        "no create within the backoff: {plan:?}"
+    );
+    let reasons: Vec<_> = plan.waiting.iter().map(|(_, r)| r.code()).collect();
+    assert_eq!(reasons, ["provider_backoff"], "{plan:?}");
+}

@@ -45,9 +45,49 @@ pub struct Report {
     pub crashed: BTreeMap<String, u32>,
 }
 
+/// How many calls one provider serves at once: its creates, deletes, lists
+/// and starts queue for these, and never for another provider's.
+pub const CALLS_PER_PROVIDER: usize = 4;
+
+/// How long a round waits for the provider calls it started before it goes
+/// on; a call still running then finishes in the background, records its
+/// own outcome and wakes the reconciler. One slow or hanging provider so
+/// delays the others by this at most, not by its own timeout.
+pub const CALL_WAIT: Duration = Duration::from_secs(1);
+
 pub struct Reconciler {
+    inner: Arc<Inner>,
+}
+
+/// A provider's latest list, taken by the next round that observes.
+struct Listed {
+    /// The round that started it: runners requested since are not judged
+    /// by it (their instances may have been created after it ran).
+    started_at: Timestamp,
+    outcome: Result<Vec<runway_providers::Instance>, String>,
+}
+
+#[derive(Default)]
+struct Listing {
+    in_flight: bool,
+    latest: Option<Listed>,
+}
+
+/// A provider call running for a round; `abandoned` once the round stopped
+/// waiting for it (it then wakes the reconciler when done).
+struct Task {
+    handle: tokio::task::JoinHandle<Result<Report, StoreError>>,
+    abandoned: Arc<std::sync::atomic::AtomicBool>,
+}
+
+struct Inner {
     service: Arc<Service>,
     providers: BTreeMap<String, Arc<dyn Provider>>,
+    /// Each provider's own bound on concurrent calls.
+    lanes: BTreeMap<String, Arc<tokio::sync::Semaphore>>,
+    listing: Mutex<BTreeMap<String, Listing>>,
+    /// Runners a task is working on: no other task touches them meanwhile.
+    in_flight: Mutex<std::collections::BTreeSet<RunnerId>>,
     health: Mutex<BTreeMap<String, Health>>,
     /// Reliability learnt from each provider's create outcomes; an offer
     /// counts with the lower of this and what the provider declares.
@@ -58,6 +98,35 @@ pub struct Reconciler {
     /// new runner before). A refusing GitHub is asked again after a backoff,
     /// not every round.
     jit_backoff: Mutex<BTreeMap<String, (u32, Timestamp)>>,
+}
+
+/// A runner a task works on, until dropped.
+struct WorkingOn {
+    inner: Arc<Inner>,
+    runner: RunnerId,
+}
+
+impl Drop for WorkingOn {
+    fn drop(&mut self) {
+        if let Ok(mut in_flight) = self.inner.in_flight.lock() {
+            in_flight.remove(&self.runner);
+        }
+    }
+}
+
+impl Report {
+    fn merge(&mut self, other: Report) {
+        self.created += other.created;
+        self.create_failures += other.create_failures;
+        self.deleted += other.deleted;
+        self.delete_refused_busy += other.delete_refused_busy;
+        self.marked_ready += other.marked_ready;
+        self.marked_lost += other.marked_lost;
+        self.orphans_deleted += other.orphans_deleted;
+        for (pool, crashed) in other.crashed {
+            *self.crashed.entry(pool).or_default() += crashed;
+        }
+    }
 }
 
 impl Reconciler {
@@ -85,37 +154,60 @@ impl Reconciler {
                 Some((pool.name.clone(), ArrivalForecast::new(boot, quantile)))
             })
             .collect();
+        let lanes = providers
+            .keys()
+            .map(|name| {
+                (
+                    name.clone(),
+                    Arc::new(tokio::sync::Semaphore::new(CALLS_PER_PROVIDER)),
+                )
+            })
+            .collect();
         Reconciler {
-            service,
-            providers,
-            health: Mutex::new(BTreeMap::new()),
-            reliability: Mutex::new(BTreeMap::new()),
-            forecasts: Mutex::new(forecasts),
-            jit_backoff: Mutex::new(BTreeMap::new()),
+            inner: Arc::new(Inner {
+                service,
+                providers,
+                lanes,
+                listing: Mutex::new(BTreeMap::new()),
+                in_flight: Mutex::new(std::collections::BTreeSet::new()),
+                health: Mutex::new(BTreeMap::new()),
+                reliability: Mutex::new(BTreeMap::new()),
+                forecasts: Mutex::new(forecasts),
+                jit_backoff: Mutex::new(BTreeMap::new()),
+            }),
         }
     }
 
+    pub fn has_providers(&self) -> bool {
+        !self.inner.providers.is_empty()
+    }
+
+    /// One round at `now`.
+    pub async fn reconcile_once(&self, now: Timestamp) -> Result<(Report, Plan), StoreError> {
+        self.inner.round(now).await
+    }
+}
+
+impl Inner {
     /// Where the runners runway starts reach it.
     fn runner_url(&self) -> String {
         let server = &self.service.config.server;
         server.runner_url(server.listen)
     }
 
-    pub fn has_providers(&self) -> bool {
-        !self.providers.is_empty()
-    }
-
-    /// One round at `now`.
-    pub async fn reconcile_once(&self, now: Timestamp) -> Result<(Report, Plan), StoreError> {
+    async fn round(self: &Arc<Self>, now: Timestamp) -> Result<(Report, Plan), StoreError> {
         let started = Instant::now();
         let mut report = Report::default();
         self.observe(now, &mut report).await?;
         self.learn_arrivals();
         let snapshot = self.snapshot(now).await?;
         let plan = plan(&snapshot, now);
-        for action in &plan.actions {
-            self.apply(action, now, &mut report).await?;
-        }
+        let tasks = plan
+            .actions
+            .iter()
+            .filter_map(|action| self.dispatch(action.clone(), now))
+            .collect();
+        report.merge(self.collect(tasks).await?);
         self.update_gauges(&plan).await?;
         if let Ok(mut last) = self.service.last_plan.lock() {
             *last = Some(plan.clone());
@@ -141,68 +233,234 @@ impl Reconciler {
         Ok((report, plan))
     }
 
-    /// Brings runner records in line with what providers report: booted
-    /// instances make their runners idle, vanished ones fail (or crash, if busy).
-    async fn observe(&self, now: Timestamp, report: &mut Report) -> Result<(), StoreError> {
-        let store = &self.service.store;
-        // One read of the live runners per round: each provider's part
-        // below touches only its own runners, so the snapshot stays true.
-        let runners = store.list_live_runners(None).await?;
+    /// Runs `work` as a task of its own (for `runner`, if given: skipped
+    /// when a task is working on that runner already).
+    fn spawn<F>(self: &Arc<Self>, runner: Option<RunnerId>, work: F) -> Option<Task>
+    where
+        F: std::future::Future<Output = Result<Report, StoreError>> + Send + 'static,
+    {
+        if let Some(id) = runner {
+            let mut in_flight = self.in_flight.lock().ok()?;
+            if !in_flight.insert(id) {
+                return None;
+            }
+        }
+        let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let this = self.clone();
+        let flag = abandoned.clone();
+        let handle = tokio::spawn(async move {
+            let outcome = work.await;
+            if let Some(id) = runner {
+                if let Ok(mut in_flight) = this.in_flight.lock() {
+                    in_flight.remove(&id);
+                }
+            }
+            if flag.load(std::sync::atomic::Ordering::SeqCst) {
+                // Its round went on without it: what it changed wants a round.
+                this.service.reconcile_wanted.notify_one();
+            }
+            outcome
+        });
+        Some(Task { handle, abandoned })
+    }
+
+    /// Waits for `tasks` up to [`CALL_WAIT`] and sums what they did; the
+    /// ones still running go on in the background.
+    async fn collect(&self, tasks: Vec<Task>) -> Result<Report, StoreError> {
+        let deadline = tokio::time::Instant::now() + CALL_WAIT;
+        let mut report = Report::default();
+        let mut failure = None;
+        for mut task in tasks {
+            match tokio::time::timeout_at(deadline, &mut task.handle).await {
+                Ok(Ok(Ok(done))) => report.merge(done),
+                Ok(Ok(Err(error))) => failure = failure.or(Some(error)),
+                Ok(Err(error)) => tracing::error!(%error, "a provider task panicked"),
+                Err(_) => task
+                    .abandoned
+                    .store(true, std::sync::atomic::Ordering::SeqCst),
+            }
+        }
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(report),
+        }
+    }
+
+    /// Marks `runner` as worked on until the guard is dropped.
+    fn working_on(self: &Arc<Self>, runner: RunnerId) -> WorkingOn {
+        if let Ok(mut in_flight) = self.in_flight.lock() {
+            in_flight.insert(runner);
+        }
+        WorkingOn {
+            inner: self.clone(),
+            runner,
+        }
+    }
+
+    /// A permit of `provider`'s lane: held for the length of one call.
+    async fn permit(&self, provider: &str) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.lanes.get(provider)?.clone().acquire_owned().await.ok()
+    }
+
+    /// Starts a list of every provider that has none running, and waits
+    /// for them as for any call.
+    async fn refresh_lists(self: &Arc<Self>, now: Timestamp) -> Result<(), StoreError> {
+        let mut tasks = Vec::new();
         for (name, provider) in &self.providers {
-            let instances = match provider.list().await {
+            let Ok(mut listing) = self.listing.lock() else {
+                continue;
+            };
+            let entry = listing.entry(name.clone()).or_default();
+            if entry.in_flight {
+                continue; // Still running since an earlier round.
+            }
+            entry.in_flight = true;
+            drop(listing);
+            let (this, name, provider) = (self.clone(), name.clone(), provider.clone());
+            tasks.extend(self.spawn(None, async move {
+                let outcome = {
+                    let _permit = this.permit(&name).await;
+                    provider.list().await.map_err(|e| e.to_string())
+                };
+                if let Ok(mut listing) = this.listing.lock() {
+                    let entry = listing.entry(name).or_default();
+                    entry.in_flight = false;
+                    entry.latest = Some(Listed {
+                        started_at: now,
+                        outcome,
+                    });
+                }
+                Ok(Report::default())
+            }));
+        }
+        self.collect(tasks).await.map(drop)
+    }
+
+    /// Brings runner records in line with what providers report: booted
+    /// instances make their runners idle, vanished ones fail (or crash, if
+    /// busy). Each provider's latest list is used once; a provider whose
+    /// list is still running is observed in a later round.
+    async fn observe(
+        self: &Arc<Self>,
+        now: Timestamp,
+        report: &mut Report,
+    ) -> Result<(), StoreError> {
+        self.refresh_lists(now).await?;
+        let mut lists: BTreeMap<String, Listed> = self
+            .listing
+            .lock()
+            .map(|mut listing| {
+                listing
+                    .iter_mut()
+                    .filter_map(|(name, entry)| Some((name.clone(), entry.latest.take()?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        // One read of the live runners per round, after the lists were
+        // taken: a record is written before its instance is created, so
+        // every listed instance's record is in it. Each provider's part
+        // below touches only its own runners, so the snapshot stays true.
+        let runners = self.service.store.list_live_runners(None).await?;
+        let mut tasks = Vec::new();
+        for (name, provider) in &self.providers {
+            let Some(listed) = lists.remove(name) else {
+                continue;
+            };
+            let instances = match listed.outcome {
                 Ok(instances) => instances,
                 Err(error) => {
-                    self.provider_error(name, "list", &error.to_string());
+                    self.provider_error(name, "list", &error);
                     continue;
                 }
             };
-            let by_id: BTreeMap<&InstanceId, InstanceState> =
-                instances.iter().map(|i| (&i.id, i.state)).collect();
-            self.delete_orphans(name, provider.as_ref(), &instances, &runners, report)
-                .await;
-            let registers = provider.runners_register();
-            for runner in runners
-                .iter()
-                .filter(|r| &r.provider == name && !r.state.is_terminal())
-            {
-                let instance_id = match &runner.instance_id {
-                    Some(id) => InstanceId(id.clone()),
-                    None => {
-                        // Its create never returned (runway stopped in
-                        // between): the instance, if any, carries its name.
-                        let Some(found) = instances.iter().find(|i| i.name == runner.name) else {
-                            continue; // boot_timeout covers a create that never happened.
-                        };
-                        let started = RunnerEvent::ProvisioningStarted {
-                            instance_id: found.id.0.clone(),
-                        };
-                        if store
-                            .apply_runner_event(runner.id, &started, now)
-                            .await
-                            .is_err()
-                        {
-                            continue;
-                        }
-                        found.id.clone()
+            let judged: Vec<runway_core::Runner> = {
+                let in_flight = self.in_flight.lock().map(|f| f.clone()).unwrap_or_default();
+                runners
+                    .iter()
+                    .filter(|r| &r.provider == name && !r.state.is_terminal())
+                    // Nothing is concluded about a runner a task is working
+                    // on, or one requested after the list began.
+                    .filter(|r| !in_flight.contains(&r.id) && r.requested_at < listed.started_at)
+                    .cloned()
+                    .collect()
+            };
+            tasks.extend(self.orphans(name, provider, &instances, &runners));
+            self.observe_provider(name, provider, &instances, &judged, now, report, &mut tasks)
+                .await?;
+        }
+        report.merge(self.collect(tasks).await?);
+        Ok(())
+    }
+
+    /// Observes `runners` of provider `name` against its `instances`;
+    /// provider calls it needs go to `tasks`.
+    #[allow(clippy::too_many_arguments)]
+    async fn observe_provider(
+        self: &Arc<Self>,
+        name: &str,
+        provider: &Arc<dyn Provider>,
+        instances: &[runway_providers::Instance],
+        runners: &[runway_core::Runner],
+        now: Timestamp,
+        report: &mut Report,
+        tasks: &mut Vec<Task>,
+    ) -> Result<(), StoreError> {
+        let store = &self.service.store;
+        let by_id: BTreeMap<&InstanceId, InstanceState> =
+            instances.iter().map(|i| (&i.id, i.state)).collect();
+        let registers = provider.runners_register();
+        for runner in runners {
+            let instance_id = match &runner.instance_id {
+                Some(id) => InstanceId(id.clone()),
+                None => {
+                    // Its create never returned (runway stopped in
+                    // between): the instance, if any, carries its name.
+                    let Some(found) = instances.iter().find(|i| i.name == runner.name) else {
+                        continue; // boot_timeout covers a create that never happened.
+                    };
+                    let started = RunnerEvent::ProvisioningStarted {
+                        instance_id: found.id.0.clone(),
+                    };
+                    if store
+                        .apply_runner_event(runner.id, &started, now)
+                        .await
+                        .is_err()
+                    {
+                        continue;
                     }
-                };
-                let github = self.github_pool(&runner.pool);
-                if let (Some(github), RunnerState::Busy, None) = (github, runner.state, runner.job)
-                {
-                    self.settle_unknown_job(github, runner, now).await?;
-                    continue;
+                    found.id.clone()
                 }
-                if runner.state == RunnerState::Terminating && by_id.contains_key(&instance_id) {
-                    // Terminated outside a scale-down (an ephemeral runner
-                    // after its job): deregister, then delete its instance.
-                    if let Some(github) = github {
-                        if !self.release(github, runner, now, report).await? {
-                            continue;
+            };
+            let github = self.github_pool(&runner.pool);
+            if let (Some(github), RunnerState::Busy, None) = (github, runner.state, runner.job) {
+                self.settle_unknown_job(github, runner, now).await?;
+                continue;
+            }
+            if runner.state == RunnerState::Terminating && by_id.contains_key(&instance_id) {
+                // Terminated outside a scale-down (an ephemeral runner
+                // after its job): deregister, then delete its instance.
+                let (this, runner, provider, name) = (
+                    self.clone(),
+                    runner.clone(),
+                    provider.clone(),
+                    name.to_owned(),
+                );
+                tasks.extend(self.spawn(Some(runner.id), async move {
+                    let mut report = Report::default();
+                    if let Some(github) = this.github_pool(&runner.pool) {
+                        if !this.release(github, &runner, now, &mut report).await? {
+                            return Ok(report);
                         }
                     }
-                    match provider.delete(&instance_id).await {
+                    let deleted = {
+                        let _permit = this.permit(&name).await;
+                        provider.delete(&instance_id).await
+                    };
+                    match deleted {
                         Ok(()) => {
-                            if store
+                            if this
+                                .service
+                                .store
                                 .apply_runner_event(runner.id, &RunnerEvent::Terminated, now)
                                 .await
                                 .is_ok()
@@ -210,72 +468,85 @@ impl Reconciler {
                                 report.deleted += 1;
                             }
                         }
-                        Err(error) => self.provider_error(name, "delete", &error.to_string()),
+                        Err(error) => this.provider_error(&name, "delete", &error.to_string()),
                     }
-                    continue;
-                }
-                let observed = match by_id.get(&instance_id) {
-                    None => Observed::Absent,
-                    Some(InstanceState::Pending) => Observed::Pending,
-                    Some(InstanceState::Running) => Observed::Running,
-                    Some(InstanceState::Stopped) => Observed::Stopped,
-                    Some(InstanceState::Failed) => Observed::Failed,
-                    Some(InstanceState::Unknown) => Observed::Unknown,
-                };
-                if wants_start(runner, observed) {
-                    // Stopped, not gone (GARM's `stopped`): started again.
-                    match provider.start(&instance_id).await {
-                        Ok(()) => {
-                            tracing::info!(runner = %runner.name, instance = %instance_id, "started a stopped instance again")
-                        }
-                        Err(error) => self.provider_error(name, "start", &error.to_string()),
+                    Ok(report)
+                }));
+                continue;
+            }
+            let observed = match by_id.get(&instance_id) {
+                None => Observed::Absent,
+                Some(InstanceState::Pending) => Observed::Pending,
+                Some(InstanceState::Running) => Observed::Running,
+                Some(InstanceState::Stopped) => Observed::Stopped,
+                Some(InstanceState::Failed) => Observed::Failed,
+                Some(InstanceState::Unknown) => Observed::Unknown,
+            };
+            if wants_start(runner, observed) {
+                // Stopped, not gone (GARM's `stopped`): started again.
+                let (this, provider, name, runner_name) = (
+                    self.clone(),
+                    provider.clone(),
+                    name.to_owned(),
+                    runner.name.clone(),
+                );
+                tasks.extend(self.spawn(Some(runner.id), async move {
+                    let started = {
+                        let _permit = this.permit(&name).await;
+                        provider.start(&instance_id).await
+                    };
+                    match started {
+                        Ok(()) => tracing::info!(runner = %runner_name, instance = %instance_id, "started a stopped instance again"),
+                        Err(error) => this.provider_error(&name, "start", &error.to_string()),
                     }
-                    continue;
+                    Ok(Report::default())
+                }));
+                continue;
+            }
+            // A runner that registers itself is ready when it says so,
+            // not when its machine is up. A GitHub pool's runners
+            // register with GitHub, not with runway.
+            let readiness = if registers && github.is_none() {
+                Readiness::RunnerRegisters
+            } else {
+                Readiness::MachineRunning
+            };
+            let Some(event) = observe(runner, &instance_id.0, observed, readiness) else {
+                continue;
+            };
+            let ready = event == RunnerEvent::Ready;
+            if store
+                .apply_runner_event(runner.id, &event, now)
+                .await
+                .is_err()
+            {
+                continue;
+            }
+            if matches!(event, RunnerEvent::Crashed { .. }) {
+                *report.crashed.entry(runner.pool.clone()).or_default() += 1;
+            }
+            if let (Some(github), false) = (github, ready) {
+                // Its machine is gone: so must its registration be.
+                if let Err(error) = self.deregister(github, runner).await? {
+                    tracing::debug!(runner = %runner.name, %error, "registration of a vanished runner left to GitHub");
                 }
-                // A runner that registers itself is ready when it says so,
-                // not when its machine is up. A GitHub pool's runners
-                // register with GitHub, not with runway.
-                let readiness = if registers && github.is_none() {
-                    Readiness::RunnerRegisters
-                } else {
-                    Readiness::MachineRunning
-                };
-                let event = observe(runner, &instance_id.0, observed, readiness);
-                if let Some(event) = event {
-                    let ready = event == RunnerEvent::Ready;
-                    if store
-                        .apply_runner_event(runner.id, &event, now)
-                        .await
-                        .is_ok()
-                    {
-                        if matches!(event, RunnerEvent::Crashed { .. }) {
-                            *report.crashed.entry(runner.pool.clone()).or_default() += 1;
-                        }
-                        if let (Some(github), false) = (github, ready) {
-                            // Its machine is gone: so must its registration be.
-                            if let Err(error) = self.deregister(github, runner).await? {
-                                tracing::debug!(runner = %runner.name, %error, "registration of a vanished runner left to GitHub");
-                            }
-                        }
-                        if ready {
-                            let installed = now.since(runner.requested_at);
-                            self.service
-                                .metrics
-                                .runner_installed(&runner.pool, installed);
-                            self.service.events.emit(
-                                "runner_installed",
-                                serde_json::json!({
-                                    "flavor": runner.pool,
-                                    "duration": installed.as_secs_f64().round() as u64,
-                                }),
-                                now,
-                            );
-                            report.marked_ready += 1;
-                        } else {
-                            report.marked_lost += 1;
-                        }
-                    }
-                }
+            }
+            if ready {
+                let installed = now.since(runner.requested_at);
+                self.service
+                    .metrics
+                    .runner_installed(&runner.pool, installed);
+                self.service.events.emit(
+                    "runner_installed",
+                    serde_json::json!({
+                        "flavor": runner.pool,
+                        "duration": installed.as_secs_f64().round() as u64,
+                    }),
+                    now,
+                );
+                report.marked_ready += 1;
+            } else {
+                report.marked_lost += 1;
             }
         }
         Ok(())
@@ -458,32 +729,47 @@ impl Reconciler {
     /// Deletes the instances of this installation that no live runner
     /// record accounts for: left behind by a runway that stopped between
     /// a create and its record, or whose runner ended while runway was down.
-    async fn delete_orphans(
-        &self,
+    fn orphans(
+        self: &Arc<Self>,
         name: &str,
-        provider: &dyn Provider,
+        provider: &Arc<dyn Provider>,
         instances: &[runway_providers::Instance],
         runners: &[runway_core::Runner],
-        report: &mut Report,
-    ) {
+    ) -> Vec<Task> {
         let live: std::collections::BTreeSet<&str> = runners
             .iter()
             .filter(|r| r.provider == name && !r.state.is_terminal())
             .flat_map(|r| [Some(r.name.as_str()), r.instance_id.as_deref()])
             .flatten()
             .collect();
-        for orphan in instances
+        let orphans: Vec<runway_providers::Instance> = instances
             .iter()
             .filter(|i| !live.contains(i.name.as_str()) && !live.contains(i.id.0.as_str()))
-        {
-            match provider.delete(&orphan.id).await {
-                Ok(()) => {
-                    tracing::info!(provider = name, instance = %orphan.id, name = %orphan.name, "deleted an instance no runner record accounts for");
-                    report.orphans_deleted += 1;
-                }
-                Err(error) => self.provider_error(name, "delete", &error.to_string()),
-            }
+            .cloned()
+            .collect();
+        if orphans.is_empty() {
+            return Vec::new();
         }
+        let (this, provider, name) = (self.clone(), provider.clone(), name.to_owned());
+        self.spawn(None, async move {
+            let mut report = Report::default();
+            for orphan in orphans {
+                let deleted = {
+                    let _permit = this.permit(&name).await;
+                    provider.delete(&orphan.id).await
+                };
+                match deleted {
+                    Ok(()) => {
+                        tracing::info!(provider = %name, instance = %orphan.id, name = %orphan.name, "deleted an instance no runner record accounts for");
+                        report.orphans_deleted += 1;
+                    }
+                    Err(error) => this.provider_error(&name, "delete", &error.to_string()),
+                }
+            }
+            Ok(report)
+        })
+        .into_iter()
+        .collect()
     }
 
     /// How many idle runners `pool` keeps warm: `min_idle`, or with the
@@ -551,170 +837,202 @@ impl Reconciler {
         Ok(Snapshot { pools, backoffs })
     }
 
-    async fn apply(
-        &self,
-        action: &Action,
-        now: Timestamp,
-        report: &mut Report,
-    ) -> Result<(), StoreError> {
-        let store = &self.service.store;
-        let metrics = &self.service.metrics;
+    /// Runs `action` as a task of its own: a create batch, or the deletion
+    /// of a runner no other task is working on.
+    fn dispatch(self: &Arc<Self>, action: Action, now: Timestamp) -> Option<Task> {
+        let this = self.clone();
         match action {
             Action::Create {
                 pool,
                 provider,
                 count,
-            } => {
-                let Some(backend) = self.providers.get(provider) else {
-                    return Ok(());
-                };
-                let Some(pool_config) = self.service.config.pools.iter().find(|p| &p.name == pool)
-                else {
-                    return Ok(());
-                };
-                if pool_config.github.is_some() && self.jit_backing_off(pool, now) {
-                    return Ok(()); // GitHub refused lately; asked again later.
-                }
-                let labels = pool_config.labels.clone();
-                let launch_config =
-                    match crate::app::worker_configs::launch_config(&self.service, pool, provider)
-                        .await
-                    {
-                        Ok(values) => values,
-                        Err(message) => {
-                            // No runner could boot as configured: back off like a failed create.
-                            self.provider_error(provider, "launch_config", &message);
-                            self.provider_failed(provider, &message, now);
-                            return Ok(());
-                        }
-                    };
-                let (mut succeeded, mut last_error) = (0u32, None);
-                for _ in 0..*count {
-                    let suffix: u32 = rand::thread_rng().gen();
-                    let name = format!("{pool}-{:08x}", suffix);
-                    let runner = store
-                        .create_runner(
-                            &NewRunner {
-                                name: name.clone(),
-                                pool: pool.clone(),
-                                provider: provider.clone(),
-                                labels: labels.clone(),
-                            },
-                            now,
-                        )
-                        .await?;
-                    let mut bootstrap = BTreeMap::from([
-                        ("RUNWAY_URL".to_owned(), self.runner_url()),
-                        ("RUNWAY_RUNNER_NAME".to_owned(), name.clone()),
-                        ("RUNWAY_RUNNER_LABELS".to_owned(), labels.join(",")),
-                        ("RUNWAY_POOL".to_owned(), pool.clone()),
-                    ]);
-                    if let Some(github) = &pool_config.github {
-                        match self.jit_config(github, &runner, &labels, now).await? {
-                            Some(encoded) => {
-                                bootstrap.insert("RUNWAY_JIT_CONFIG".to_owned(), encoded);
-                            }
-                            None => {
-                                report.create_failures += 1;
-                                break; // GitHub said no; the next round asks again.
-                            }
-                        }
-                    }
-                    if backend.runners_register() && pool_config.github.is_none() {
-                        // One-time, bound to this record, valid while it may boot.
-                        let token = crate::app::tokens::new_token("rwr_");
-                        store
-                            .create_registration_token(
-                                &crate::app::tokens::token_hash(&token),
-                                pool,
-                                Some(runner.id),
-                                now.plus(pool_config.boot_timeout),
-                                now,
-                            )
-                            .await?;
-                        bootstrap.insert("RUNWAY_REGISTRATION_TOKEN".to_owned(), token);
-                    }
-                    let request = CreateRequest {
-                        name,
-                        pool: pool.clone(),
-                        labels: labels.clone(),
-                        bootstrap,
-                        launch_config: launch_config.clone(),
-                    };
-                    match backend.create(&request).await {
-                        Ok(instance) => {
-                            store
-                                .apply_runner_event(
-                                    runner.id,
-                                    &RunnerEvent::ProvisioningStarted {
-                                        instance_id: instance.id.0.clone(),
-                                    },
-                                    now,
-                                )
-                                .await?;
-                            metrics
-                                .runners_created
-                                .get_or_create(&crate::telemetry::metrics::PoolProviderLabels {
-                                    pool: pool.clone(),
-                                    provider: provider.clone(),
-                                })
-                                .inc();
-                            succeeded += 1;
-                            report.created += 1;
-                            self.learn(provider, true);
-                        }
-                        Err(error) => {
-                            store
-                                .apply_runner_event(
-                                    runner.id,
-                                    &RunnerEvent::Failed {
-                                        reason: error.to_string(),
-                                    },
-                                    now,
-                                )
-                                .await?;
-                            // Its registration would never come online.
-                            if let Some(github) = &pool_config.github {
-                                if let Err(error) = self.deregister(github, &runner).await? {
-                                    tracing::warn!(runner = %runner.name, %error, "cannot deregister a runner whose machine never started");
-                                }
-                            }
-                            self.provider_error(provider, "create", &error.to_string());
-                            report.create_failures += 1;
-                            self.learn(provider, false);
-                            let permanent = !error.is_retryable();
-                            last_error = Some(error.to_string());
-                            if permanent {
-                                break; // The rest would fail the same way.
-                            }
-                        }
-                    }
-                }
-                // A provider that delivers some of what was asked is merely
-                // unreliable (the next round asks again for the rest); one
-                // that delivers nothing is backed off, so the next offer wins.
-                match (succeeded, last_error) {
-                    (0, Some(error)) => self.provider_failed(provider, &error, now),
-                    (_, _) if succeeded > 0 => self.provider_succeeded(provider),
-                    _ => {}
-                }
-            }
-            Action::Delete { pool, runner } => {
-                self.delete(pool, *runner, None, now, report).await?
-            }
+            } => self.spawn(None, async move {
+                this.create_batch(pool, provider, count, now).await
+            }),
+            Action::Delete { pool, runner } => self.spawn(Some(runner), async move {
+                this.delete(pool, runner, None, now).await
+            }),
             Action::FailAndDelete {
                 pool,
                 runner,
                 reason,
-            } => {
-                self.delete(pool, *runner, Some(reason.clone()), now, report)
-                    .await?
-            }
+            } => self.spawn(Some(runner), async move {
+                this.delete(pool, runner, Some(reason), now).await
+            }),
         }
-        Ok(())
     }
 
+    /// Creates `count` runners of `pool` through `provider`.
+    async fn create_batch(
+        self: Arc<Self>,
+        pool: String,
+        provider: String,
+        count: u32,
+        now: Timestamp,
+    ) -> Result<Report, StoreError> {
+        let began = Instant::now();
+        let mut report = Report::default();
+        let (pool, provider, count) = (&pool, &provider, &count);
+        let store = &self.service.store;
+        let metrics = &self.service.metrics;
+
+        let Some(backend) = self.providers.get(provider) else {
+            return Ok(report);
+        };
+        let Some(pool_config) = self.service.config.pools.iter().find(|p| &p.name == pool) else {
+            return Ok(report);
+        };
+        if pool_config.github.is_some() && self.jit_backing_off(pool, now) {
+            return Ok(report); // GitHub refused lately; asked again later.
+        }
+        let labels = pool_config.labels.clone();
+        let launch_config =
+            match crate::app::worker_configs::launch_config(&self.service, pool, provider).await {
+                Ok(values) => values,
+                Err(message) => {
+                    // No runner could boot as configured: back off like a failed create.
+                    self.provider_error(provider, "launch_config", &message);
+                    self.provider_failed(provider, &message, now);
+                    return Ok(report);
+                }
+            };
+        let (mut succeeded, mut last_error) = (0u32, None);
+        for _ in 0..*count {
+            let suffix: u32 = rand::thread_rng().gen();
+            let name = format!("{pool}-{:08x}", suffix);
+            let runner = store
+                .create_runner(
+                    &NewRunner {
+                        name: name.clone(),
+                        pool: pool.clone(),
+                        provider: provider.clone(),
+                        labels: labels.clone(),
+                    },
+                    now,
+                )
+                .await?;
+            // Nothing else concludes about it while it is created.
+            let _working = self.working_on(runner.id);
+            let mut bootstrap = BTreeMap::from([
+                ("RUNWAY_URL".to_owned(), self.runner_url()),
+                ("RUNWAY_RUNNER_NAME".to_owned(), name.clone()),
+                ("RUNWAY_RUNNER_LABELS".to_owned(), labels.join(",")),
+                ("RUNWAY_POOL".to_owned(), pool.clone()),
+            ]);
+            if let Some(github) = &pool_config.github {
+                match self.jit_config(github, &runner, &labels, now).await? {
+                    Some(encoded) => {
+                        bootstrap.insert("RUNWAY_JIT_CONFIG".to_owned(), encoded);
+                    }
+                    None => {
+                        report.create_failures += 1;
+                        break; // GitHub said no; the next round asks again.
+                    }
+                }
+            }
+            if backend.runners_register() && pool_config.github.is_none() {
+                // One-time, bound to this record, valid while it may boot.
+                let token = crate::app::tokens::new_token("rwr_");
+                store
+                    .create_registration_token(
+                        &crate::app::tokens::token_hash(&token),
+                        pool,
+                        Some(runner.id),
+                        now.plus(pool_config.boot_timeout),
+                        now,
+                    )
+                    .await?;
+                bootstrap.insert("RUNWAY_REGISTRATION_TOKEN".to_owned(), token);
+            }
+            let request = CreateRequest {
+                name,
+                pool: pool.clone(),
+                labels: labels.clone(),
+                bootstrap,
+                launch_config: launch_config.clone(),
+            };
+            let created = {
+                let _permit = self.permit(provider).await;
+                backend.create(&request).await
+            };
+            match created {
+                Ok(instance) => {
+                    store
+                        .apply_runner_event(
+                            runner.id,
+                            &RunnerEvent::ProvisioningStarted {
+                                instance_id: instance.id.0.clone(),
+                            },
+                            now,
+                        )
+                        .await?;
+                    metrics
+                        .runners_created
+                        .get_or_create(&crate::telemetry::metrics::PoolProviderLabels {
+                            pool: pool.clone(),
+                            provider: provider.clone(),
+                        })
+                        .inc();
+                    succeeded += 1;
+                    report.created += 1;
+                    self.learn(provider, true);
+                }
+                Err(error) => {
+                    store
+                        .apply_runner_event(
+                            runner.id,
+                            &RunnerEvent::Failed {
+                                reason: error.to_string(),
+                            },
+                            now,
+                        )
+                        .await?;
+                    // Its registration would never come online.
+                    if let Some(github) = &pool_config.github {
+                        if let Err(error) = self.deregister(github, &runner).await? {
+                            tracing::warn!(runner = %runner.name, %error, "cannot deregister a runner whose machine never started");
+                        }
+                    }
+                    self.provider_error(provider, "create", &error.to_string());
+                    report.create_failures += 1;
+                    self.learn(provider, false);
+                    let permanent = !error.is_retryable();
+                    last_error = Some(error.to_string());
+                    if permanent {
+                        break; // The rest would fail the same way.
+                    }
+                }
+            }
+        }
+        // A provider that delivers some of what was asked is merely
+        // unreliable (the next round asks again for the rest); one
+        // that delivers nothing is backed off, so the next offer wins.
+        // Backed off from when the calls ended, not from the round:
+        // time spent hanging must not use up the backoff.
+        match (succeeded, last_error) {
+            (0, Some(error)) => self.provider_failed(provider, &error, now.plus(began.elapsed())),
+            (_, _) if succeeded > 0 => self.provider_succeeded(provider),
+            _ => {}
+        }
+        Ok(report)
+    }
+
+    /// Deletes runner `runner_id` of `pool` (failing it first with
+    /// `failure`, if given).
     async fn delete(
+        self: Arc<Self>,
+        pool: String,
+        runner_id: RunnerId,
+        failure: Option<String>,
+        now: Timestamp,
+    ) -> Result<Report, StoreError> {
+        let mut report = Report::default();
+        self.delete_runner(&pool, runner_id, failure, now, &mut report)
+            .await?;
+        Ok(report)
+    }
+
+    async fn delete_runner(
         &self,
         pool: &str,
         runner_id: RunnerId,
@@ -795,7 +1113,11 @@ impl Reconciler {
         ) else {
             return Ok(());
         };
-        match provider.delete(&InstanceId(instance)).await {
+        let deleted = {
+            let _permit = self.permit(&runner.provider).await;
+            provider.delete(&InstanceId(instance)).await
+        };
+        match deleted {
             Ok(()) => {
                 if runner.state == RunnerState::Terminating {
                     store
@@ -922,7 +1244,7 @@ pub async fn run(
     interval: Duration,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let service = reconciler.service.clone();
+    let service = reconciler.inner.service.clone();
     let worker = crate::tasks::Worker {
         name: "reconcile",
         period: interval,
@@ -939,7 +1261,7 @@ pub async fn run(
                     .reconcile_once(crate::clock::now())
                     .await
                     .map(|_| ())
-                    .inspect_err(|_| reconciler.service.metrics.store_error("reconcile"))
+                    .inspect_err(|_| reconciler.inner.service.metrics.store_error("reconcile"))
             }
         })
         .await
