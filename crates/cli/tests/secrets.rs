@@ -11,9 +11,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use common::{client, runway, spawn_serve, wait_until, Process, RunnerProcesses};
+use common::{client, contrib_provider, runway, spawn_serve, wait_until, Process, RunnerProcesses};
 use serde_json::{json, Value};
 
 const ADMIN_SECRET: &str = "admin-secret-4f1c9a7e2b";
@@ -33,13 +33,6 @@ struct Setup {
     _runners: RunnerProcesses,
     _garm_runners: RunnerProcesses,
     dir: tempfile::TempDir,
-}
-
-fn contrib_provider() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../contrib/garm-provider-local/garm-provider-local")
-        .canonicalize()
-        .expect("contrib/garm-provider-local")
 }
 
 /// `runway serve` with its secrets in its environment and config.

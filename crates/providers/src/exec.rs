@@ -231,6 +231,38 @@ fn instance_state(status: &str) -> InstanceState {
     }
 }
 
+/// Launch-configuration keys that become bootstrap fields, not extra specs.
+const BOOTSTRAP_KEYS: [&str; 9] = [
+    "os_type",
+    "arch",
+    "flavor",
+    "image",
+    "ssh_keys",
+    "user_data_options",
+    "proxy_config",
+    "ca_cert_bundle",
+    "github_runner_group",
+];
+
+/// A pool's GARM extra specs from its launch configuration: its
+/// `extra_specs` object when it has one, else the launch configuration
+/// without the keys that become bootstrap fields (providers such as
+/// garm-provider-lxd refuse extra specs they do not know).
+pub fn extra_specs(launch: &Value) -> Value {
+    if let Some(specs) = launch.get("extra_specs").filter(|v| v.is_object()) {
+        return specs.clone();
+    }
+    match launch {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(key, _)| !BOOTSTRAP_KEYS.contains(&key.as_str()))
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect(),
+        ),
+        _ => json!({}),
+    }
+}
+
 /// A `provider_fault` as text: Go encodes bytes as base64 in JSON.
 fn fault_text(value: &Value) -> Option<String> {
     let raw = value.get("provider_fault").and_then(Value::as_str)?;
@@ -491,15 +523,47 @@ impl ExecProvider {
             .and_then(Value::as_str)
             .map(|pem| base64::engine::general_purpose::STANDARD.encode(pem));
         let object = |key: &str| launch.get(key).filter(|v| v.is_object()).cloned();
+        // The instance API, when runway serves it: as GARM does, the pool's
+        // extra specs carry a runner_install_template (base64, as Go
+        // encodes bytes) that fetches the install script, unless the
+        // launch configuration brings its own.
+        let mut extra_specs = extra_specs(launch);
+        let (metadata_url, callback_url, instance_token, tools, repo_url) = match &request
+            .instance_api
+        {
+            Some(api) => {
+                if let Some(specs) = extra_specs.as_object_mut() {
+                    specs.entry("runner_install_template").or_insert_with(|| {
+                        Value::String(
+                            base64::engine::general_purpose::STANDARD.encode(&api.install_wrapper),
+                        )
+                    });
+                }
+                (
+                    api.metadata_url.clone(),
+                    api.callback_url.clone(),
+                    api.token.clone(),
+                    api.tools.clone(),
+                    api.repo_url.clone(),
+                )
+            }
+            None => (
+                env("RUNWAY_URL"),
+                env("RUNWAY_URL"),
+                env("RUNWAY_REGISTRATION_TOKEN"),
+                Vec::new(),
+                String::new(),
+            ),
+        };
         json!({
             "name": request.name,
-            "tools": [],
-            "repo_url": "",
-            "callback-url": env("RUNWAY_URL"),
-            "metadata-url": env("RUNWAY_URL"),
-            "instance-token": env("RUNWAY_REGISTRATION_TOKEN"),
+            "tools": tools,
+            "repo_url": repo_url,
+            "callback-url": callback_url,
+            "metadata-url": metadata_url,
+            "instance-token": instance_token,
             "ssh-keys": launch.get("ssh_keys").filter(|v| v.is_array()).cloned().unwrap_or(json!([])),
-            "extra_specs": launch,
+            "extra_specs": extra_specs,
             "ca-cert-bundle": ca_bundle,
             "github-runner-group": text("github_runner_group", ""),
             "os_type": text("os_type", "linux"),
@@ -639,6 +703,10 @@ impl Provider for ExecProvider {
         true
     }
 
+    fn uses_instance_api(&self) -> bool {
+        true
+    }
+
     async fn create(&self, request: &CreateRequest) -> Result<Instance, ProviderError> {
         let _one_at_a_time = self.creating.lock().await;
         let known = self
@@ -659,7 +727,7 @@ impl Provider for ExecProvider {
             });
         }
         if let Ok(mut specs) = self.extra_specs.lock() {
-            specs.insert(request.pool.clone(), request.launch_config.clone());
+            specs.insert(request.pool.clone(), extra_specs(&request.launch_config));
         }
         let scope = self.pool_scope(&request.pool);
         let input = self.bootstrap(request).to_string();

@@ -32,8 +32,36 @@ impl fmt::Display for InstanceId {
     }
 }
 
+/// How a machine booted by a GARM provider reaches runway's instance API
+/// (GARM's `metadata-url`, `callback-url`, `instance-token`, `tools`).
+#[derive(Clone, PartialEq)]
+pub struct InstanceApi {
+    pub metadata_url: String,
+    pub callback_url: String,
+    /// The machine's bearer token. Secret: never logged.
+    pub token: String,
+    /// What the machine downloads (GARM's `RunnerApplicationDownload`s).
+    pub tools: Vec<serde_json::Value>,
+    /// The script put into `extra_specs.runner_install_template`: it
+    /// fetches the real install script with the token.
+    pub install_wrapper: String,
+    /// GARM's `repo_url`: the GitHub organisation or repository a GitHub
+    /// pool's runner serves (empty otherwise).
+    pub repo_url: String,
+}
+
+impl fmt::Debug for InstanceApi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InstanceApi")
+            .field("metadata_url", &self.metadata_url)
+            .field("callback_url", &self.callback_url)
+            .field("token", &"<redacted>")
+            .finish_non_exhaustive()
+    }
+}
+
 /// What a new runner needs.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct CreateRequest {
     /// Deterministic and unique: a retried create finds the first attempt.
     pub name: String,
@@ -44,6 +72,8 @@ pub struct CreateRequest {
     pub bootstrap: BTreeMap<String, String>,
     /// The launch configuration the pool's worker configuration evaluated to.
     pub launch_config: serde_json::Value,
+    /// For a provider whose machines call runway's GARM instance API.
+    pub instance_api: Option<InstanceApi>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +140,12 @@ pub trait Provider: Send + Sync {
 
     /// Offers for up to `capacity` new runners of `pool`.
     fn bid(&self, pool: &str, capacity: u32) -> Vec<Offer>;
+
+    /// Whether this provider's machines call runway's GARM instance API
+    /// (its creates then carry [`CreateRequest::instance_api`]).
+    fn uses_instance_api(&self) -> bool {
+        false
+    }
 
     /// Whether this provider's runners say themselves when they are ready
     /// (they register with a one-time token); then a running instance is

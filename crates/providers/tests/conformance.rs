@@ -28,6 +28,7 @@ fn request(name: &str) -> CreateRequest {
         labels: vec!["self-hosted".to_owned()],
         bootstrap: BTreeMap::from([("RUNWAY_URL".to_owned(), "http://127.0.0.1:8080".to_owned())]),
         launch_config: serde_json::json!({}),
+        instance_api: None,
     }
 }
 

@@ -527,6 +527,7 @@ async fn self_registering_runners_adopt_their_record_and_orphans_are_deleted() {
             labels: vec!["linux".into()],
             bootstrap: BTreeMap::new(),
             launch_config: serde_json::json!({}),
+            instance_api: None,
         })
         .await
         .unwrap();

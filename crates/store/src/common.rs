@@ -41,6 +41,9 @@ pub(crate) struct RunnerApiStatements {
     pub get_log: String,
     pub add_report: String,
     pub reports: String,
+    pub insert_instance_token: String,
+    pub instance_token: String,
+    pub take_instance_registration: String,
 }
 
 impl RunnerApiStatements {
@@ -83,6 +86,15 @@ impl RunnerApiStatements {
                 "INSERT INTO runner_reports (runner_id, phase, body, reported_at) VALUES ($1, $2, $3, $4)".into(),
             ),
             reports: sql("SELECT phase, body FROM runner_reports WHERE runner_id = $1 ORDER BY id".into()),
+            insert_instance_token: sql(
+                "INSERT INTO instance_tokens (token_hash, runner_id, expires_at, jit_files) VALUES ($1, $2, $3, $4)".into(),
+            ),
+            instance_token: sql(
+                "SELECT runner_id, expires_at, jit_files, token_fetched_at FROM instance_tokens WHERE token_hash = $1".into(),
+            ),
+            take_instance_registration: sql(
+                "UPDATE instance_tokens SET token_fetched_at = $2 WHERE token_hash = $1 AND token_fetched_at IS NULL".into(),
+            ),
         }
     }
 }
@@ -616,6 +628,46 @@ macro_rules! impl_store {
                 .fetch_all(self.reader())
                 .await?;
             Ok(rows)
+        }
+
+        async fn create_instance_token(
+            &self,
+            token_hash: &str,
+            runner: RunnerId,
+            expires_at: Timestamp,
+            jit_files: Option<&str>,
+        ) -> Result<(), StoreError> {
+            sqlx::query(&self.inner.statements.runner_api.insert_instance_token)
+                .bind(token_hash)
+                .bind(runner.0)
+                .bind(expires_at.as_millis())
+                .bind(jit_files)
+                .execute(self.writer())
+                .await?;
+            Ok(())
+        }
+
+        async fn find_instance_token(&self, token_hash: &str) -> Result<Option<crate::InstanceToken>, StoreError> {
+            let row: Option<(i64, i64, Option<String>, Option<i64>)> =
+                sqlx::query_as(&self.inner.statements.runner_api.instance_token)
+                    .bind(token_hash)
+                    .fetch_optional(self.writer())
+                    .await?;
+            Ok(row.map(|(runner, expires_at, jit_files, fetched)| crate::InstanceToken {
+                runner: RunnerId(runner),
+                expires_at: Timestamp::from_millis(expires_at),
+                jit_files,
+                token_fetched: fetched.is_some(),
+            }))
+        }
+
+        async fn take_instance_registration(&self, token_hash: &str, now: Timestamp) -> Result<bool, StoreError> {
+            let done = sqlx::query(&self.inner.statements.runner_api.take_instance_registration)
+                .bind(token_hash)
+                .bind(now.as_millis())
+                .execute(self.writer())
+                .await?;
+            Ok(done.rows_affected() == 1)
         }
 
         async fn list_worker_configs(&self) -> Result<Vec<StoredWorkerConfig>, StoreError> {

@@ -179,6 +179,18 @@ pub enum Expect {
     Version(i64),
 }
 
+/// A GARM instance token's record (only its hash is stored).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceToken {
+    pub runner: RunnerId,
+    pub expires_at: Timestamp,
+    /// The runner's JIT configuration files (JSON object of file name to
+    /// base64 contents), for a GitHub pool's runner.
+    pub jit_files: Option<String>,
+    /// Whether its one registration token was handed out.
+    pub token_fetched: bool,
+}
+
 /// How many jobs a pool has in one state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobCount {
@@ -443,6 +455,28 @@ pub trait Store: Send + Sync + 'static {
 
     /// A runner's reports, oldest first, as (phase, body).
     async fn runner_reports(&self, runner: RunnerId) -> Result<Vec<(String, String)>, StoreError>;
+
+    /// Records a GARM instance token (by its hash) for `runner`.
+    async fn create_instance_token(
+        &self,
+        token_hash: &str,
+        runner: RunnerId,
+        expires_at: Timestamp,
+        jit_files: Option<&str>,
+    ) -> Result<(), StoreError>;
+
+    async fn find_instance_token(
+        &self,
+        token_hash: &str,
+    ) -> Result<Option<InstanceToken>, StoreError>;
+
+    /// Marks the token's one registration token handed out: `false` when
+    /// it was already.
+    async fn take_instance_registration(
+        &self,
+        token_hash: &str,
+        now: Timestamp,
+    ) -> Result<bool, StoreError>;
 
     async fn list_worker_configs(&self) -> Result<Vec<StoredWorkerConfig>, StoreError>;
 

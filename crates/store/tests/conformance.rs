@@ -28,6 +28,7 @@ on_both_backends!(
     registration_tokens_are_single_use_and_expire,
     bound_registration_tokens_adopt_their_runner_record,
     the_controller_id_is_chosen_once,
+    instance_tokens_hand_out_one_registration,
     job_logs_are_replaced,
     settings_and_external_ids_are_replaced,
     once_keys_are_claimed_once_until_pruned,
@@ -468,6 +469,62 @@ mod cases {
                 .await
                 .unwrap(),
             "first"
+        );
+    }
+
+    pub async fn instance_tokens_hand_out_one_registration(store: Arc<dyn Store>) {
+        let runner = store
+            .create_runner(
+                &NewRunner {
+                    name: "garm-1".into(),
+                    pool: "linux".into(),
+                    provider: "lxd".into(),
+                    labels: vec![],
+                },
+                at(0),
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.find_instance_token("h-1").await.unwrap(), None);
+        store
+            .create_instance_token("h-1", runner.id, at(60), Some(r#"{".runner":"e30="}"#))
+            .await
+            .unwrap();
+        let found = store.find_instance_token("h-1").await.unwrap().unwrap();
+        assert_eq!(
+            (
+                found.runner,
+                found.expires_at,
+                found.jit_files.as_deref(),
+                found.token_fetched
+            ),
+            (runner.id, at(60), Some(r#"{".runner":"e30="}"#), false)
+        );
+        assert!(store
+            .take_instance_registration("h-1", at(1))
+            .await
+            .unwrap());
+        assert!(
+            !store
+                .take_instance_registration("h-1", at(2))
+                .await
+                .unwrap(),
+            "once"
+        );
+        assert!(
+            !store
+                .take_instance_registration("h-2", at(2))
+                .await
+                .unwrap(),
+            "unknown"
+        );
+        assert!(
+            store
+                .find_instance_token("h-1")
+                .await
+                .unwrap()
+                .unwrap()
+                .token_fetched
         );
     }
 

@@ -232,3 +232,11 @@ impl Drop for PgSchema {
         self.psql(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
     }
 }
+
+/// `contrib/garm-provider-local`, the GARM provider the exec tests drive.
+pub fn contrib_provider() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../contrib/garm-provider-local/garm-provider-local")
+        .canonicalize()
+        .expect("contrib/garm-provider-local")
+}

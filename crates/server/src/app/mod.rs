@@ -5,6 +5,7 @@
 pub mod background;
 pub mod error;
 pub mod explain;
+pub mod garm;
 pub mod intake;
 pub mod jobs;
 pub mod runners;

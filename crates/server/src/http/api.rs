@@ -26,6 +26,7 @@ pub fn router() -> Router<Arc<Service>> {
         .route("/api/v1/jobs/{id}", get(get_job))
         .route("/api/v1/pools", get(list_pools))
         .route("/api/v1/runners", get(list_runners))
+        .route("/api/v1/runners/{id}", get(get_runner))
         .route("/api/v1/tasks", get(list_tasks))
 }
 
@@ -340,6 +341,50 @@ async fn list_runners(
         .map_err(|e| store_error(&service, "list_runners", e))?;
     Ok(Json(RunnersDto {
         runners: runners.iter().map(RunnerDto::from).collect(),
+    }))
+}
+
+/// One runner with what it and its machine reported, oldest first: the
+/// runner's pre-/post-job metrics (`phase` `pre-job`, `post-job`) and a
+/// GARM machine's callbacks (`garm-status`, `garm-system-info`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct RunnerDetailDto {
+    #[serde(flatten)]
+    pub runner: RunnerDto,
+    pub reports: Vec<RunnerReportDto>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct RunnerReportDto {
+    pub phase: String,
+    pub body: serde_json::Value,
+}
+
+async fn get_runner(
+    _: Reader,
+    State(service): State<Arc<Service>>,
+    Path(id): Path<i64>,
+) -> Result<Json<RunnerDetailDto>, ApiError> {
+    let runner = service
+        .store
+        .get_runner(runway_core::RunnerId(id))
+        .await
+        .map_err(|e| store_error(&service, "get_runner", e))?
+        .ok_or_else(|| ApiError::not_found(format!("no runner {id}")))?;
+    let reports = service
+        .store
+        .runner_reports(runner.id)
+        .await
+        .map_err(|e| store_error(&service, "runner_reports", e))?
+        .into_iter()
+        .map(|(phase, body)| RunnerReportDto {
+            body: serde_json::from_str(&body).unwrap_or(serde_json::Value::String(body)),
+            phase,
+        })
+        .collect();
+    Ok(Json(RunnerDetailDto {
+        runner: RunnerDto::from(&runner),
+        reports,
     }))
 }
 

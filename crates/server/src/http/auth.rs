@@ -15,7 +15,7 @@ use crate::app::Service;
 use crate::config::Secret;
 use crate::http::error::ApiError;
 
-fn bearer(parts: &Parts) -> Result<&str, ApiError> {
+pub(crate) fn bearer(parts: &Parts) -> Result<&str, ApiError> {
     parts
         .headers
         .get(axum::http::header::AUTHORIZATION)

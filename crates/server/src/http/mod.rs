@@ -3,6 +3,7 @@
 pub mod api;
 pub mod auth;
 pub mod error;
+pub mod garm;
 pub mod runner_api;
 pub mod runner_reports;
 pub mod webhooks;
@@ -39,6 +40,7 @@ pub fn router(service: Arc<Service>) -> Router {
         .merge(crate::http::worker_configs::router())
         .merge(crate::http::runner_api::router())
         .merge(crate::http::runner_reports::router())
+        .merge(crate::http::garm::router())
         .with_state(service)
 }
 

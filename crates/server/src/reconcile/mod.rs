@@ -944,12 +944,54 @@ impl Inner {
                     .await?;
                 bootstrap.insert("RUNWAY_REGISTRATION_TOKEN".to_owned(), token);
             }
+            let instance_api = if backend.uses_instance_api() {
+                let base = self.runner_url();
+                let token = crate::app::garm::mint(
+                    &self.service,
+                    &runner,
+                    now.plus(pool_config.boot_timeout),
+                    bootstrap.get("RUNWAY_JIT_CONFIG").map(String::as_str),
+                )
+                .await?;
+                let metadata_url = format!("{base}{}", crate::app::garm::METADATA_PATH);
+                let callback_url = format!("{base}{}", crate::app::garm::CALLBACKS_PATH);
+                Some(runway_providers::InstanceApi {
+                    install_wrapper: crate::app::garm::install_wrapper(
+                        &metadata_url,
+                        &callback_url,
+                        &token,
+                    ),
+                    // A GitHub pool's machine installs GitHub's runner; its
+                    // downloads are not fetched yet (docs/providers.md).
+                    tools: if pool_config.github.is_some() {
+                        Vec::new()
+                    } else {
+                        crate::app::garm::runway_tools(&base)
+                    },
+                    metadata_url,
+                    callback_url,
+                    token,
+                    repo_url: pool_config
+                        .github
+                        .as_ref()
+                        .map(|github| {
+                            crate::app::garm::repo_url(
+                                &self.service.config.github.api_url,
+                                &github.target,
+                            )
+                        })
+                        .unwrap_or_default(),
+                })
+            } else {
+                None
+            };
             let request = CreateRequest {
                 name,
                 pool: pool.clone(),
                 labels: labels.clone(),
                 bootstrap,
                 launch_config: launch_config.clone(),
+                instance_api,
             };
             let created = {
                 let _permit = self.permit(provider).await;
