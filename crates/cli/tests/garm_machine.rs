@@ -8,6 +8,8 @@
 //! its status and system info, and starts `runway agent --once`, which runs
 //! the job. The instance token is useless after that.
 
+use std::path::Path;
+
 use serde_json::{json, Value};
 
 mod common;
@@ -23,9 +25,10 @@ struct Setup {
     dir: tempfile::TempDir,
 }
 
-fn start() -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
+/// Writes `runway.toml` (`extra` and one pool, `pool`, on the contrib
+/// provider booting machines from userdata) and the provider's config, and
+/// returns `runway serve` ready to start in `root`.
+fn configure(root: &Path, extra: &str, pool: &str) -> std::process::Command {
     std::fs::write(
         root.join("garm.conf"),
         format!(
@@ -46,7 +49,7 @@ poll_timeout = "2s"
 
 [scaling]
 interval = "200ms"
-
+{extra}
 [[providers]]
 name = "lxd-like"
 kind = "exec"
@@ -55,11 +58,10 @@ config_file = "{root}/garm.conf"
 max_instances = 1
 
 [[pools]]
-name = "garm"
-labels = ["garm"]
 max_runners = 1
 boot_timeout = "120s"
 providers = ["lxd-like"]
+{pool}
 "#,
             provider = contrib_provider().display(),
             root = root.display(),
@@ -70,8 +72,33 @@ providers = ["lxd-like"]
     command
         .args(["serve", "--config", "runway.toml"])
         .env("RUNWAY_DATABASE_URL", "sqlite://runway.db")
-        // The machine installs runway under $HOME/runway-agent.
+        // The machine installs under $HOME.
         .env("HOME", root);
+    command
+}
+
+/// The `garm-status` statuses a runner's machine reported, in order.
+fn statuses(base: &str, runner: &Value) -> Vec<String> {
+    let detail: Value = client()
+        .get(format!("{base}/api/v1/runners/{}", runner["id"]))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    detail["reports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["phase"] == "garm-status")
+        .filter_map(|r| r["body"]["status"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn start() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let command = configure(root, "", "name = \"garm\"\nlabels = [\"garm\"]");
     let (serve, base) = spawn_serve(command);
     Setup {
         _serve: serve,
@@ -160,19 +187,17 @@ fn a_machine_booted_from_garm_userdata_runs_a_runway_job() {
     );
 
     // What the machine reported is on the runner.
-    let detail = api(&setup, &format!("/api/v1/runners/{}", runner["id"]));
-    let reports = detail["reports"].as_array().expect("reports");
-    let statuses: Vec<&str> = reports
-        .iter()
-        .filter(|r| r["phase"] == "garm-status")
-        .filter_map(|r| r["body"]["status"].as_str())
-        .collect();
+    let reported = statuses(&setup.base, &runner);
     assert!(
-        statuses.contains(&"installing") && statuses.last() == Some(&"idle"),
-        "{detail}"
+        reported.iter().any(|s| s == "installing")
+            && reported.last().map(String::as_str) == Some("idle"),
+        "{reported:?}"
     );
+    let detail = api(&setup, &format!("/api/v1/runners/{}", runner["id"]));
     assert!(
-        reports.iter().any(|r| r["phase"] == "garm-system-info"),
+        detail["reports"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r["phase"] == "garm-system-info")),
         "{detail}"
     );
 
@@ -198,4 +223,93 @@ fn a_machine_booted_from_garm_userdata_runs_a_runway_job() {
         log.contains(&format!("ran on {}", runner["name"].as_str().unwrap())),
         "{log}"
     );
+}
+
+#[path = "../../server/tests/fake_github/mod.rs"]
+mod fake_github;
+
+/// The same for a GitHub pool against the fake GitHub: the machine
+/// downloads GitHub's runner from the `tools` GitHub lists, fetches its
+/// just-in-time configuration as GARM's three files, reports, and starts
+/// the runner (here a `run.sh` that records the files it was given).
+#[test]
+fn a_machine_booted_from_garm_userdata_starts_a_github_jit_runner() {
+    use fake_github::{Auth, FakeGithub, HOOK_SECRET, TOKEN};
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let fake = runtime.block_on(FakeGithub::start(4_000, Auth::Token));
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    // GitHub's runner release, as the fake serves it: a run.sh that
+    // records what it was started with.
+    let release = root.join("release");
+    std::fs::create_dir_all(&release).unwrap();
+    std::fs::write(
+        release.join("run.sh"),
+        "#!/bin/sh\ncat .runner .credentials .credentials_rsaparams > \"$HOME/runner-started.part\"\nmv \"$HOME/runner-started.part\" \"$HOME/runner-started\"\nexec sleep 300\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            release.join("run.sh"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+    }
+    let tarball = root.join("runner.tar.gz");
+    let status = std::process::Command::new("tar")
+        .arg("czf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&release)
+        .arg("run.sh")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    fake.lock().runner_tarball = Some(std::fs::read(&tarball).unwrap());
+
+    let _machines = RunnerProcesses(root.join("machines"));
+    let mut command = configure(
+        root,
+        &format!(
+            "[github]\napi_url = \"{}\"\ntoken = \"env:RUNWAY_TEST_GITHUB_TOKEN\"\nwebhook_secrets = [\"{HOOK_SECRET}\"]\n",
+            fake.url
+        ),
+        "name = \"gh\"\nlabels = [\"self-hosted\", \"linux\"]\n[pools.github]\norg = \"octo-org\"",
+    );
+    command.env("RUNWAY_TEST_GITHUB_TOKEN", TOKEN);
+    let (_serve, base) = spawn_serve(command);
+    fake.lock().webhook_url = Some(format!("{base}/webhooks/github"));
+    fake.queue_job(701, &["self-hosted", "linux"]);
+    assert_eq!(runtime.block_on(fake.deliver(701, "queued", false)), 202);
+
+    let started = root.join("runner-started");
+    wait_until("the machine to start GitHub's runner", 120, || {
+        started.exists()
+    });
+    let files = std::fs::read_to_string(&started).unwrap();
+    let runners = client()
+        .get(format!("{base}/api/v1/runners"))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap()
+        .json::<Value>()
+        .unwrap();
+    let runner = &runners["runners"][0];
+    let name = runner["name"].as_str().expect("a runner");
+    let github_id = fake.runner_id(name).expect("registered at GitHub");
+    assert_eq!(
+        files,
+        format!(
+            "{}credentials of {name}rsa parameters of {name}",
+            json!({"agentId": github_id, "agentName": name, "poolId": 1})
+        )
+    );
+    let reported = statuses(&base, runner);
+    assert_eq!(
+        reported.last().map(String::as_str),
+        Some("idle"),
+        "{reported:?}"
+    );
+    assert!(fake.lock().downloads_listed >= 1);
 }

@@ -30,7 +30,7 @@ async fn jit_configs_are_requested_as_the_schema_says_and_busy_runners_are_kept(
         .await
         .unwrap();
     assert_eq!(jit.runner_id, 23);
-    assert_eq!(jit.encoded, "jit-23-linux-0001");
+    assert_eq!(jit.encoded, fake_github::encoded_jit(23, "linux-0001"));
 
     // A runner that took a job: GitHub refuses, the caller keeps the instance.
     fake.queue_job(7, &["self-hosted"]);

@@ -217,7 +217,7 @@ async fn each_demand_gets_a_jit_runner_and_a_scale_down_racing_a_job_start_keeps
             .expect("registered at GitHub");
         assert_eq!(
             request.bootstrap.get("RUNWAY_JIT_CONFIG"),
-            Some(&format!("jit-{github_id}-{}", request.name))
+            Some(&fake_github::encoded_jit(github_id, &request.name))
         );
         assert_eq!(h.fake.lock().runners[&github_id].labels, LABELS);
     }

@@ -308,7 +308,13 @@ exec "$SCRIPT"
 }
 
 /// `install-script/`: what the machine runs to become a runner.
-pub fn install_script(service: &Service, instance: &Instance, bearer: &str) -> String {
+/// `github_tools` are a GitHub pool's runner downloads (unused otherwise).
+pub fn install_script(
+    service: &Service,
+    instance: &Instance,
+    bearer: &str,
+    github_tools: &[Value],
+) -> String {
     let base = service.config.server.public_url.clone().unwrap_or_default();
     let runner = &instance.runner;
     let header = format!(
@@ -343,7 +349,17 @@ curl -s --retry 5 --retry-connrefused -X POST -H "Authorization: Bearer $BEARER_
     if is_github(service, runner) {
         return header
             + r#"RUN_HOME="${RUNNER_HOME:-$HOME/actions-runner}"
-[ -x "$RUN_HOME/run.sh" ] || fail "no GitHub runner in $RUN_HOME (the provider installs it from tools)"
+if [ ! -x "$RUN_HOME/run.sh" ]; then
+"# + &pick_download(github_tools)
+            + r#"  status installing "downloading the GitHub runner"
+  mkdir -p "$RUN_HOME" || fail "cannot create $RUN_HOME"
+  AUTH=""
+  [ -z "$TEMP" ] || AUTH="Authorization: Bearer $TEMP"
+  curl -sfL --retry 5 --retry-connrefused ${AUTH:+-H "$AUTH"} -o "$RUN_HOME/$FILE" "$URL" \
+    || fail "failed to download the GitHub runner"
+  [ -z "$SHA" ] || echo "$SHA  $RUN_HOME/$FILE" | sha256sum -c --status || fail "the GitHub runner's checksum does not match"
+  tar xzf "$RUN_HOME/$FILE" -C "$RUN_HOME" || fail "failed to extract the GitHub runner"
+fi
 status installing "downloading JIT credentials"
 fetch credentials/runner "$RUN_HOME/.runner" || fail "failed to get the runner file"
 fetch credentials/credentials "$RUN_HOME/.credentials" || fail "failed to get the credentials file"
@@ -376,6 +392,63 @@ exec "$DIR/runway" agent --once
             labels = quoted(&runner.labels.join(",")),
             pool = quoted(&runner.pool),
         )
+}
+
+/// How long GitHub's runner downloads are reused before asked again.
+const DOWNLOADS_FRESH: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The `tools` of a GitHub pool's bootstrap: GitHub's runner downloads for
+/// `target`, fetched at most once an hour (within the request budget); the
+/// last ones known when GitHub cannot be asked, none before its first
+/// answer.
+pub async fn github_tools(service: &Service, target: &Target, now: Timestamp) -> Vec<Value> {
+    let key = format!("{target:?}");
+    let cached = service
+        .runner_downloads
+        .lock()
+        .ok()
+        .and_then(|d| d.get(&key).cloned());
+    if let Some((at, tools)) = &cached {
+        if now.since(*at) < DOWNLOADS_FRESH {
+            return tools.clone();
+        }
+    }
+    let Some(client) = &service.github else {
+        return Vec::new();
+    };
+    match client.runner_downloads(&service.metrics, target).await {
+        Ok(tools) => {
+            if let Ok(mut downloads) = service.runner_downloads.lock() {
+                downloads.insert(key, (now, tools.clone()));
+            }
+            tools
+        }
+        Err(error) => {
+            tracing::warn!(%error, "cannot list GitHub's runner downloads; the last known are used");
+            cached.map(|(_, tools)| tools).unwrap_or_default()
+        }
+    }
+}
+
+/// The shell lines that pick the Linux download of this machine's
+/// architecture among `tools` (setting URL, FILE, SHA and TEMP).
+fn pick_download(tools: &[Value]) -> String {
+    let mut cases = String::new();
+    for tool in tools.iter().filter(|t| t["os"] == "linux") {
+        let field = |key: &str| quoted(tool[key].as_str().unwrap_or_default());
+        cases.push_str(&format!(
+            "  {arch}) URL={url}; FILE={file}; SHA={sha}; TEMP={temp};;\n",
+            arch = quoted(tool["architecture"].as_str().unwrap_or_default()),
+            url = field("download_url"),
+            file = field("filename"),
+            sha = field("sha256_checksum"),
+            temp = field("temp_download_token"),
+        ));
+    }
+    format!(
+        "case \"$(uname -m)\" in x86_64|amd64) ARCH=x64;; aarch64|arm64) ARCH=arm64;; arm*) ARCH=arm;; *) ARCH=$(uname -m);; esac\n\
+         case \"$ARCH\" in\n{cases}  *) fail \"no GitHub runner download for linux/$ARCH\";;\nesac\n"
+    )
 }
 
 /// This binary's sha256 (hex) and its path, computed once.

@@ -51,6 +51,10 @@ pub struct Service {
     pub leading: std::sync::atomic::AtomicBool,
     /// The status of every background worker (`GET /api/v1/tasks`).
     pub tasks: crate::tasks::Tasks,
+    /// GitHub's runner downloads per target, and when they were fetched
+    /// (`garm::github_tools`).
+    pub runner_downloads:
+        std::sync::Mutex<std::collections::BTreeMap<String, (Timestamp, Vec<serde_json::Value>)>>,
 }
 
 /// Arrivals kept for a reconciler that has not drained them.
@@ -95,6 +99,7 @@ impl Service {
             config,
             leading: std::sync::atomic::AtomicBool::new(true),
             tasks: crate::tasks::Tasks::default(),
+            runner_downloads: std::sync::Mutex::new(std::collections::BTreeMap::new()),
         }
     }
 

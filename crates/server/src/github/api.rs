@@ -473,6 +473,58 @@ impl GithubClient {
         }
     }
 
+    /// `GET …/actions/runners/downloads`: the GitHub runner's downloads
+    /// (GARM's `tools`), each `{os, architecture, download_url, filename}`
+    /// and, when GitHub gives them, `temp_download_token`, `sha256_checksum`.
+    pub async fn runner_downloads(
+        &self,
+        metrics: &Metrics,
+        target: &Target,
+    ) -> Result<Vec<Value>, GithubError> {
+        const OPERATION: &str = "runner_downloads";
+        let (status, _, body) = self
+            .send(
+                metrics,
+                OPERATION,
+                Priority::JitConfig,
+                As::Installation,
+                reqwest::Method::GET,
+                &format!("{}/downloads", target.runners_path()),
+                None,
+            )
+            .await?;
+        if status != StatusCode::OK {
+            return Err(GithubClient::refused(OPERATION, status, &body));
+        }
+        const FIELDS: [&str; 6] = [
+            "os",
+            "architecture",
+            "download_url",
+            "filename",
+            "temp_download_token",
+            "sha256_checksum",
+        ];
+        let downloads = body
+            .as_array()
+            .ok_or_else(|| GithubError::Status {
+                operation: OPERATION,
+                status: status.as_u16(),
+                message: "the answer is not an array".into(),
+            })?
+            .iter()
+            .filter(|d| d["download_url"].is_string() && d["filename"].is_string())
+            .map(|d| {
+                Value::Object(
+                    FIELDS
+                        .iter()
+                        .filter_map(|f| Some((f.to_string(), d.get(*f)?.clone())))
+                        .collect(),
+                )
+            })
+            .collect();
+        Ok(downloads)
+    }
+
     /// `DELETE …/actions/runners/{id}`. GitHub answers 422 while the runner
     /// runs a job: then the instance must be kept.
     pub async fn delete_runner(

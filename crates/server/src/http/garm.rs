@@ -148,7 +148,23 @@ async fn runner_metadata(State(service): State<Arc<Service>>, auth: InstanceAuth
 }
 
 async fn install_script(State(service): State<Arc<Service>>, auth: InstanceAuth) -> Response {
-    text(garm::install_script(&service, &auth.instance, &auth.bearer))
+    let target = service
+        .config
+        .pools
+        .iter()
+        .find(|p| p.name == auth.instance.runner.pool)
+        .and_then(|p| p.github.as_ref())
+        .map(|g| g.target.clone());
+    let tools = match &target {
+        Some(target) => garm::github_tools(&service, target, now()).await,
+        None => Vec::new(),
+    };
+    text(garm::install_script(
+        &service,
+        &auth.instance,
+        &auth.bearer,
+        &tools,
+    ))
 }
 
 fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {

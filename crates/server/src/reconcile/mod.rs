@@ -961,12 +961,12 @@ impl Inner {
                         &callback_url,
                         &token,
                     ),
-                    // A GitHub pool's machine installs GitHub's runner; its
-                    // downloads are not fetched yet (docs/providers.md).
-                    tools: if pool_config.github.is_some() {
-                        Vec::new()
-                    } else {
-                        crate::app::garm::runway_tools(&base)
+                    // A GitHub pool's machine installs GitHub's runner.
+                    tools: match &pool_config.github {
+                        Some(github) => {
+                            crate::app::garm::github_tools(&self.service, &github.target, now).await
+                        }
+                        None => crate::app::garm::runway_tools(&base),
                     },
                     metadata_url,
                     callback_url,

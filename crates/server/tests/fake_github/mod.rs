@@ -30,6 +30,19 @@ fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/github")
 }
 
+/// A JIT configuration shaped as GitHub encodes it: base64 of a JSON
+/// object of runner file names to base64 contents.
+pub fn encoded_jit(id: u64, name: &str) -> String {
+    use base64::Engine as _;
+    let b64 = |text: String| base64::engine::general_purpose::STANDARD.encode(text);
+    let files = json!({
+        ".runner": b64(json!({"agentId": id, "agentName": name, "poolId": 1}).to_string()),
+        ".credentials": b64(format!("credentials of {name}")),
+        ".credentials_rsaparams": b64(format!("rsa parameters of {name}")),
+    });
+    b64(files.to_string())
+}
+
 pub fn example(name: &str) -> Value {
     let text = std::fs::read_to_string(fixtures().join("openapi/examples").join(name)).unwrap();
     serde_json::from_str(&text).unwrap()
@@ -190,6 +203,13 @@ pub struct Fake {
     pub refuse_jit: Option<StatusCode>,
     /// How long the installation tokens it mints live (GitHub: an hour).
     pub token_lifetime: Duration,
+    /// How often the runner downloads were listed.
+    pub downloads_listed: u32,
+    /// What `GET /_releases/actions-runner-linux-ARCH.tar.gz` serves (the
+    /// runner's release download, listed by `…/actions/runners/downloads`).
+    pub runner_tarball: Option<Vec<u8>>,
+    /// Its own address, for the download URLs it lists.
+    pub base_url: String,
     next_runner: u64,
     next_delivery: u64,
 }
@@ -223,6 +243,9 @@ impl FakeGithub {
             secondary_limited: 0,
             refuse_jit: None,
             token_lifetime: Duration::from_secs(3600),
+            downloads_listed: 0,
+            runner_tarball: None,
+            base_url: String::new(),
             next_runner: 23,
             next_delivery: 1000,
         }));
@@ -232,6 +255,7 @@ impl FakeGithub {
         tokio::spawn(async move {
             let _ = axum::serve(listener, router).await;
         });
+        state.lock().unwrap().base_url = format!("http://{address}");
         FakeGithub {
             url: format!("http://{address}"),
             state,
@@ -403,6 +427,13 @@ fn answer(fake: &mut Fake, operation: &str, status: StatusCode, body: Value) -> 
             fake.invalid.push(problem);
         }
     }
+    reply(fake, status, body)
+}
+
+/// An answer with GitHub's rate-limit headers, for an operation the
+/// fixtures' OpenAPI subset does not describe (its shape is GitHub's
+/// documented one, checked by the caller's parser).
+fn reply(fake: &mut Fake, status: StatusCode, body: Value) -> Response {
     fake.remaining = fake.remaining.saturating_sub(1);
     let mut headers = HeaderMap::new();
     headers.insert("x-ratelimit-limit", "5000".parse().unwrap());
@@ -493,6 +524,13 @@ async fn handle(
         _ => ("", &[]),
     };
     let mut redeliver: Option<(String, String, Vec<u8>)> = None;
+    if let ["_releases", _] = segments.as_slice() {
+        // A release download: public, no token.
+        return match state.lock().unwrap().runner_tarball.clone() {
+            Some(bytes) => (StatusCode::OK, bytes).into_response(),
+            None => StatusCode::NOT_FOUND.into_response(),
+        };
+    }
     let response = {
         let mut fake = state.lock().unwrap();
         fake.calls.push(call.clone());
@@ -552,7 +590,7 @@ async fn handle(
                 let name = json_body["name"].as_str().unwrap_or_default().to_owned();
                 answer_body["runner"]["id"] = id.into();
                 answer_body["runner"]["name"] = name.clone().into();
-                answer_body["encoded_jit_config"] = format!("jit-{id}-{name}").into();
+                answer_body["encoded_jit_config"] = encoded_jit(id, &name).into();
                 let labels = json_body["labels"]
                     .as_array()
                     .into_iter()
@@ -569,6 +607,25 @@ async fn handle(
                     },
                 );
                 answer(&mut fake, &operation, StatusCode::CREATED, answer_body)
+            }
+            (Method::GET, ["actions", "runners", "downloads"]) => {
+                fake.downloads_listed += 1;
+                // GitHub's shape; the downloads point at this fake.
+                let body = Value::Array(
+                    ["x64", "arm64"]
+                        .iter()
+                        .map(|arch| {
+                            let file = format!("actions-runner-linux-{arch}-2.330.0.tar.gz");
+                            json!({
+                                "os": "linux",
+                                "architecture": arch,
+                                "download_url": format!("{}/_releases/{file}", fake.base_url),
+                                "filename": file,
+                            })
+                        })
+                        .collect(),
+                );
+                reply(&mut fake, StatusCode::OK, body)
             }
             (Method::DELETE, ["actions", "runners", id]) => {
                 let operation = format!("actions/delete-self-hosted-runner-from-{scope}");
