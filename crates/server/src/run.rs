@@ -129,6 +129,10 @@ pub async fn run(
         service.clone(),
         stopped.clone(),
     )));
+    workers.push(tokio::spawn(crate::app::retention::run(
+        service.clone(),
+        stopped.clone(),
+    )));
     if !providers.is_empty() {
         let reconciler = Arc::new(crate::reconcile::Reconciler::new(
             service.clone(),

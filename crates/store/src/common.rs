@@ -8,6 +8,69 @@ use crate::rows::{assignments, column_count, placeholders, JOB_COLUMNS, RUNNER_C
 /// (migration 0009), kept identical so the index serves the query.
 pub const LIVE_RUNNER: &str = "state NOT IN ('terminated', 'failed', 'crashed')";
 
+/// A finished job: the predicate of the `jobs_finished` index (migration
+/// 0011), kept identical so the index serves the pruner.
+pub const FINISHED_JOB: &str = "state IN ('completed', 'failed', 'cancelled', 'unroutable')";
+
+/// An ended runner: the predicate of the `runners_ended` index.
+const ENDED_RUNNER: &str = "state IN ('terminated', 'failed', 'crashed')";
+
+/// The statements that prune one [`crate::Prunable`], run in order in one
+/// transaction, each bound to (cutoff, limit); the last one's count is the
+/// number pruned. Dependent rows go first, by the same selection.
+/// On SQLite the selections name their partial index: without statistics
+/// its planner prefers the state index and sorts every finished row.
+pub(crate) fn prune_statements(what: crate::Prunable, backend: crate::Backend) -> Vec<String> {
+    use crate::Prunable as P;
+    let (jobs_index, runners_index) = match backend {
+        crate::Backend::Sqlite => (" INDEXED BY jobs_finished", " INDEXED BY runners_ended"),
+        crate::Backend::Postgres => ("", ""),
+    };
+    let jobs = format!(
+        "SELECT id FROM jobs{jobs_index} WHERE {FINISHED_JOB} AND finished_at < $1 ORDER BY finished_at, id LIMIT $2"
+    );
+    let runners = format!(
+        "SELECT id FROM runners{runners_index} WHERE {ENDED_RUNNER} AND ended_at < $1 ORDER BY ended_at, id LIMIT $2"
+    );
+    match what {
+        P::FinishedJobs => vec![
+            format!("DELETE FROM job_logs WHERE job_id IN ({jobs})"),
+            format!("DELETE FROM jobs WHERE id IN ({jobs})"),
+        ],
+        P::EndedRunners => vec![
+            format!("DELETE FROM runner_reports WHERE runner_id IN ({runners})"),
+            format!("DELETE FROM instance_tokens WHERE runner_id IN ({runners})"),
+            format!("DELETE FROM runners WHERE id IN ({runners})"),
+        ],
+        P::Deliveries => vec![
+            "DELETE FROM deliveries WHERE delivery_id IN \
+             (SELECT delivery_id FROM deliveries WHERE received_at < $1 ORDER BY received_at LIMIT $2)"
+                .to_owned(),
+        ],
+        // The logs still kept: the job_logs table is what retention keeps
+        // small, so reading it is bounded.
+        P::JobLogs => vec![format!(
+            "DELETE FROM job_logs WHERE job_id IN (SELECT l.job_id FROM job_logs l \
+             JOIN jobs j ON j.id = l.job_id WHERE j.{FINISHED_JOB} AND j.finished_at < $1 LIMIT $2)"
+        )],
+        P::RunnerReports => vec![
+            "DELETE FROM runner_reports WHERE id IN \
+             (SELECT id FROM runner_reports WHERE reported_at < $1 ORDER BY reported_at, id LIMIT $2)"
+                .to_owned(),
+        ],
+        P::OnceKeys => vec![
+            "DELETE FROM once_keys WHERE key IN \
+             (SELECT key FROM once_keys WHERE done_at < $1 ORDER BY done_at LIMIT $2)"
+                .to_owned(),
+        ],
+        P::InstanceTokens => vec![
+            "DELETE FROM instance_tokens WHERE token_hash IN \
+             (SELECT token_hash FROM instance_tokens WHERE expires_at < $1 ORDER BY expires_at LIMIT $2)"
+                .to_owned(),
+        ],
+    }
+}
+
 pub(crate) struct Statements {
     pub insert_job: String,
     pub job_by_id: String,
@@ -22,6 +85,8 @@ pub(crate) struct Statements {
     pub delivery_seen: String,
     pub worker_configs: WorkerConfigStatements,
     pub runner_api: RunnerApiStatements,
+    /// Per [`crate::Prunable`], in `Prunable::ALL` order.
+    pub prune: [Vec<String>; 7],
 }
 
 pub(crate) struct RunnerApiStatements {
@@ -146,7 +211,7 @@ impl WorkerConfigStatements {
 }
 
 impl Statements {
-    pub fn new(rewrite_placeholders: fn(String) -> String) -> Statements {
+    pub fn new(rewrite_placeholders: fn(String) -> String, backend: crate::Backend) -> Statements {
         let job_count = column_count(JOB_COLUMNS);
         let runner_count = column_count(RUNNER_COLUMNS);
         let select_job = format!("SELECT id, {JOB_COLUMNS} FROM jobs");
@@ -192,6 +257,12 @@ impl Statements {
         Statements {
             worker_configs: WorkerConfigStatements::new(rewrite_placeholders),
             runner_api: RunnerApiStatements::new(rewrite_placeholders),
+            prune: crate::Prunable::ALL.map(|what| {
+                prune_statements(what, backend)
+                    .into_iter()
+                    .map(rewrite_placeholders)
+                    .collect()
+            }),
             insert_job,
             job_by_id,
             job_by_external_id,
@@ -628,6 +699,29 @@ macro_rules! impl_store {
                 .fetch_all(self.reader())
                 .await?;
             Ok(rows)
+        }
+
+        async fn prune(&self, what: crate::Prunable, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
+            let statements = &self.inner.statements.prune[what as usize];
+            let mut transaction = self.writer().begin().await?;
+            let mut pruned = 0;
+            for statement in statements {
+                pruned = sqlx::query(statement)
+                    .bind(before.as_millis())
+                    .bind(i64::from(limit))
+                    .execute(&mut *transaction)
+                    .await?
+                    .rows_affected();
+            }
+            transaction.commit().await?;
+            Ok(pruned)
+        }
+
+        async fn count_rows(&self, what: crate::Prunable) -> Result<u64, StoreError> {
+            let count: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {}", what.table()))
+                .fetch_one(self.reader())
+                .await?;
+            Ok(u64::try_from(count).unwrap_or(0))
         }
 
         async fn create_instance_token(

@@ -44,7 +44,7 @@ use runway_core::{
     RunnerId, RunnerState, RunnerTransitionError, Timestamp,
 };
 
-pub use common::LIVE_RUNNER;
+pub use common::{FINISHED_JOB, LIVE_RUNNER};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
@@ -177,6 +177,52 @@ pub enum Expect {
     Any,
     /// Only if the stored version is this one.
     Version(i64),
+}
+
+/// What retention prunes: finished rows of one kind, oldest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Prunable {
+    /// Completed, failed, cancelled and unroutable jobs (with their logs),
+    /// by when they finished.
+    FinishedJobs,
+    /// Terminated, failed and crashed runners (with their reports and
+    /// instance tokens), by when they ended.
+    EndedRunners,
+    /// Webhook deliveries, by when they arrived.
+    Deliveries,
+    /// The output of finished jobs, by when the job finished.
+    JobLogs,
+    /// What runners and their machines reported, by when.
+    RunnerReports,
+    /// Once-keys (work done once, such as a redelivery), by when.
+    OnceKeys,
+    /// GARM instance tokens, by when they expired.
+    InstanceTokens,
+}
+
+impl Prunable {
+    pub const ALL: [Prunable; 7] = [
+        Prunable::FinishedJobs,
+        Prunable::EndedRunners,
+        Prunable::Deliveries,
+        Prunable::JobLogs,
+        Prunable::RunnerReports,
+        Prunable::OnceKeys,
+        Prunable::InstanceTokens,
+    ];
+
+    /// The table whose rows it deletes (and counts).
+    pub fn table(self) -> &'static str {
+        match self {
+            Prunable::FinishedJobs => "jobs",
+            Prunable::EndedRunners => "runners",
+            Prunable::Deliveries => "deliveries",
+            Prunable::JobLogs => "job_logs",
+            Prunable::RunnerReports => "runner_reports",
+            Prunable::OnceKeys => "once_keys",
+            Prunable::InstanceTokens => "instance_tokens",
+        }
+    }
 }
 
 /// A GARM instance token's record (only its hash is stored).
@@ -455,6 +501,19 @@ pub trait Store: Send + Sync + 'static {
 
     /// A runner's reports, oldest first, as (phase, body).
     async fn runner_reports(&self, runner: RunnerId) -> Result<Vec<(String, String)>, StoreError>;
+
+    /// Deletes up to `limit` rows of `what` older than `before` (never a
+    /// live job or runner), oldest first, in one short transaction; returns
+    /// how many went.
+    async fn prune(&self, what: Prunable, before: Timestamp, limit: u32)
+        -> Result<u64, StoreError>;
+
+    /// How many rows `what`'s table holds.
+    async fn count_rows(&self, what: Prunable) -> Result<u64, StoreError>;
+
+    /// Gives back to the file system up to `pages` pages freed by pruning
+    /// (SQLite in incremental auto-vacuum mode); a no-op elsewhere.
+    async fn reclaim_space(&self, pages: u32) -> Result<(), StoreError>;
 
     /// Records a GARM instance token (by its hash) for `runner`.
     async fn create_instance_token(

@@ -119,7 +119,7 @@ impl PostgresStore {
         );
         let inner = Arc::new(PostgresInner {
             writer: pool,
-            statements: Statements::new(|sql| sql),
+            statements: Statements::new(|sql| sql, crate::Backend::Postgres),
             claim,
             enqueue_many,
             find_many,
@@ -200,6 +200,11 @@ fn key(job: &Job) -> (&'static str, String) {
 impl_store!(PostgresStore, Postgres, {
     fn backend(&self) -> Backend {
         Backend::Postgres
+    }
+
+    /// PostgreSQL's autovacuum makes deleted rows' space reusable.
+    async fn reclaim_space(&self, _pages: u32) -> Result<(), StoreError> {
+        Ok(())
     }
 
     /// A session-level advisory lock on a connection of its own, keyed by

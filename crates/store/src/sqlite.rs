@@ -67,6 +67,10 @@ impl SqliteStore {
         let options = options
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
+            // Pages freed by retention go back to the file system
+            // (`reclaim_space`). Takes effect on a new database; an older
+            // one reuses its freed pages, so it stops growing all the same.
+            .auto_vacuum(sqlx::sqlite::SqliteAutoVacuum::Incremental)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
@@ -105,7 +109,7 @@ impl SqliteStore {
         let inner = Arc::new(SqliteInner {
             writer,
             readers,
-            statements: Statements::new(question_mark_placeholders),
+            statements: Statements::new(question_mark_placeholders, crate::Backend::Sqlite),
             claim,
             target,
         });
@@ -139,6 +143,13 @@ pub(crate) fn describe_sqlx_error(error: &sqlx::Error) -> String {
 impl_store!(SqliteStore, Sqlite, {
     fn backend(&self) -> Backend {
         Backend::Sqlite
+    }
+
+    async fn reclaim_space(&self, pages: u32) -> Result<(), StoreError> {
+        sqlx::query(&format!("PRAGMA incremental_vacuum({pages})"))
+            .execute(self.writer())
+            .await?;
+        Ok(())
     }
 
     async fn try_lead(

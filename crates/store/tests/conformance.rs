@@ -29,6 +29,7 @@ on_both_backends!(
     bound_registration_tokens_adopt_their_runner_record,
     the_controller_id_is_chosen_once,
     instance_tokens_hand_out_one_registration,
+    retention_prunes_only_old_finished_rows_in_batches,
     job_logs_are_replaced,
     settings_and_external_ids_are_replaced,
     once_keys_are_claimed_once_until_pruned,
@@ -526,6 +527,171 @@ mod cases {
                 .unwrap()
                 .token_fetched
         );
+    }
+
+    pub async fn retention_prunes_only_old_finished_rows_in_batches(store: Arc<dyn Store>) {
+        use runway_store::{Delivery, Prunable};
+        // Three jobs finished long ago, one recently, one queued long ago.
+        let mut old = Vec::new();
+        for i in 0..3 {
+            let job = store
+                .enqueue(&api_job(&format!("old-{i}"), "default"), at(0))
+                .await
+                .unwrap()
+                .job;
+            store.cancel(job.id, "done", at(10 + i)).await.unwrap();
+            store.put_job_log(job.id, Some(0), "output").await.unwrap();
+            old.push(job.id);
+        }
+        let recent = store
+            .enqueue(&api_job("recent", "default"), at(0))
+            .await
+            .unwrap()
+            .job;
+        store.cancel(recent.id, "done", at(5_000)).await.unwrap();
+        store.put_job_log(recent.id, None, "kept").await.unwrap();
+        let queued = store
+            .enqueue(&api_job("queued", "default"), at(0))
+            .await
+            .unwrap()
+            .job;
+        let cutoff = at(1_000);
+        assert_eq!(store.count_rows(Prunable::FinishedJobs).await.unwrap(), 5);
+        assert_eq!(store.prune(Prunable::JobLogs, cutoff, 2).await.unwrap(), 2);
+        assert_eq!(
+            store
+                .prune(Prunable::FinishedJobs, cutoff, 2)
+                .await
+                .unwrap(),
+            2
+        );
+        assert_eq!(
+            store
+                .prune(Prunable::FinishedJobs, cutoff, 2)
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(
+            store
+                .prune(Prunable::FinishedJobs, cutoff, 2)
+                .await
+                .unwrap(),
+            0
+        );
+        for id in old {
+            assert_eq!(store.get_job(id).await.unwrap(), None);
+            assert_eq!(
+                store.get_job_log(id).await.unwrap(),
+                None,
+                "its log went with it"
+            );
+        }
+        assert!(store.get_job(recent.id).await.unwrap().is_some());
+        assert!(store.get_job_log(recent.id).await.unwrap().is_some());
+        assert_eq!(
+            store.get_job(queued.id).await.unwrap().map(|j| j.state),
+            Some(JobState::Queued),
+            "live work is never pruned, however old"
+        );
+        assert_eq!(store.count_rows(Prunable::JobLogs).await.unwrap(), 1);
+
+        // Runners: an old ended one (with a report and a token) goes; an
+        // old live one and a recently ended one stay.
+        let runner = |name: &str| NewRunner {
+            name: name.into(),
+            pool: "default".into(),
+            provider: "sim".into(),
+            labels: vec![],
+        };
+        let ended = store.create_runner(&runner("ended"), at(0)).await.unwrap();
+        let failed = RunnerEvent::Failed {
+            reason: "gone".into(),
+        };
+        store
+            .apply_runner_event(ended.id, &failed, at(20))
+            .await
+            .unwrap();
+        store
+            .add_runner_report(ended.id, "pre-job", "{}", at(15))
+            .await
+            .unwrap();
+        store
+            .create_instance_token("tok-ended", ended.id, at(30), None)
+            .await
+            .unwrap();
+        let live = store.create_runner(&runner("live"), at(0)).await.unwrap();
+        let late = store.create_runner(&runner("late"), at(0)).await.unwrap();
+        store
+            .apply_runner_event(late.id, &failed, at(5_000))
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .prune(Prunable::EndedRunners, cutoff, 10)
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(store.get_runner(ended.id).await.unwrap(), None);
+        assert!(store.runner_reports(ended.id).await.unwrap().is_empty());
+        assert_eq!(store.find_instance_token("tok-ended").await.unwrap(), None);
+        assert!(store.get_runner(live.id).await.unwrap().is_some());
+        assert!(store.get_runner(late.id).await.unwrap().is_some());
+
+        // Deliveries, reports, once-keys and tokens by their own times.
+        for (id, received) in [("d-old", 10), ("d-new", 5_000)] {
+            store
+                .record_delivery(&Delivery {
+                    id: id.into(),
+                    event: "workflow_job".into(),
+                    action: Some("queued".into()),
+                    external_id: None,
+                    outcome: "accepted".into(),
+                    received_at: at(received),
+                })
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            store.prune(Prunable::Deliveries, cutoff, 10).await.unwrap(),
+            1
+        );
+        assert!(!store.delivery_seen("d-old").await.unwrap());
+        assert!(store.delivery_seen("d-new").await.unwrap());
+        store
+            .add_runner_report(live.id, "pre-job", "{}", at(10))
+            .await
+            .unwrap();
+        store
+            .add_runner_report(live.id, "post-job", "{}", at(5_000))
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .prune(Prunable::RunnerReports, cutoff, 10)
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(store.runner_reports(live.id).await.unwrap().len(), 1);
+        assert!(store.claim_once("k-old", at(10), at(0)).await.unwrap());
+        assert_eq!(
+            store.prune(Prunable::OnceKeys, cutoff, 10).await.unwrap(),
+            1
+        );
+        store
+            .create_instance_token("tok-live", live.id, at(20), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .prune(Prunable::InstanceTokens, cutoff, 10)
+                .await
+                .unwrap(),
+            1
+        );
+        store.reclaim_space(100).await.unwrap();
     }
 
     pub async fn settings_and_external_ids_are_replaced(store: Arc<dyn Store>) {

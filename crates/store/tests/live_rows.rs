@@ -39,3 +39,35 @@ async fn the_live_runner_query_is_served_by_the_partial_index() {
         );
     }
 }
+
+/// The pruner finds old finished jobs through the `jobs_finished` partial
+/// index, oldest first (its SQLite statement names the index; this checks
+/// the index serves the predicate, or SQLite would refuse the statement):
+/// a batch reads what it deletes, not the history or the live queue.
+#[tokio::test]
+async fn the_pruner_reads_finished_jobs_through_their_index() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("runway.db").display());
+    let store = SqliteStore::open(&url).await.expect("open");
+    store.check_ready().await.expect("migrated");
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .expect("connect");
+    let sql = format!(
+        "EXPLAIN QUERY PLAN SELECT id FROM jobs INDEXED BY jobs_finished WHERE {} AND finished_at < 1 ORDER BY finished_at, id LIMIT 10",
+        runway_store::FINISHED_JOB
+    );
+    let plan: Vec<(i64, i64, i64, String)> =
+        sqlx::query_as(&sql).fetch_all(&pool).await.expect("plan");
+    let details: Vec<&str> = plan.iter().map(|row| row.3.as_str()).collect();
+    assert!(
+        details.iter().any(|d| d.contains("jobs_finished")),
+        "{details:?}"
+    );
+    assert!(
+        !details.iter().any(|d| d.contains("TEMP B-TREE")),
+        "no sort of the whole set: {details:?}"
+    );
+}

@@ -8,6 +8,7 @@ pub mod explain;
 pub mod garm;
 pub mod intake;
 pub mod jobs;
+pub mod retention;
 pub mod runners;
 pub mod tokens;
 pub mod worker_configs;

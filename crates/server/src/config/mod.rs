@@ -48,6 +48,7 @@ pub struct Config {
     /// The `[[worker_configs]]` entries as written, for `config check`.
     pub worker_config_sources: Vec<toml::Value>,
     pub telemetry: TelemetryConfig,
+    pub retention: RetentionConfig,
     /// `[metrics] job_labels`: which of `repo`, `workflow`, `event` job
     /// metrics carry (each can multiply the series count).
     pub metrics_job_labels: Vec<String>,
@@ -260,6 +261,36 @@ pub struct ServerConfig {
     pub public_url: Option<String>,
 }
 
+/// `[retention]`: how long finished history is kept. Zero keeps forever.
+/// Live work (queued, provisioning, running jobs; live runners) is never
+/// pruned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetentionConfig {
+    /// Completed, failed, cancelled and unroutable jobs, from when they
+    /// finished; at least [`MIN_DEDUPE_RETENTION`] (their rows dedupe a
+    /// redelivered webhook).
+    pub finished_jobs: Duration,
+    /// Terminated, failed and crashed runners (with their reports).
+    pub ended_runners: Duration,
+    /// Webhook deliveries (and once-keys); at least
+    /// [`MIN_DEDUPE_RETENTION`].
+    pub deliveries: Duration,
+    /// Finished jobs' output.
+    pub job_logs: Duration,
+    /// What runners and their machines reported.
+    pub runner_reports: Duration,
+    /// Between two pruning passes (leader only).
+    pub interval: Duration,
+    /// Rows deleted per statement: each is a short transaction, so intake
+    /// never waits long behind the pruner.
+    pub batch: u32,
+}
+
+/// GitHub redelivers a webhook for three days; a finished job's row and
+/// its delivery's are what make a late redelivery a duplicate, so neither
+/// is pruned sooner than this.
+pub const MIN_DEDUPE_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunnerApiConfig {
     /// How long `POST /api/v1/jobs/request` waits for a job before 204.
@@ -375,6 +406,15 @@ impl Default for Config {
             runner_api: RunnerApiConfig {
                 poll_timeout: Duration::from_secs(30),
                 lease: Duration::from_secs(120),
+            },
+            retention: RetentionConfig {
+                finished_jobs: Duration::from_secs(30 * 24 * 3600),
+                ended_runners: Duration::from_secs(7 * 24 * 3600),
+                deliveries: Duration::from_secs(7 * 24 * 3600),
+                job_logs: Duration::from_secs(7 * 24 * 3600),
+                runner_reports: Duration::from_secs(7 * 24 * 3600),
+                interval: Duration::from_secs(600),
+                batch: 1_000,
             },
             queue: QueueConfig { max_attempts: 3 },
             github: GithubConfig {
@@ -826,6 +866,15 @@ impl Config {
                 poll_timeout: Some(format_duration(self.runner_api.poll_timeout)),
                 lease: Some(format_duration(self.runner_api.lease)),
             },
+            retention: RawRetention {
+                finished_jobs: Some(format_duration(self.retention.finished_jobs)),
+                ended_runners: Some(format_duration(self.retention.ended_runners)),
+                deliveries: Some(format_duration(self.retention.deliveries)),
+                job_logs: Some(format_duration(self.retention.job_logs)),
+                runner_reports: Some(format_duration(self.retention.runner_reports)),
+                interval: Some(format_duration(self.retention.interval)),
+                batch: Some(self.retention.batch),
+            },
             scaling: RawScaling {
                 interval: Some(format_duration(self.scaling_interval)),
             },
@@ -1080,6 +1129,8 @@ struct RawConfig {
     #[serde(default)]
     runner_api: RawRunnerApi,
     #[serde(default)]
+    retention: RawRetention,
+    #[serde(default)]
     scaling: RawScaling,
     #[serde(default)]
     telemetry: RawTelemetry,
@@ -1212,6 +1263,18 @@ struct RawTelemetry {
 #[serde(deny_unknown_fields)]
 struct RawScaling {
     interval: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetention {
+    finished_jobs: Option<String>,
+    ended_runners: Option<String>,
+    deliveries: Option<String>,
+    job_logs: Option<String>,
+    runner_reports: Option<String>,
+    interval: Option<String>,
+    batch: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -1374,6 +1437,55 @@ impl RawConfig {
                 defaults.runner_api.lease,
             )?,
         };
+        let retention = {
+            let d = &defaults.retention;
+            let r = self.retention;
+            let retention = RetentionConfig {
+                finished_jobs: duration(
+                    "[retention] finished_jobs",
+                    r.finished_jobs,
+                    d.finished_jobs,
+                )?,
+                ended_runners: duration(
+                    "[retention] ended_runners",
+                    r.ended_runners,
+                    d.ended_runners,
+                )?,
+                deliveries: duration("[retention] deliveries", r.deliveries, d.deliveries)?,
+                job_logs: duration("[retention] job_logs", r.job_logs, d.job_logs)?,
+                runner_reports: duration(
+                    "[retention] runner_reports",
+                    r.runner_reports,
+                    d.runner_reports,
+                )?,
+                interval: duration("[retention] interval", r.interval, d.interval)?,
+                batch: r.batch.unwrap_or(d.batch),
+            };
+            for (key, kept) in [
+                ("[retention] finished_jobs", retention.finished_jobs),
+                ("[retention] deliveries", retention.deliveries),
+            ] {
+                if !kept.is_zero() && kept < MIN_DEDUPE_RETENTION {
+                    return Err((
+                        key.to_owned(),
+                        "must be 0 (keep forever) or at least 4 days: GitHub redelivers a webhook for 3 days, and these rows are what make a redelivery a duplicate".to_owned(),
+                    ));
+                }
+            }
+            if retention.interval.is_zero() {
+                return Err((
+                    "[retention] interval".to_owned(),
+                    "must be more than 0".to_owned(),
+                ));
+            }
+            if retention.batch == 0 {
+                return Err((
+                    "[retention] batch".to_owned(),
+                    "must be at least 1".to_owned(),
+                ));
+            }
+            retention
+        };
         let providers = match self.providers {
             None => Vec::new(),
             Some(raw) => RawProviders::from_toml(raw)?.into_named()?,
@@ -1519,6 +1631,7 @@ impl RawConfig {
         };
         Ok(Config {
             metrics_job_labels,
+            retention,
             telemetry,
             scaling_interval,
             runner_api,
@@ -1739,7 +1852,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 fn format_duration(duration: Duration) -> String {
     let millis = duration.as_millis();
-    if millis % 1_000 == 0 {
+    const DAY: u128 = 86_400_000;
+    if millis >= DAY && millis % DAY == 0 {
+        format!("{}d", millis / DAY)
+    } else if millis % 1_000 == 0 {
         format!("{}s", millis / 1_000)
     } else {
         format!("{millis}ms")
@@ -1884,6 +2000,15 @@ mod tests {
                 [runner_api]
                 poll_timeout = "30s"
                 lease = "120s"
+
+                [retention]
+                finished_jobs = "30d"
+                ended_runners = "7d"
+                deliveries = "7d"
+                job_logs = "7d"
+                runner_reports = "7d"
+                interval = "600s"
+                batch = 1000
 
                 [scaling]
                 interval = "10s"
@@ -2099,6 +2224,15 @@ mod tests {
                 [runner_api]
                 poll_timeout = "30s"
                 lease = "120s"
+
+                [retention]
+                finished_jobs = "30d"
+                ended_runners = "7d"
+                deliveries = "7d"
+                job_logs = "7d"
+                runner_reports = "7d"
+                interval = "600s"
+                batch = 1000
 
                 [scaling]
                 interval = "10s"

@@ -113,6 +113,12 @@ pub struct OperationLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TableLabel {
+    /// A store table's name (`runway_store::Prunable::table`).
+    pub table: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabel {
     /// `pre-job` or `post-job`.
     pub phase: &'static str,
@@ -235,6 +241,8 @@ pub struct Metrics {
     pub jobs_waiting: Family<PoolReasonLabels, Gauge>,
     pub provider_errors: Family<ProviderOperationLabels, Counter>,
     pub reconcile_duration: Histogram,
+    pub store_rows: Family<TableLabel, Gauge>,
+    pub retention_pruned: Family<TableLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -272,6 +280,8 @@ impl Metrics {
             jobs_waiting: add(r, "jobs_waiting", "Queued jobs by pool and the reason they wait", Family::<PoolReasonLabels, Gauge>::default()),
             provider_errors: add(r, "provider_errors", "Failed provider calls", Family::<ProviderOperationLabels, Counter>::default()),
             reconcile_duration: seconds(r, "reconcile_duration", "How long one reconcile round took", Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0])),
+            store_rows: add(r, "store_rows", "Rows in each store table retention looks after, as its last pass counted", Family::<TableLabel, Gauge>::default()),
+            retention_pruned: add(r, "retention_pruned", "Rows retention deleted, by table", Family::<TableLabel, Counter>::default()),
             job_label_switches: JobLabelSwitches::all(),
             registry: Registry::default(),
         };
