@@ -8,6 +8,9 @@ use crate::rows::{assignments, column_count, placeholders, JOB_COLUMNS, RUNNER_C
 /// (migration 0009), kept identical so the index serves the query.
 pub const LIVE_RUNNER: &str = "state NOT IN ('terminated', 'failed', 'crashed')";
 
+/// A live job (queued, provisioning or running): what status pages count.
+pub const LIVE_JOB: &str = "state IN ('queued', 'provisioning', 'running')";
+
 /// A finished job: the predicate of the `jobs_finished` index (migration
 /// 0011), kept identical so the index serves the pruner.
 pub const FINISHED_JOB: &str = "state IN ('completed', 'failed', 'cancelled', 'unroutable')";
@@ -347,9 +350,9 @@ macro_rules! impl_store {
             rows.into_iter().map(Job::try_from).collect()
         }
 
-        async fn job_counts(&self) -> Result<Vec<JobCount>, StoreError> {
+        async fn live_job_counts(&self) -> Result<Vec<JobCount>, StoreError> {
             let rows: Vec<(Option<String>, String, i64)> =
-                sqlx::query_as("SELECT pool, state, COUNT(*) FROM jobs GROUP BY pool, state ORDER BY pool, state")
+                sqlx::query_as(&format!("SELECT pool, state, COUNT(*) FROM jobs WHERE {} GROUP BY pool, state ORDER BY pool, state", crate::LIVE_JOB))
                     .fetch_all(self.reader())
                     .await?;
             rows.into_iter()

@@ -44,7 +44,7 @@ use runway_core::{
     RunnerId, RunnerState, RunnerTransitionError, Timestamp,
 };
 
-pub use common::{FINISHED_JOB, LIVE_RUNNER};
+pub use common::{FINISHED_JOB, LIVE_JOB, LIVE_RUNNER};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
@@ -378,8 +378,10 @@ pub trait Store: Send + Sync + 'static {
 
     async fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Job>, StoreError>;
 
-    /// Job counts per (pool, state), for status pages and gauges.
-    async fn job_counts(&self) -> Result<Vec<JobCount>, StoreError>;
+    /// Live job counts (queued, provisioning, running) per (pool, state),
+    /// for status pages: read through the state index, so their cost
+    /// follows live work, not history.
+    async fn live_job_counts(&self) -> Result<Vec<JobCount>, StoreError>;
 
     /// Jobs whose lease deadline is at or before `now`, earliest first.
     async fn jobs_with_expired_leases(

@@ -813,8 +813,15 @@ mod cases {
                 .unwrap();
         }
         store.claim(&claim("a", 1, 1), at(5)).await.unwrap();
+        // Finished history is not counted.
+        let done = store
+            .enqueue(&api_job("done", "b"), at(6))
+            .await
+            .unwrap()
+            .job;
+        store.cancel(done.id, "finished", at(7)).await.unwrap();
         let counts: Vec<(Option<String>, JobState, u64)> = store
-            .job_counts()
+            .live_job_counts()
             .await
             .unwrap()
             .into_iter()

@@ -71,3 +71,30 @@ async fn the_pruner_reads_finished_jobs_through_their_index() {
         "no sort of the whole set: {details:?}"
     );
 }
+
+/// Status pages count live jobs through the state index, never every job.
+#[tokio::test]
+async fn live_job_counts_read_only_live_states() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("runway.db").display());
+    let store = SqliteStore::open(&url).await.expect("open");
+    store.check_ready().await.expect("migrated");
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .expect("connect");
+    let sql = format!(
+        "EXPLAIN QUERY PLAN SELECT pool, state, COUNT(*) FROM jobs WHERE {} GROUP BY pool, state",
+        runway_store::LIVE_JOB
+    );
+    let plan: Vec<(i64, i64, i64, String)> =
+        sqlx::query_as(&sql).fetch_all(&pool).await.expect("plan");
+    let details: Vec<&str> = plan.iter().map(|row| row.3.as_str()).collect();
+    assert!(
+        details
+            .iter()
+            .any(|d| d.starts_with("SEARCH jobs USING") && d.contains("state=?")),
+        "{details:?}"
+    );
+}

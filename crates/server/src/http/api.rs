@@ -230,9 +230,9 @@ async fn list_pools(
 ) -> Result<Json<PoolsDto>, ApiError> {
     let counts = service
         .store
-        .job_counts()
+        .live_job_counts()
         .await
-        .map_err(|e| store_error(&service, "job_counts", e))?;
+        .map_err(|e| store_error(&service, "live_job_counts", e))?;
     let runners = service
         .store
         .list_live_runners(None)

@@ -160,10 +160,12 @@ struct PoolStatusDto {
     jobs: std::collections::BTreeMap<String, u64>,
 }
 
-/// What runway is doing, at a glance: its pools and how many jobs each has
-/// in each state.
+/// What runway is doing, at a glance: its pools and how many live jobs
+/// (queued, provisioning, running) each has in each state. Finished history
+/// is at `GET /api/v1/jobs?state=…`; counting it here would make every
+/// request cost the whole history.
 async fn status(State(service): State<Arc<Service>>) -> Response {
-    let counts = match service.store.job_counts().await {
+    let counts = match service.store.live_job_counts().await {
         Ok(counts) => counts,
         Err(error) => {
             tracing::error!(%error, "cannot count jobs");
