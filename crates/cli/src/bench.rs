@@ -40,15 +40,56 @@ pub struct IntakeArgs {
     /// The labels of every job, comma-separated.
     #[arg(long, default_value = "self-hosted,linux,x64")]
     labels: String,
+    /// Each webhook body's size at least, padded with the URL fields of
+    /// GitHub's repository object (GitHub's `workflow_job` bodies are
+    /// 7–13 kB); 0 sends only the fields runway reads.
+    #[arg(long, default_value_t = 7_168)]
+    body_bytes: usize,
     /// The PID of the runway server, to report its peak memory (VmHWM) after the run.
     #[arg(long)]
     server_pid: Option<u32>,
 }
 
-/// A realistic `queued` payload (GitHub's are 7–13 kB; the fields runway
-/// reads plus the usual repository block).
-fn payload(job_id: u64, labels: &[&str]) -> Vec<u8> {
-    serde_json::json!({
+/// The URL fields of GitHub's repository object, as the padding of a
+/// realistic body.
+const REPOSITORY_URLS: [&str; 30] = [
+    "forks",
+    "keys",
+    "collaborators",
+    "teams",
+    "hooks",
+    "issue_events",
+    "events",
+    "assignees",
+    "branches",
+    "tags",
+    "blobs",
+    "git_tags",
+    "git_refs",
+    "trees",
+    "statuses",
+    "languages",
+    "stargazers",
+    "contributors",
+    "subscribers",
+    "subscription",
+    "commits",
+    "git_commits",
+    "comments",
+    "issue_comment",
+    "contents",
+    "compare",
+    "merges",
+    "archive",
+    "downloads",
+    "issues",
+];
+
+/// A realistic `queued` payload: the fields runway reads, the usual
+/// repository block, and its URL fields until the body has `at_least`
+/// bytes (GitHub's are 7–13 kB).
+fn payload(job_id: u64, labels: &[&str], at_least: usize) -> Vec<u8> {
+    let mut body = serde_json::json!({
         "action": "queued",
         "workflow_job": {
             "id": job_id,
@@ -79,9 +120,25 @@ fn payload(job_id: u64, labels: &[&str]) -> Vec<u8> {
         },
         "organization": { "login": "org", "id": 21031067 },
         "sender": { "login": "octocat", "id": 583231, "type": "User" },
-    })
-    .to_string()
-    .into_bytes()
+    });
+    // One field at a time, so the body ends just past `at_least`.
+    let mut size = body.to_string().len();
+    let mut added = 0;
+    while size < at_least {
+        let Some(repository) = body["repository"].as_object_mut() else {
+            break;
+        };
+        let name = REPOSITORY_URLS[added % REPOSITORY_URLS.len()];
+        let key = match added / REPOSITORY_URLS.len() {
+            0 => format!("{name}_url"),
+            round => format!("{name}_url_{round}"),
+        };
+        let value = format!("https://api.github.com/repos/org/repo/{name}{{/sha}}");
+        size += key.len() + value.len() + 6; // Quotes, colon, comma.
+        repository.insert(key, value.into());
+        added += 1;
+    }
+    body.to_string().into_bytes()
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -134,7 +191,7 @@ pub async fn intake(args: IntakeArgs) -> anyhow::Result<()> {
             statuses.clone(),
         );
         let (url, secret, labels) = (args.url.clone(), args.secret.clone(), labels.clone());
-        let (count, rate) = (args.count, args.rate);
+        let (count, rate, body_bytes) = (args.count, args.rate, args.body_bytes);
         workers.push(tokio::spawn(async move {
             let label_refs: Vec<&str> = labels.iter().map(String::as_str).collect();
             let mut mine = Vec::new();
@@ -152,7 +209,7 @@ pub async fn intake(args: IntakeArgs) -> anyhow::Result<()> {
                     // --rate 0: as fast as the server answers.
                     None => Instant::now(),
                 };
-                let body = payload(base_id + index, &label_refs);
+                let body = payload(base_id + index, &label_refs, body_bytes);
                 let signature = sign(secret.as_bytes(), &body);
                 let result = client
                     .post(&url)
@@ -403,4 +460,18 @@ pub async fn longpoll(args: LongPollArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bodies_are_padded_to_the_size_asked_and_stay_valid_webhooks() {
+        let small = super::payload(7, &["linux"], 0);
+        let large = super::payload(7, &["linux"], 7_168);
+        assert!(small.len() < 2_000, "{}", small.len());
+        assert!((7_168..9_000).contains(&large.len()), "{}", large.len());
+        let parsed: serde_json::Value = serde_json::from_slice(&large).unwrap();
+        assert_eq!(parsed["workflow_job"]["id"], 7);
+        assert_eq!(parsed["repository"]["full_name"], "org/repo");
+    }
 }

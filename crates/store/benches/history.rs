@@ -113,9 +113,11 @@ fn status_counts(c: &mut Criterion) {
                     .expect("count")
             })
         });
-        group.bench_with_input(BenchmarkId::new("live_jobs", finished), &finished, |b, _| {
-            b.iter(|| runtime.block_on(store.live_job_counts()).expect("count"))
-        });
+        group.bench_with_input(
+            BenchmarkId::new("live_jobs", finished),
+            &finished,
+            |b, _| b.iter(|| runtime.block_on(store.live_job_counts()).expect("count")),
+        );
     }
     group.finish();
     // One retention batch out of that history, re-seeded as it goes.
@@ -132,7 +134,12 @@ fn status_counts(c: &mut Criterion) {
                 ))
                 .expect("prune");
             if pruned < 1_000 {
-                runtime.block_on(seed_jobs(&url, &format!("more-{round}"), "completed", 100_000));
+                runtime.block_on(seed_jobs(
+                    &url,
+                    &format!("more-{round}"),
+                    "completed",
+                    100_000,
+                ));
             }
             pruned
         })
