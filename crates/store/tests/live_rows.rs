@@ -1,16 +1,16 @@
-//! What runs every round or request reads live rows only: SQLite's planner
-//! answers the live-runner query from the `runners_live` partial index, so
-//! its cost follows live runners however long the history grows. (The
-//! predicate is the store's own `LIVE_RUNNER`; the index must match it.)
+//! What runs every round or request reads live rows only, and the pruner
+//! reads what it deletes: SQLite's planner answers each query from the
+//! partial index made for it, so its cost follows live work however long
+//! the history grows. (The predicates are the store's own `LIVE_RUNNER`,
+//! `LIVE_JOB` and `FINISHED_JOB`; the indexes must match them.)
 
-use runway_store::{SqliteStore, Store, LIVE_RUNNER};
+use runway_store::{SqliteStore, Store, FINISHED_JOB, LIVE_JOB, LIVE_RUNNER};
 use sqlx::sqlite::SqlitePoolOptions;
 
-#[tokio::test]
-async fn the_live_runner_query_is_served_by_the_partial_index() {
+/// SQLite's query plan for each of `queries`, on a freshly migrated store.
+async fn plans(queries: &[String]) -> Vec<Vec<String>> {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("runway.db");
-    let url = format!("sqlite://{}", path.display());
+    let url = format!("sqlite://{}", dir.path().join("runway.db").display());
     let store = SqliteStore::open(&url).await.expect("open");
     store.check_ready().await.expect("migrated");
     let pool = SqlitePoolOptions::new()
@@ -18,13 +18,26 @@ async fn the_live_runner_query_is_served_by_the_partial_index() {
         .connect(&url)
         .await
         .expect("connect");
-    for pool_filter in ["", " AND pool = 'p'"] {
-        let sql = format!(
-            "EXPLAIN QUERY PLAN SELECT id FROM runners WHERE {LIVE_RUNNER}{pool_filter} ORDER BY id"
-        );
+    let mut plans = Vec::new();
+    for query in queries {
         let plan: Vec<(i64, i64, i64, String)> =
-            sqlx::query_as(&sql).fetch_all(&pool).await.expect("plan");
-        let details: Vec<&str> = plan.iter().map(|row| row.3.as_str()).collect();
+            sqlx::query_as(&format!("EXPLAIN QUERY PLAN {query}"))
+                .fetch_all(&pool)
+                .await
+                .expect("plan");
+        plans.push(plan.into_iter().map(|row| row.3).collect());
+    }
+    plans
+}
+
+#[tokio::test]
+async fn the_live_runner_query_is_served_by_the_partial_index() {
+    let filters = ["", " AND pool = 'p'"];
+    let queries: Vec<String> = filters
+        .iter()
+        .map(|f| format!("SELECT id FROM runners WHERE {LIVE_RUNNER}{f} ORDER BY id"))
+        .collect();
+    for (pool_filter, details) in filters.iter().zip(plans(&queries).await) {
         assert!(
             details.iter().any(|d| d.contains("runners_live")),
             "{pool_filter:?}: {details:?}"
@@ -46,22 +59,10 @@ async fn the_live_runner_query_is_served_by_the_partial_index() {
 /// a batch reads what it deletes, not the history or the live queue.
 #[tokio::test]
 async fn the_pruner_reads_finished_jobs_through_their_index() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}", dir.path().join("runway.db").display());
-    let store = SqliteStore::open(&url).await.expect("open");
-    store.check_ready().await.expect("migrated");
-    let pool = SqlitePoolOptions::new()
-        .max_connections(1)
-        .connect(&url)
-        .await
-        .expect("connect");
-    let sql = format!(
-        "EXPLAIN QUERY PLAN SELECT id FROM jobs INDEXED BY jobs_finished WHERE {} AND finished_at < 1 ORDER BY finished_at, id LIMIT 10",
-        runway_store::FINISHED_JOB
+    let query = format!(
+        "SELECT id FROM jobs INDEXED BY jobs_finished WHERE {FINISHED_JOB} AND finished_at < 1 ORDER BY finished_at, id LIMIT 10"
     );
-    let plan: Vec<(i64, i64, i64, String)> =
-        sqlx::query_as(&sql).fetch_all(&pool).await.expect("plan");
-    let details: Vec<&str> = plan.iter().map(|row| row.3.as_str()).collect();
+    let details = plans(&[query]).await.remove(0);
     assert!(
         details.iter().any(|d| d.contains("jobs_finished")),
         "{details:?}"
@@ -75,22 +76,9 @@ async fn the_pruner_reads_finished_jobs_through_their_index() {
 /// Status pages count live jobs through the state index, never every job.
 #[tokio::test]
 async fn live_job_counts_read_only_live_states() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}", dir.path().join("runway.db").display());
-    let store = SqliteStore::open(&url).await.expect("open");
-    store.check_ready().await.expect("migrated");
-    let pool = SqlitePoolOptions::new()
-        .max_connections(1)
-        .connect(&url)
-        .await
-        .expect("connect");
-    let sql = format!(
-        "EXPLAIN QUERY PLAN SELECT pool, state, COUNT(*) FROM jobs WHERE {} GROUP BY pool, state",
-        runway_store::LIVE_JOB
-    );
-    let plan: Vec<(i64, i64, i64, String)> =
-        sqlx::query_as(&sql).fetch_all(&pool).await.expect("plan");
-    let details: Vec<&str> = plan.iter().map(|row| row.3.as_str()).collect();
+    let query =
+        format!("SELECT pool, state, COUNT(*) FROM jobs WHERE {LIVE_JOB} GROUP BY pool, state");
+    let details = plans(&[query]).await.remove(0);
     assert!(
         details
             .iter()
