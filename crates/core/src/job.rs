@@ -344,6 +344,116 @@ impl JobEvent {
     }
 }
 
+/// A job transition whose result does not depend on the row beyond a
+/// guard: when the stored job is in `state`, held by `runner` and (if
+/// `lease_at_most` is set) leased until no later than it, the event sets
+/// exactly what `set` says and bumps the version. The store applies it as
+/// one conditional UPDATE, with no read first, and falls back to reading the
+/// row and [`Job::apply`] only when the guard does not hold, so the state
+/// machine still decides every refusal. [`JobEvent::guarded`] is the only
+/// source of these; a property test checks that, wherever the guard holds,
+/// [`GuardedChange::applied_to`] equals [`Job::apply`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardedChange {
+    pub state: JobState,
+    pub runner: RunnerId,
+    pub lease_at_most: Option<Timestamp>,
+    pub set: GuardedSet,
+}
+
+/// The columns a [`GuardedChange`] writes; `None` leaves a column as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardedSet {
+    pub state: JobState,
+    pub lease_deadline: Option<Option<Timestamp>>,
+    pub started_at: Option<Timestamp>,
+    /// Finished at this time with this conclusion; the reason is cleared.
+    pub finished: Option<(Timestamp, Conclusion)>,
+}
+
+impl GuardedChange {
+    /// Whether `job` satisfies the guard.
+    pub fn holds_for(&self, job: &Job) -> bool {
+        job.state == self.state
+            && job.runner == Some(self.runner)
+            && match self.lease_at_most {
+                None => true,
+                Some(limit) => matches!(job.lease_deadline, Some(lease) if lease <= limit),
+            }
+    }
+
+    /// `job` after the change, when the guard holds.
+    pub fn applied_to(&self, job: &Job) -> Option<Job> {
+        if !self.holds_for(job) {
+            return None;
+        }
+        let mut next = job.clone();
+        next.version += 1;
+        next.state = self.set.state;
+        if let Some(lease) = self.set.lease_deadline {
+            next.lease_deadline = lease;
+        }
+        if let Some(started) = self.set.started_at {
+            next.started_at = Some(started);
+        }
+        if let Some((finished_at, conclusion)) = self.set.finished {
+            next.finished_at = Some(finished_at);
+            next.conclusion = Some(conclusion);
+            next.reason = None;
+        }
+        Some(next)
+    }
+}
+
+impl JobEvent {
+    /// The one-statement form of this event's common case, for the events a
+    /// runner sends on the hot path (accept, heartbeat, complete); `None`
+    /// for the others, which always read the row first.
+    pub fn guarded(&self, now: Timestamp) -> Option<GuardedChange> {
+        match *self {
+            JobEvent::Accept { runner } => Some(GuardedChange {
+                state: JobState::Provisioning,
+                runner,
+                lease_at_most: None,
+                set: GuardedSet {
+                    state: JobState::Running,
+                    lease_deadline: None,
+                    started_at: Some(now),
+                    finished: None,
+                },
+            }),
+            // A heartbeat while running: a keepalive never shortens a
+            // lease, so the guard asks for one no later than the new one.
+            JobEvent::Keepalive {
+                runner,
+                lease_deadline,
+            } => Some(GuardedChange {
+                state: JobState::Running,
+                runner,
+                lease_at_most: Some(lease_deadline),
+                set: GuardedSet {
+                    state: JobState::Running,
+                    lease_deadline: Some(Some(lease_deadline)),
+                    started_at: None,
+                    finished: None,
+                },
+            }),
+            JobEvent::Complete { runner, conclusion } => Some(GuardedChange {
+                state: JobState::Running,
+                runner,
+                lease_at_most: None,
+                set: GuardedSet {
+                    state: JobState::Completed,
+                    lease_deadline: Some(None),
+                    started_at: None,
+                    finished: Some((now, conclusion)),
+                },
+            }),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JobTransitionError {
     #[error("job {job} is {state}, which is final; {event} refused")]

@@ -17,8 +17,8 @@ pub mod time;
 pub mod worker_config;
 
 pub use job::{
-    Conclusion, Job, JobEvent, JobId, JobSource, JobState, JobTransitionError, NewJob, Route,
-    UnknownName,
+    Conclusion, GuardedChange, GuardedSet, Job, JobEvent, JobId, JobSource, JobState,
+    JobTransitionError, NewJob, Route, UnknownName,
 };
 pub use runner::{
     NewRunner, Runner, RunnerEvent, RunnerId, RunnerOrigin, RunnerState, RunnerTransitionError,

@@ -83,6 +83,84 @@ fn event(step: &Step, now: Timestamp) -> JobEvent {
 }
 
 proptest! {
+    /// The store applies accept, heartbeat and complete as one conditional
+    /// UPDATE built from `JobEvent::guarded`: wherever its guard holds, that
+    /// must be exactly what the state machine does; where it does not, the
+    /// store falls back to `Job::apply`.
+    #[test]
+    fn a_guarded_change_is_the_state_machine_wherever_its_guard_holds(
+        max_attempts in 1u32..5,
+        steps in prop::collection::vec((step(), 0i64..3_000), 1..40),
+        probes in prop::collection::vec(step(), 1..8),
+    ) {
+        let mut job = new_job(max_attempts);
+        let mut now = Timestamp::from_millis(0);
+        for (step, advance) in steps {
+            now = Timestamp::from_millis(now.as_millis() + advance);
+            for probe in &probes {
+                let event = event(probe, now);
+                if let Some(change) = event.guarded(now) {
+                    match change.applied_to(&job) {
+                        Some(guarded) => prop_assert_eq!(job.apply(&event, now), Ok(guarded)),
+                        None => prop_assert!(!change.holds_for(&job)),
+                    }
+                }
+            }
+            if let Ok(next) = job.apply(&event(&step, now), now) {
+                job = next;
+            }
+        }
+    }
+}
+
+#[test]
+fn the_hot_path_events_have_guards_that_hold_on_the_usual_path() {
+    let runner = RunnerId(7);
+    let mut now = Timestamp::from_millis(1_000);
+    let mut job = new_job(3);
+    let claim = JobEvent::Claim {
+        runner,
+        lease_deadline: now.plus(std::time::Duration::from_secs(60)),
+    };
+    assert_eq!(
+        claim.guarded(now),
+        None,
+        "a claim reads the queue, not one row"
+    );
+    job = job.apply(&claim, now).expect("claim");
+    for event in [
+        JobEvent::Accept { runner },
+        JobEvent::Keepalive {
+            runner,
+            lease_deadline: now.plus(std::time::Duration::from_secs(120)),
+        },
+        JobEvent::Complete {
+            runner,
+            conclusion: Conclusion::Success,
+        },
+    ] {
+        now = now.plus(std::time::Duration::from_secs(1));
+        let change = event.guarded(now).expect("a hot-path event has a guard");
+        let guarded = change
+            .applied_to(&job)
+            .expect("the guard holds on the usual path");
+        assert_eq!(Ok(guarded.clone()), job.apply(&event, now));
+        job = guarded;
+    }
+    assert_eq!(job.state, JobState::Completed);
+    // A stranger's completion does not satisfy the guard: the store reads
+    // the row and the state machine refuses it.
+    let stranger = JobEvent::Complete {
+        runner: RunnerId(8),
+        conclusion: Conclusion::Success,
+    };
+    assert!(stranger
+        .guarded(now)
+        .and_then(|c| c.applied_to(&job))
+        .is_none());
+}
+
+proptest! {
     #[test]
     fn job_invariants_hold_under_any_event_sequence(
         max_attempts in 1u32..5,

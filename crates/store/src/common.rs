@@ -2,7 +2,8 @@
 //! once with PostgreSQL's `$n` placeholders; SQLite rewrites them to its own
 //! numbered `?n` form, which means the same thing.
 
-use crate::rows::{assignments, column_count, placeholders, JOB_COLUMNS, RUNNER_COLUMNS};
+use crate::rows::{assignments, column_count, placeholders, JobRow, JOB_COLUMNS, RUNNER_COLUMNS};
+use runway_core::{JobId, Timestamp};
 
 /// A runner row that is live: the `runners_live` index's predicate
 /// (migration 0009), kept identical so the index serves the query.
@@ -79,6 +80,8 @@ pub(crate) struct Statements {
     pub job_by_id: String,
     pub job_by_external_id: String,
     pub replace_job: String,
+    /// A [`runway_core::GuardedChange`] in one statement (see `guarded_job`).
+    pub guarded_job: String,
     pub expired_leases: String,
     pub insert_runner: String,
     pub runner_by_id: String,
@@ -253,9 +256,10 @@ impl Statements {
              VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (delivery_id) DO NOTHING"
                 .to_owned(),
             "SELECT CAST(1 AS BIGINT) FROM deliveries WHERE delivery_id = $1".to_owned(),
+            guarded_job(),
         ]
         .map(rewrite_placeholders);
-        let [insert_job, job_by_id, job_by_external_id, replace_job, expired_leases, insert_runner, runner_by_id, runner_by_name, replace_runner, insert_delivery, delivery_seen] =
+        let [insert_job, job_by_id, job_by_external_id, replace_job, expired_leases, insert_runner, runner_by_id, runner_by_name, replace_runner, insert_delivery, delivery_seen, guarded_job] =
             statements;
         Statements {
             worker_configs: WorkerConfigStatements::new(rewrite_placeholders),
@@ -270,6 +274,7 @@ impl Statements {
             job_by_id,
             job_by_external_id,
             replace_job,
+            guarded_job,
             expired_leases,
             insert_runner,
             runner_by_id,
@@ -279,6 +284,55 @@ impl Statements {
             delivery_seen,
         }
     }
+}
+
+/// A guarded job change as one UPDATE: the guard in the WHERE clause, each
+/// optional assignment behind a 0/1 flag (bound by `bind_guarded`), the new
+/// row returned, no row when the guard does not hold.
+fn guarded_job() -> String {
+    format!(
+        "UPDATE jobs SET state = $2, \
+         lease_deadline = CASE WHEN $3 = 1 THEN $4 ELSE lease_deadline END, \
+         started_at = CASE WHEN $5 = 1 THEN $6 ELSE started_at END, \
+         finished_at = CASE WHEN $7 = 1 THEN $8 ELSE finished_at END, \
+         conclusion = CASE WHEN $7 = 1 THEN $9 ELSE conclusion END, \
+         reason = CASE WHEN $7 = 1 THEN NULL ELSE reason END, \
+         version = version + 1 \
+         WHERE id = $1 AND state = $10 AND runner_id = $11 \
+         AND ($12 = 0 OR (lease_deadline IS NOT NULL AND lease_deadline <= $13)) \
+         RETURNING id, {JOB_COLUMNS}"
+    )
+}
+
+/// Binds a guarded change to [`guarded_job`]'s parameters.
+pub(crate) fn bind_guarded<'q, DB>(
+    query: sqlx::query::QueryAs<'q, DB, JobRow, <DB as sqlx::Database>::Arguments<'q>>,
+    id: JobId,
+    change: &'q runway_core::GuardedChange,
+) -> sqlx::query::QueryAs<'q, DB, JobRow, <DB as sqlx::Database>::Arguments<'q>>
+where
+    DB: sqlx::Database,
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<i64>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    let set = &change.set;
+    let flag = |on: bool| i64::from(on);
+    query
+        .bind(id.0)
+        .bind(set.state.as_str())
+        .bind(flag(set.lease_deadline.is_some()))
+        .bind(set.lease_deadline.flatten().map(Timestamp::as_millis))
+        .bind(flag(set.started_at.is_some()))
+        .bind(set.started_at.map(Timestamp::as_millis))
+        .bind(flag(set.finished.is_some()))
+        .bind(set.finished.map(|(at, _)| at.as_millis()))
+        .bind(set.finished.map(|(_, conclusion)| conclusion.as_str()))
+        .bind(change.state.as_str())
+        .bind(change.runner.0)
+        .bind(flag(change.lease_at_most.is_some()))
+        .bind(change.lease_at_most.map(Timestamp::as_millis))
 }
 
 /// Expands to `impl Store for $store`: the backend-specific methods given in
@@ -386,6 +440,14 @@ macro_rules! impl_store {
             match self.group.submit(op).await? {
                 Outcome::Replaced(replaced) => Ok(replaced),
                 _ => Err(StoreError::Corrupt("group commit answered a replace with another outcome".into())),
+            }
+        }
+
+        async fn apply_guarded(&self, id: JobId, change: &runway_core::GuardedChange) -> Result<Option<Job>, StoreError> {
+            let op = Op::Guarded { id, change: change.clone() };
+            match self.group.submit(op).await? {
+                Outcome::Changed(job) => Ok(job.map(|job| *job)),
+                _ => Err(StoreError::Corrupt("group commit answered a guarded change with another outcome".into())),
             }
         }
 
@@ -1079,6 +1141,16 @@ macro_rules! impl_batch_executor {
                             both.rollback().await?;
                         }
                         Outcome::Replaced(replaced)
+                    }
+                    Op::Guarded { id, change } => {
+                        let row: Option<JobRow> = crate::common::bind_guarded(
+                            sqlx::query_as(&self.statements.guarded_job),
+                            *id,
+                            change,
+                        )
+                        .fetch_optional(&mut *transaction)
+                        .await?;
+                        Outcome::Changed(row.map(Job::try_from).transpose()?.map(Box::new))
                     }
                     Op::Claim { claim, now } => {
                         let rows: Vec<JobRow> = sqlx::query_as(&self.claim)

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use runway_core::job::NewJob;
-use runway_core::{Job, JobId, RunnerId, Timestamp};
+use runway_core::{GuardedChange, Job, JobId, RunnerId, Timestamp};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 use crate::rows::Columns;
@@ -56,6 +56,11 @@ pub(crate) enum Op {
         runner_version: i64,
         runner_next: Box<Columns>,
     },
+    /// A job change decided by its guard, in one statement.
+    Guarded {
+        id: JobId,
+        change: GuardedChange,
+    },
     Claim {
         claim: Claim,
         now: Timestamp,
@@ -68,6 +73,8 @@ pub(crate) enum Outcome {
     Replaced(bool),
     Claimed(Vec<Job>),
     Recorded(bool),
+    /// The job after a guarded change; `None` when the guard did not hold.
+    Changed(Option<Box<Job>>),
 }
 
 impl Op {
@@ -82,7 +89,9 @@ impl Op {
             Op::RecordDelivery { delivery } => (1, delivery.id.clone(), 0),
             // The job row first, then its runner: every writer that
             // changes both locks them in this order.
-            Op::Replace { id, .. } | Op::ReplaceWithRunner { id, .. } => (2, String::new(), id.0),
+            Op::Replace { id, .. } | Op::ReplaceWithRunner { id, .. } | Op::Guarded { id, .. } => {
+                (2, String::new(), id.0)
+            }
             Op::Claim { .. } => (3, String::new(), 0),
         }
     }

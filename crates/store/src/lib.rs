@@ -394,6 +394,14 @@ pub trait Store: Send + Sync + 'static {
     /// `current.version`; false if someone else changed it first.
     async fn replace_job(&self, current: &Job, next: &Job) -> Result<bool, StoreError>;
 
+    /// Applies `change` to job `id` in one statement if its guard holds;
+    /// the job after it, or `None` (nothing written) if it does not.
+    async fn apply_guarded(
+        &self,
+        id: JobId,
+        change: &runway_core::GuardedChange,
+    ) -> Result<Option<Job>, StoreError>;
+
     /// Writes a job and its runner in one transaction: both only if each
     /// stored row still has the version of its `current`; false, and
     /// nothing written, otherwise. `None` for the runner is
@@ -567,6 +575,14 @@ pub trait Store: Send + Sync + 'static {
         event: &JobEvent,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
+        // The hot path (a holder's accept, heartbeat, completion) is one
+        // statement; anything its guard does not cover reads the row and
+        // lets the state machine decide.
+        if let Some(change) = event.guarded(now) {
+            if let Some(job) = self.apply_guarded(id, &change).await? {
+                return Ok(job);
+            }
+        }
         for _ in 0..MAX_COMPARE_AND_SET_ATTEMPTS {
             let current = self.get_job(id).await?.ok_or(StoreError::JobNotFound(id))?;
             let next = current.apply(event, now)?;

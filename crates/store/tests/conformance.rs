@@ -9,6 +9,7 @@ on_both_backends!(
     claim_takes_the_oldest_jobs_of_one_pool,
     claim_matches_the_core_state_machine,
     keepalive_accept_complete_by_the_holder_only,
+    guarded_changes_in_sql_are_the_core_ones,
     decline_requeues_at_the_tail_and_excludes_the_runner,
     expired_leases_requeue_then_fail_at_max_attempts,
     extended_leases_do_not_expire,
@@ -954,6 +955,63 @@ mod cases {
         assert_eq!(done.state, JobState::Completed);
         assert_eq!(done.conclusion, Some(Conclusion::Success));
         assert_eq!(done.lease_deadline, None);
+        assert_eq!(store.get_job(job.id).await.unwrap(), Some(done));
+    }
+
+    /// The one-statement accept, heartbeat and completion write exactly
+    /// the row `GuardedChange::applied_to` computes (which the core's
+    /// property test holds equal to the state machine), and nothing at all
+    /// when the guard does not hold.
+    pub async fn guarded_changes_in_sql_are_the_core_ones(store: Arc<dyn Store>) {
+        let job = store
+            .enqueue(&api_job("g", "default"), at(0))
+            .await
+            .unwrap()
+            .job;
+        store.claim(&claim("default", 1, 1), at(0)).await.unwrap();
+        let events = [
+            (
+                JobEvent::Accept {
+                    runner: RunnerId(1),
+                },
+                at(10),
+            ),
+            (
+                JobEvent::Keepalive {
+                    runner: RunnerId(1),
+                    lease_deadline: at(500_000),
+                },
+                at(20),
+            ),
+            (
+                JobEvent::Complete {
+                    runner: RunnerId(1),
+                    conclusion: Conclusion::Failure,
+                },
+                at(30),
+            ),
+        ];
+        for (event, now) in events {
+            let before = store.get_job(job.id).await.unwrap().unwrap();
+            let change = event.guarded(now).expect("a hot-path event");
+            // A stranger's change: the guard does not hold, nothing moves.
+            let mut stranger = change.clone();
+            stranger.runner = RunnerId(9);
+            assert_eq!(store.apply_guarded(job.id, &stranger).await.unwrap(), None);
+            assert_eq!(store.get_job(job.id).await.unwrap().unwrap(), before);
+            let expected = change.applied_to(&before).expect("the guard holds");
+            let written = store.apply_guarded(job.id, &change).await.unwrap();
+            assert_eq!(written.as_ref(), Some(&expected), "{event:?}");
+            assert_eq!(store.get_job(job.id).await.unwrap(), Some(expected));
+        }
+        // A heartbeat that would shorten the lease does not hold either.
+        let shorter = JobEvent::Keepalive {
+            runner: RunnerId(1),
+            lease_deadline: at(1),
+        };
+        let done = store.get_job(job.id).await.unwrap().unwrap();
+        let change = shorter.guarded(at(40)).unwrap();
+        assert_eq!(store.apply_guarded(job.id, &change).await.unwrap(), None);
         assert_eq!(store.get_job(job.id).await.unwrap(), Some(done));
     }
 
