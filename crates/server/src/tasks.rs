@@ -28,6 +28,9 @@ pub const EXIT_DEADLINE: Duration = Duration::from_secs(10);
 /// The longest a failing worker waits before trying again (or its period,
 /// if longer).
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How often a leader-only worker that runs its first round at once checks
+/// whether this replica has come to lead.
+const FOLLOWER_RECHECK: Duration = Duration::from_secs(1);
 
 /// What a worker is doing now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,6 +189,16 @@ impl<'a> Worker<'a> {
             }
             if self.leader_only && !leading() {
                 tasks.update(name, |s| s.state = TaskState::Following);
+                if self.first_round_at_once {
+                    // Its first round runs as soon as this replica leads
+                    // (on PostgreSQL the lock comes a moment after start),
+                    // not a whole period later.
+                    tokio::select! {
+                        _ = shutdown.changed() => {}
+                        () = tokio::time::sleep(FOLLOWER_RECHECK.min(self.period)) => {}
+                    }
+                    first = true;
+                }
                 continue;
             }
             tasks.update(name, |s| {
@@ -341,6 +354,42 @@ mod tests {
             .find(|s| s.name == "follower")
             .unwrap();
         assert_eq!(following.state, TaskState::Following);
+        handle.abort();
+    }
+
+    /// On PostgreSQL the lead comes a moment after start: a leader-only
+    /// worker that runs its first round at once (retention, with a period
+    /// of minutes) runs it within a second of leading, not a period later.
+    #[tokio::test(start_paused = true)]
+    async fn a_first_round_runs_as_soon_as_the_lead_comes() {
+        let tasks = Arc::new(Tasks::default());
+        let (_stop, stopped) = watch::channel(false);
+        let leading = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ran = Arc::new(AtomicU32::new(0));
+        let handle = {
+            let (tasks, ran, leading) = (tasks.clone(), ran.clone(), leading.clone());
+            tokio::spawn(async move {
+                let hourly = Worker {
+                    leader_only: true,
+                    period: Duration::from_secs(3600),
+                    ..worker("hourly")
+                };
+                let is_leading = move || leading.load(Ordering::SeqCst);
+                hourly
+                    .run(&tasks, &is_leading, stopped, || {
+                        ran.fetch_add(1, Ordering::SeqCst);
+                        async { Ok::<(), String>(()) }
+                    })
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "a follower runs nothing");
+        leading.store(true, Ordering::SeqCst);
+        tokio::time::sleep(FOLLOWER_RECHECK * 2).await;
+        assert_eq!(ran.load(Ordering::SeqCst), 1, "the first round, at once");
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert_eq!(ran.load(Ordering::SeqCst), 1, "then once a period");
         handle.abort();
     }
 }
