@@ -21,33 +21,33 @@ use tokio::sync::Mutex;
 pub struct IntakeArgs {
     /// The webhook endpoint.
     #[arg(long, default_value = "http://127.0.0.1:8080/webhooks/github")]
-    url: String,
+    pub(crate) url: String,
     /// The webhook secret to sign with (one of the server's [github] webhook_secrets).
     #[arg(long, env = "RUNWAY_BENCH_SECRET", hide_env_values = true)]
-    secret: String,
+    pub(crate) secret: String,
     /// How many webhooks to send at most.
     #[arg(long, default_value_t = 10_000)]
-    count: u64,
+    pub(crate) count: u64,
     /// Webhooks per second; 0 sends as fast as the server answers.
     #[arg(long, default_value_t = 0)]
-    rate: u64,
+    pub(crate) rate: u64,
     /// Requests in flight at once.
     #[arg(long, default_value_t = 32)]
-    concurrency: u64,
+    pub(crate) concurrency: u64,
     /// Stop after this many seconds even if `count` was not reached.
     #[arg(long, default_value_t = 60)]
-    max_seconds: u64,
+    pub(crate) max_seconds: u64,
     /// The labels of every job, comma-separated.
     #[arg(long, default_value = "self-hosted,linux,x64")]
-    labels: String,
+    pub(crate) labels: String,
     /// Each webhook body's size at least, padded with the URL fields of
     /// GitHub's repository object (GitHub's `workflow_job` bodies are
     /// 7–13 kB); 0 sends only the fields runway reads.
     #[arg(long, default_value_t = 7_168)]
-    body_bytes: usize,
+    pub(crate) body_bytes: usize,
     /// The PID of the runway server, to report its peak memory (VmHWM) after the run.
     #[arg(long)]
-    server_pid: Option<u32>,
+    pub(crate) server_pid: Option<u32>,
 }
 
 /// The URL fields of GitHub's repository object, as the padding of a
@@ -157,7 +157,88 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
         .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
+/// What one intake run measured.
+pub struct IntakeReport {
+    pub elapsed: Duration,
+    /// Each webhook's latency, sorted.
+    pub latencies: Vec<Duration>,
+    /// Answers by status code (or "timeout", "connection error").
+    pub statuses: BTreeMap<String, u64>,
+}
+
+impl IntakeReport {
+    pub fn sent(&self) -> u64 {
+        self.latencies.len() as u64
+    }
+
+    pub fn accepted(&self) -> u64 {
+        self.statuses
+            .iter()
+            .filter(|(code, _)| code.starts_with('2'))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    pub fn per_second(&self) -> f64 {
+        self.sent() as f64 / self.elapsed.as_secs_f64()
+    }
+
+    pub fn percentile(&self, p: f64) -> Duration {
+        percentile(&self.latencies, p)
+    }
+}
+
 pub async fn intake(args: IntakeArgs) -> anyhow::Result<()> {
+    let report = run_intake(&args).await?;
+    let (sent, accepted, elapsed) = (report.sent(), report.accepted(), report.elapsed);
+    let latencies = &report.latencies;
+    println!(
+        "sent        {sent} webhooks in {:.2} s",
+        elapsed.as_secs_f64()
+    );
+    println!(
+        "throughput  {:.0} webhooks/s ({:.0} answered 2xx/s)",
+        sent as f64 / elapsed.as_secs_f64(),
+        accepted as f64 / elapsed.as_secs_f64()
+    );
+    if args.rate > 0 {
+        println!("target rate {} webhooks/s", args.rate);
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
+    println!(
+        "latency ms  p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
+        ms(percentile(latencies, 50.0)),
+        ms(percentile(latencies, 90.0)),
+        ms(percentile(latencies, 99.0)),
+        ms(percentile(latencies, 99.9)),
+        ms(latencies.last().copied().unwrap_or_default())
+    );
+    let statuses: Vec<String> = report
+        .statuses
+        .iter()
+        .map(|(code, n)| format!("{code}: {n}"))
+        .collect();
+    println!("statuses    {}", statuses.join(", "));
+    if let Some(pid) = args.server_pid {
+        match peak_rss_kib(pid) {
+            Some(kib) => println!(
+                "server peak RSS {:.1} MiB (VmHWM of pid {pid})",
+                kib as f64 / 1024.0
+            ),
+            None => println!("server peak RSS unknown (cannot read /proc/{pid}/status)"),
+        }
+    }
+    if accepted < sent {
+        bail!(
+            "{} of {sent} webhooks were not answered 2xx",
+            sent - accepted
+        );
+    }
+    Ok(())
+}
+
+/// Sends the webhooks `args` asks for and measures each answer.
+pub async fn run_intake(args: &IntakeArgs) -> anyhow::Result<IntakeReport> {
     if args.concurrency == 0 {
         bail!("--concurrency must be at least 1");
     }
@@ -242,54 +323,11 @@ pub async fn intake(args: IntakeArgs) -> anyhow::Result<()> {
     let mut latencies = latencies.lock().await.clone();
     latencies.sort();
     let statuses = statuses.lock().await.clone();
-    let sent = latencies.len() as u64;
-    let accepted: u64 = statuses
-        .iter()
-        .filter(|(code, _)| code.starts_with('2'))
-        .map(|(_, n)| n)
-        .sum();
-    println!(
-        "sent        {sent} webhooks in {:.2} s",
-        elapsed.as_secs_f64()
-    );
-    println!(
-        "throughput  {:.0} webhooks/s ({:.0} answered 2xx/s)",
-        sent as f64 / elapsed.as_secs_f64(),
-        accepted as f64 / elapsed.as_secs_f64()
-    );
-    if args.rate > 0 {
-        println!("target rate {} webhooks/s", args.rate);
-    }
-    let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
-    println!(
-        "latency ms  p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
-        ms(percentile(&latencies, 50.0)),
-        ms(percentile(&latencies, 90.0)),
-        ms(percentile(&latencies, 99.0)),
-        ms(percentile(&latencies, 99.9)),
-        ms(latencies.last().copied().unwrap_or_default())
-    );
-    let statuses: Vec<String> = statuses
-        .iter()
-        .map(|(code, n)| format!("{code}: {n}"))
-        .collect();
-    println!("statuses    {}", statuses.join(", "));
-    if let Some(pid) = args.server_pid {
-        match peak_rss_kib(pid) {
-            Some(kib) => println!(
-                "server peak RSS {:.1} MiB (VmHWM of pid {pid})",
-                kib as f64 / 1024.0
-            ),
-            None => println!("server peak RSS unknown (cannot read /proc/{pid}/status)"),
-        }
-    }
-    if accepted < sent {
-        bail!(
-            "{} of {sent} webhooks were not answered 2xx",
-            sent - accepted
-        );
-    }
-    Ok(())
+    Ok(IntakeReport {
+        elapsed,
+        latencies,
+        statuses,
+    })
 }
 
 #[derive(Args, Debug, Clone)]

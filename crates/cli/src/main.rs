@@ -5,6 +5,7 @@ mod agent;
 mod bench;
 mod secrets;
 mod sim;
+mod soak;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -68,6 +69,9 @@ enum BenchCommand {
     Intake(bench::IntakeArgs),
     /// Measure how fast a submitted job reaches one of many long-polling runners.
     Longpoll(bench::LongPollArgs),
+    /// What a long history costs: a server on an empty store against one
+    /// with a million finished jobs, ended runners and deliveries.
+    Soak(soak::SoakArgs),
 }
 
 #[derive(Subcommand)]
@@ -224,6 +228,7 @@ async fn run(prepared: Prepared) -> anyhow::Result<ExitCode> {
         Command::RegistrationToken(args) => admin::registration_token(args).await?,
         Command::Bench(BenchCommand::Intake(args)) => bench::intake(args).await?,
         Command::Bench(BenchCommand::Longpoll(args)) => bench::longpoll(args).await?,
+        Command::Bench(BenchCommand::Soak(args)) => soak::soak(args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

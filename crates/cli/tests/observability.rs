@@ -179,3 +179,32 @@ fn a_real_scrape_passes_promtool_and_prometheus_reads_the_series_back() {
     );
     assert!(query("up{job=\"runway\"}") == Some(1.0));
 }
+
+/// `runway bench soak` end to end, small: two servers, a seeded history
+/// that retention keeps, every figure in the table.
+#[test]
+fn the_soak_benchmark_compares_an_empty_store_with_a_long_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = common::runway(dir.path())
+        .args(["bench", "soak", "--history", "500", "--webhooks", "40"])
+        .args(["--concurrency", "4", "--requests", "5", "--rounds", "2"])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{log}");
+    assert!(
+        log.contains("seeded 500 finished jobs, ended runners and deliveries"),
+        "{log}"
+    );
+    assert!(log.contains("history: retention pruned 0 rows"), "{log}");
+    let table = String::from_utf8_lossy(&output.stdout).into_owned();
+    for row in [
+        "| reconcile round (mean) |",
+        "| `GET /api/v1/pools` p99 |",
+        "| `GET /api/v1/jobs?limit=50` p99 |",
+        "| intake p99 |",
+        "| intake (4 connections) |",
+    ] {
+        assert!(table.contains(row), "{row} in {table}");
+    }
+}

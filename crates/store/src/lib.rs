@@ -31,6 +31,7 @@ mod common;
 mod group_commit;
 mod postgres;
 mod rows;
+pub mod seed;
 mod sqlite;
 
 use std::sync::Arc;
