@@ -210,6 +210,32 @@ impl Client {
         let text = response.text().await.unwrap_or_default();
         Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
     }
+
+    /// Posts until the server answers (anything but a server error), for
+    /// requests the server may have applied although its answer was lost;
+    /// the server answers a repeat as it answered the first. Retries come
+    /// at least every third of `within` and stop after `within`; the last
+    /// outcome is returned.
+    async fn post_until_answered(
+        &self,
+        path: &str,
+        body: Value,
+        within: Duration,
+    ) -> anyhow::Result<(StatusCode, Value)> {
+        let deadline = tokio::time::Instant::now() + within;
+        let longest = (within / 3).max(Duration::from_millis(100));
+        let mut wait = Duration::from_millis(100);
+        loop {
+            let outcome = self.post(path, body.clone()).await;
+            let answered = matches!(&outcome, Ok((status, _)) if !status.is_server_error());
+            if answered || tokio::time::Instant::now() + wait >= deadline {
+                return outcome;
+            }
+            tracing::warn!(path, ?outcome, ?wait, "no answer yet; asking again");
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(longest);
+        }
+    }
 }
 
 fn default_name() -> String {
@@ -476,8 +502,10 @@ async fn run_job(
             .await;
         return Ok(());
     }
+    // An accept whose answer is lost may still have been applied: ask
+    // again (the server answers a repeat the same) while the lease lasts.
     match client
-        .post(&path("provisioning"), json!({"status": "accepted"}))
+        .post_until_answered(&path("provisioning"), json!({"status": "accepted"}), lease)
         .await
     {
         Ok((StatusCode::OK, _)) => {}
@@ -518,7 +546,7 @@ async fn run_job(
             // job to run out its lease and fail the same way elsewhere.
             tracing::error!(job = id, %error, "cannot start the job");
             let report = json!({"conclusion": "failure", "log_tail": format!("[runway agent: cannot start the job: {error}]\n")});
-            report_completion(client, &path("complete"), id, report).await;
+            report_completion(client, &path("complete"), id, lease, report).await;
             finish(&job_dir, &log_path, None);
             return Ok(());
         }
@@ -563,7 +591,7 @@ async fn run_job(
             json!({"conclusion": "failure", "log_tail": log_tail + "\n[runway agent: terminated]\n"})
         }
     };
-    report_completion(client, &path("complete"), id, report).await;
+    report_completion(client, &path("complete"), id, lease, report).await;
     Ok(())
 }
 
@@ -586,8 +614,11 @@ fn finish(job_dir: &std::path::Path, log_path: &std::path::Path, group: Option<i
 /// Reports a finished job, retrying while the server cannot be reached (it
 /// may be restarting) for up to ten minutes. Any answer ends it: a refusal
 /// means the job is no longer ours (its lease ran out and it was requeued).
-async fn report_completion(client: &Client, path: &str, id: i64, report: Value) {
+/// Retries come at least every third of the `lease`, so a restarted server
+/// (which gives its runners one lease to be heard from) hears it in time.
+async fn report_completion(client: &Client, path: &str, id: i64, lease: Duration, report: Value) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    let longest = (lease / 3).clamp(Duration::from_millis(100), Duration::from_secs(5));
     let mut wait = Duration::from_millis(100);
     loop {
         match client.post(path, report.clone()).await {
@@ -607,7 +638,7 @@ async fn report_completion(client: &Client, path: &str, id: i64, report: Value) 
                     "cannot report the job yet; retrying"
                 );
                 tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(5));
+                wait = (wait * 2).min(longest);
             }
         }
     }

@@ -12,11 +12,15 @@ use common::{runway, wait_until, Process};
 const ADMIN: &str = "agent-test-admin-token";
 
 fn write_config(dir: &Path, listen: &str) {
+    write_config_with_lease(dir, listen, "2s");
+}
+
+fn write_config_with_lease(dir: &Path, listen: &str, lease: &str) {
     std::fs::write(
         dir.join("runway.toml"),
         format!(
             "[server]\nlisten = \"{listen}\"\nadmin_tokens = [\"{ADMIN}\"]\n\
-             [runner_api]\npoll_timeout = \"1s\"\nlease = \"2s\"\n\
+             [runner_api]\npoll_timeout = \"1s\"\nlease = \"{lease}\"\n\
              [[pools]]\nname = \"default\"\nlabels = [\"self-hosted\", \"linux\"]\n"
         ),
     )
@@ -70,10 +74,38 @@ fn agent_with(dir: &Path, base: &str, name: &str, extra: &[&str]) -> Process {
             .arg(&work)
             .env("RUNWAY_REGISTRATION_TOKEN", registration_token(base))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            // Kept for a failing test's message (`agent_logs`).
+            .stderr(
+                std::fs::File::create(dir.join(format!("agent-{name}.log")))
+                    .expect("create the agent's log"),
+            )
             .spawn()
             .expect("start runway agent"),
     )
+}
+
+/// `GET /api/v1/runners`.
+fn runners(base: &str) -> serde_json::Value {
+    api(base)
+        .get(format!("{base}/api/v1/runners"))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap()
+}
+
+/// What every agent of the test in `dir` wrote to its log.
+fn agent_logs(dir: &Path) -> String {
+    let mut logs = String::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("agent-") && name.ends_with(".log") {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            logs.push_str(&format!("\n--- {name}\n{text}"));
+        }
+    }
+    logs
 }
 
 fn submit(base: &str, script: &str) -> i64 {
@@ -253,13 +285,7 @@ fn a_job_whose_agent_is_killed_is_finished_by_another_agent() {
         ),
         (Some("success"), Some(1))
     );
-    let runners: serde_json::Value = api(&base)
-        .get(format!("{base}/api/v1/runners"))
-        .bearer_auth(ADMIN)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let runners = runners(&base);
     let doomed_state = runners["runners"]
         .as_array()
         .unwrap()
@@ -274,7 +300,9 @@ fn jobs_complete_once_each_across_a_sigkill_of_the_server() {
     let dir = tempfile::tempdir().unwrap();
     // A fixed port, so the runners find the restarted server where they left it.
     let port = common::free_port();
-    write_config(dir.path(), &format!("127.0.0.1:{port}"));
+    // A lease longer than a restart on a loaded machine takes (a restarted
+    // server gives its runners one lease to be heard from).
+    write_config_with_lease(dir.path(), &format!("127.0.0.1:{port}"), "10s");
     let (server, base) = serve(dir.path());
     let _agents: Vec<Process> = (0..2)
         .map(|i| agent(dir.path(), &base, &format!("s{i}")))
@@ -290,9 +318,27 @@ fn jobs_complete_once_each_across_a_sigkill_of_the_server() {
     });
     drop(server); // SIGKILL
     let (_server, base) = serve(dir.path());
-    wait_until("every job to complete after the restart", 90, || {
-        ids.iter().all(|id| job(&base, *id)["state"] == "completed")
-    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let unfinished: Vec<serde_json::Value> = ids
+            .iter()
+            .map(|id| job(&base, *id))
+            .filter(|job| job["state"] != "completed")
+            .collect();
+        if unfinished.is_empty() {
+            break;
+        }
+        if std::time::Instant::now() >= deadline {
+            let runners = runners(&base);
+            panic!(
+                "timed out waiting for every job to complete after the restart; \
+                 still open: {}; runners: {runners:#}; agents said: {}",
+                serde_json::Value::from(unfinished),
+                agent_logs(dir.path())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let text = std::fs::read_to_string(&ran).unwrap();
     for i in 0..30 {
         assert!(text.lines().any(|l| l == i.to_string()), "job {i} ran");

@@ -8,6 +8,8 @@
 
 use crate::job::{Job, JobState};
 use crate::runner::{Runner, RunnerEvent, RunnerState, RunnerTransitionError};
+use std::time::Duration;
+
 use crate::time::Timestamp;
 
 /// A runner starting `job` (an accept, or GitHub's `in_progress`): busy with
@@ -50,6 +52,17 @@ pub fn lease_expired(before: &Job, runner: &Runner, now: Timestamp) -> Option<Ru
     }
     let reason = format!("lease on running job {} expired", before.id);
     runner.apply(&RunnerEvent::Crashed { reason }, now).ok()
+}
+
+/// Whether a lease sweeper that has been up since `up_since` may expire
+/// leases at `now`. Not until it has been up for one whole `lease`: a
+/// runner's heartbeats while this process was down (restarting, or not yet
+/// started) could not reach it, so a deadline that passed then says nothing
+/// about the runner. Without this, a restart slower than the lease marks
+/// every busy runner crashed and requeues its job although it is running
+/// fine. Another replica that stayed up sweeps meanwhile.
+pub fn may_expire_leases(up_since: Timestamp, lease: Duration, now: Timestamp) -> bool {
+    now >= up_since.plus(lease)
 }
 
 #[cfg(test)]
@@ -147,5 +160,23 @@ mod tests {
             None
         );
         let _ = JobEvent::LeaseExpired;
+    }
+
+    #[test]
+    fn leases_expire_only_after_a_whole_lease_of_uptime() {
+        let lease = Duration::from_secs(2);
+        for (up_since, now, may) in [
+            (0, 0, false),
+            (0, 1_999, false),
+            (0, 2_000, true),
+            (0, 60_000, true),
+            (10_000, 11_000, false),
+        ] {
+            assert_eq!(
+                may_expire_leases(at(up_since), lease, at(now)),
+                may,
+                "up since {up_since} ms, now {now} ms"
+            );
+        }
     }
 }

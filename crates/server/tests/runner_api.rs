@@ -277,6 +277,33 @@ async fn two_phase_start_and_completion() {
         (status, state["state"].as_str()),
         (StatusCode::OK, Some("running"))
     );
+    // The first answer may have been lost: a repeat is answered the same,
+    // and changes nothing.
+    let (status, again) = harness
+        .call(
+            "POST",
+            &path("provisioning"),
+            &alice,
+            Some(json!({"status": "accepted"})),
+        )
+        .await;
+    assert_eq!(
+        (status, again["state"].as_str(), &again["started_at"]),
+        (StatusCode::OK, Some("running"), &state["started_at"])
+    );
+    let (status, _) = harness
+        .call(
+            "POST",
+            &path("provisioning"),
+            &bob,
+            Some(json!({"status": "accepted"})),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "a running job is not bob's to accept"
+    );
     let (status, _) = harness.call("POST", &path("heartbeat"), &alice, None).await;
     assert_eq!(status, StatusCode::OK);
     let (status, _) = harness.call("POST", &path("heartbeat"), &bob, None).await;

@@ -25,11 +25,19 @@ pub async fn lease_sweeper(service: Arc<Service>, shutdown: watch::Receiver<bool
         first_round_at_once: false,
         wake: None,
     };
+    // Heartbeats sent while this process was down never arrived: it
+    // expires no lease before it has been up for one whole lease.
+    let up_since = now();
+    let lease = service.config.runner_api.lease;
     worker
         .run(&service.tasks, &|| true, shutdown, || {
             let service = service.clone();
             async move {
-                crate::app::jobs::sweep_leases(&service, now())
+                let now = now();
+                if !runway_core::moves::may_expire_leases(up_since, lease, now) {
+                    return Ok(());
+                }
+                crate::app::jobs::sweep_leases(&service, now)
                     .await
                     .map(|_| ())
                     .inspect_err(|_| service.metrics.store_error("sweep_leases"))

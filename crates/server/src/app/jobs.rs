@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use runway_core::job::{NewJob, Route};
 use runway_core::routing::RouteDecision;
-use runway_core::{Conclusion, Job, JobEvent, JobId, Runner, RunnerState, Timestamp};
+use runway_core::{Conclusion, Job, JobEvent, JobId, JobState, Runner, RunnerState, Timestamp};
 use runway_store::{Claim, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -300,6 +300,24 @@ async fn accept(
                     "this runner cannot start a job ({refused}); the job was returned to the queue"
                 ),
             ));
+        }
+        Err(StoreError::JobTransition(refused)) => {
+            // A repeated accept (the first one's answer was lost: the
+            // server restarted, a connection dropped) is answered as the
+            // first was, so the runner runs the job it already holds
+            // rather than leave it to run out its lease.
+            return match service.store.get_job(id).await {
+                Ok(Some(job))
+                    if job.state == JobState::Running && job.runner == Some(runner.id) =>
+                {
+                    Ok(job)
+                }
+                _ => Err(AppError::transition(
+                    service,
+                    "provisioning",
+                    StoreError::JobTransition(refused),
+                )),
+            };
         }
         Err(error) => return Err(AppError::transition(service, "provisioning", error)),
     };
