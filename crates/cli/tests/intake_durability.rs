@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,7 +19,7 @@ const SECRET: &str = "durability-secret";
 const ADMIN: &str = "durability-admin-token";
 const ROUNDS: usize = 5;
 
-fn start(dir: &Path) -> (Process, String) {
+fn start(dir: &Path, args: &[&str]) -> (Process, String) {
     let mut command = Command::new(RUNWAY);
     command
         .args([
@@ -29,6 +29,7 @@ fn start(dir: &Path) -> (Process, String) {
             "--listen",
             "127.0.0.1:0",
         ])
+        .args(args)
         .current_dir(dir)
         .env("RUNWAY_LOG", "info")
         .env_remove("RUNWAY_DATABASE_URL");
@@ -45,51 +46,102 @@ fn queued(job_id: u64) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Sends webhooks from a few threads until told to stop; returns the job
-/// ids that were answered 2xx.
-fn send_until_stopped(base: &str, first_id: u64, stop: Arc<AtomicBool>) -> Vec<u64> {
-    let acknowledged = Arc::new(Mutex::new(Vec::new()));
-    let next = Arc::new(AtomicU64::new(first_id));
-    let threads: Vec<_> = (0..4)
-        .map(|_| {
-            let (stop, next, acknowledged) = (stop.clone(), next.clone(), acknowledged.clone());
-            let url = format!("{base}/webhooks/github");
-            std::thread::spawn(move || {
-                let client = reqwest::blocking::Client::builder()
-                    .timeout(Duration::from_secs(10))
-                    .build()
-                    .expect("client");
-                // Bounded: at most 20,000 webhooks per thread per round.
-                for _ in 0..20_000 {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let id = next.fetch_add(1, Ordering::Relaxed);
-                    let body = queued(id);
-                    let response = client
-                        .post(&url)
-                        .header("x-github-event", "workflow_job")
-                        .header("x-github-delivery", format!("delivery-{id}"))
-                        .header("x-hub-signature-256", sign(SECRET.as_bytes(), &body))
-                        .body(body)
-                        .send();
-                    match response {
-                        Ok(response) if response.status().is_success() => {
+/// Webhook load from a few threads, each sending `queued` webhooks with
+/// fresh job ids until stopped (or until the server is gone), recording
+/// which ids were answered 2xx and how often each status came.
+struct Load {
+    stop: Arc<AtomicBool>,
+    acknowledged: Arc<Mutex<Vec<u64>>>,
+    statuses: Arc<Mutex<BTreeMap<String, u64>>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(base: &str, first_id: u64) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acknowledged = Arc::new(Mutex::new(Vec::new()));
+        let statuses = Arc::new(Mutex::new(BTreeMap::new()));
+        let next = Arc::new(AtomicU64::new(first_id));
+        let threads = (0..4)
+            .map(|_| {
+                let (stop, next) = (stop.clone(), next.clone());
+                let (acknowledged, statuses) = (acknowledged.clone(), statuses.clone());
+                let url = format!("{base}/webhooks/github");
+                std::thread::spawn(move || {
+                    let client = reqwest::blocking::Client::builder()
+                        .timeout(Duration::from_secs(10))
+                        .build()
+                        .expect("client");
+                    // Bounded: at most 20,000 webhooks per thread.
+                    for _ in 0..20_000 {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let id = next.fetch_add(1, Ordering::Relaxed);
+                        let (status, gone) = match send(&client, &url, id) {
+                            Ok(status) => (status.as_u16().to_string(), false),
+                            Err(error) if error.is_timeout() => ("timeout".to_owned(), false),
+                            // The server is gone: this load is over.
+                            Err(_) => ("connection error".to_owned(), true),
+                        };
+                        if status.starts_with('2') {
                             acknowledged.lock().expect("lock").push(id);
                         }
-                        Ok(_) => {}
-                        // The server is gone: this round is over.
-                        Err(_) => break,
+                        *statuses.lock().expect("lock").entry(status).or_insert(0) += 1;
+                        if gone {
+                            break;
+                        }
                     }
-                }
+                })
             })
-        })
-        .collect();
-    for thread in threads {
-        thread.join().expect("sender thread");
+            .collect();
+        Load {
+            stop,
+            acknowledged,
+            statuses,
+            threads,
+        }
     }
-    let ids = acknowledged.lock().expect("lock").clone();
-    ids
+
+    fn acknowledged(&self) -> usize {
+        self.acknowledged.lock().expect("lock").len()
+    }
+
+    fn count(&self, status: &str) -> u64 {
+        self.statuses
+            .lock()
+            .expect("lock")
+            .get(status)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Stops the senders; the acknowledged ids and the status counts.
+    fn finish(self) -> (Vec<u64>, BTreeMap<String, u64>) {
+        self.stop.store(true, Ordering::Relaxed);
+        for thread in self.threads {
+            thread.join().expect("sender thread");
+        }
+        let acknowledged = self.acknowledged.lock().expect("lock").clone();
+        let statuses = self.statuses.lock().expect("lock").clone();
+        (acknowledged, statuses)
+    }
+}
+
+fn send(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    id: u64,
+) -> reqwest::Result<reqwest::StatusCode> {
+    let body = queued(id);
+    client
+        .post(url)
+        .header("x-github-event", "workflow_job")
+        .header("x-github-delivery", format!("delivery-{id}"))
+        .header("x-hub-signature-256", sign(SECRET.as_bytes(), &body))
+        .body(body)
+        .send()
+        .map(|response| response.status())
 }
 
 fn stored_external_ids(base: &str) -> BTreeSet<u64> {
@@ -121,40 +173,37 @@ fn stored_external_ids(base: &str) -> BTreeSet<u64> {
     }
 }
 
-#[test]
-fn every_acknowledged_webhook_survives_sigkill() {
-    let dir = tempfile::tempdir().expect("dir");
+fn write_config(dir: &Path) {
     std::fs::write(
-        dir.path().join("runway.toml"),
+        dir.join("runway.toml"),
         format!(
             "[server]\nadmin_tokens = [\"{ADMIN}\"]\n[github]\nwebhook_secrets = [\"{SECRET}\"]\n\
              [[pools]]\nname = \"default\"\nlabels = [\"self-hosted\", \"linux\"]\n"
         ),
     )
     .expect("config");
+}
+
+#[test]
+fn every_acknowledged_webhook_survives_sigkill() {
+    let dir = tempfile::tempdir().expect("dir");
+    write_config(dir.path());
     let mut acknowledged = BTreeSet::new();
     for round in 0..ROUNDS {
-        let (mut server, base) = start(dir.path());
-        let stop = Arc::new(AtomicBool::new(false));
-        let sender = {
-            let (base, stop) = (base.clone(), stop.clone());
-            std::thread::spawn(move || {
-                send_until_stopped(&base, (round as u64 + 1) * 1_000_000, stop)
-            })
-        };
+        let (mut server, base) = start(dir.path(), &[]);
+        let load = Load::start(&base, (round as u64 + 1) * 1_000_000);
         // Kill at a different moment each round, mid-stream.
         std::thread::sleep(Duration::from_millis(150 + 120 * round as u64));
         server.0.kill().expect("SIGKILL runway");
         server.0.wait().expect("reap");
-        stop.store(true, Ordering::Relaxed);
-        let ids = sender.join().expect("sender");
+        let (ids, _) = load.finish();
         assert!(
             !ids.is_empty(),
             "round {round}: some webhooks were acknowledged before the kill"
         );
         acknowledged.extend(ids);
     }
-    let (server, base) = start(dir.path());
+    let (server, base) = start(dir.path(), &[]);
     let stored = stored_external_ids(&base);
     drop(server);
     let lost: Vec<&u64> = acknowledged.difference(&stored).collect();
@@ -166,6 +215,75 @@ fn every_acknowledged_webhook_survives_sigkill() {
     );
     eprintln!(
         "{} acknowledged webhooks over {ROUNDS} kills, all stored",
+        acknowledged.len()
+    );
+}
+
+/// PostgreSQL crashes and comes back under webhook load: while it is down,
+/// `/readyz` is not ready and webhooks get 503 (never a 2xx for something
+/// not committed, never a hang); runway recovers by itself, and every
+/// webhook answered 2xx, before or after, is stored.
+#[test]
+fn a_postgres_outage_gets_503s_and_runway_recovers_without_a_restart() {
+    let postgres = common::PrivatePostgres::start();
+    let dir = tempfile::tempdir().expect("dir");
+    write_config(dir.path());
+    let url = postgres.url();
+    let (_server, base) = start(dir.path(), &["--database", &url]);
+    let load = Load::start(&base, 1_000_000);
+    common::wait_until("webhooks acknowledged before the outage", 60, || {
+        load.acknowledged() >= 200
+    });
+
+    postgres.crash();
+    common::wait_until("/readyz to say not ready", 30, || {
+        common::get(&base, "/readyz").0 == 503
+    });
+    common::wait_until("webhooks to get 503 during the outage", 30, || {
+        load.count("503") >= 20
+    });
+    // One more, answered while the database is surely down: a 503 that
+    // says nothing was changed, and indeed nothing is.
+    let probe = 999_999_999;
+    let client = common::client();
+    let asked = std::time::Instant::now();
+    let status = send(&client, &format!("{base}/webhooks/github"), probe).expect("an answer");
+    eprintln!("probe answered {status} in {:?}", asked.elapsed());
+    assert_eq!(status.as_u16(), 503);
+    assert_eq!(common::get(&base, "/readyz").0, 503);
+
+    postgres.resume();
+    common::wait_until("/readyz to be ready again", 60, || {
+        common::get(&base, "/readyz").0 == 200
+    });
+    let before = load.acknowledged();
+    common::wait_until("webhooks acknowledged after the outage", 60, || {
+        load.acknowledged() >= before + 200
+    });
+    let (acknowledged, statuses) = load.finish();
+
+    let unexpected: Vec<(&String, &u64)> = statuses
+        .iter()
+        .filter(|(status, _)| !status.starts_with('2') && status.as_str() != "503")
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "only 2xx and 503 during an outage, got {statuses:?}"
+    );
+    let stored = stored_external_ids(&base);
+    let lost: Vec<&u64> = acknowledged
+        .iter()
+        .filter(|id| !stored.contains(id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged jobs lost, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+    assert!(!stored.contains(&probe), "a 503 changed nothing");
+    eprintln!(
+        "{} acknowledged webhooks across a PostgreSQL crash, all stored; statuses {statuses:?}",
         acknowledged.len()
     );
 }
