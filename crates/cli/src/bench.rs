@@ -353,6 +353,11 @@ pub struct LongPollArgs {
     /// Pause between submissions, so each job meets a crowd of waiting runners.
     #[arg(long, default_value_t = 20)]
     gap_ms: u64,
+    /// Submit the jobs to this server instead (another replica of the same
+    /// store): the job then reaches the runners through a wake-up across
+    /// replicas.
+    #[arg(long)]
+    submit_url: Option<String>,
 }
 
 /// `runway bench longpoll`: how long a submitted job takes to reach one of
@@ -450,12 +455,16 @@ pub async fn longpoll(args: LongPollArgs) -> anyhow::Result<()> {
     }
     // Let every runner reach its long poll before the first job.
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let submit_base = args
+        .submit_url
+        .as_deref()
+        .map_or(base.clone(), |url| url.trim_end_matches('/').to_owned());
     for i in 0..args.jobs {
         let body = serde_json::json!({"labels": labels, "script": "true", "external_id": format!("bench-{run}-{i}")});
         // Measured from the start of the submission: it includes the durable enqueue.
         let sent = Instant::now();
         let response: serde_json::Value = client
-            .post(format!("{base}/api/v1/jobs"))
+            .post(format!("{submit_base}/api/v1/jobs"))
             .bearer_auth(&args.token)
             .json(&body)
             .send()

@@ -4,7 +4,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use common::{runway, wait_until, Process};
@@ -40,48 +40,12 @@ fn api(base: &str) -> reqwest::blocking::Client {
         .unwrap()
 }
 
-fn registration_token(base: &str) -> String {
-    let body: serde_json::Value = api(base)
-        .post(format!("{base}/api/v1/registration-tokens"))
-        .bearer_auth(ADMIN)
-        .json(&serde_json::json!({"pool": "default", "ttl": 600}))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    body["token"].as_str().unwrap().to_owned()
-}
-
 fn agent(dir: &Path, base: &str, name: &str) -> Process {
     agent_with(dir, base, name, &[])
 }
 
 fn agent_with(dir: &Path, base: &str, name: &str, extra: &[&str]) -> Process {
-    let work = dir.join(format!("work-{name}"));
-    Process(
-        runway(dir)
-            .args([
-                "agent",
-                "--url",
-                base,
-                "--labels",
-                "self-hosted,linux",
-                "--name",
-                name,
-            ])
-            .args(extra)
-            .arg("--work-dir")
-            .arg(&work)
-            .env("RUNWAY_REGISTRATION_TOKEN", registration_token(base))
-            .stdout(Stdio::null())
-            // Kept for a failing test's message (`agent_logs`).
-            .stderr(
-                std::fs::File::create(dir.join(format!("agent-{name}.log")))
-                    .expect("create the agent's log"),
-            )
-            .spawn()
-            .expect("start runway agent"),
-    )
+    common::agent(dir, base, ADMIN, name, "self-hosted,linux", extra)
 }
 
 /// `GET /api/v1/runners`.
@@ -95,38 +59,12 @@ fn runners(base: &str) -> serde_json::Value {
         .unwrap()
 }
 
-/// What every agent of the test in `dir` wrote to its log.
-fn agent_logs(dir: &Path) -> String {
-    let mut logs = String::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("agent-") && name.ends_with(".log") {
-            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-            logs.push_str(&format!("\n--- {name}\n{text}"));
-        }
-    }
-    logs
-}
-
 fn submit(base: &str, script: &str) -> i64 {
-    let body: serde_json::Value = api(base)
-        .post(format!("{base}/api/v1/jobs"))
-        .bearer_auth(ADMIN)
-        .json(&serde_json::json!({"labels": ["linux"], "script": script, "timeout_seconds": 60}))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    body["id"].as_i64().expect("job id")
+    common::submit(base, ADMIN, script)
 }
 
 fn job(base: &str, id: i64) -> serde_json::Value {
-    api(base)
-        .get(format!("{base}/api/v1/jobs/{id}"))
-        .bearer_auth(ADMIN)
-        .send()
-        .and_then(|r| r.json())
-        .unwrap_or_default()
+    common::job(base, ADMIN, id)
 }
 
 #[test]
@@ -334,7 +272,7 @@ fn jobs_complete_once_each_across_a_sigkill_of_the_server() {
                 "timed out waiting for every job to complete after the restart; \
                  still open: {}; runners: {runners:#}; agents said: {}",
                 serde_json::Value::from(unfinished),
-                agent_logs(dir.path())
+                common::agent_logs(dir.path())
             );
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -390,7 +328,7 @@ fn the_github_runner_hook_scripts_report_to_runway() {
     let (_server, base) = serve(dir.path());
     let registered: serde_json::Value = api(&base)
         .post(format!("{base}/api/v1/runners/register"))
-        .json(&serde_json::json!({"token": registration_token(&base), "name": "hooked", "labels": ["linux"]}))
+        .json(&serde_json::json!({"token": common::registration_token(&base, ADMIN, "default"), "name": "hooked", "labels": ["linux"]}))
         .send()
         .unwrap()
         .json()

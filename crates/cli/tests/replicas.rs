@@ -69,3 +69,60 @@ providers = ["cloud"]
         metric(&b, "runway_runners{pool=\"warm\",state=\"idle\"}") == 2.0
     });
 }
+
+/// A job submitted on one replica reaches a runner long-polling on the
+/// other through a wake-up (LISTEN/NOTIFY), not the long poll's timer, and
+/// a job that arrives on a follower asks the leader for a round the same
+/// way. Counted, not timed: the follower sent both kinds of wake-up and the
+/// leader received them.
+#[test]
+fn wake_ups_cross_replicas() {
+    const ADMIN: &str = "replicas-admin-token";
+    let schema = PgSchema::create("runway_wakeups");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("runway.toml"),
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN}\"]\n\
+             [runner_api]\npoll_timeout = \"30s\"\n\
+             [[pools]]\nname = \"default\"\nlabels = [\"self-hosted\", \"linux\"]\n"
+        ),
+    )
+    .unwrap();
+    let (_leader, a) = serve(dir.path(), &schema.scoped);
+    wait_until("the first replica to lead", 30, || {
+        metric(&a, "runway_leader") == 1.0
+    });
+    let (_follower, b) = serve(dir.path(), &schema.scoped);
+    let wakes = |base: &str, direction: &str, kind: &str| {
+        metric(
+            base,
+            &format!("runway_wakeups_total{{direction=\"{direction}\",kind=\"{kind}\"}}"),
+        )
+    };
+    // The runner polls the leader; its jobs are submitted on the follower.
+    let _agent = common::agent(dir.path(), &a, ADMIN, "r", "self-hosted,linux", &[]);
+    let ids: Vec<i64> = (0..5)
+        .map(|i| common::submit(&b, ADMIN, &format!("echo {i}")))
+        .collect();
+    wait_until("every job to complete", 60, || {
+        ids.iter()
+            .all(|id| common::job(&b, ADMIN, *id)["state"] == "completed")
+    });
+    assert!(
+        wakes(&b, "sent", "job") >= 1.0,
+        "the follower announced its jobs"
+    );
+    assert!(wakes(&b, "sent", "reconcile") >= 1.0);
+    assert!(
+        wakes(&a, "received", "job") >= 1.0,
+        "the leader heard of them"
+    );
+    assert!(wakes(&a, "received", "reconcile") >= 1.0);
+    // Nobody acts on its own announcements.
+    assert_eq!(
+        wakes(&b, "received", "job"),
+        0.0,
+        "the follower sent, it did not hear"
+    );
+}

@@ -116,23 +116,29 @@ pub async fn run(
     service.leading = std::sync::atomic::AtomicBool::new(false);
     let service = Arc::new(service);
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let mut workers = Vec::new();
-    workers.push(tokio::spawn(crate::app::background::leadership(
-        service.clone(),
-        service
-            .config
-            .scaling_interval
-            .clamp(Duration::from_secs(1), Duration::from_secs(5)),
-        stopped.clone(),
-    )));
-    workers.push(tokio::spawn(crate::app::background::lease_sweeper(
-        service.clone(),
-        stopped.clone(),
-    )));
-    workers.push(tokio::spawn(crate::app::retention::run(
-        service.clone(),
-        stopped.clone(),
-    )));
+    let mut workers = vec![
+        tokio::spawn(crate::app::background::leadership(
+            service.clone(),
+            service
+                .config
+                .scaling_interval
+                .clamp(Duration::from_secs(1), Duration::from_secs(5)),
+            stopped.clone(),
+        )),
+        tokio::spawn(crate::app::background::lease_sweeper(
+            service.clone(),
+            stopped.clone(),
+        )),
+        tokio::spawn(crate::app::wakeups::announcer(
+            service.clone(),
+            stopped.clone(),
+        )),
+        tokio::spawn(crate::app::wakeups::listener(
+            service.clone(),
+            stopped.clone(),
+        )),
+        tokio::spawn(crate::app::retention::run(service.clone(), stopped.clone())),
+    ];
     if !providers.is_empty() {
         let reconciler = Arc::new(crate::reconcile::Reconciler::new(
             service.clone(),

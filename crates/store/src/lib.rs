@@ -308,6 +308,47 @@ pub trait Leadership: Send + Sync {
     async fn still_held(&mut self) -> bool;
 }
 
+/// A wake-up one replica sends the others through the store: a job may be
+/// waiting for their long-polling runners, or the leader should reconcile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Wake {
+    JobAvailable,
+    ReconcileWanted,
+}
+
+impl Wake {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Wake::JobAvailable => "job",
+            Wake::ReconcileWanted => "reconcile",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Wake> {
+        match text {
+            "job" => Some(Wake::JobAvailable),
+            "reconcile" => Some(Wake::ReconcileWanted),
+            _ => None,
+        }
+    }
+}
+
+/// What a [`WakeListener`] heard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Heard {
+    /// `wake`, announced by the replica `from`.
+    Wake { from: String, wake: Wake },
+    /// The listening connection was lost (it reconnects on the next call):
+    /// wake-ups may have been missed meanwhile.
+    Lost,
+}
+
+/// Wake-ups announced by other replicas (`Store::listen`).
+#[async_trait]
+pub trait WakeListener: Send {
+    async fn next(&mut self) -> Result<Heard, StoreError>;
+}
+
 /// SQLite: one process owns the file, so it always leads.
 pub struct SoleLeader;
 
@@ -333,6 +374,19 @@ pub trait Store: Send + Sync + 'static {
     /// Tries to become the leader for `name` among the processes sharing
     /// this store; `None` while another holds it.
     async fn try_lead(&self, name: &str) -> Result<Option<Box<dyn Leadership>>, StoreError>;
+
+    /// Tells the other replicas sharing this store about `wakes`, as
+    /// replica `from`. A no-op where one process owns the store (SQLite).
+    async fn announce(&self, from: &str, wakes: &[Wake]) -> Result<(), StoreError> {
+        let _ = (from, wakes);
+        Ok(())
+    }
+
+    /// Listens for the wake-ups replicas announce; `None` where one process
+    /// owns the store (SQLite).
+    async fn listen(&self) -> Result<Option<Box<dyn WakeListener>>, StoreError> {
+        Ok(None)
+    }
 
     /// Stores a new job, or returns the one already stored under the same
     /// (source, external id). Durable when it returns.

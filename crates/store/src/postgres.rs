@@ -193,6 +193,34 @@ impl crate::Leadership for PgLeadership {
     }
 }
 
+/// The NOTIFY channel of the schema a connection works in: replicas of one
+/// store share it, tests in other schemas of the same database do not.
+const WAKE_CHANNEL: &str = "SELECT 'runway_wake_' || md5(current_schema())";
+
+struct PgWakeListener {
+    listener: sqlx::postgres::PgListener,
+}
+
+#[async_trait]
+impl crate::WakeListener for PgWakeListener {
+    async fn next(&mut self) -> Result<crate::Heard, StoreError> {
+        loop {
+            let Some(notification) = self.listener.try_recv().await? else {
+                return Ok(crate::Heard::Lost);
+            };
+            // "<replica> <wake>"; anything else is not ours to act on.
+            let mut parts = notification.payload().splitn(2, ' ');
+            let from = parts.next().unwrap_or_default();
+            if let Some(wake) = parts.next().and_then(crate::Wake::parse) {
+                return Ok(crate::Heard::Wake {
+                    from: from.to_owned(),
+                    wake,
+                });
+            }
+        }
+    }
+}
+
 fn key(job: &Job) -> (&'static str, String) {
     (job.source.as_str(), job.external_id.clone())
 }
@@ -205,6 +233,34 @@ impl_store!(PostgresStore, Postgres, {
     /// PostgreSQL's autovacuum makes deleted rows' space reusable.
     async fn reclaim_space(&self, _pages: u32) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    /// One NOTIFY per wake-up on the schema's channel, in one statement.
+    async fn announce(&self, from: &str, wakes: &[crate::Wake]) -> Result<(), StoreError> {
+        if wakes.is_empty() {
+            return Ok(());
+        }
+        let payloads: Vec<String> = wakes
+            .iter()
+            .map(|wake| format!("{from} {}", wake.as_str()))
+            .collect();
+        sqlx::query(&format!(
+            "SELECT pg_notify(({WAKE_CHANNEL}), payload) FROM UNNEST($1::text[]) AS p(payload)"
+        ))
+        .bind(&payloads)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// LISTEN on a connection of its own (sqlx reconnects it after a loss).
+    async fn listen(&self) -> Result<Option<Box<dyn crate::WakeListener>>, StoreError> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(self.pool()).await?;
+        let channel: String = sqlx::query_scalar(WAKE_CHANNEL)
+            .fetch_one(&mut listener)
+            .await?;
+        listener.listen(&channel).await?;
+        Ok(Some(Box::new(PgWakeListener { listener })))
     }
 
     /// A session-level advisory lock on a connection of its own, keyed by

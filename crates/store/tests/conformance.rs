@@ -35,6 +35,7 @@ on_both_backends!(
     settings_and_external_ids_are_replaced,
     once_keys_are_claimed_once_until_pruned,
     one_process_leads_at_a_time,
+    wake_ups_reach_every_listener_of_the_store,
     a_job_and_its_runner_move_together_or_not_at_all,
     live_runners_are_the_non_terminal_ones,
 );
@@ -787,6 +788,40 @@ mod cases {
                     );
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
+            }
+        }
+    }
+
+    pub async fn wake_ups_reach_every_listener_of_the_store(store: Arc<dyn Store>) {
+        use runway_store::{Heard, Wake};
+        let listener = store.listen().await.unwrap();
+        match store.backend() {
+            // One process owns a SQLite file: nobody else to wake.
+            runway_store::Backend::Sqlite => {
+                assert!(listener.is_none());
+                store.announce("a", &[Wake::JobAvailable]).await.unwrap();
+            }
+            runway_store::Backend::Postgres => {
+                let mut listener = listener.expect("PostgreSQL listens");
+                store
+                    .announce("replica-a", &[Wake::JobAvailable, Wake::ReconcileWanted])
+                    .await
+                    .unwrap();
+                let mut heard = Vec::new();
+                for _ in 0..2 {
+                    let next = tokio::time::timeout(Duration::from_secs(10), listener.next())
+                        .await
+                        .expect("a wake-up within 10 s")
+                        .unwrap();
+                    heard.push(next);
+                }
+                assert_eq!(
+                    heard,
+                    [Wake::JobAvailable, Wake::ReconcileWanted].map(|wake| Heard::Wake {
+                        from: "replica-a".into(),
+                        wake
+                    })
+                );
             }
         }
     }

@@ -372,3 +372,86 @@ fn chown_to_postgres(path: &Path) {
         assert!(status.success(), "chown postgres {}", path.display());
     }
 }
+
+/// A registration token for pool `pool`, minted on `base` with `admin`.
+pub fn registration_token(base: &str, admin: &str, pool: &str) -> String {
+    let body: serde_json::Value = client()
+        .post(format!("{base}/api/v1/registration-tokens"))
+        .bearer_auth(admin)
+        .json(&serde_json::json!({"pool": pool, "ttl": 600}))
+        .send()
+        .expect("mint a registration token")
+        .json()
+        .expect("a JSON answer");
+    body["token"]
+        .as_str()
+        .expect("a registration token")
+        .to_owned()
+}
+
+/// `runway agent` named `name` with `labels` in pool `default` of the
+/// server at `base`, working under `dir/work-NAME` and logging to
+/// `dir/agent-NAME.log` (see [`agent_logs`]).
+pub fn agent(
+    dir: &Path,
+    base: &str,
+    admin: &str,
+    name: &str,
+    labels: &str,
+    extra: &[&str],
+) -> Process {
+    let log = std::fs::File::create(dir.join(format!("agent-{name}.log")))
+        .expect("create the agent's log");
+    Process(
+        runway(dir)
+            .args(["agent", "--url", base, "--labels", labels, "--name", name])
+            .args(extra)
+            .arg("--work-dir")
+            .arg(dir.join(format!("work-{name}")))
+            .env(
+                "RUNWAY_REGISTRATION_TOKEN",
+                registration_token(base, admin, "default"),
+            )
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start runway agent"),
+    )
+}
+
+/// What every agent started in `dir` wrote to its log, for a failing
+/// test's message.
+pub fn agent_logs(dir: &Path) -> String {
+    let mut logs = String::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("agent-") && name.ends_with(".log") {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            logs.push_str(&format!("\n--- {name}\n{text}"));
+        }
+    }
+    logs
+}
+
+/// Submits a job running `script` (labels `linux`); its id.
+pub fn submit(base: &str, admin: &str, script: &str) -> i64 {
+    let body: serde_json::Value = client()
+        .post(format!("{base}/api/v1/jobs"))
+        .bearer_auth(admin)
+        .json(&serde_json::json!({"labels": ["linux"], "script": script, "timeout_seconds": 60}))
+        .send()
+        .expect("submit a job")
+        .json()
+        .expect("a JSON answer");
+    body["id"].as_i64().expect("job id")
+}
+
+/// `GET /api/v1/jobs/{id}` (null if the server does not answer).
+pub fn job(base: &str, admin: &str, id: i64) -> serde_json::Value {
+    client()
+        .get(format!("{base}/api/v1/jobs/{id}"))
+        .bearer_auth(admin)
+        .send()
+        .and_then(|r| r.json())
+        .unwrap_or_default()
+}

@@ -519,7 +519,7 @@ pub async fn status(
             .apply_runner_event(instance.runner.id, &RunnerEvent::Failed { reason }, now)
             .await
         {
-            Ok(_) => service.reconcile_wanted.notify_one(),
+            Ok(_) => service.want_reconcile(),
             Err(runway_store::StoreError::RunnerTransition(_)) => {}
             Err(e) => return Err(AppError::store(service, "apply_runner_event", e)),
         }

@@ -109,7 +109,7 @@ pub async fn submit(service: &Service, request: Submission) -> Result<Submitted,
             .jobs_routed
             .get_or_create(&PoolLabel { pool: pool.clone() })
             .inc();
-        service.job_available.notify_waiters();
+        service.wake_runners();
         service.job_arrived(&pool, enqueued.job.enqueued_at);
     }
     Ok(Submitted {
@@ -261,7 +261,7 @@ pub async fn provisioning(
                 .apply_job_event(id, &event, now)
                 .await
                 .map_err(|error| AppError::transition(service, "provisioning", error))?;
-            service.job_available.notify_waiters();
+            service.wake_runners();
             job
         }
     };
@@ -292,7 +292,7 @@ async fn accept(
                 .store
                 .apply_job_event(id, &JobEvent::Decline { runner: runner.id }, now)
                 .await;
-            service.job_available.notify_waiters();
+            service.wake_runners();
             return Err(AppError::new(
                 ErrorKind::Conflict,
                 "runner_unavailable",
@@ -504,8 +504,8 @@ pub async fn sweep_leases(service: &Service, now: Timestamp) -> Result<usize, St
         }
     }
     if !expired.is_empty() {
-        service.job_available.notify_waiters();
-        service.reconcile_wanted.notify_one();
+        service.wake_runners();
+        service.want_reconcile();
     }
     Ok(expired.len())
 }

@@ -11,6 +11,7 @@ pub mod jobs;
 pub mod retention;
 pub mod runners;
 pub mod tokens;
+pub mod wakeups;
 pub mod worker_configs;
 
 pub use error::{AppError, ErrorKind};
@@ -52,6 +53,10 @@ pub struct Service {
     pub leading: std::sync::atomic::AtomicBool,
     /// The status of every background worker (`GET /api/v1/tasks`).
     pub tasks: crate::tasks::Tasks,
+    /// This process among the replicas sharing the store: random per start.
+    pub replica: String,
+    /// Wake-ups for the other replicas, sent by `wakeups::announcer`.
+    pub outgoing: crate::app::wakeups::Outgoing,
     /// GitHub's runner downloads per target, and when they were fetched
     /// (`garm::github_tools`).
     pub runner_downloads:
@@ -100,8 +105,23 @@ impl Service {
             config,
             leading: std::sync::atomic::AtomicBool::new(true),
             tasks: crate::tasks::Tasks::default(),
+            replica: format!("{:016x}", rand::random::<u64>()),
+            outgoing: crate::app::wakeups::Outgoing::default(),
             runner_downloads: std::sync::Mutex::new(std::collections::BTreeMap::new()),
         }
+    }
+
+    /// A job may have become available: wakes the runners long-polling
+    /// here and, through the store, on the other replicas.
+    pub fn wake_runners(&self) {
+        self.job_available.notify_waiters();
+        self.outgoing.add(runway_store::Wake::JobAvailable);
+    }
+
+    /// Asks for a reconcile round now, of the leader wherever it runs.
+    pub fn want_reconcile(&self) {
+        self.reconcile_wanted.notify_one();
+        self.outgoing.add(runway_store::Wake::ReconcileWanted);
     }
 
     /// Whether this replica runs the reconciler and the GitHub healer now.
@@ -134,7 +154,7 @@ impl Service {
     /// instance deleted in the reconciler's next round, which is now.
     pub fn runner_moved(&self, runner: Option<&runway_core::Runner>) {
         if matches!(runner, Some(r) if r.state == runway_core::RunnerState::Terminating) {
-            self.reconcile_wanted.notify_one();
+            self.want_reconcile();
         }
     }
 
@@ -161,7 +181,7 @@ impl Service {
                 .await
             {
                 // Its instance is deleted in the reconciler's next round: now.
-                Ok(_) => self.reconcile_wanted.notify_one(),
+                Ok(_) => self.want_reconcile(),
                 Err(error) => {
                     tracing::debug!(%error, runner = %runner, "ephemeral runner not terminated")
                 }
@@ -178,7 +198,7 @@ impl Service {
             }
             arrivals.push((pool.to_owned(), at));
         }
-        self.reconcile_wanted.notify_one();
+        self.want_reconcile();
     }
 
     /// Writes the worker configurations of the config file into the store,

@@ -108,6 +108,14 @@ pub struct ReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WakeLabels {
+    /// `sent` to the other replicas, or `received` from one.
+    pub direction: &'static str,
+    /// `job` (long-polling runners) or `reconcile` (the leader).
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabel {
     pub operation: String,
 }
@@ -219,6 +227,7 @@ pub struct Metrics {
     pub jobs_routed: Family<PoolLabel, Counter>,
     pub jobs_rejected: Family<ReasonLabel, Counter>,
     pub store_errors: Family<OperationLabel, Counter>,
+    pub wakeups: Family<WakeLabels, Counter>,
     pub job_queue_duration: JobHistogramFamily,
     pub job_run_duration: JobHistogramFamily,
     pub jobs_started: Family<JobLabels, Counter>,
@@ -260,6 +269,7 @@ impl Metrics {
             jobs_routed: add(r, "jobs_routed", "New jobs routed to a pool's queue", Family::<PoolLabel, Counter>::default()),
             jobs_rejected: add(r, "jobs_rejected", "Jobs not queued, by reason (no_matching_pool: no pool serves the labels; github_hosted: a required label is missing)", Family::<ReasonLabel, Counter>::default()),
             store_errors: add(r, "store_errors", "Store operations that failed, by operation", Family::<OperationLabel, Counter>::default()),
+            wakeups: add(r, "wakeups", "Wake-ups between replicas sharing a PostgreSQL store (LISTEN/NOTIFY), by direction and kind", Family::<WakeLabels, Counter>::default()),
             job_queue_duration: seconds(r, "job_queue_duration", "Time from a job's creation to its start, as GitHub reports them", Family::new_with_constructor(queue_duration_histogram)),
             job_run_duration: seconds(r, "job_run_duration", "Time from a job's start to its completion, as GitHub reports them", Family::new_with_constructor(run_duration_histogram)),
             jobs_started: add(r, "jobs_started", "Jobs that started running", Family::<JobLabels, Counter>::default()),
