@@ -15,6 +15,16 @@ fn serve(dir: &Path, database: &str) -> (Process, String) {
     common::serve_in(dir, &["--config", "runway.toml", "--database", database])
 }
 
+/// `GET /api/v1/cluster` on `base`.
+fn cluster(base: &str) -> serde_json::Value {
+    common::client()
+        .get(format!("{base}/api/v1/cluster"))
+        .bearer_auth("replicas-admin-token")
+        .send()
+        .and_then(|r| r.json())
+        .expect("the cluster view")
+}
+
 #[test]
 fn one_replica_reconciles_and_another_takes_over_when_it_dies() {
     let schema = PgSchema::create("runway_replicas");
@@ -24,6 +34,7 @@ fn one_replica_reconciles_and_another_takes_over_when_it_dies() {
         dir.path().join("runway.toml"),
         r#"[server]
 listen = "127.0.0.1:0"
+admin_tokens = ["replicas-admin-token"]
 
 [scaling]
 interval = "200ms"
@@ -60,10 +71,27 @@ providers = ["cloud"]
         "nobody failed the leader's runners"
     );
 
+    wait_until("both replicas in the cluster view", 30, || {
+        cluster(&b)["replicas"].as_array().map(Vec::len) == Some(2)
+    });
+    let before = cluster(&b);
+    let first_term = before["leader"]["term"].as_i64().expect("a term");
+    let first_leader = before["leader"]["replica"].clone();
+    assert!(first_term >= 1, "{before}");
+
     drop(first); // SIGKILL: its session ends, and with it the lock.
     wait_until("the second replica to take the lead", 30, || {
         metric(&b, "runway_leader") == 1.0
     });
+    // A new leader, in the next term.
+    let after = cluster(&b);
+    assert_eq!(
+        after["leader"]["term"].as_i64(),
+        Some(first_term + 1),
+        "{after}"
+    );
+    assert_eq!(after["leader"]["replica"], after["replica"], "{after}");
+    assert_ne!(after["leader"]["replica"], first_leader, "{after}");
     // Its sim has none of the dead leader's machines: it starts its own.
     wait_until("the new leader to keep two runners warm", 30, || {
         metric(&b, "runway_runners{pool=\"warm\",state=\"idle\"}") == 2.0
@@ -78,6 +106,7 @@ providers = ["cloud"]
 #[test]
 fn wake_ups_cross_replicas() {
     const ADMIN: &str = "replicas-admin-token";
+    // (the same token as `cluster` uses)
     let schema = PgSchema::create("runway_wakeups");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
@@ -119,6 +148,17 @@ fn wake_ups_cross_replicas() {
         "the leader heard of them"
     );
     assert!(wakes(&a, "received", "reconcile") >= 1.0);
+    // Both replicas are in the cluster view, the first one leading.
+    wait_until("both replicas in the cluster view", 30, || {
+        cluster(&b)["replicas"].as_array().map(Vec::len) == Some(2)
+    });
+    let view = cluster(&b);
+    let replicas = view["replicas"].as_array().expect("replicas");
+    assert_eq!(replicas.len(), 2, "{view}");
+    assert_eq!(replicas[0]["address"], a.as_str(), "oldest first: {view}");
+    assert_eq!(replicas[0]["leader"], true, "{view}");
+    assert_eq!(replicas[1]["address"], b.as_str(), "{view}");
+    assert_eq!(replicas[1]["id"], view["replica"], "{view}");
     // Nobody acts on its own announcements.
     assert_eq!(
         wakes(&b, "received", "job"),

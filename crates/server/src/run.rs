@@ -114,6 +114,7 @@ pub async fn run(
     // Nothing reconciles until the lead is held (at once on SQLite; on
     // PostgreSQL by the one replica holding the advisory lock).
     service.leading = std::sync::atomic::AtomicBool::new(false);
+    let _ = service.address.set(format!("http://{address}"));
     let service = Arc::new(service);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut workers = vec![
@@ -126,6 +127,10 @@ pub async fn run(
             stopped.clone(),
         )),
         tokio::spawn(crate::app::background::lease_sweeper(
+            service.clone(),
+            stopped.clone(),
+        )),
+        tokio::spawn(crate::app::background::replica_heartbeat(
             service.clone(),
             stopped.clone(),
         )),

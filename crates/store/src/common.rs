@@ -115,6 +115,11 @@ pub(crate) struct RunnerApiStatements {
     pub insert_instance_token: String,
     pub instance_token: String,
     pub take_instance_registration: String,
+    pub heartbeat_replica: String,
+    pub forget_replicas: String,
+    pub replicas: String,
+    pub begin_term: String,
+    pub leader: String,
 }
 
 impl RunnerApiStatements {
@@ -166,6 +171,25 @@ impl RunnerApiStatements {
             take_instance_registration: sql(
                 "UPDATE instance_tokens SET token_fetched_at = $2 WHERE token_hash = $1 AND token_fetched_at IS NULL".into(),
             ),
+            heartbeat_replica: sql(
+                "INSERT INTO replicas (id, address, version, started_at, heartbeat_at) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (id) DO UPDATE SET address = excluded.address, version = excluded.version, \
+                 heartbeat_at = excluded.heartbeat_at"
+                    .into(),
+            ),
+            forget_replicas: sql("DELETE FROM replicas WHERE heartbeat_at < $1".into()),
+            replicas: sql(
+                "SELECT id, address, version, started_at, heartbeat_at FROM replicas \
+                 WHERE heartbeat_at >= $1 ORDER BY started_at, id"
+                    .into(),
+            ),
+            begin_term: sql(
+                "INSERT INTO leader_terms (name, term, replica, since) VALUES ($1, 1, $2, $3) \
+                 ON CONFLICT (name) DO UPDATE SET term = leader_terms.term + 1, \
+                 replica = excluded.replica, since = excluded.since RETURNING term"
+                    .into(),
+            ),
+            leader: sql("SELECT replica, term, since FROM leader_terms WHERE name = $1".into()),
         }
     }
 }
@@ -727,6 +751,62 @@ macro_rules! impl_store {
                 .fetch_optional(self.reader())
                 .await?;
             row.map(Runner::try_from).transpose()
+        }
+
+        async fn heartbeat_replica(&self, replica: &crate::Replica, forget_before: Timestamp) -> Result<(), StoreError> {
+            let sql = &self.inner.statements.runner_api;
+            sqlx::query(&sql.heartbeat_replica)
+                .bind(&replica.id)
+                .bind(&replica.address)
+                .bind(&replica.version)
+                .bind(replica.started_at.as_millis())
+                .bind(replica.heartbeat_at.as_millis())
+                .execute(self.writer())
+                .await?;
+            sqlx::query(&sql.forget_replicas)
+                .bind(forget_before.as_millis())
+                .execute(self.writer())
+                .await?;
+            Ok(())
+        }
+
+        async fn replicas(&self, seen_since: Timestamp) -> Result<Vec<crate::Replica>, StoreError> {
+            let rows: Vec<(String, String, String, i64, i64)> = sqlx::query_as(&self.inner.statements.runner_api.replicas)
+                .bind(seen_since.as_millis())
+                .fetch_all(self.reader())
+                .await?;
+            Ok(rows
+                .into_iter()
+                .map(|(id, address, version, started_at, heartbeat_at)| crate::Replica {
+                    id,
+                    address,
+                    version,
+                    started_at: Timestamp::from_millis(started_at),
+                    heartbeat_at: Timestamp::from_millis(heartbeat_at),
+                })
+                .collect())
+        }
+
+        async fn begin_term(&self, name: &str, replica: &str, now: Timestamp) -> Result<i64, StoreError> {
+            let term: i64 = sqlx::query_scalar(&self.inner.statements.runner_api.begin_term)
+                .bind(name)
+                .bind(replica)
+                .bind(now.as_millis())
+                .fetch_one(self.writer())
+                .await?;
+            Ok(term)
+        }
+
+        async fn leader(&self, name: &str) -> Result<Option<crate::LeaderTerm>, StoreError> {
+            let row: Option<(String, i64, i64)> = sqlx::query_as(&self.inner.statements.runner_api.leader)
+                .bind(name)
+                .fetch_optional(self.reader())
+                .await?;
+            Ok(row.map(|(replica, term, since)| crate::LeaderTerm {
+                replica,
+                term,
+                since: Timestamp::from_millis(since),
+            }))
         }
 
         async fn put_job_log(&self, job: JobId, exit_code: Option<i64>, log: &str) -> Result<(), StoreError> {

@@ -349,6 +349,24 @@ pub trait WakeListener: Send {
     async fn next(&mut self) -> Result<Heard, StoreError>;
 }
 
+/// A replica sharing the store, as its heartbeat recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replica {
+    pub id: String,
+    pub address: String,
+    pub version: String,
+    pub started_at: Timestamp,
+    pub heartbeat_at: Timestamp,
+}
+
+/// The latest leader of a name and its term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderTerm {
+    pub replica: String,
+    pub term: i64,
+    pub since: Timestamp,
+}
+
 /// SQLite: one process owns the file, so it always leads.
 pub struct SoleLeader;
 
@@ -374,6 +392,30 @@ pub trait Store: Send + Sync + 'static {
     /// Tries to become the leader for `name` among the processes sharing
     /// this store; `None` while another holds it.
     async fn try_lead(&self, name: &str) -> Result<Option<Box<dyn Leadership>>, StoreError>;
+
+    /// Records `replica` as alive now (insert or update) and forgets the
+    /// replicas not heard from since `forget_before`.
+    async fn heartbeat_replica(
+        &self,
+        replica: &Replica,
+        forget_before: Timestamp,
+    ) -> Result<(), StoreError>;
+
+    /// The replicas heard from since `seen_since`, oldest first.
+    async fn replicas(&self, seen_since: Timestamp) -> Result<Vec<Replica>, StoreError>;
+
+    /// Starts a new term of leadership for `name`, held by `replica`: one
+    /// more than the last (1 for the first). Called by a replica that has
+    /// just taken the lead (`try_lead`); the term fences its actions.
+    async fn begin_term(
+        &self,
+        name: &str,
+        replica: &str,
+        now: Timestamp,
+    ) -> Result<i64, StoreError>;
+
+    /// The latest leader of `name` and its term, if there was one.
+    async fn leader(&self, name: &str) -> Result<Option<LeaderTerm>, StoreError>;
 
     /// Tells the other replicas sharing this store about `wakes`, as
     /// replica `from`. A no-op where one process owns the store (SQLite).

@@ -36,6 +36,7 @@ on_both_backends!(
     once_keys_are_claimed_once_until_pruned,
     one_process_leads_at_a_time,
     wake_ups_reach_every_listener_of_the_store,
+    replicas_heartbeat_and_each_new_leader_has_a_greater_term,
     a_job_and_its_runner_move_together_or_not_at_all,
     live_runners_are_the_non_terminal_ones,
 );
@@ -824,6 +825,62 @@ mod cases {
                 );
             }
         }
+    }
+
+    pub async fn replicas_heartbeat_and_each_new_leader_has_a_greater_term(store: Arc<dyn Store>) {
+        use runway_store::{LeaderTerm, Replica};
+        let replica = |id: &str, started: i64, heartbeat: i64| Replica {
+            id: id.into(),
+            address: format!("http://{id}:8080"),
+            version: "1.0".into(),
+            started_at: at(started),
+            heartbeat_at: at(heartbeat),
+        };
+        store
+            .heartbeat_replica(&replica("a", 0, 10), at(0))
+            .await
+            .unwrap();
+        store
+            .heartbeat_replica(&replica("b", 5, 10), at(0))
+            .await
+            .unwrap();
+        // A heartbeat moves only the heartbeat (and what may change on restart).
+        store
+            .heartbeat_replica(&replica("a", 0, 20), at(0))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.replicas(at(0)).await.unwrap(),
+            [replica("a", 0, 20), replica("b", 5, 10)]
+        );
+        assert_eq!(
+            store.replicas(at(15)).await.unwrap(),
+            [replica("a", 0, 20)],
+            "seen recently"
+        );
+        // b has been silent too long: forgotten by the next heartbeat.
+        store
+            .heartbeat_replica(&replica("a", 0, 30), at(15))
+            .await
+            .unwrap();
+        assert_eq!(store.replicas(at(0)).await.unwrap(), [replica("a", 0, 30)]);
+
+        assert_eq!(store.leader("runway").await.unwrap(), None);
+        assert_eq!(store.begin_term("runway", "a", at(40)).await.unwrap(), 1);
+        assert_eq!(store.begin_term("runway", "b", at(50)).await.unwrap(), 2);
+        assert_eq!(
+            store.begin_term("other", "b", at(50)).await.unwrap(),
+            1,
+            "per name"
+        );
+        assert_eq!(
+            store.leader("runway").await.unwrap(),
+            Some(LeaderTerm {
+                replica: "b".into(),
+                term: 2,
+                since: at(50)
+            })
+        );
     }
 
     pub async fn job_logs_are_replaced(store: Arc<dyn Store>) {

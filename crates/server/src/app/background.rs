@@ -81,6 +81,46 @@ pub async fn leadership(service: Arc<Service>, period: Duration, shutdown: watch
         .await
 }
 
+/// The name replicas contend for the lead under.
+pub const LEAD: &str = "runway";
+
+/// How often a replica records that it is alive, and how long the cluster
+/// view remembers a silent one.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+pub const FORGET_REPLICA_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// Records this replica in the store every [`HEARTBEAT`] (the cluster
+/// view), forgetting replicas silent for a day.
+pub async fn replica_heartbeat(service: Arc<Service>, shutdown: watch::Receiver<bool>) {
+    let worker = Worker {
+        name: "replica_heartbeat",
+        period: HEARTBEAT,
+        leader_only: false,
+        first_round_at_once: true,
+        wake: None,
+    };
+    worker
+        .run(&service.tasks, &|| true, shutdown, || {
+            let service = service.clone();
+            async move {
+                let now = now();
+                let replica = runway_store::Replica {
+                    id: service.replica.clone(),
+                    address: service.address.get().cloned().unwrap_or_default(),
+                    version: env!("CARGO_PKG_VERSION").to_owned(),
+                    started_at: service.started_at,
+                    heartbeat_at: now,
+                };
+                service
+                    .store
+                    .heartbeat_replica(&replica, now.minus(FORGET_REPLICA_AFTER))
+                    .await
+                    .inspect_err(|_| service.metrics.store_error("heartbeat_replica"))
+            }
+        })
+        .await
+}
+
 /// One leadership round: keep the lead if it is still held, else try for it.
 async fn keep_the_lead(
     service: &Service,
@@ -94,12 +134,26 @@ async fn keep_the_lead(
         return Ok(());
     }
     if lead.take().is_some() {
+        service.term.store(0, std::sync::atomic::Ordering::SeqCst);
         tracing::warn!("lost the lead (its database session ended); trying again");
     }
-    match service.store.try_lead("runway").await {
+    match service.store.try_lead(LEAD).await {
         Ok(Some(new)) => {
+            // A new term while the lock is held: the lock is given up
+            // (dropped) if the term cannot be recorded.
+            let term = service
+                .store
+                .begin_term(LEAD, &service.replica, now())
+                .await
+                .inspect_err(|_| service.metrics.store_error("begin_term"))?;
+            service
+                .term
+                .store(term, std::sync::atomic::Ordering::SeqCst);
             *lead = Some(new);
-            tracing::info!("leading: this replica runs the reconciler and the GitHub healer");
+            tracing::info!(
+                term,
+                "leading: this replica runs the reconciler and the GitHub healer"
+            );
             Ok(())
         }
         Ok(None) => Ok(()),

@@ -55,6 +55,13 @@ pub struct Service {
     pub tasks: crate::tasks::Tasks,
     /// This process among the replicas sharing the store: random per start.
     pub replica: String,
+    /// When this process started, and the address it serves on (set once
+    /// it listens), for the cluster view.
+    pub started_at: Timestamp,
+    pub address: std::sync::OnceLock<String>,
+    /// The term of this replica's lead (`Store::begin_term`), 0 while it
+    /// does not lead.
+    pub term: std::sync::atomic::AtomicI64,
     /// Wake-ups for the other replicas, sent by `wakeups::announcer`.
     pub outgoing: crate::app::wakeups::Outgoing,
     /// GitHub's runner downloads per target, and when they were fetched
@@ -106,6 +113,9 @@ impl Service {
             leading: std::sync::atomic::AtomicBool::new(true),
             tasks: crate::tasks::Tasks::default(),
             replica: format!("{:016x}", rand::random::<u64>()),
+            started_at: now(),
+            address: std::sync::OnceLock::new(),
+            term: std::sync::atomic::AtomicI64::new(0),
             outgoing: crate::app::wakeups::Outgoing::default(),
             runner_downloads: std::sync::Mutex::new(std::collections::BTreeMap::new()),
         }

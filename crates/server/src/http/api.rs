@@ -28,6 +28,7 @@ pub fn router() -> Router<Arc<Service>> {
         .route("/api/v1/runners", get(list_runners))
         .route("/api/v1/runners/{id}", get(get_runner))
         .route("/api/v1/tasks", get(list_tasks))
+        .route("/api/v1/cluster", get(cluster))
 }
 
 fn store_error(service: &Service, operation: &str, error: StoreError) -> ApiError {
@@ -433,4 +434,74 @@ async fn list_tasks(_: Reader, State(service): State<Arc<Service>>) -> Json<Task
         leading: service.is_leader(),
         tasks,
     })
+}
+
+#[derive(Serialize)]
+struct ClusterDto {
+    /// The replica that answered.
+    replica: String,
+    /// The latest leader and its term (it may have died since: compare
+    /// with the replicas' heartbeats).
+    leader: Option<LeaderDto>,
+    /// The replicas heard from in the last minute, oldest first.
+    replicas: Vec<ReplicaDto>,
+}
+
+#[derive(Serialize)]
+struct LeaderDto {
+    replica: String,
+    term: i64,
+    since: String,
+}
+
+#[derive(Serialize)]
+struct ReplicaDto {
+    id: String,
+    address: String,
+    version: String,
+    started_at: String,
+    last_heartbeat_at: String,
+    leader: bool,
+}
+
+/// How long a silent replica stays in the cluster view.
+const SEEN_RECENTLY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The replicas sharing the store and who leads, in which term.
+async fn cluster(
+    _: Reader,
+    State(service): State<Arc<Service>>,
+) -> Result<Json<ClusterDto>, ApiError> {
+    let store_error = |e: StoreError| ApiError::from(AppError::store(&service, "cluster", e));
+    let now = crate::clock::now();
+    let leader = service
+        .store
+        .leader(crate::app::background::LEAD)
+        .await
+        .map_err(store_error)?;
+    let replicas = service
+        .store
+        .replicas(now.minus(SEEN_RECENTLY))
+        .await
+        .map_err(store_error)?;
+    let leading = leader.as_ref().map(|l| l.replica.clone());
+    Ok(Json(ClusterDto {
+        replica: service.replica.clone(),
+        leader: leader.map(|l| LeaderDto {
+            replica: l.replica,
+            term: l.term,
+            since: rfc3339(l.since),
+        }),
+        replicas: replicas
+            .into_iter()
+            .map(|r| ReplicaDto {
+                leader: leading.as_deref() == Some(r.id.as_str()),
+                id: r.id,
+                address: r.address,
+                version: r.version,
+                started_at: rfc3339(r.started_at),
+                last_heartbeat_at: rfc3339(r.heartbeat_at),
+            })
+            .collect(),
+    }))
 }
