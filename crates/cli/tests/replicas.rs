@@ -166,3 +166,63 @@ fn wake_ups_cross_replicas() {
         "the follower sent, it did not hear"
     );
 }
+
+/// A leader that is paused (SIGSTOP), not dead, keeps its database session
+/// open: it loses the lead anyway once it has been silent for
+/// `SILENT_ROUNDS` checks, another replica leads in the next term, and when
+/// the old one resumes (SIGCONT) it finds its term over and steps down.
+#[test]
+fn a_paused_leader_is_replaced_and_steps_down_when_it_resumes() {
+    let schema = PgSchema::create("runway_paused");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("runway.toml"),
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"replicas-admin-token\"]\n\
+         [scaling]\ninterval = \"200ms\"\n\
+         [[providers]]\nname = \"cloud\"\nkind = \"sim\"\nboot_seconds = 0\n\
+         [[pools]]\nname = \"warm\"\nlabels = [\"self-hosted\", \"linux\"]\n\
+         min_idle = 1\nmax_runners = 2\nproviders = [\"cloud\"]\n",
+    )
+    .unwrap();
+    let (first, a) = serve(dir.path(), &schema.scoped);
+    wait_until("the first replica to lead", 30, || {
+        metric(&a, "runway_leader") == 1.0
+    });
+    let (_second, b) = serve(dir.path(), &schema.scoped);
+    wait_until("both replicas in the cluster view", 30, || {
+        cluster(&b)["replicas"].as_array().map(Vec::len) == Some(2)
+    });
+    let first_term = cluster(&b)["leader"]["term"].as_i64().expect("a term");
+
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{name}"), &first.0.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{name}");
+    };
+    signal("STOP");
+    // Checks every 1 s (the 200 ms interval, clamped), silent for 5 of
+    // them: the lock is freed after ~5 s, taken within ~1 s more.
+    wait_until("the second replica to take the lead", 30, || {
+        metric(&b, "runway_leader") == 1.0
+    });
+    let view = cluster(&b);
+    assert_eq!(
+        view["leader"]["term"].as_i64(),
+        Some(first_term + 1),
+        "{view}"
+    );
+    assert_eq!(view["leader"]["replica"], view["replica"], "{view}");
+
+    signal("CONT");
+    wait_until("the resumed replica to step down", 30, || {
+        metric(&a, "runway_leader") == 0.0
+    });
+    assert_eq!(metric(&b, "runway_leader"), 1.0, "one leader");
+    assert_eq!(
+        cluster(&a)["leader"]["term"].as_i64(),
+        Some(first_term + 1),
+        "no term was begun by the old leader"
+    );
+}

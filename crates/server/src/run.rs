@@ -123,7 +123,7 @@ pub async fn run(
             service
                 .config
                 .scaling_interval
-                .clamp(Duration::from_secs(1), Duration::from_secs(5)),
+                .clamp(Duration::from_secs(1), Duration::from_secs(2)),
             stopped.clone(),
         )),
         tokio::spawn(crate::app::background::lease_sweeper(

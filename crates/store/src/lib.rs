@@ -95,6 +95,13 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether a fenced store refused the write: its leadership term is
+    /// over (`Store::fenced`).
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, StoreError::Database(sqlx::Error::Database(error))
+            if error.code().as_deref() == Some("RW001"))
+    }
+
     /// Whether the same call may succeed if simply made again later.
     pub fn is_retryable(&self) -> bool {
         match self {
@@ -391,7 +398,22 @@ pub trait Store: Send + Sync + 'static {
 
     /// Tries to become the leader for `name` among the processes sharing
     /// this store; `None` while another holds it.
-    async fn try_lead(&self, name: &str) -> Result<Option<Box<dyn Leadership>>, StoreError>;
+    /// The lead is lost if its holder says nothing (`Leadership::still_held`)
+    /// for `silence`: a paused or cut-off leader cannot block the others.
+    async fn try_lead(
+        &self,
+        name: &str,
+        silence: Duration,
+    ) -> Result<Option<Box<dyn Leadership>>, StoreError>;
+
+    /// This store for the leader of `name` in `term`: its writes to runners
+    /// and once-keys are refused (`StoreError::is_fenced`) once a later
+    /// term has begun, checked in the writing transaction. `None` where one
+    /// process owns the store (SQLite): there is no one to fence out.
+    fn fenced(&self, name: &str, term: i64) -> Option<Arc<dyn Store>> {
+        let _ = (name, term);
+        None
+    }
 
     /// Records `replica` as alive now (insert or update) and forgets the
     /// replicas not heard from since `forget_before`.

@@ -263,11 +263,59 @@ impl_store!(PostgresStore, Postgres, {
         Ok(Some(Box::new(PgWakeListener { listener })))
     }
 
+    /// The same store on a small pool of its own whose sessions carry the
+    /// fence `NAME:TERM` (`runway.fence`): migration 0013's trigger refuses
+    /// their writes to runners and once-keys, in the writing transaction,
+    /// once `term` is no longer the current term of `name`.
+    fn fenced(&self, name: &str, term: i64) -> Option<Arc<dyn crate::Store>> {
+        let fence = format!("{name}:{term}");
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(self.inner.writer.options().get_acquire_timeout())
+            .after_connect(move |connection, _| {
+                let fence = fence.clone();
+                Box::pin(async move {
+                    sqlx::query("SELECT set_config('runway.fence', $1, false)")
+                        .bind(fence)
+                        .execute(connection)
+                        .await
+                        .map(|_| ())
+                })
+            })
+            .connect_lazy_with((*self.inner.writer.connect_options()).clone());
+        let inner = Arc::new(PostgresInner {
+            writer: pool,
+            statements: Statements::new(|sql| sql, crate::Backend::Postgres),
+            claim: self.inner.claim.clone(),
+            enqueue_many: self.inner.enqueue_many.clone(),
+            find_many: self.inner.find_many.clone(),
+            target: self.inner.target.clone(),
+        });
+        let group = GroupCommit::direct(inner.clone());
+        Some(Arc::new(PostgresStore { inner, group }))
+    }
+
     /// A session-level advisory lock on a connection of its own, keyed by
     /// the schema and `name` (tests share a database, each in a schema).
-    /// The session ending (the process dying) releases it.
-    async fn try_lead(&self, name: &str) -> Result<Option<Box<dyn crate::Leadership>>, StoreError> {
+    /// The session ending releases it: the process dying, or (through
+    /// `idle_session_timeout`) the holder staying silent for `silence`, as
+    /// a paused or partitioned leader does; `still_held` speaks often
+    /// enough to keep it.
+    async fn try_lead(
+        &self,
+        name: &str,
+        silence: std::time::Duration,
+    ) -> Result<Option<Box<dyn crate::Leadership>>, StoreError> {
         let mut connection = self.writer().acquire().await?.detach();
+        // PostgreSQL 14 and later; before, a paused leader keeps the lead
+        // until it resumes (or its host dies and TCP keepalive notices).
+        if let Err(error) = sqlx::query("SELECT set_config('idle_session_timeout', $1, false)")
+            .bind(format!("{}ms", silence.as_millis().max(1)))
+            .execute(&mut connection)
+            .await
+        {
+            tracing::warn!(%error, "cannot bound the leader's silence (idle_session_timeout needs PostgreSQL 14)");
+        }
         let locked: bool = sqlx::query_scalar(
             "SELECT pg_try_advisory_lock(hashtext(current_schema() || ':' || $1)::bigint)",
         )

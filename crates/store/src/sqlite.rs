@@ -155,6 +155,7 @@ impl_store!(SqliteStore, Sqlite, {
     async fn try_lead(
         &self,
         _name: &str,
+        _silence: std::time::Duration,
     ) -> Result<Option<Box<dyn crate::Leadership>>, StoreError> {
         Ok(Some(Box::new(crate::SoleLeader)))
     }

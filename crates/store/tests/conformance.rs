@@ -37,6 +37,8 @@ on_both_backends!(
     one_process_leads_at_a_time,
     wake_ups_reach_every_listener_of_the_store,
     replicas_heartbeat_and_each_new_leader_has_a_greater_term,
+    a_fenced_store_writes_only_in_its_term,
+    a_silent_leader_loses_the_lead,
     a_job_and_its_runner_move_together_or_not_at_all,
     live_runners_are_the_non_terminal_ones,
 );
@@ -56,6 +58,7 @@ mod cases {
     use crate::common::{api_job, at};
 
     const LEASE: Duration = Duration::from_secs(120);
+    const LEAD_SILENCE: Duration = Duration::from_secs(60);
 
     fn claim(pool: &str, runner: i64, limit: u32) -> Claim {
         Claim {
@@ -763,16 +766,24 @@ mod cases {
     }
 
     pub async fn one_process_leads_at_a_time(store: Arc<dyn Store>) {
-        let mut first = store.try_lead("reconciler").await.unwrap().expect("leads");
+        let mut first = store
+            .try_lead("reconciler", LEAD_SILENCE)
+            .await
+            .unwrap()
+            .expect("leads");
         assert!(first.still_held().await);
-        let second = store.try_lead("reconciler").await.unwrap();
+        let second = store.try_lead("reconciler", LEAD_SILENCE).await.unwrap();
         match store.backend() {
             // One process owns a SQLite file: it always leads.
             runway_store::Backend::Sqlite => assert!(second.is_some()),
             runway_store::Backend::Postgres => {
                 assert!(second.is_none(), "the lock is held");
                 assert!(
-                    store.try_lead("healer").await.unwrap().is_some(),
+                    store
+                        .try_lead("healer", LEAD_SILENCE)
+                        .await
+                        .unwrap()
+                        .is_some(),
                     "per name"
                 );
                 drop(first);
@@ -780,7 +791,12 @@ mod cases {
                 // frees the lock as it notices.
                 let deadline = std::time::Instant::now() + Duration::from_secs(10);
                 loop {
-                    if store.try_lead("reconciler").await.unwrap().is_some() {
+                    if store
+                        .try_lead("reconciler", LEAD_SILENCE)
+                        .await
+                        .unwrap()
+                        .is_some()
+                    {
                         break;
                     }
                     assert!(
@@ -881,6 +897,85 @@ mod cases {
                 since: at(50)
             })
         );
+    }
+
+    pub async fn a_fenced_store_writes_only_in_its_term(store: Arc<dyn Store>) {
+        let new = |name: &str| NewRunner {
+            name: name.to_owned(),
+            pool: "p".to_owned(),
+            provider: "sim".to_owned(),
+            labels: vec![],
+        };
+        let term = store.begin_term("runway", "a", at(0)).await.unwrap();
+        let Some(fenced) = store.fenced("runway", term) else {
+            // One process owns a SQLite file: nobody to fence out.
+            assert_eq!(store.backend(), runway_store::Backend::Sqlite);
+            return;
+        };
+        let mine = fenced.create_runner(&new("in-term"), at(1)).await.unwrap();
+        assert!(fenced.claim_once("once-1", at(1), at(0)).await.unwrap());
+
+        let next = store.begin_term("runway", "b", at(2)).await.unwrap();
+        let late = fenced.create_runner(&new("late"), at(3)).await.unwrap_err();
+        assert!(late.is_fenced(), "{late}");
+        let late = fenced
+            .apply_runner_event(mine.id, &RunnerEvent::TerminateRequested, at(3))
+            .await
+            .unwrap_err();
+        assert!(late.is_fenced(), "{late}");
+        let late = fenced.claim_once("once-2", at(3), at(0)).await.unwrap_err();
+        assert!(late.is_fenced(), "{late}");
+        // Nothing of the old term's late writes is there.
+        let names: Vec<String> = store
+            .list_runners(&RunnerFilter::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(names, ["in-term"]);
+        assert_eq!(
+            store.get_runner(mine.id).await.unwrap().map(|r| r.state),
+            Some(mine.state)
+        );
+        // The new term's store and unfenced callers write as ever.
+        let current = store.fenced("runway", next).expect("fenced");
+        current
+            .create_runner(&new("new-term"), at(4))
+            .await
+            .unwrap();
+        store.create_runner(&new("unfenced"), at(4)).await.unwrap();
+        assert!(store.claim_once("once-2", at(4), at(0)).await.unwrap());
+    }
+
+    pub async fn a_silent_leader_loses_the_lead(store: Arc<dyn Store>) {
+        let silence = Duration::from_millis(300);
+        let held = store
+            .try_lead("silent", silence)
+            .await
+            .unwrap()
+            .expect("leads");
+        if store.backend() == runway_store::Backend::Sqlite {
+            return; // One process: it always leads.
+        }
+        // The holder says nothing (a paused process): the lead is freed.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if store
+                .try_lead("silent", LEAD_SILENCE)
+                .await
+                .unwrap()
+                .is_some()
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a silent leader kept the lead"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        drop(held);
     }
 
     pub async fn job_logs_are_replaced(store: Arc<dyn Store>) {

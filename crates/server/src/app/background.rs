@@ -65,7 +65,7 @@ pub async fn leadership(service: Arc<Service>, period: Duration, shutdown: watch
             let (service, lead) = (service.clone(), lead.clone());
             async move {
                 let mut lead = lead.lock().await;
-                let outcome = keep_the_lead(&service, &mut lead).await;
+                let outcome = keep_the_lead(&service, &mut lead, period * SILENT_ROUNDS).await;
                 let leading = lead.is_some();
                 service
                     .leading
@@ -83,6 +83,10 @@ pub async fn leadership(service: Arc<Service>, period: Duration, shutdown: watch
 
 /// The name replicas contend for the lead under.
 pub const LEAD: &str = "runway";
+
+/// A leader that misses this many of its checks in a row (paused, cut
+/// off) loses the lead: its database session is ended, freeing the lock.
+pub const SILENT_ROUNDS: u32 = 5;
 
 /// How often a replica records that it is alive, and how long the cluster
 /// view remembers a silent one.
@@ -125,6 +129,7 @@ pub async fn replica_heartbeat(service: Arc<Service>, shutdown: watch::Receiver<
 async fn keep_the_lead(
     service: &Service,
     lead: &mut Option<Box<dyn runway_store::Leadership>>,
+    silence: Duration,
 ) -> Result<(), runway_store::StoreError> {
     let held = match lead.as_mut() {
         Some(held) => held.still_held().await,
@@ -137,7 +142,7 @@ async fn keep_the_lead(
         service.term.store(0, std::sync::atomic::Ordering::SeqCst);
         tracing::warn!("lost the lead (its database session ended); trying again");
     }
-    match service.store.try_lead(LEAD).await {
+    match service.store.try_lead(LEAD, silence).await {
         Ok(Some(new)) => {
             // A new term while the lock is held: the lock is given up
             // (dropped) if the term cannot be recorded.
@@ -146,9 +151,7 @@ async fn keep_the_lead(
                 .begin_term(LEAD, &service.replica, now())
                 .await
                 .inspect_err(|_| service.metrics.store_error("begin_term"))?;
-            service
-                .term
-                .store(term, std::sync::atomic::Ordering::SeqCst);
+            service.lead_in(term);
             *lead = Some(new);
             tracing::info!(
                 term,

@@ -62,6 +62,11 @@ pub struct Service {
     /// The term of this replica's lead (`Store::begin_term`), 0 while it
     /// does not lead.
     pub term: std::sync::atomic::AtomicI64,
+    /// The store for the leader's own actions in its latest term
+    /// (`Store::fenced`): once another replica has begun a later term, its
+    /// writes to runners and once-keys are refused. Kept after the lead is
+    /// lost, so a deposed leader's unfinished round stays fenced.
+    leader_store: std::sync::RwLock<Option<Arc<dyn Store>>>,
     /// Wake-ups for the other replicas, sent by `wakeups::announcer`.
     pub outgoing: crate::app::wakeups::Outgoing,
     /// GitHub's runner downloads per target, and when they were fetched
@@ -116,6 +121,7 @@ impl Service {
             started_at: now(),
             address: std::sync::OnceLock::new(),
             term: std::sync::atomic::AtomicI64::new(0),
+            leader_store: std::sync::RwLock::new(None),
             outgoing: crate::app::wakeups::Outgoing::default(),
             runner_downloads: std::sync::Mutex::new(std::collections::BTreeMap::new()),
         }
@@ -132,6 +138,29 @@ impl Service {
     pub fn want_reconcile(&self) {
         self.reconcile_wanted.notify_one();
         self.outgoing.add(runway_store::Wake::ReconcileWanted);
+    }
+
+    /// The store the reconciler and the GitHub healer act through: fenced
+    /// by this replica's latest term; the plain store before it ever led
+    /// (and on SQLite, where one process owns the store).
+    pub fn leader_store(&self) -> Arc<dyn Store> {
+        self.leader_store
+            .read()
+            .ok()
+            .and_then(|store| store.clone())
+            .unwrap_or_else(|| self.store.clone())
+    }
+
+    /// This replica has begun leading in `term`.
+    pub fn lead_in(&self, term: i64) {
+        let fenced = self
+            .store
+            .fenced(crate::app::background::LEAD, term)
+            .unwrap_or_else(|| self.store.clone());
+        if let Ok(mut store) = self.leader_store.write() {
+            *store = Some(fenced);
+        }
+        self.term.store(term, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Whether this replica runs the reconciler and the GitHub healer now.

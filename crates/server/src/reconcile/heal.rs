@@ -62,6 +62,11 @@ pub struct Healer {
 }
 
 impl Healer {
+    /// The store as this leader's term sees it (`Service::leader_store`).
+    fn store(&self) -> Arc<dyn runway_store::Store> {
+        self.service.leader_store()
+    }
+
     pub fn new(service: Arc<Service>, client: Arc<GithubClient>) -> Healer {
         Healer {
             service,
@@ -83,8 +88,7 @@ impl Healer {
     pub async fn recheck_once(&self, now: Timestamp) -> Result<RecheckReport, StoreError> {
         let after = self.service.config.github.recheck_after;
         let queued = self
-            .service
-            .store
+            .store()
             .list_jobs(&JobFilter {
                 state: Some(JobState::Queued),
                 ..JobFilter::default()
@@ -192,7 +196,7 @@ impl Healer {
         hook: &Hook,
         now: Timestamp,
     ) -> Result<RedeliverReport, StoreError> {
-        let store = &self.service.store;
+        let store = &self.store();
         let key = Healer::cursor_key(hook);
         let checked_until = store
             .get_setting(&key)

@@ -189,6 +189,11 @@ impl Reconciler {
 }
 
 impl Inner {
+    /// The store as this leader's term sees it (`Service::leader_store`).
+    fn store(&self) -> Arc<dyn runway_store::Store> {
+        self.service.leader_store()
+    }
+
     /// Where the runners runway starts reach it.
     fn runner_url(&self) -> String {
         let server = &self.service.config.server;
@@ -360,7 +365,7 @@ impl Inner {
         // taken: a record is written before its instance is created, so
         // every listed instance's record is in it. Each provider's part
         // below touches only its own runners, so the snapshot stays true.
-        let runners = self.service.store.list_live_runners(None).await?;
+        let runners = self.store().list_live_runners(None).await?;
         let mut tasks = Vec::new();
         for (name, provider) in &self.providers {
             let Some(listed) = lists.remove(name) else {
@@ -405,7 +410,7 @@ impl Inner {
         report: &mut Report,
         tasks: &mut Vec<Task>,
     ) -> Result<(), StoreError> {
-        let store = &self.service.store;
+        let store = &self.store();
         let by_id: BTreeMap<&InstanceId, InstanceState> =
             instances.iter().map(|i| (&i.id, i.state)).collect();
         let registers = provider.runners_register();
@@ -459,8 +464,7 @@ impl Inner {
                     match deleted {
                         Ok(()) => {
                             if this
-                                .service
-                                .store
+                                .store()
                                 .apply_runner_event(runner.id, &RunnerEvent::Terminated, now)
                                 .await
                                 .is_ok()
@@ -572,7 +576,7 @@ impl Inner {
         labels: &[String],
         now: Timestamp,
     ) -> Result<Option<String>, StoreError> {
-        let store = &self.service.store;
+        let store = &self.store();
         let result = match &self.service.github {
             Some(client) => client
                 .generate_jitconfig(
@@ -632,8 +636,7 @@ impl Inner {
         runner: &runway_core::Runner,
     ) -> Result<Result<bool, GithubError>, StoreError> {
         let Some(github_id) = self
-            .service
-            .store
+            .store()
             .runner_external_id(runner.id)
             .await?
             .and_then(|id| id.parse::<u64>().ok())
@@ -649,10 +652,7 @@ impl Inner {
         {
             Ok(_) => {
                 // Asked once: an empty id means "deregistered".
-                self.service
-                    .store
-                    .set_runner_external_id(runner.id, "")
-                    .await?;
+                self.store().set_runner_external_id(runner.id, "").await?;
                 Ok(Ok(true))
             }
             Err(error) => Ok(Err(error)),
@@ -683,8 +683,7 @@ impl Inner {
                     .inc();
                 report.delete_refused_busy += 1;
                 if let Err(error) = self
-                    .service
-                    .store
+                    .store()
                     .apply_runner_event(runner.id, &RunnerEvent::RemovalRefused, now)
                     .await
                 {
@@ -718,8 +717,7 @@ impl Inner {
             self.service.finish_runner_job(runner.id, now).await;
             // Deregistered already: nothing must ever give it work again.
             let _ = self
-                .service
-                .store
+                .store()
                 .apply_runner_event(runner.id, &RunnerEvent::TerminateRequested, now)
                 .await;
         }
@@ -873,7 +871,7 @@ impl Inner {
         let began = Instant::now();
         let mut report = Report::default();
         let (pool, provider, count) = (&pool, &provider, &count);
-        let store = &self.service.store;
+        let store = &self.store();
         let metrics = &self.service.metrics;
 
         let Some(backend) = self.providers.get(provider) else {
@@ -1082,7 +1080,7 @@ impl Inner {
         now: Timestamp,
         report: &mut Report,
     ) -> Result<(), StoreError> {
-        let store = &self.service.store;
+        let store = &self.store();
         let result_label = |result: DeleteResult| crate::telemetry::metrics::PoolResultLabels {
             pool: pool.to_owned(),
             result,
@@ -1186,7 +1184,7 @@ impl Inner {
     }
 
     async fn update_gauges(&self, plan: &Plan) -> Result<(), StoreError> {
-        let runners = self.service.store.list_live_runners(None).await?;
+        let runners = self.store().list_live_runners(None).await?;
         let metrics = &self.service.metrics;
         for pool in &self.service.config.pools {
             for state in RunnerState::ALL.iter().filter(|s| !s.is_terminal()) {
@@ -1205,8 +1203,7 @@ impl Inner {
         }
         let mut waiting: BTreeMap<(String, &'static str), i64> = BTreeMap::new();
         let pool_of: BTreeMap<_, _> = self
-            .service
-            .store
+            .store()
             .list_jobs(&JobFilter {
                 state: Some(JobState::Queued),
                 ..JobFilter::default()
