@@ -765,6 +765,16 @@ mod cases {
             .unwrap());
     }
 
+    /// Tries for the lead of `name` until it is had; fails with `why`
+    /// after 10 s.
+    async fn lead_within_10_s(store: &Arc<dyn Store>, name: &str, why: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while store.try_lead(name, LEAD_SILENCE).await.unwrap().is_none() {
+            assert!(std::time::Instant::now() < deadline, "{why}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub async fn one_process_leads_at_a_time(store: Arc<dyn Store>) {
         let mut first = store
             .try_lead("reconciler", LEAD_SILENCE)
@@ -789,22 +799,7 @@ mod cases {
                 drop(first);
                 // The session closes as the connection drops; the server
                 // frees the lock as it notices.
-                let deadline = std::time::Instant::now() + Duration::from_secs(10);
-                loop {
-                    if store
-                        .try_lead("reconciler", LEAD_SILENCE)
-                        .await
-                        .unwrap()
-                        .is_some()
-                    {
-                        break;
-                    }
-                    assert!(
-                        std::time::Instant::now() < deadline,
-                        "the lead was never given up"
-                    );
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
+                lead_within_10_s(&store, "reconciler", "the lead was never given up").await;
             }
         }
     }
@@ -959,22 +954,7 @@ mod cases {
             return; // One process: it always leads.
         }
         // The holder says nothing (a paused process): the lead is freed.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            if store
-                .try_lead("silent", LEAD_SILENCE)
-                .await
-                .unwrap()
-                .is_some()
-            {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "a silent leader kept the lead"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        lead_within_10_s(&store, "silent", "a silent leader kept the lead").await;
         drop(held);
     }
 
