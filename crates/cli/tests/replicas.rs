@@ -4,6 +4,9 @@
 //! only its own machines, so a follower that reconciled would fail the
 //! leader's runners as vanished and start its own: its
 //! `runway_runners_created_total` stays 0 only if it never does.
+//!
+//! The tests here run up to nine replicas at once against the machine's
+//! PostgreSQL: each keeps its pool at 4 connections.
 
 mod common;
 
@@ -34,6 +37,7 @@ fn one_replica_reconciles_and_another_takes_over_when_it_dies() {
         dir.path().join("runway.toml"),
         r#"[server]
 listen = "127.0.0.1:0"
+database_max_connections = 4
 admin_tokens = ["replicas-admin-token"]
 
 [scaling]
@@ -112,7 +116,7 @@ fn wake_ups_cross_replicas() {
     std::fs::write(
         dir.path().join("runway.toml"),
         format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN}\"]\n\
+            "[server]\nlisten = \"127.0.0.1:0\"\ndatabase_max_connections = 4\nadmin_tokens = [\"{ADMIN}\"]\n\
              [runner_api]\npoll_timeout = \"30s\"\n\
              [[pools]]\nname = \"default\"\nlabels = [\"self-hosted\", \"linux\"]\n"
         ),
@@ -177,7 +181,7 @@ fn a_paused_leader_is_replaced_and_steps_down_when_it_resumes() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("runway.toml"),
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"replicas-admin-token\"]\n\
+        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase_max_connections = 4\nadmin_tokens = [\"replicas-admin-token\"]\n\
          [scaling]\ninterval = \"200ms\"\n\
          [[providers]]\nname = \"cloud\"\nkind = \"sim\"\nboot_seconds = 0\n\
          [[pools]]\nname = \"warm\"\nlabels = [\"self-hosted\", \"linux\"]\n\
@@ -225,4 +229,150 @@ fn a_paused_leader_is_replaced_and_steps_down_when_it_resumes() {
         Some(first_term + 1),
         "no term was begun by the old leader"
     );
+}
+
+/// Three replicas behind a load balancer, one PostgreSQL: webhooks and
+/// runner calls go to all three; the leader is killed (SIGKILL) mid-run.
+/// A new leader acts within 15 s (it keeps the warm pool warm), every job
+/// runs and completes exactly once, no job's lease expires twice, and a
+/// webhook delivered to two replicas is one job.
+#[test]
+fn three_replicas_lose_their_leader_and_no_job_runs_twice() {
+    const ADMIN: &str = "replicas-admin-token";
+    const SECRET: &str = "replicas-webhook-secret";
+    let schema = PgSchema::create("runway_three");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("runway.toml"),
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\ndatabase_max_connections = 4\nadmin_tokens = [\"{ADMIN}\"]\n\
+             [github]\nwebhook_secrets = [\"{SECRET}\"]\n\
+             [runner_api]\npoll_timeout = \"2s\"\nlease = \"10s\"\n\
+             [scaling]\ninterval = \"200ms\"\n\
+             [[providers]]\nname = \"cloud\"\nkind = \"sim\"\nboot_seconds = 0\n\
+             [[pools]]\nname = \"default\"\nlabels = [\"self-hosted\", \"linux\"]\n\
+             [[pools]]\nname = \"warm\"\nlabels = [\"warm\"]\nmin_idle = 1\nmax_runners = 2\n\
+             providers = [\"cloud\"]\n\
+             [[pools]]\nname = \"gh\"\nlabels = [\"self-hosted\", \"gh\"]\n"
+        ),
+    )
+    .unwrap();
+    let (leader, a) = serve(dir.path(), &schema.scoped);
+    wait_until("the first replica to lead", 30, || {
+        metric(&a, "runway_leader") == 1.0
+    });
+    let (_b_process, b) = serve(dir.path(), &schema.scoped);
+    let (_c_process, c) = serve(dir.path(), &schema.scoped);
+    let replicas = [a.clone(), b.clone(), c.clone()];
+    let balancer = common::Balancer::start(
+        replicas
+            .iter()
+            .map(|url| url.trim_start_matches("http://").to_owned())
+            .collect(),
+    );
+    let _agents: Vec<Process> = (0..3)
+        .map(|i| {
+            common::agent(
+                dir.path(),
+                &balancer.url,
+                ADMIN,
+                &format!("agent-{i}"),
+                "self-hosted,linux",
+                &[],
+            )
+        })
+        .collect();
+
+    // Jobs and webhooks, spread over the three replicas directly.
+    let ran = dir.path().join("ran.log");
+    let ids: Vec<i64> = (0..30)
+        .map(|i| {
+            let script = format!("echo {i} >> {}; sleep 0.1", ran.display());
+            common::submit(&replicas[i % 3], ADMIN, &script)
+        })
+        .collect();
+    let webhook = |base: &str, job: u64| {
+        let body = serde_json::json!({
+            "action": "queued",
+            "workflow_job": {"id": job, "labels": ["self-hosted", "gh"], "run_id": 1},
+            "repository": {"full_name": "org/repo"},
+        })
+        .to_string()
+        .into_bytes();
+        let signature = runway_server::github::signature::sign(SECRET.as_bytes(), &body);
+        common::client()
+            .post(format!("{base}/webhooks/github"))
+            .header("x-github-event", "workflow_job")
+            .header("x-github-delivery", format!("delivery-{job}"))
+            .header("x-hub-signature-256", signature)
+            .body(body)
+            .send()
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0)
+    };
+    for job in 0..15u64 {
+        // Each delivered twice, to two different replicas.
+        for base in [
+            &replicas[job as usize % 3],
+            &replicas[(job as usize + 1) % 3],
+        ] {
+            let status = webhook(base, 7_000 + job);
+            assert!((200..300).contains(&status), "webhook {job}: {status}");
+        }
+    }
+
+    wait_until("some jobs to run", 60, || {
+        std::fs::read_to_string(&ran).is_ok_and(|t| t.lines().count() >= 5)
+    });
+    drop(leader); // SIGKILL, mid-run.
+    let survivors = [b.clone(), c.clone()];
+    let started = std::time::Instant::now();
+    wait_until("a new leader", 15, || {
+        survivors.iter().any(|s| metric(s, "runway_leader") == 1.0)
+    });
+    let new_leader = survivors
+        .iter()
+        .find(|s| metric(s, "runway_leader") == 1.0)
+        .cloned()
+        .expect("a leader");
+    // It acts: its own sim knows none of the dead leader's machines, so it
+    // starts a warm runner of its own.
+    wait_until("the new leader to act", 15, || {
+        metric(&new_leader, "runway_runners_created_total") >= 1.0
+    });
+    eprintln!("a new leader acted {:?} after the kill", started.elapsed());
+
+    wait_until("every job to complete", 120, || {
+        ids.iter()
+            .all(|id| common::job(&b, ADMIN, *id)["state"] == "completed")
+    });
+    let text = std::fs::read_to_string(&ran).unwrap();
+    for i in 0..30 {
+        let runs = text.lines().filter(|l| *l == i.to_string()).count();
+        assert_eq!(runs, 1, "job {i} ran {runs} times");
+    }
+    for id in &ids {
+        let job = common::job(&b, ADMIN, *id);
+        assert_eq!(job["conclusion"], "success", "{job}");
+        assert!(
+            job["attempts"].as_u64().unwrap_or(0) <= 1,
+            "one lease expiry at most: {job}"
+        );
+    }
+    let github_jobs: Vec<serde_json::Value> = common::client()
+        .get(format!("{b}/api/v1/jobs?pool=gh&limit=100"))
+        .bearer_auth(ADMIN)
+        .send()
+        .and_then(|r| r.json::<serde_json::Value>())
+        .expect("jobs")["jobs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut external: Vec<String> = github_jobs
+        .iter()
+        .filter_map(|j| j["external_id"].as_str().map(str::to_owned))
+        .collect();
+    external.sort();
+    let expected: Vec<String> = (0..15u64).map(|j| (7_000 + j).to_string()).collect();
+    assert_eq!(external, expected, "each webhook one job, delivered twice");
 }

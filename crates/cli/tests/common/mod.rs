@@ -119,11 +119,16 @@ pub fn spawn_serve(mut command: Command) -> (Process, String) {
         }
     });
     let deadline = Instant::now() + Duration::from_secs(30);
+    let mut said = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let line = receiver
-            .recv_timeout(left)
-            .expect("runway serve reports its address within 30 s");
+        let Ok(line) = receiver.recv_timeout(left) else {
+            panic!(
+                "runway serve did not report its address within 30 s; it said:\n{}",
+                said.join("\n")
+            );
+        };
+        said.push(line.clone());
         if let Some(rest) = line.split("address=http://").nth(1) {
             let address = rest.split_whitespace().next().unwrap_or_default();
             return (process, format!("http://{address}"));
@@ -454,4 +459,64 @@ pub fn job(base: &str, admin: &str, id: i64) -> serde_json::Value {
         .send()
         .and_then(|r| r.json())
         .unwrap_or_default()
+}
+
+/// A round-robin TCP load balancer on a loopback port, in front of
+/// `backends` (`host:port`): each connection goes to the next backend that
+/// accepts it, as a load balancer that health-checks would. Stopped when
+/// dropped. Bounded: at most 10,000 connections.
+pub struct Balancer {
+    pub url: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    address: std::net::SocketAddr,
+}
+
+impl Balancer {
+    pub fn start(backends: Vec<String>) -> Balancer {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the balancer");
+        let address = listener.local_addr().expect("its address");
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        std::thread::spawn(move || {
+            let mut next = 0usize;
+            for client in listener.incoming().take(10_000) {
+                if stopping.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(client) = client else { continue };
+                let backend = (0..backends.len()).find_map(|i| {
+                    let backend = &backends[(next + i) % backends.len()];
+                    std::net::TcpStream::connect(backend).ok()
+                });
+                next += 1;
+                let Some(backend) = backend else { continue };
+                for (from, to) in [
+                    (client.try_clone(), backend.try_clone()),
+                    (backend.try_clone(), client.try_clone()),
+                ] {
+                    if let (Ok(mut from), Ok(mut to)) = (from, to) {
+                        std::thread::spawn(move || {
+                            let _ = std::io::copy(&mut from, &mut to);
+                            let _ = to.shutdown(std::net::Shutdown::Both);
+                            let _ = from.shutdown(std::net::Shutdown::Both);
+                        });
+                    }
+                }
+            }
+        });
+        Balancer {
+            url: format!("http://{address}"),
+            stop,
+            address,
+        }
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wakes the accept loop so it sees the flag.
+        let _ = std::net::TcpStream::connect(self.address);
+    }
 }
