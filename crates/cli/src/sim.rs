@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use runway_core::planner::PoolPolicy;
+use runway_providers::factory::ProviderKind;
 use runway_server::config::{Config, Overrides, PoolConfig, ProviderConfig};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -96,12 +97,16 @@ pub fn setup_of(config: &Config, seed: u64) -> Setup {
             .map(|p| ProviderModel {
                 name: p.name.clone(),
                 boot_seconds: p.boot_seconds,
-                fail_rate: p.fail_rate,
+                // Only a simulated cloud fails on purpose.
+                fail_rate: match p.kind {
+                    ProviderKind::Sim { fail_rate, .. } => fail_rate,
+                    _ => 0.0,
+                },
                 price_per_hour: p.price_per_hour,
                 max_instances: p.max_instances,
             })
             .collect(),
-        interval: config.scaling_interval,
+        interval: config.scaling.interval,
         default_pool: config.routing.default_pool.clone(),
         required_labels: config.github.required_labels.clone(),
         seed,

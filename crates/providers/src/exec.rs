@@ -67,6 +67,12 @@ impl InterfaceVersion {
     }
 }
 
+impl std::fmt::Display for InterfaceVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl std::str::FromStr for InterfaceVersion {
     type Err = String;
 

@@ -9,34 +9,83 @@ use std::time::Duration;
 use crate::exec::{ExecConfig, ExecProvider, InterfaceVersion};
 use crate::process::{ProcessConfig, ProcessProvider};
 use crate::sim::{BootTime, SimConfig, SimProvider};
-use crate::{Clock, Provider};
+use crate::{settings, Clock, Provider};
+use serde::{Deserialize, Serialize};
 
-/// A provider's kind, with the settings only that kind has.
-#[derive(Debug, Clone, PartialEq)]
+/// A provider's kind, with the settings only that kind has: in the config
+/// file, `kind = "sim" | "process" | "exec"` and that kind's keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum ProviderKind {
     /// A simulated cloud (seeded): boots in `boot_seconds`, fails creates
     /// at `fail_rate`.
-    Sim { fail_rate: f64, seed: u64 },
+    Sim {
+        #[serde(default)]
+        fail_rate: f64,
+        #[serde(default)]
+        seed: u64,
+    },
     /// Each runner a local child process running `command` (a first
     /// element `runway` means this very binary), tracked in `state_dir`.
     Process {
+        #[serde(default)]
         command: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         state_dir: Option<PathBuf>,
+        /// Between SIGTERM and SIGKILL when a runner is deleted.
+        #[serde(with = "settings::duration", default = "default_stop_grace")]
         stop_grace: Duration,
     },
     /// A GARM external provider executable, one call per operation.
     Exec {
+        /// Empty when the file names none (validation refuses that).
+        #[serde(default)]
         executable: PathBuf,
+        /// Passed as `GARM_PROVIDER_CONFIG_FILE`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         config_file: Option<PathBuf>,
+        /// The longest one call of the executable may take.
+        #[serde(with = "settings::duration", default = "default_exec_timeout")]
         timeout: Duration,
         /// The GARM interface version the executable speaks.
+        #[serde(with = "settings::text", default)]
         interface_version: InterfaceVersion,
     },
+}
+
+fn default_stop_grace() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_exec_timeout() -> Duration {
+    Duration::from_secs(120)
 }
 
 impl ProviderKind {
     /// The names the config file uses for the kinds, in this order.
     pub const NAMES: [&'static str; 3] = ["sim", "process", "exec"];
+
+    /// The kind called `name`, with that kind's defaults.
+    pub fn named(name: &str) -> Option<ProviderKind> {
+        Some(match name {
+            "sim" => ProviderKind::Sim {
+                fail_rate: 0.0,
+                seed: 0,
+            },
+            "process" => ProviderKind::Process {
+                command: Vec::new(),
+                state_dir: None,
+                stop_grace: default_stop_grace(),
+            },
+            "exec" => ProviderKind::Exec {
+                executable: PathBuf::new(),
+                config_file: None,
+                timeout: default_exec_timeout(),
+                interface_version: InterfaceVersion::default(),
+            },
+            _ => return None,
+        })
+    }
 
     pub fn name(&self) -> &'static str {
         match self {

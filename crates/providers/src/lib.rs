@@ -11,6 +11,7 @@ pub mod environment;
 pub mod exec;
 pub mod factory;
 pub mod process;
+pub mod settings;
 pub mod sim;
 
 use std::collections::BTreeMap;

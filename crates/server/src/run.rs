@@ -80,7 +80,7 @@ pub async fn run(
         runway_exe: options.runway_exe.clone(),
     };
     let mut providers = BTreeMap::new();
-    for spec in config.provider_specs().map_err(RunError::Providers)? {
+    for spec in config.provider_specs() {
         let provider =
             factory::build(&spec, &context).map_err(|e| RunError::Providers(e.to_string()))?;
         providers.insert(spec.name, provider);
@@ -122,7 +122,8 @@ pub async fn run(
             service.clone(),
             service
                 .config
-                .scaling_interval
+                .scaling
+                .interval
                 .clamp(Duration::from_secs(1), Duration::from_secs(2)),
             stopped.clone(),
         )),
@@ -151,7 +152,7 @@ pub async fn run(
         ));
         workers.push(tokio::spawn(crate::reconcile::run(
             reconciler,
-            service.config.scaling_interval,
+            service.config.scaling.interval,
             stopped.clone(),
         )));
     }

@@ -76,7 +76,9 @@ fn config(fake: &FakeGithub) -> Config {
         ..Config::default()
     };
     config.github.api_url = fake.url.clone();
-    config.github.auth = Some(GithubAuth::Token(Secret::literal(TOKEN)));
+    config
+        .github
+        .set_auth(GithubAuth::Token(Secret::literal(TOKEN)));
     config.github.webhook_secrets = vec![Secret::literal(HOOK_SECRET)];
     config.github.deliveries = Some(hook());
     config

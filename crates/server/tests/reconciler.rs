@@ -565,7 +565,8 @@ async fn self_registering_runners_adopt_their_record_and_orphans_are_deleted() {
 async fn a_predictive_pool_keeps_the_expected_arrivals_warm() {
     let dir = tempfile::tempdir().unwrap();
     let mut pool = linux_pool(0, 10);
-    pool.policy = runway_server::config::ScalingPolicy::Predictive { quantile: 0.9 };
+    pool.policy = runway_server::config::ScalingPolicy::Predictive;
+    pool.forecast_quantile = Some(0.9);
     pool.providers = vec!["sim".into()];
     let store = common::sqlite_store(&dir.path().join("runway.db")).await;
     let provider = runway_server::config::ProviderConfig {

@@ -588,7 +588,7 @@ async fn admin_api_lists_pages_and_guards() {
 #[tokio::test]
 async fn job_labels_can_be_switched_off() {
     let mut config = config(vec![pool("hosted", &["ubuntu-latest"])], &[]);
-    config.metrics_job_labels = Vec::new();
+    config.metrics.job_labels = Vec::new();
     let harness = Harness::new(config).await;
     let (status, _) = harness
         .webhook(

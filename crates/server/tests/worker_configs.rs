@@ -222,10 +222,9 @@ async fn put_get_evaluate_and_delete() {
 async fn refusals_say_why() {
     let harness = Harness::worker_configs(vec![ProviderConfig {
         name: "ec2".into(),
-        kind: "exec".into(),
         conditions: vec!["availabilityZone".into()],
         required_keys: vec!["ec2.ImageId".into()],
-        ..ProviderConfig::default()
+        ..ProviderConfig::for_kind("ec2", "exec").unwrap()
     }])
     .await;
     let (status, _, _) = harness

@@ -96,7 +96,7 @@ impl Service {
 
     pub fn new(config: Config, store: Arc<dyn Store>) -> Service {
         let job_labels =
-            crate::telemetry::metrics::JobLabelSwitches::of(&config.metrics_job_labels);
+            crate::telemetry::metrics::JobLabelSwitches::of(&config.metrics.job_labels);
         Service {
             store,
             metrics: Metrics::new().with_job_labels(job_labels),

@@ -2,26 +2,33 @@
 //! `examples/runway.toml`), built-in defaults for everything, and command-line
 //! overrides for the listen address and the database.
 //!
+//! The types here are the file's shape: serde reads the file straight into
+//! them (a missing key takes its type's default, an unknown key is an
+//! error) and writes them back ([`Config::to_redacted_toml`]). Loading is
+//! three steps: serde, [`Config::parse`]'s resolve (secrets, relative
+//! paths, per-key checks) and `validate` (keys against each other).
+//!
 //! Secrets (the database URL can carry a password) may be written
 //! `env:NAME` or `file:PATH`; they are resolved at load time and never
 //! printed or logged: [`Secret`]'s `Debug` and `Display` show only where the
 //! value came from.
 
 pub mod github;
+pub mod secret;
 pub mod worker_config;
 
-pub use github::{Hook, Target};
+pub use github::{Hook, PoolGithub, Target};
+pub use secret::{Secret, SecretSource};
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use runway_core::routing::{route, PoolLabels, RouteDecision, RoutingPolicy};
 use runway_core::worker_config::{ProviderSchema, Schemas, WorkerConfig};
-use runway_providers::exec::InterfaceVersion;
 use runway_providers::factory::{ProviderKind, ProviderSpec};
+use runway_providers::settings::duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::worker_config::WorkerConfigDto;
@@ -30,37 +37,316 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATABASE: &str = "sqlite://runway.db";
 pub const DEFAULT_GITHUB_API: &str = "https://api.github.com";
 
-/// A configuration that was read, resolved and validated.
-#[derive(Debug, Clone, PartialEq)]
+/// A configuration that was read, resolved and validated. The types below
+/// are the file's own shape (one schema): serde reads the file into them,
+/// every missing key takes the default its type documents, and unknown keys
+/// are errors, so a typo never silently does nothing.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub server: ServerConfig,
     pub queue: QueueConfig,
     pub github: GithubConfig,
     pub routing: RoutingConfig,
     pub runner_api: RunnerApiConfig,
-    /// How often the reconciler runs (it also runs when a job arrives).
-    pub scaling_interval: Duration,
-    pub pools: Vec<PoolConfig>,
-    /// Providers by name, in name order.
-    pub providers: Vec<ProviderConfig>,
-    /// Worker configurations given in the file (written to the store at start-up).
-    pub worker_configs: Vec<WorkerConfig>,
-    /// The `[[worker_configs]]` entries as written, for `config check`.
-    pub worker_config_sources: Vec<toml::Value>,
-    pub telemetry: TelemetryConfig,
     pub retention: RetentionConfig,
-    /// `[metrics] job_labels`: which of `repo`, `workflow`, `event` job
-    /// metrics carry (each can multiply the series count).
-    pub metrics_job_labels: Vec<String>,
+    pub scaling: ScalingConfig,
+    pub telemetry: TelemetryConfig,
+    pub metrics: MetricsConfig,
+    pub pools: Vec<PoolConfig>,
+    /// Providers by name, in name order: `[providers.NAME]` tables or a
+    /// `[[providers]]` list with `name` keys.
+    #[serde(with = "providers", skip_serializing_if = "Vec::is_empty")]
+    pub providers: Vec<ProviderConfig>,
+    /// The `[[worker_configs]]` entries as written, for `config check`.
+    #[serde(rename = "worker_configs", skip_serializing_if = "Vec::is_empty")]
+    pub worker_config_sources: Vec<toml::Value>,
+    /// Those entries read (written to the store at start-up).
+    #[serde(skip)]
+    pub worker_configs: Vec<WorkerConfig>,
 }
 
 /// The job labels metrics may carry.
 pub const JOB_LABELS: [&str; 3] = ["repo", "workflow", "event"];
 
-/// `[telemetry]`: the JSON event log.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    #[serde(with = "listen_address")]
+    pub listen: SocketAddr,
+    pub database: Secret,
+    /// PostgreSQL connection pool size.
+    pub database_max_connections: u32,
+    /// Bearer tokens for the admin API (read and write).
+    pub admin_tokens: Vec<Secret>,
+    /// Bearer tokens that may only read the admin API.
+    pub read_tokens: Vec<Secret>,
+    /// The URL runners reach this server at (`RUNWAY_URL` of the runners
+    /// runway starts). Default: `http://` and the listening address, with
+    /// an unspecified address (0.0.0.0, ::) as loopback.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            database: Secret::literal(DEFAULT_DATABASE),
+            database_max_connections: 16,
+            admin_tokens: Vec::new(),
+            read_tokens: Vec::new(),
+            public_url: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueueConfig {
+    /// A job whose lease expires this many times fails instead of requeueing.
+    pub max_attempts: u32,
+}
+
+impl Default for QueueConfig {
+    fn default() -> QueueConfig {
+        QueueConfig { max_attempts: 3 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GithubConfig {
+    /// Secrets a webhook signature may be made with; several, so a secret
+    /// can be rotated without downtime. None configured: webhooks are refused.
+    pub webhook_secrets: Vec<Secret>,
+    /// Jobs lacking any of these labels are GitHub-hosted and ignored.
+    pub required_labels: Vec<String>,
+    /// Larger webhook bodies are refused with 413 (GitHub's own cap is 25 MiB).
+    pub max_body_bytes: usize,
+    /// The REST API's root: `https://api.github.com`, or a GitHub
+    /// Enterprise Server's `https://HOST/api/v3`.
+    pub api_url: String,
+    /// A token to authenticate with (or the App's three keys below; see
+    /// [`GithubConfig::auth`]). Neither: GitHub pools are refused and no
+    /// re-checks or redeliveries happen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<Secret>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub app_id: Option<u64>,
+    /// The App's PEM private key (RS256).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<Secret>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub installation_id: Option<u64>,
+    /// Runway's own cap on API requests per hour, below GitHub's.
+    pub max_requests_per_hour: u32,
+    /// A GitHub job queued this long is looked up in case its webhook was lost.
+    #[serde(with = "duration")]
+    pub recheck_after: Duration,
+    /// How often failed webhook deliveries are listed and redelivered.
+    #[serde(with = "duration")]
+    pub redeliver_interval: Duration,
+    /// Whose webhook deliveries to heal; default: the App's when
+    /// authenticating as an App, none otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deliveries: Option<Hook>,
+}
+
+impl Default for GithubConfig {
+    fn default() -> GithubConfig {
+        GithubConfig {
+            webhook_secrets: Vec::new(),
+            required_labels: vec!["self-hosted".to_owned()],
+            max_body_bytes: 25 * 1024 * 1024,
+            api_url: DEFAULT_GITHUB_API.to_owned(),
+            token: None,
+            app_id: None,
+            private_key: None,
+            installation_id: None,
+            max_requests_per_hour: 3000,
+            recheck_after: Duration::from_secs(300),
+            redeliver_interval: Duration::from_secs(300),
+            deliveries: None,
+        }
+    }
+}
+
+/// How runway authenticates to GitHub's API.
 #[derive(Debug, Clone, PartialEq)]
+pub enum GithubAuth {
+    Token(Secret),
+    App {
+        app_id: u64,
+        /// The App's PEM private key (RS256).
+        private_key: Secret,
+        installation_id: u64,
+    },
+}
+
+impl GithubConfig {
+    /// `token`, or the App's `app_id` + `private_key` + `installation_id`
+    /// (loading refuses both, or a part of the App's).
+    pub fn auth(&self) -> Option<GithubAuth> {
+        if let Some(token) = &self.token {
+            return Some(GithubAuth::Token(token.clone()));
+        }
+        match (self.app_id, &self.private_key, self.installation_id) {
+            (Some(app_id), Some(private_key), Some(installation_id)) => Some(GithubAuth::App {
+                app_id,
+                private_key: private_key.clone(),
+                installation_id,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Authenticate with `auth` from now on (for programs that build a
+    /// configuration in code).
+    pub fn set_auth(&mut self, auth: GithubAuth) {
+        (
+            self.token,
+            self.app_id,
+            self.private_key,
+            self.installation_id,
+        ) = match auth {
+            GithubAuth::Token(token) => (Some(token), None, None, None),
+            GithubAuth::App {
+                app_id,
+                private_key,
+                installation_id,
+            } => (None, Some(app_id), Some(private_key), Some(installation_id)),
+        };
+    }
+
+    /// `[github] token` or the App's three keys; never both, never a part.
+    fn check_auth(&self) -> Result<(), (String, String)> {
+        let app = [
+            self.app_id.is_some(),
+            self.private_key.is_some(),
+            self.installation_id.is_some(),
+        ];
+        if self.token.is_some() && app.contains(&true) {
+            return Err((
+                "[github] token".to_owned(),
+                "give either token or the App's app_id, private_key and installation_id, not both"
+                    .to_owned(),
+            ));
+        }
+        if app.contains(&true) && app.contains(&false) {
+            let missing = ["app_id", "private_key", "installation_id"]
+                [app.iter().position(|given| !given).unwrap_or(0)];
+            return Err((
+                format!("[github] {missing}"),
+                "missing: authenticating as a GitHub App needs app_id, private_key and installation_id".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RoutingConfig {
+    /// Preferred among several pools that can serve a job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_pool: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunnerApiConfig {
+    /// How long `POST /api/v1/jobs/request` waits for a job before 204.
+    #[serde(with = "duration")]
+    pub poll_timeout: Duration,
+    /// How long a claim holds without a keepalive or heartbeat.
+    #[serde(with = "duration")]
+    pub lease: Duration,
+}
+
+impl Default for RunnerApiConfig {
+    fn default() -> RunnerApiConfig {
+        RunnerApiConfig {
+            poll_timeout: Duration::from_secs(30),
+            lease: Duration::from_secs(120),
+        }
+    }
+}
+
+/// `[retention]`: how long finished history is kept. Zero keeps forever.
+/// Live work (queued, provisioning, running jobs; live runners) is never
+/// pruned.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Completed, failed, cancelled and unroutable jobs, from when they
+    /// finished; at least [`MIN_DEDUPE_RETENTION`] (their rows dedupe a
+    /// redelivered webhook).
+    #[serde(with = "duration")]
+    pub finished_jobs: Duration,
+    /// Terminated, failed and crashed runners (with their reports).
+    #[serde(with = "duration")]
+    pub ended_runners: Duration,
+    /// Webhook deliveries (and once-keys); at least
+    /// [`MIN_DEDUPE_RETENTION`].
+    #[serde(with = "duration")]
+    pub deliveries: Duration,
+    /// Finished jobs' output.
+    #[serde(with = "duration")]
+    pub job_logs: Duration,
+    /// What runners and their machines reported.
+    #[serde(with = "duration")]
+    pub runner_reports: Duration,
+    /// Between two pruning passes (leader only).
+    #[serde(with = "duration")]
+    pub interval: Duration,
+    /// Rows deleted per statement: each is a short transaction, so intake
+    /// never waits long behind the pruner.
+    pub batch: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> RetentionConfig {
+        const DAY: u64 = 24 * 3600;
+        RetentionConfig {
+            finished_jobs: Duration::from_secs(30 * DAY),
+            ended_runners: Duration::from_secs(7 * DAY),
+            deliveries: Duration::from_secs(7 * DAY),
+            job_logs: Duration::from_secs(7 * DAY),
+            runner_reports: Duration::from_secs(7 * DAY),
+            interval: Duration::from_secs(600),
+            batch: 1_000,
+        }
+    }
+}
+
+/// GitHub redelivers a webhook for three days; a finished job's row and
+/// its delivery's are what make a late redelivery a duplicate, so neither
+/// is pruned sooner than this.
+pub const MIN_DEDUPE_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScalingConfig {
+    /// How often the reconciler runs (it also runs when a job arrives).
+    #[serde(with = "duration")]
+    pub interval: Duration,
+}
+
+impl Default for ScalingConfig {
+    fn default() -> ScalingConfig {
+        ScalingConfig {
+            interval: Duration::from_secs(10),
+        }
+    }
+}
+
+/// `[telemetry]`: the JSON event log.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct TelemetryConfig {
     /// A file path, `-` for standard output, or none (no event log).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub event_log: Option<String>,
     /// A file is rotated before it grows past this.
     pub event_log_max_bytes: u64,
@@ -78,301 +364,208 @@ impl Default for TelemetryConfig {
     }
 }
 
+/// `[metrics]`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Which of `repo`, `workflow`, `event` job metrics carry (each can
+    /// multiply the series count).
+    pub job_labels: Vec<String>,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> MetricsConfig {
+        MetricsConfig {
+            job_labels: JOB_LABELS.iter().map(|l| l.to_string()).collect(),
+        }
+    }
+}
+
 /// A provider declaration: how runners are started (its `kind` and that
-/// kind's keys), what capacity it offers the planner (`max_instances`,
-/// `price_per_hour`, `boot_seconds`), and what worker configurations for it
-/// may say (its own condition names) and must contain (required keys).
-#[derive(Debug, Clone, PartialEq)]
+/// kind's keys, `runway_providers::factory::ProviderKind`), what capacity
+/// it offers the planner (`max_instances`, `price_per_hour`,
+/// `boot_seconds`, whose defaults depend on the kind), and what worker
+/// configurations for it may say (its own condition names) and must
+/// contain (required keys).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct ProviderConfig {
+    /// The table's name (`[providers.NAME]`).
+    #[serde(skip)]
     pub name: String,
-    pub kind: String,
+    #[serde(flatten)]
+    pub kind: ProviderKind,
+    #[serde(default)]
     pub conditions: Vec<String>,
+    #[serde(default)]
     pub required_keys: Vec<String>,
     /// Most instances at once through this provider.
     pub max_instances: u32,
     pub price_per_hour: f64,
     /// Boot time, uniform between the two (equal for a fixed time): what
     /// `sim` instances take, and what the others' bids say to expect.
+    #[serde(with = "runway_providers::settings::boot_seconds")]
     pub boot_seconds: (f64, f64),
-    /// `sim`: probability that a create fails.
-    pub fail_rate: f64,
-    /// `sim`: seed of its randomness.
-    pub seed: u64,
-    /// `process`: the runner's program and arguments. A first element
-    /// `runway` means this very binary.
-    pub command: Vec<String>,
-    /// `process`: where runner processes are tracked (default
-    /// `runway-processes/NAME` in the working directory).
-    pub state_dir: Option<PathBuf>,
-    /// `process`: between SIGTERM and SIGKILL when a runner is deleted.
-    pub stop_grace: Duration,
-    /// `exec`: the GARM external provider executable.
-    pub executable: Option<PathBuf>,
-    /// `exec`: passed to it as `GARM_PROVIDER_CONFIG_FILE`.
-    pub config_file: Option<PathBuf>,
-    /// `exec`: the longest one call of the executable may take.
-    pub timeout: Duration,
-    /// `exec`: the GARM external provider interface it speaks (`v0.1.0` or
-    /// `v0.1.1`, GARM's `interface_version`).
-    pub interface_version: InterfaceVersion,
     /// `process`, `exec`: host environment variables (names, or prefixes
     /// such as `"AWS_"`) the child may inherit besides the base (`PATH`,
     /// `HOME`, `LANG`, `TMPDIR`, the proxy variables). Nothing else of
     /// runway's environment reaches it; `RUNWAY_*` and `GARM_*` never do.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub environment_variables: Vec<String>,
 }
 
 impl ProviderConfig {
-    /// The defaults of a provider of `kind`: a simulated cloud boots in
-    /// minutes and costs money; a local process starts in a second, free.
-    pub fn for_kind(name: &str, kind: &str) -> ProviderConfig {
-        let local = kind == "process";
+    /// A provider of `kind` with that kind's defaults: a simulated cloud
+    /// boots in minutes and costs money; a local process starts in a
+    /// second, free.
+    pub fn new(name: &str, kind: ProviderKind) -> ProviderConfig {
+        let local = matches!(kind, ProviderKind::Process { .. });
         ProviderConfig {
             name: name.to_owned(),
-            kind: kind.to_owned(),
+            kind,
             conditions: Vec::new(),
             required_keys: Vec::new(),
             max_instances: if local { 4 } else { 100 },
             price_per_hour: if local { 0.0 } else { 0.10 },
             boot_seconds: if local { (1.0, 1.0) } else { (120.0, 180.0) },
-            fail_rate: 0.0,
-            seed: 0,
-            command: Vec::new(),
-            state_dir: None,
-            stop_grace: Duration::from_secs(10),
-            executable: None,
-            config_file: None,
-            timeout: Duration::from_secs(120),
-            interface_version: InterfaceVersion::default(),
             environment_variables: Vec::new(),
         }
     }
-}
 
-impl ProviderConfig {
+    /// The defaults of a provider of the kind called `kind`, if runway has it.
+    pub fn for_kind(name: &str, kind: &str) -> Option<ProviderConfig> {
+        ProviderKind::named(kind).map(|kind| ProviderConfig::new(name, kind))
+    }
+
     /// Its typed declaration, for `runway_providers::factory::build`; `pools`
-    /// are the pools that may use it. `None` for a kind runway does not
-    /// have, or an `exec` provider without its executable (validation
-    /// refuses both).
-    pub fn spec(&self, pools: Vec<String>) -> Option<ProviderSpec> {
-        let kind = match self.kind.as_str() {
-            "sim" => ProviderKind::Sim {
-                fail_rate: self.fail_rate,
-                seed: self.seed,
-            },
-            "process" => ProviderKind::Process {
-                command: self.command.clone(),
-                state_dir: self.state_dir.clone(),
-                stop_grace: self.stop_grace,
-            },
-            "exec" => ProviderKind::Exec {
-                executable: self.executable.clone()?,
-                config_file: self.config_file.clone(),
-                timeout: self.timeout,
-                interface_version: self.interface_version,
-            },
-            _ => return None,
-        };
-        Some(ProviderSpec {
+    /// are the pools that may use it.
+    pub fn spec(&self, pools: Vec<String>) -> ProviderSpec {
+        ProviderSpec {
             name: self.name.clone(),
-            kind,
+            kind: self.kind.clone(),
             max_instances: self.max_instances,
             price_per_hour: self.price_per_hour,
             boot_seconds: self.boot_seconds,
             environment_variables: self.environment_variables.clone(),
             pools,
-        })
+        }
     }
 }
 
 impl Default for ProviderConfig {
     fn default() -> ProviderConfig {
-        ProviderConfig::for_kind("sim", "sim")
+        ProviderConfig::new(
+            "sim",
+            ProviderKind::Sim {
+                fail_rate: 0.0,
+                seed: 0,
+            },
+        )
     }
 }
 
 pub const PROVIDER_KINDS: [&str; 3] = ProviderKind::NAMES;
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct GithubConfig {
-    /// Secrets a webhook signature may be made with; several, so a secret
-    /// can be rotated without downtime. None configured: webhooks are refused.
-    pub webhook_secrets: Vec<Secret>,
-    /// Jobs lacking any of these labels are GitHub-hosted and ignored.
-    pub required_labels: Vec<String>,
-    /// Larger webhook bodies are refused with 413 (GitHub's own cap is 25 MiB).
-    pub max_body_bytes: usize,
-    /// The REST API's root: `https://api.github.com`, or a GitHub
-    /// Enterprise Server's `https://HOST/api/v3`.
-    pub api_url: String,
-    /// How runway authenticates to the API; none: GitHub pools are refused
-    /// and no re-checks or redeliveries happen.
-    pub auth: Option<GithubAuth>,
-    /// Runway's own cap on API requests per hour, below GitHub's.
-    pub max_requests_per_hour: u32,
-    /// A GitHub job queued this long is looked up in case its webhook was lost.
-    pub recheck_after: Duration,
-    /// How often failed webhook deliveries are listed and redelivered.
-    pub redeliver_interval: Duration,
-    /// Whose webhook deliveries to heal; default: the App's when
-    /// authenticating as an App, none otherwise.
-    pub deliveries: Option<crate::config::Hook>,
-}
-
-/// `[github] token`, or `app_id` + `private_key` + `installation_id`.
-#[derive(Debug, Clone, PartialEq)]
-pub enum GithubAuth {
-    Token(Secret),
-    App {
-        app_id: u64,
-        /// The App's PEM private key (RS256).
-        private_key: Secret,
-        installation_id: u64,
-    },
-}
-
-/// `[pools.github]`: where a GitHub pool's runners register.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PoolGithub {
-    pub target: crate::config::Target,
-    /// The runner group new runners join (1: the default group).
-    pub runner_group_id: u64,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct RoutingConfig {
-    /// Preferred among several pools that can serve a job.
-    pub default_pool: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServerConfig {
-    pub listen: SocketAddr,
-    pub database: Secret,
-    /// PostgreSQL connection pool size.
-    pub database_max_connections: u32,
-    /// Bearer tokens for the admin API (read and write).
-    pub admin_tokens: Vec<Secret>,
-    /// Bearer tokens that may only read the admin API.
-    pub read_tokens: Vec<Secret>,
-    /// The URL runners reach this server at (`RUNWAY_URL` of the runners
-    /// runway starts). Default: `http://` and the listening address, with
-    /// an unspecified address (0.0.0.0, ::) as loopback.
-    pub public_url: Option<String>,
-}
-
-/// `[retention]`: how long finished history is kept. Zero keeps forever.
-/// Live work (queued, provisioning, running jobs; live runners) is never
-/// pruned.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RetentionConfig {
-    /// Completed, failed, cancelled and unroutable jobs, from when they
-    /// finished; at least [`MIN_DEDUPE_RETENTION`] (their rows dedupe a
-    /// redelivered webhook).
-    pub finished_jobs: Duration,
-    /// Terminated, failed and crashed runners (with their reports).
-    pub ended_runners: Duration,
-    /// Webhook deliveries (and once-keys); at least
-    /// [`MIN_DEDUPE_RETENTION`].
-    pub deliveries: Duration,
-    /// Finished jobs' output.
-    pub job_logs: Duration,
-    /// What runners and their machines reported.
-    pub runner_reports: Duration,
-    /// Between two pruning passes (leader only).
-    pub interval: Duration,
-    /// Rows deleted per statement: each is a short transaction, so intake
-    /// never waits long behind the pruner.
-    pub batch: u32,
-}
-
-/// GitHub redelivers a webhook for three days; a finished job's row and
-/// its delivery's are what make a late redelivery a duplicate, so neither
-/// is pruned sooner than this.
-pub const MIN_DEDUPE_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunnerApiConfig {
-    /// How long `POST /api/v1/jobs/request` waits for a job before 204.
-    pub poll_timeout: Duration,
-    /// How long a claim holds without a keepalive or heartbeat.
-    pub lease: Duration,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct QueueConfig {
-    /// A job whose lease expires this many times fails instead of requeueing.
-    pub max_attempts: u32,
-}
-
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct PoolConfig {
     pub name: String,
     /// The labels the pool's runners serve; a job can go to the pool when its
     /// labels are a subset of these (compared case-insensitively).
     pub labels: Vec<String>,
+    #[serde(default)]
     pub min_idle: u32,
+    #[serde(default = "pool_defaults::max_runners")]
     pub max_runners: u32,
     /// Runners wanted per queued job (1.0: one each; 0.5: one per two).
+    #[serde(default = "pool_defaults::scaling_ratio")]
     pub scaling_ratio: f64,
     /// An idle runner beyond demand is removed only after idling this long.
+    #[serde(with = "duration", default = "pool_defaults::idle_grace")]
     pub idle_grace: Duration,
     /// A runner not ready this long after it was requested is failed and replaced.
+    #[serde(with = "duration", default = "pool_defaults::boot_timeout")]
     pub boot_timeout: Duration,
     /// Providers this pool may use, in preference order (empty: any).
+    #[serde(default)]
     pub providers: Vec<String>,
     /// One job per runner.
+    #[serde(default = "pool_defaults::ephemeral")]
     pub ephemeral: bool,
     /// `runway` (keep `min_idle` warm) or `predictive` (keep warm as many
     /// runners as the arrivals expected within one boot time, at
     /// `forecast_quantile`; never fewer than `min_idle`). docs/sim.md.
+    #[serde(default)]
     pub policy: ScalingPolicy,
+    /// The predictive policy's quantile (default 0.9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast_quantile: Option<f64>,
     /// A GitHub pool: its runners are just-in-time GitHub runners and are
     /// deregistered before their machine is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub github: Option<PoolGithub>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum ScalingPolicy {
-    Runway,
-    Predictive { quantile: f64 },
+/// A pool's defaults, one function a key (serde takes them by path).
+mod pool_defaults {
+    use std::time::Duration;
+
+    pub fn max_runners() -> u32 {
+        10
+    }
+    pub fn scaling_ratio() -> f64 {
+        1.0
+    }
+    pub fn idle_grace() -> Duration {
+        Duration::from_secs(300)
+    }
+    pub fn boot_timeout() -> Duration {
+        Duration::from_secs(600)
+    }
+    pub fn ephemeral() -> bool {
+        true
+    }
 }
 
-impl ScalingPolicy {
-    fn parse(name: &str, quantile: Option<f64>) -> Result<ScalingPolicy, String> {
-        let quantile = quantile.unwrap_or(0.9);
-        if !(quantile > 0.0 && quantile <= 1.0) {
-            return Err(format!(
-                "forecast_quantile {quantile} is not above 0 and at most 1"
-            ));
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScalingPolicy {
+    #[default]
+    Runway,
+    Predictive,
+}
+
+/// The predictive policy's quantile when the file gives none.
+pub const DEFAULT_FORECAST_QUANTILE: f64 = 0.9;
+
+impl PoolConfig {
+    /// A pool with every default and these labels.
+    pub fn new(name: &str, labels: &[&str]) -> PoolConfig {
+        PoolConfig {
+            name: name.to_owned(),
+            labels: labels.iter().map(|l| l.to_string()).collect(),
+            min_idle: 0,
+            max_runners: pool_defaults::max_runners(),
+            scaling_ratio: pool_defaults::scaling_ratio(),
+            idle_grace: pool_defaults::idle_grace(),
+            boot_timeout: pool_defaults::boot_timeout(),
+            providers: Vec::new(),
+            ephemeral: pool_defaults::ephemeral(),
+            policy: ScalingPolicy::Runway,
+            forecast_quantile: None,
+            github: None,
         }
-        match name {
-            "runway" => Ok(ScalingPolicy::Runway),
-            "predictive" => Ok(ScalingPolicy::Predictive { quantile }),
-            other => Err(format!("{other:?} is not one of runway, predictive")),
-        }
+    }
+
+    /// The forecast quantile of a predictive pool; `None` for the others.
+    pub fn predictive_quantile(&self) -> Option<f64> {
+        (self.policy == ScalingPolicy::Predictive)
+            .then(|| self.forecast_quantile.unwrap_or(DEFAULT_FORECAST_QUANTILE))
     }
 }
 
 impl Default for PoolConfig {
     fn default() -> PoolConfig {
-        PoolConfig {
-            name: "default".to_owned(),
-            labels: vec![
-                "self-hosted".to_owned(),
-                "linux".to_owned(),
-                "x64".to_owned(),
-            ],
-            min_idle: 0,
-            max_runners: 10,
-            scaling_ratio: 1.0,
-            idle_grace: Duration::from_secs(300),
-            boot_timeout: Duration::from_secs(600),
-            providers: Vec::new(),
-            ephemeral: true,
-            policy: ScalingPolicy::Runway,
-            github: None,
-        }
+        PoolConfig::new("default", &["self-hosted", "linux", "x64"])
     }
 }
 
@@ -393,49 +586,19 @@ pub enum ConfigError {
 impl Default for Config {
     fn default() -> Config {
         Config {
-            server: ServerConfig {
-                listen: DEFAULT_LISTEN
-                    .parse()
-                    .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 8080))),
-                database: Secret::literal(DEFAULT_DATABASE),
-                database_max_connections: 16,
-                admin_tokens: Vec::new(),
-                read_tokens: Vec::new(),
-                public_url: None,
-            },
-            runner_api: RunnerApiConfig {
-                poll_timeout: Duration::from_secs(30),
-                lease: Duration::from_secs(120),
-            },
-            retention: RetentionConfig {
-                finished_jobs: Duration::from_secs(30 * 24 * 3600),
-                ended_runners: Duration::from_secs(7 * 24 * 3600),
-                deliveries: Duration::from_secs(7 * 24 * 3600),
-                job_logs: Duration::from_secs(7 * 24 * 3600),
-                runner_reports: Duration::from_secs(7 * 24 * 3600),
-                interval: Duration::from_secs(600),
-                batch: 1_000,
-            },
-            queue: QueueConfig { max_attempts: 3 },
-            github: GithubConfig {
-                webhook_secrets: Vec::new(),
-                required_labels: vec!["self-hosted".to_owned()],
-                max_body_bytes: 25 * 1024 * 1024,
-                api_url: DEFAULT_GITHUB_API.to_owned(),
-                auth: None,
-                max_requests_per_hour: 3000,
-                recheck_after: Duration::from_secs(300),
-                redeliver_interval: Duration::from_secs(300),
-                deliveries: None,
-            },
-            routing: RoutingConfig { default_pool: None },
-            scaling_interval: Duration::from_secs(10),
-            providers: Vec::new(),
-            worker_configs: Vec::new(),
-            worker_config_sources: Vec::new(),
-            pools: vec![PoolConfig::default()],
+            server: ServerConfig::default(),
+            queue: QueueConfig::default(),
+            github: GithubConfig::default(),
+            routing: RoutingConfig::default(),
+            runner_api: RunnerApiConfig::default(),
+            retention: RetentionConfig::default(),
+            scaling: ScalingConfig::default(),
             telemetry: TelemetryConfig::default(),
-            metrics_job_labels: JOB_LABELS.iter().map(|l| l.to_string()).collect(),
+            metrics: MetricsConfig::default(),
+            pools: vec![PoolConfig::default()],
+            providers: Vec::new(),
+            worker_config_sources: Vec::new(),
+            worker_configs: Vec::new(),
         }
     }
 }
@@ -463,18 +626,21 @@ impl Config {
     /// (labels `local`, `linux`) whose runners are `runway agent --once`
     /// processes on this machine, at most two at a time.
     pub fn out_of_the_box() -> Config {
-        let mut provider = ProviderConfig::for_kind("local", "process");
-        provider.command = vec!["runway".into(), "agent".into(), "--once".into()];
+        let mut provider = ProviderConfig::new(
+            "local",
+            ProviderKind::Process {
+                command: vec!["runway".into(), "agent".into(), "--once".into()],
+                state_dir: None,
+                stop_grace: Duration::from_secs(10),
+            },
+        );
         provider.max_instances = 2;
         Config {
             pools: vec![PoolConfig {
-                name: "local".to_owned(),
-                labels: vec!["local".to_owned(), "linux".to_owned()],
-                min_idle: 0,
                 max_runners: 2,
                 boot_timeout: Duration::from_secs(60),
                 providers: vec!["local".to_owned()],
-                ..PoolConfig::default()
+                ..PoolConfig::new("local", &["local", "linux"])
             }],
             providers: vec![provider],
             ..Config::default()
@@ -490,21 +656,51 @@ pub struct Overrides {
 }
 
 impl Config {
+    /// Every secret of this configuration, with the key that writes it.
+    fn secrets_mut(&mut self) -> Vec<(String, &mut Secret)> {
+        fn numbered<'a>(
+            key: &str,
+            secrets: &'a mut [Secret],
+        ) -> impl Iterator<Item = (String, &'a mut Secret)> {
+            let key = key.to_owned();
+            secrets
+                .iter_mut()
+                .enumerate()
+                .map(move |(i, secret)| (format!("{key}[{i}]"), secret))
+        }
+        let server = &mut self.server;
+        let github = &mut self.github;
+        let mut all = vec![("[server] database".to_owned(), &mut server.database)];
+        all.extend(numbered("[server] admin_tokens", &mut server.admin_tokens));
+        all.extend(numbered("[server] read_tokens", &mut server.read_tokens));
+        all.extend(numbered(
+            "[github] webhook_secrets",
+            &mut github.webhook_secrets,
+        ));
+        all.extend(
+            github
+                .token
+                .as_mut()
+                .map(|t| ("[github] token".to_owned(), t)),
+        );
+        all.extend(
+            github
+                .private_key
+                .as_mut()
+                .map(|k| ("[github] private_key".to_owned(), k)),
+        );
+        all
+    }
+
     /// The environment variables the secrets of this configuration were
     /// read from (`env:NAME`). `runway serve` removes them from its own
     /// environment once loaded, so nothing it starts can inherit them.
     pub fn secret_environment_variables(&self) -> Vec<String> {
-        let github = match &self.github.auth {
-            Some(GithubAuth::Token(token)) => Some(token),
-            Some(GithubAuth::App { private_key, .. }) => Some(private_key),
-            None => None,
-        };
-        let mut names: Vec<String> = std::iter::once(&self.server.database)
-            .chain(&self.server.admin_tokens)
-            .chain(&self.server.read_tokens)
-            .chain(&self.github.webhook_secrets)
-            .chain(github)
-            .filter_map(|secret| secret.environment_variable().map(str::to_owned))
+        let mut names: Vec<String> = self
+            .clone()
+            .secrets_mut()
+            .into_iter()
+            .filter_map(|(_, secret)| secret.environment_variable().map(str::to_owned))
             .collect();
         names.sort();
         names.dedup();
@@ -550,19 +746,165 @@ impl Config {
     }
 
     /// Parses TOML text. `origin` names it in errors; `base` is where
-    /// relative `file:` secrets are looked up (the config file's directory).
+    /// relative paths and `file:` secrets are looked up (the config file's
+    /// directory).
     pub fn parse(text: &str, origin: &str, base: Option<&Path>) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Invalid {
-            origin: origin.to_owned(),
-            location: describe_location(text, e.span()),
-            message: one_line(e.message()),
+        let mut config: Config = toml::from_str(text).map_err(|e| {
+            let message = one_line(e.message());
+            // A provider's error names its table itself (TOML's span is
+            // the whole `providers` value).
+            let (location, message) = match message.split_once(": ") {
+                Some((key, rest)) if providers::names_a_provider(key) => {
+                    (key.to_owned(), rest.to_owned())
+                }
+                _ => (describe_location(text, e.span()), message),
+            };
+            ConfigError::Invalid {
+                origin: origin.to_owned(),
+                location,
+                message,
+            }
         })?;
-        raw.resolve(base)
+        config
+            .resolve(base)
             .map_err(|(location, message)| ConfigError::Invalid {
                 origin: origin.to_owned(),
                 location,
                 message,
+            })?;
+        Ok(config)
+    }
+
+    /// What reading the file leaves to do: read `env:`/`file:` secrets,
+    /// make relative paths relative to `base`, fill the defaults that
+    /// depend on other keys, read worker configurations, and refuse what a
+    /// key cannot say on its own terms.
+    fn resolve(&mut self, base: Option<&Path>) -> Result<(), (String, String)> {
+        for (key, secret) in self.secrets_mut() {
+            secret.load(base).map_err(|message| (key, message))?;
+        }
+        let relative = |path: &mut PathBuf| {
+            if let Some(dir) = base.filter(|_| path.is_relative()) {
+                *path = dir.join(&*path);
+            }
+        };
+        for provider in &mut self.providers {
+            match &mut provider.kind {
+                ProviderKind::Process {
+                    state_dir: Some(dir),
+                    ..
+                } => relative(dir),
+                ProviderKind::Exec {
+                    executable,
+                    config_file,
+                    ..
+                } => {
+                    if !executable.as_os_str().is_empty() {
+                        relative(executable);
+                    }
+                    config_file.iter_mut().for_each(relative);
+                }
+                _ => {}
+            }
+        }
+        match &self.telemetry.event_log {
+            Some(path) if path.trim().is_empty() => {
+                return Err((
+                    "[telemetry] event_log".to_owned(),
+                    "is empty; give a file path or \"-\" for standard output".to_owned(),
+                ))
+            }
+            Some(path) if path != "-" && Path::new(path).is_relative() => {
+                let mut path = PathBuf::from(path);
+                relative(&mut path);
+                self.telemetry.event_log = Some(path.display().to_string());
+            }
+            _ => {}
+        }
+        if self.telemetry.event_log_max_bytes < 1024 {
+            return Err((
+                "[telemetry] event_log_max_bytes".to_owned(),
+                format!("{} is below 1024", self.telemetry.event_log_max_bytes),
+            ));
+        }
+        self.worker_configs = self
+            .worker_config_sources
+            .iter()
+            .enumerate()
+            .map(|(i, source)| {
+                worker_config_from_toml(source, base)
+                    .map_err(|m| (format!("worker_configs[{i}]"), m))
             })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.github.check_auth()?;
+        // An App's own webhook is the one to heal.
+        if self.github.deliveries.is_none()
+            && matches!(self.github.auth(), Some(GithubAuth::App { .. }))
+        {
+            self.github.deliveries = Some(Hook::App);
+        }
+        let url = |key: &str, url: &mut String| {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err((
+                    key.to_owned(),
+                    format!("{url:?} is not an http:// or https:// URL"),
+                ));
+            }
+            *url = url.trim_end_matches('/').to_owned();
+            Ok(())
+        };
+        url("[github] api_url", &mut self.github.api_url)?;
+        if let Some(public_url) = &mut self.server.public_url {
+            url("[server] public_url", public_url)?;
+        }
+        for (key, kept) in [
+            ("[retention] finished_jobs", self.retention.finished_jobs),
+            ("[retention] deliveries", self.retention.deliveries),
+        ] {
+            if !kept.is_zero() && kept < MIN_DEDUPE_RETENTION {
+                return Err((
+                    key.to_owned(),
+                    "must be 0 (keep forever) or at least 4 days: GitHub redelivers a webhook for 3 days, and these rows are what make a redelivery a duplicate".to_owned(),
+                ));
+            }
+        }
+        if self.retention.interval.is_zero() {
+            return Err((
+                "[retention] interval".to_owned(),
+                "must be more than 0".to_owned(),
+            ));
+        }
+        if self.retention.batch == 0 {
+            return Err((
+                "[retention] batch".to_owned(),
+                "must be at least 1".to_owned(),
+            ));
+        }
+        if let Some(unknown) = self
+            .metrics
+            .job_labels
+            .iter()
+            .find(|l| !JOB_LABELS.contains(&l.as_str()))
+        {
+            return Err((
+                "[metrics] job_labels".to_owned(),
+                format!("{unknown:?} is not one of {}", JOB_LABELS.join(", ")),
+            ));
+        }
+        for (i, pool) in self.pools.iter_mut().enumerate() {
+            if let Some(quantile) = pool.forecast_quantile {
+                if !(quantile > 0.0 && quantile <= 1.0) {
+                    return Err((
+                        format!("pools[{i}].forecast_quantile"),
+                        format!("{quantile} is not above 0 and at most 1"),
+                    ));
+                }
+            }
+            if pool.policy == ScalingPolicy::Predictive {
+                pool.forecast_quantile = pool.predictive_quantile();
+            }
+        }
+        Ok(())
     }
 
     /// Routes `labels` to a pool; `required_labels` are those a job must
@@ -583,9 +925,14 @@ impl Config {
         route(labels, &pools, &policy)
     }
 
+    /// The pool called `name`.
+    pub fn pool(&self, name: &str) -> Option<&PoolConfig> {
+        self.pools.iter().find(|pool| pool.name == name)
+    }
+
     /// The typed declaration of every provider, each with the pools that
     /// may use it (a pool that names no provider may use any).
-    pub fn provider_specs(&self) -> Result<Vec<ProviderSpec>, String> {
+    pub fn provider_specs(&self) -> Vec<ProviderSpec> {
         self.providers
             .iter()
             .map(|provider| {
@@ -597,12 +944,7 @@ impl Config {
                     })
                     .map(|pool| pool.name.clone())
                     .collect();
-                provider.spec(pools).ok_or_else(|| {
-                    format!(
-                        "[providers.{}] kind: {:?} with these settings is not a provider runway can build",
-                        provider.name, provider.kind
-                    )
-                })
+                provider.spec(pools)
             })
             .collect()
     }
@@ -630,30 +972,23 @@ impl Config {
                     "this name is reserved (runway marks runners that registered themselves or that it only heard of this way); choose another".into(),
                 ));
             }
-            if !PROVIDER_KINDS.contains(&provider.kind.as_str()) {
-                return Err((
-                    format!("[providers.{}] kind", provider.name),
-                    format!(
-                        "{:?} is not one of {}",
-                        provider.kind,
-                        PROVIDER_KINDS.join(", ")
-                    ),
-                ));
-            }
             let key = |field: &str| format!("[providers.{}] {field}", provider.name);
-            if provider.kind == "process" && provider.command.is_empty() {
+            if matches!(&provider.kind, ProviderKind::Process { command, .. } if command.is_empty())
+            {
                 return Err((
                     key("command"),
                     "a process provider needs the runner's command, e.g. [\"runway\", \"agent\", \"--once\"]".into(),
                 ));
             }
-            if provider.kind == "exec" && provider.executable.is_none() {
+            if matches!(&provider.kind, ProviderKind::Exec { executable, .. } if executable.as_os_str().is_empty())
+            {
                 return Err((
                     key("executable"),
                     "an exec provider needs the path of a GARM external provider executable".into(),
                 ));
             }
-            if provider.kind == "process" && provider.max_instances == 0 {
+            if matches!(provider.kind, ProviderKind::Process { .. }) && provider.max_instances == 0
+            {
                 return Err((key("max_instances"), "must be at least 1".into()));
             }
         }
@@ -726,12 +1061,13 @@ impl Config {
                 "must be at least 1".into(),
             ));
         }
-        if let Some(GithubAuth::Token(token)) = &self.github.auth {
+        let auth = self.github.auth();
+        if let Some(GithubAuth::Token(token)) = &auth {
             if token.expose().trim().is_empty() {
                 return Err(("[github] token".into(), "is empty".into()));
             }
         }
-        if let Some(GithubAuth::App { private_key, .. }) = &self.github.auth {
+        if let Some(GithubAuth::App { private_key, .. }) = &auth {
             jsonwebtoken::EncodingKey::from_rsa_pem(private_key.expose().as_bytes()).map_err(
                 |e| {
                     (
@@ -741,14 +1077,14 @@ impl Config {
                 },
             )?;
         }
-        if self.github.deliveries.is_some() && self.github.auth.is_none() {
+        if self.github.deliveries.is_some() && auth.is_none() {
             return Err((
                 "[github] deliveries".into(),
                 "redelivering webhooks needs [github] token or App credentials".into(),
             ));
         }
         if matches!(self.github.deliveries, Some(crate::config::Hook::App))
-            && !matches!(self.github.auth, Some(GithubAuth::App { .. }))
+            && !matches!(auth, Some(GithubAuth::App { .. }))
         {
             return Err((
                 "[github] deliveries".into(),
@@ -819,7 +1155,7 @@ impl Config {
                     "a GitHub pool's runners are just-in-time runners, one job each: ephemeral must be true".into(),
                 ));
             }
-            if pool.github.is_some() && self.github.auth.is_none() {
+            if pool.github.is_some() && auth.is_none() {
                 return Err((
                     key("github"),
                     "a GitHub pool needs [github] token or App credentials (app_id, private_key, installation_id)".into(),
@@ -839,159 +1175,159 @@ impl Config {
     }
 
     /// The effective configuration as TOML, with secrets shown only by
-    /// where they come from.
+    /// where they come from (a [`Secret`] serialises redacted).
     pub fn to_redacted_toml(&self) -> String {
-        let raw = RawConfig {
-            server: RawServer {
-                listen: Some(self.server.listen.to_string()),
-                database: Some(self.server.database.redacted()),
-                database_max_connections: Some(self.server.database_max_connections),
-                admin_tokens: Some(
-                    self.server
-                        .admin_tokens
-                        .iter()
-                        .map(Secret::redacted)
-                        .collect(),
-                ),
-                read_tokens: Some(
-                    self.server
-                        .read_tokens
-                        .iter()
-                        .map(Secret::redacted)
-                        .collect(),
-                ),
-                public_url: self.server.public_url.clone(),
-            },
-            runner_api: RawRunnerApi {
-                poll_timeout: Some(format_duration(self.runner_api.poll_timeout)),
-                lease: Some(format_duration(self.runner_api.lease)),
-            },
-            retention: RawRetention {
-                finished_jobs: Some(format_duration(self.retention.finished_jobs)),
-                ended_runners: Some(format_duration(self.retention.ended_runners)),
-                deliveries: Some(format_duration(self.retention.deliveries)),
-                job_logs: Some(format_duration(self.retention.job_logs)),
-                runner_reports: Some(format_duration(self.retention.runner_reports)),
-                interval: Some(format_duration(self.retention.interval)),
-                batch: Some(self.retention.batch),
-            },
-            scaling: RawScaling {
-                interval: Some(format_duration(self.scaling_interval)),
-            },
-            metrics: RawMetrics {
-                job_labels: Some(self.metrics_job_labels.clone()),
-            },
-            telemetry: RawTelemetry {
-                event_log: self.telemetry.event_log.clone(),
-                event_log_max_bytes: Some(self.telemetry.event_log_max_bytes),
-                event_log_keep: Some(self.telemetry.event_log_keep),
-            },
-            queue: RawQueue {
-                max_attempts: Some(self.queue.max_attempts),
-            },
-            github: RawGithub {
-                webhook_secrets: Some(
-                    self.github
-                        .webhook_secrets
-                        .iter()
-                        .map(Secret::redacted)
-                        .collect(),
-                ),
-                required_labels: Some(self.github.required_labels.clone()),
-                max_body_bytes: Some(self.github.max_body_bytes),
-                api_url: Some(self.github.api_url.clone()),
-                token: match &self.github.auth {
-                    Some(GithubAuth::Token(token)) => Some(token.redacted()),
-                    _ => None,
-                },
-                app_id: match &self.github.auth {
-                    Some(GithubAuth::App { app_id, .. }) => Some(*app_id),
-                    _ => None,
-                },
-                private_key: match &self.github.auth {
-                    Some(GithubAuth::App { private_key, .. }) => Some(private_key.redacted()),
-                    _ => None,
-                },
-                installation_id: match &self.github.auth {
-                    Some(GithubAuth::App {
-                        installation_id, ..
-                    }) => Some(*installation_id),
-                    _ => None,
-                },
-                max_requests_per_hour: Some(self.github.max_requests_per_hour),
-                recheck_after: Some(format_duration(self.github.recheck_after)),
-                redeliver_interval: Some(format_duration(self.github.redeliver_interval)),
-                deliveries: self.github.deliveries.as_ref().map(|h| h.to_string()),
-            },
-            routing: RawRouting {
-                default_pool: self.routing.default_pool.clone(),
-            },
-            providers: (!self.providers.is_empty()).then(|| {
-                let by_name: BTreeMap<String, RawProvider> = self
-                    .providers
-                    .iter()
-                    .map(|p| {
-                        let raw = RawProvider {
-                            kind: p.kind.clone(),
-                            conditions: p.conditions.clone(),
-                            required_keys: p.required_keys.clone(),
-                            max_instances: Some(p.max_instances),
-                            price_per_hour: Some(p.price_per_hour),
-                            boot_seconds: Some(toml::Value::Array(vec![
-                                toml::Value::Float(p.boot_seconds.0),
-                                toml::Value::Float(p.boot_seconds.1),
-                            ])),
-                            fail_rate: Some(p.fail_rate),
-                            seed: Some(p.seed),
-                            command: (p.kind == "process").then(|| p.command.clone()),
-                            state_dir: p.state_dir.as_ref().map(|d| d.display().to_string()),
-                            stop_grace: (p.kind == "process")
-                                .then(|| format_duration(p.stop_grace)),
-                            executable: p.executable.as_ref().map(|d| d.display().to_string()),
-                            config_file: p.config_file.as_ref().map(|d| d.display().to_string()),
-                            timeout: (p.kind == "exec").then(|| format_duration(p.timeout)),
-                            interface_version: (p.kind == "exec")
-                                .then(|| p.interface_version.as_str().to_owned()),
-                            environment_variables: p.environment_variables.clone(),
-                        };
-                        (p.name.clone(), raw)
-                    })
-                    .collect();
-                toml::Value::try_from(by_name).unwrap_or(toml::Value::Table(toml::Table::new()))
-            }),
-            worker_configs: (!self.worker_config_sources.is_empty())
-                .then(|| self.worker_config_sources.clone()),
-            pools: Some(
-                self.pools
-                    .iter()
-                    .map(|p| RawPool {
-                        name: p.name.clone(),
-                        labels: p.labels.clone(),
-                        min_idle: Some(p.min_idle),
-                        max_runners: Some(p.max_runners),
-                        scaling_ratio: Some(p.scaling_ratio),
-                        idle_grace: Some(format_duration(p.idle_grace)),
-                        boot_timeout: Some(format_duration(p.boot_timeout)),
-                        providers: Some(p.providers.clone()),
-                        ephemeral: Some(p.ephemeral),
-                        policy: Some(
-                            match p.policy {
-                                ScalingPolicy::Runway => "runway",
-                                ScalingPolicy::Predictive { .. } => "predictive",
-                            }
-                            .to_owned(),
-                        ),
-                        forecast_quantile: match p.policy {
-                            ScalingPolicy::Predictive { quantile } => Some(quantile),
-                            ScalingPolicy::Runway => None,
-                        },
-                        github: p.github.as_ref().map(RawPoolGithub::from_config),
-                    })
-                    .collect(),
-            ),
-        };
-        toml::to_string(&raw)
+        toml::to_string(self)
             .unwrap_or_else(|e| format!("# cannot render the configuration: {e}\n"))
+    }
+}
+
+/// `listen`: an address and port, `127.0.0.1:8080` or `[::1]:8080`.
+mod listen_address {
+    use std::net::SocketAddr;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(
+        address: &SocketAddr,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(address)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(|_| {
+            serde::de::Error::custom(format!(
+                "{text:?} is not an address like 127.0.0.1:8080 or [::1]:8080"
+            ))
+        })
+    }
+}
+
+/// `providers`: `[providers.NAME]` tables or a `[[providers]]` list with
+/// `name` keys, each read onto the defaults of its kind; written back as
+/// tables, in name order.
+mod providers {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use runway_providers::factory::ProviderKind;
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::{one_line, ProviderConfig};
+
+    pub fn serialize<S: Serializer>(
+        providers: &[ProviderConfig],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        providers
+            .iter()
+            .map(|provider| (&provider.name, provider))
+            .collect::<BTreeMap<_, _>>()
+            .serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<ProviderConfig>, D::Error> {
+        let named: Vec<(String, toml::Table, String)> =
+            match toml::Value::deserialize(deserializer)? {
+                toml::Value::Table(tables) => tables
+                    .into_iter()
+                    .map(|(name, value)| match value {
+                        toml::Value::Table(table) => {
+                            let key = format!("[providers.{name}]");
+                            Ok((name, table, key))
+                        }
+                        _ => Err(D::Error::custom(format!(
+                            "[providers.{name}] is not a table"
+                        ))),
+                    })
+                    .collect::<Result<_, _>>()?,
+                toml::Value::Array(list) => {
+                    let mut seen = BTreeSet::new();
+                    let mut named = Vec::new();
+                    for (i, entry) in list.into_iter().enumerate() {
+                        let toml::Value::Table(mut table) = entry else {
+                            return Err(D::Error::custom(format!("providers[{i}] is not a table")));
+                        };
+                        let Some(toml::Value::String(name)) = table.remove("name") else {
+                            return Err(D::Error::custom(format!(
+                                "providers[{i}].name: missing: every provider needs a name"
+                            )));
+                        };
+                        if !seen.insert(name.clone()) {
+                            return Err(D::Error::custom(format!(
+                                "providers[{i}].name: duplicate provider {name:?}"
+                            )));
+                        }
+                        let key = format!("providers[{i}] ({name})");
+                        named.push((name, table, key));
+                    }
+                    named
+                }
+                _ => {
+                    return Err(D::Error::custom(
+                        "give [providers.NAME] tables or a [[providers]] list",
+                    ))
+                }
+            };
+        let mut providers = named
+            .into_iter()
+            .map(|(name, table, key)| {
+                read(&name, table).map_err(|m| D::Error::custom(format!("{key}: {m}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        providers.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(providers)
+    }
+
+    /// Whether an error's first part is the key of one provider, as
+    /// [`deserialize`] writes them: `[providers.NAME]` or `providers[I]…`.
+    pub fn names_a_provider(key: &str) -> bool {
+        key.starts_with("[providers.") || key.starts_with("providers[")
+    }
+
+    /// The keys every kind takes, for an error about one it does not.
+    const COMMON_KEYS: &str =
+        "conditions, required_keys, max_instances, price_per_hour, boot_seconds, environment_variables";
+
+    /// One provider's table, over the defaults of its kind.
+    fn read(name: &str, table: toml::Table) -> Result<ProviderConfig, String> {
+        let kind = match table.get("kind") {
+            Some(toml::Value::String(kind)) => kind.clone(),
+            Some(_) => return Err("kind: must be a string".to_owned()),
+            None => {
+                return Err(format!(
+                    "kind: missing: one of {}",
+                    ProviderKind::NAMES.join(", ")
+                ))
+            }
+        };
+        let Some(defaults) = ProviderConfig::for_kind(name, &kind) else {
+            return Err(format!(
+                "kind: {kind:?} is not one of {}",
+                ProviderKind::NAMES.join(", ")
+            ));
+        };
+        let mut merged = toml::Table::try_from(&defaults).map_err(|e| e.to_string())?;
+        merged.extend(table);
+        let mut provider: ProviderConfig =
+            toml::Value::Table(merged)
+                .try_into()
+                .map_err(|e: toml::de::Error| {
+                    let message = one_line(e.message());
+                    if message.starts_with("unknown field") {
+                        format!(
+                            "{message} for kind {kind:?}, or one every kind takes: {COMMON_KEYS}"
+                        )
+                    } else {
+                        message
+                    }
+                })?;
+        provider.name = name.to_owned();
+        Ok(provider)
     }
 }
 
@@ -1006,810 +1342,6 @@ fn check_database_url(url: &str) -> Result<(), String> {
         )),
         // `sqlite:PATH`, `sqlite::memory:` or a plain file path.
         None => Ok(()),
-    }
-}
-
-/// Where a value came from: written in the file, or read from the
-/// environment or a file at load time.
-#[derive(Clone, PartialEq, Eq)]
-pub enum SecretSource {
-    Literal,
-    Env(String),
-    File(PathBuf),
-}
-
-/// A configuration value that may be secret. Its `Debug` and `Display`
-/// never show the value.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret {
-    source: SecretSource,
-    value: String,
-}
-
-impl Secret {
-    pub fn literal(value: &str) -> Secret {
-        Secret {
-            source: SecretSource::Literal,
-            value: value.to_owned(),
-        }
-    }
-
-    /// `env:NAME` reads the environment variable, `file:PATH` the file
-    /// (relative to `base`; one trailing newline dropped); anything else is
-    /// the value itself.
-    pub fn parse(written: &str, base: Option<&Path>) -> Result<Secret, String> {
-        if let Some(name) = written.strip_prefix("env:") {
-            let value = std::env::var(name)
-                .map_err(|_| format!("environment variable {name} is not set"))?;
-            return Ok(Secret {
-                source: SecretSource::Env(name.to_owned()),
-                value,
-            });
-        }
-        if let Some(path) = written.strip_prefix("file:") {
-            let path = match base {
-                Some(base) if Path::new(path).is_relative() => base.join(path),
-                _ => PathBuf::from(path),
-            };
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            let value = text.strip_suffix('\n').unwrap_or(&text);
-            let value = value.strip_suffix('\r').unwrap_or(value).to_owned();
-            return Ok(Secret {
-                source: SecretSource::File(path),
-                value,
-            });
-        }
-        Ok(Secret::literal(written))
-    }
-
-    /// The environment variable it was read from (`env:NAME`), if any.
-    pub fn environment_variable(&self) -> Option<&str> {
-        match &self.source {
-            SecretSource::Env(name) => Some(name),
-            _ => None,
-        }
-    }
-
-    /// The value itself. Only for handing to the code that needs it.
-    pub fn expose(&self) -> &str {
-        &self.value
-    }
-
-    /// Safe to print: `env:NAME`, `file:PATH`, or for a value written in the
-    /// file, `***` (a URL keeps everything but its password).
-    pub fn redacted(&self) -> String {
-        match &self.source {
-            SecretSource::Env(name) => format!("env:{name}"),
-            SecretSource::File(path) => format!("file:{}", path.display()),
-            // A URL keeps everything but its password; anything else is all secret.
-            SecretSource::Literal if self.value.contains("://") => {
-                runway_store::redact_url(&self.value)
-            }
-            SecretSource::Literal => "***".to_owned(),
-        }
-    }
-}
-
-/// A secret serialises as its [`Secret::redacted`] form: whatever carries
-/// one (an API answer, a dump of the configuration, the event log) can
-/// never write its value.
-impl Serialize for Secret {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.redacted())
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Secret({})", self.redacted())
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.redacted())
-    }
-}
-
-// The file's shape. Every field is optional so defaults fill the gaps, and
-// unknown keys are errors, so a typo never silently does nothing.
-
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct RawConfig {
-    #[serde(default)]
-    server: RawServer,
-    #[serde(default)]
-    queue: RawQueue,
-    #[serde(default)]
-    github: RawGithub,
-    #[serde(default)]
-    routing: RawRouting,
-    #[serde(default)]
-    runner_api: RawRunnerApi,
-    #[serde(default)]
-    retention: RawRetention,
-    #[serde(default)]
-    scaling: RawScaling,
-    #[serde(default)]
-    telemetry: RawTelemetry,
-    #[serde(default)]
-    metrics: RawMetrics,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pools: Option<Vec<RawPool>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    providers: Option<toml::Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    worker_configs: Option<Vec<toml::Value>>,
-}
-
-/// `[providers.NAME]` tables, or a `[[providers]]` list with `name` keys.
-enum RawProviders {
-    ByName(BTreeMap<String, RawProvider>),
-    List(Vec<toml::Table>),
-}
-
-impl RawProviders {
-    fn from_toml(value: toml::Value) -> Result<RawProviders, (String, String)> {
-        let problem = |e: toml::de::Error| ("providers".to_owned(), one_line(e.message()));
-        match value {
-            toml::Value::Array(_) => value.try_into().map(RawProviders::List).map_err(problem),
-            _ => value.try_into().map(RawProviders::ByName).map_err(problem),
-        }
-    }
-
-    fn into_named(self) -> Result<Vec<(String, RawProvider)>, (String, String)> {
-        match self {
-            RawProviders::ByName(map) => Ok(map.into_iter().collect()),
-            RawProviders::List(list) => {
-                let mut seen = BTreeSet::new();
-                let mut named = Vec::new();
-                for (i, mut entry) in list.into_iter().enumerate() {
-                    let name = match entry.remove("name") {
-                        Some(toml::Value::String(name)) => name,
-                        _ => {
-                            return Err((
-                                format!("providers[{i}].name"),
-                                "missing: every provider needs a name".to_owned(),
-                            ))
-                        }
-                    };
-                    if !seen.insert(name.clone()) {
-                        return Err((
-                            format!("providers[{i}].name"),
-                            format!("duplicate provider {name:?}"),
-                        ));
-                    }
-                    let provider: RawProvider =
-                        toml::Value::Table(entry)
-                            .try_into()
-                            .map_err(|e: toml::de::Error| {
-                                (format!("providers[{i}] ({name})"), one_line(e.message()))
-                            })?;
-                    named.push((name, provider));
-                }
-                Ok(named)
-            }
-        }
-    }
-}
-
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct RawProvider {
-    kind: String,
-    #[serde(default)]
-    conditions: Vec<String>,
-    #[serde(default)]
-    required_keys: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_instances: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    price_per_hour: Option<f64>,
-    /// A number, or `[min, max]`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    boot_seconds: Option<toml::Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    fail_rate: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    seed: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    command: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    state_dir: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stop_grace: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    executable: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    config_file: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    timeout: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    interface_version: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    environment_variables: Vec<String>,
-}
-
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct RawServer {
-    listen: Option<String>,
-    database: Option<String>,
-    database_max_connections: Option<u32>,
-    admin_tokens: Option<Vec<String>>,
-    read_tokens: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    public_url: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct RawMetrics {
-    job_labels: Option<Vec<String>>,
-}
-
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct RawTelemetry {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    event_log: Option<String>,
-    event_log_max_bytes: Option<u64>,
-    event_log_keep: Option<u32>,
-}
-
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct RawScaling {
-    interval: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct RawRetention {
-    finished_jobs: Option<String>,
-    ended_runners: Option<String>,
-    deliveries: Option<String>,
-    job_logs: Option<String>,
-    runner_reports: Option<String>,
-    interval: Option<String>,
-    batch: Option<u32>,
-}
-
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct RawRunnerApi {
-    poll_timeout: Option<String>,
-    lease: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct RawGithub {
-    webhook_secrets: Option<Vec<String>>,
-    required_labels: Option<Vec<String>>,
-    max_body_bytes: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    api_url: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    token: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    app_id: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    private_key: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    installation_id: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_requests_per_hour: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    recheck_after: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    redeliver_interval: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    deliveries: Option<String>,
-}
-
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct RawPoolGithub {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    org: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    repo: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    runner_group_id: Option<u64>,
-}
-
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct RawRouting {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    default_pool: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct RawQueue {
-    max_attempts: Option<u32>,
-}
-
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct RawPool {
-    name: String,
-    labels: Vec<String>,
-    min_idle: Option<u32>,
-    max_runners: Option<u32>,
-    scaling_ratio: Option<f64>,
-    idle_grace: Option<String>,
-    boot_timeout: Option<String>,
-    providers: Option<Vec<String>>,
-    ephemeral: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    policy: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    forecast_quantile: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    github: Option<RawPoolGithub>,
-}
-
-impl RawConfig {
-    fn resolve(self, base: Option<&Path>) -> Result<Config, (String, String)> {
-        let defaults = Config::default();
-        let listen = match self.server.listen {
-            None => defaults.server.listen,
-            Some(text) => text.parse().map_err(|_| {
-                (
-                    "[server] listen".to_owned(),
-                    format!("{text:?} is not an address like 127.0.0.1:8080 or [::1]:8080"),
-                )
-            })?,
-        };
-        let database = match self.server.database {
-            None => defaults.server.database,
-            Some(text) => {
-                Secret::parse(&text, base).map_err(|m| ("[server] database".to_owned(), m))?
-            }
-        };
-        let pools = match self.pools {
-            None => defaults.pools,
-            Some(pools) => pools
-                .into_iter()
-                .enumerate()
-                .map(|(i, p)| {
-                    let base = PoolConfig::default();
-                    let key = |field: &str| format!("pools[{i}].{field}");
-                    let duration =
-                        |field: &str, written: Option<String>, default: Duration| match written {
-                            None => Ok(default),
-                            Some(text) => parse_duration(&text).map_err(|m| (key(field), m)),
-                        };
-                    Ok(PoolConfig {
-                        idle_grace: duration("idle_grace", p.idle_grace, base.idle_grace)?,
-                        boot_timeout: duration("boot_timeout", p.boot_timeout, base.boot_timeout)?,
-                        name: p.name,
-                        labels: p.labels,
-                        min_idle: p.min_idle.unwrap_or(base.min_idle),
-                        max_runners: p.max_runners.unwrap_or(base.max_runners),
-                        scaling_ratio: p.scaling_ratio.unwrap_or(base.scaling_ratio),
-                        providers: p.providers.unwrap_or_default(),
-                        ephemeral: p.ephemeral.unwrap_or(base.ephemeral),
-                        policy: ScalingPolicy::parse(
-                            p.policy.as_deref().unwrap_or("runway"),
-                            p.forecast_quantile,
-                        )
-                        .map_err(|m| (key("policy"), m))?,
-                        github: p
-                            .github
-                            .map(|g| g.resolve())
-                            .transpose()
-                            .map_err(|(field, m)| (key(&format!("github.{field}")), m))?,
-                    })
-                })
-                .collect::<Result<Vec<_>, (String, String)>>()?,
-        };
-        let secrets = |key: &str,
-                       written: Option<Vec<String>>|
-         -> Result<Vec<Secret>, (String, String)> {
-            written
-                .unwrap_or_default()
-                .iter()
-                .enumerate()
-                .map(|(i, text)| Secret::parse(text, base).map_err(|m| (format!("{key}[{i}]"), m)))
-                .collect()
-        };
-        let admin_tokens = secrets("[server] admin_tokens", self.server.admin_tokens)?;
-        let read_tokens = secrets("[server] read_tokens", self.server.read_tokens)?;
-        let duration = |key: &str, written: Option<String>, default: Duration| match written {
-            None => Ok(default),
-            Some(text) => parse_duration(&text).map_err(|m| (key.to_owned(), m)),
-        };
-        let runner_api = RunnerApiConfig {
-            poll_timeout: duration(
-                "[runner_api] poll_timeout",
-                self.runner_api.poll_timeout,
-                defaults.runner_api.poll_timeout,
-            )?,
-            lease: duration(
-                "[runner_api] lease",
-                self.runner_api.lease,
-                defaults.runner_api.lease,
-            )?,
-        };
-        let retention = {
-            let d = &defaults.retention;
-            let r = self.retention;
-            let retention = RetentionConfig {
-                finished_jobs: duration(
-                    "[retention] finished_jobs",
-                    r.finished_jobs,
-                    d.finished_jobs,
-                )?,
-                ended_runners: duration(
-                    "[retention] ended_runners",
-                    r.ended_runners,
-                    d.ended_runners,
-                )?,
-                deliveries: duration("[retention] deliveries", r.deliveries, d.deliveries)?,
-                job_logs: duration("[retention] job_logs", r.job_logs, d.job_logs)?,
-                runner_reports: duration(
-                    "[retention] runner_reports",
-                    r.runner_reports,
-                    d.runner_reports,
-                )?,
-                interval: duration("[retention] interval", r.interval, d.interval)?,
-                batch: r.batch.unwrap_or(d.batch),
-            };
-            for (key, kept) in [
-                ("[retention] finished_jobs", retention.finished_jobs),
-                ("[retention] deliveries", retention.deliveries),
-            ] {
-                if !kept.is_zero() && kept < MIN_DEDUPE_RETENTION {
-                    return Err((
-                        key.to_owned(),
-                        "must be 0 (keep forever) or at least 4 days: GitHub redelivers a webhook for 3 days, and these rows are what make a redelivery a duplicate".to_owned(),
-                    ));
-                }
-            }
-            if retention.interval.is_zero() {
-                return Err((
-                    "[retention] interval".to_owned(),
-                    "must be more than 0".to_owned(),
-                ));
-            }
-            if retention.batch == 0 {
-                return Err((
-                    "[retention] batch".to_owned(),
-                    "must be at least 1".to_owned(),
-                ));
-            }
-            retention
-        };
-        let providers = match self.providers {
-            None => Vec::new(),
-            Some(raw) => RawProviders::from_toml(raw)?.into_named()?,
-        }
-        .into_iter()
-        .map(|(name, p)| {
-            let defaults = ProviderConfig::for_kind(&name, &p.kind);
-            let key = |field: &str| format!("[providers.{name}] {field}");
-            let path = |written: Option<String>| {
-                written.map(|text| match base {
-                    Some(dir) if Path::new(&text).is_relative() => dir.join(text),
-                    _ => PathBuf::from(text),
-                })
-            };
-            let duration_of =
-                |field: &str, written: Option<String>, default: Duration| match written {
-                    None => Ok(default),
-                    Some(text) => parse_duration(&text).map_err(|m| (key(field), m)),
-                };
-            let stop_grace = duration_of("stop_grace", p.stop_grace.clone(), defaults.stop_grace)?;
-            let timeout = duration_of("timeout", p.timeout.clone(), defaults.timeout)?;
-            let interface_version = match &p.interface_version {
-                None => defaults.interface_version,
-                Some(text) => text
-                    .parse::<InterfaceVersion>()
-                    .map_err(|message| (key("interface_version"), message))?,
-            };
-            let base = defaults;
-            let boot_seconds = match &p.boot_seconds {
-                None => base.boot_seconds,
-                Some(value) => {
-                    let number =
-                        |v: &toml::Value| v.as_float().or_else(|| v.as_integer().map(|i| i as f64));
-                    let pair = match value {
-                        toml::Value::Array(items) if items.len() == 2 => {
-                            number(&items[0]).zip(number(&items[1]))
-                        }
-                        other => number(other).map(|n| (n, n)),
-                    };
-                    match pair {
-                        Some((low, high)) if low >= 0.0 && high >= low => (low, high),
-                        _ => {
-                            return Err((
-                                key("boot_seconds"),
-                                "must be a number of seconds or [min, max]".to_owned(),
-                            ))
-                        }
-                    }
-                }
-            };
-            let fail_rate = p.fail_rate.unwrap_or(base.fail_rate);
-            if !(0.0..=1.0).contains(&fail_rate) {
-                return Err((
-                    key("fail_rate"),
-                    format!("{fail_rate} is not between 0 and 1"),
-                ));
-            }
-            Ok(ProviderConfig {
-                kind: p.kind,
-                conditions: p.conditions,
-                required_keys: p.required_keys,
-                max_instances: p.max_instances.unwrap_or(base.max_instances),
-                price_per_hour: p.price_per_hour.unwrap_or(base.price_per_hour),
-                boot_seconds,
-                fail_rate,
-                seed: p.seed.unwrap_or(base.seed),
-                command: p.command.unwrap_or_default(),
-                state_dir: path(p.state_dir),
-                stop_grace,
-                executable: path(p.executable),
-                config_file: path(p.config_file),
-                timeout,
-                interface_version,
-                environment_variables: p.environment_variables,
-                name,
-            })
-        })
-        .collect::<Result<Vec<_>, (String, String)>>()?;
-        let worker_config_sources = self.worker_configs.unwrap_or_default();
-        let worker_configs = worker_config_sources
-            .iter()
-            .enumerate()
-            .map(|(i, source)| {
-                worker_config_from_toml(source, base)
-                    .map_err(|m| (format!("worker_configs[{i}]"), m))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let webhook_secrets = secrets("[github] webhook_secrets", self.github.webhook_secrets)?;
-        let scaling_interval = duration(
-            "[scaling] interval",
-            self.scaling.interval,
-            defaults.scaling_interval,
-        )?;
-        let telemetry = TelemetryConfig {
-            event_log: match self.telemetry.event_log {
-                Some(path) if path.trim().is_empty() => {
-                    return Err((
-                        "[telemetry] event_log".to_owned(),
-                        "is empty; give a file path or \"-\" for standard output".to_owned(),
-                    ))
-                }
-                Some(path) if path != "-" && Path::new(&path).is_relative() => Some(
-                    base.map(|dir| dir.join(&path))
-                        .unwrap_or_else(|| PathBuf::from(&path))
-                        .display()
-                        .to_string(),
-                ),
-                other => other,
-            },
-            event_log_max_bytes: match self.telemetry.event_log_max_bytes {
-                Some(bytes) if bytes < 1024 => {
-                    return Err((
-                        "[telemetry] event_log_max_bytes".to_owned(),
-                        format!("{bytes} is below 1024"),
-                    ))
-                }
-                Some(bytes) => bytes,
-                None => defaults.telemetry.event_log_max_bytes,
-            },
-            event_log_keep: self
-                .telemetry
-                .event_log_keep
-                .unwrap_or(defaults.telemetry.event_log_keep),
-        };
-        let auth = github_auth(
-            self.github.token,
-            self.github.app_id,
-            self.github.private_key,
-            self.github.installation_id,
-            base,
-        )?;
-        let metrics_job_labels = match self.metrics.job_labels {
-            None => defaults.metrics_job_labels,
-            Some(labels) => {
-                if let Some(unknown) = labels.iter().find(|l| !JOB_LABELS.contains(&l.as_str())) {
-                    return Err((
-                        "[metrics] job_labels".to_owned(),
-                        format!("{unknown:?} is not one of {}", JOB_LABELS.join(", ")),
-                    ));
-                }
-                labels
-            }
-        };
-        Ok(Config {
-            metrics_job_labels,
-            retention,
-            telemetry,
-            scaling_interval,
-            runner_api,
-            providers,
-            worker_configs,
-            worker_config_sources,
-            github: GithubConfig {
-                api_url: match self.github.api_url {
-                    None => defaults.github.api_url,
-                    Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
-                        url.trim_end_matches('/').to_owned()
-                    }
-                    Some(url) => {
-                        return Err((
-                            "[github] api_url".to_owned(),
-                            format!("{url:?} is not an http:// or https:// URL"),
-                        ))
-                    }
-                },
-                deliveries: match self.github.deliveries {
-                    Some(text) => Some(
-                        text.parse()
-                            .map_err(|m| ("[github] deliveries".to_owned(), m))?,
-                    ),
-                    // An App's own webhook is the one to heal.
-                    None => matches!(auth, Some(GithubAuth::App { .. }))
-                        .then_some(crate::config::Hook::App),
-                },
-                auth,
-                max_requests_per_hour: self
-                    .github
-                    .max_requests_per_hour
-                    .unwrap_or(defaults.github.max_requests_per_hour),
-                recheck_after: duration(
-                    "[github] recheck_after",
-                    self.github.recheck_after,
-                    defaults.github.recheck_after,
-                )?,
-                redeliver_interval: duration(
-                    "[github] redeliver_interval",
-                    self.github.redeliver_interval,
-                    defaults.github.redeliver_interval,
-                )?,
-                webhook_secrets,
-                required_labels: self
-                    .github
-                    .required_labels
-                    .unwrap_or(defaults.github.required_labels),
-                max_body_bytes: self
-                    .github
-                    .max_body_bytes
-                    .unwrap_or(defaults.github.max_body_bytes),
-            },
-            routing: RoutingConfig {
-                default_pool: self.routing.default_pool,
-            },
-            server: ServerConfig {
-                public_url: match self.server.public_url {
-                    Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
-                        return Err((
-                            "[server] public_url".to_owned(),
-                            format!("{url:?} is not an http:// or https:// URL"),
-                        ))
-                    }
-                    other => other.map(|url| url.trim_end_matches('/').to_owned()),
-                },
-                admin_tokens,
-                read_tokens,
-                listen,
-                database,
-                database_max_connections: self
-                    .server
-                    .database_max_connections
-                    .unwrap_or(defaults.server.database_max_connections),
-            },
-            queue: QueueConfig {
-                max_attempts: self
-                    .queue
-                    .max_attempts
-                    .unwrap_or(defaults.queue.max_attempts),
-            },
-            pools,
-        })
-    }
-}
-
-/// `[github] token` or the App's three keys; never both, never a part.
-fn github_auth(
-    token: Option<String>,
-    app_id: Option<u64>,
-    private_key: Option<String>,
-    installation_id: Option<u64>,
-    base: Option<&Path>,
-) -> Result<Option<GithubAuth>, (String, String)> {
-    let secret = |key: &str, text: &str| {
-        Secret::parse(text, base).map_err(|m| (format!("[github] {key}"), m))
-    };
-    match (token, app_id, private_key, installation_id) {
-        (None, None, None, None) => Ok(None),
-        (Some(token), None, None, None) => Ok(Some(GithubAuth::Token(secret("token", &token)?))),
-        (Some(_), _, _, _) => Err((
-            "[github] token".to_owned(),
-            "give either token or the App's app_id, private_key and installation_id, not both"
-                .to_owned(),
-        )),
-        (None, Some(app_id), Some(private_key), Some(installation_id)) => {
-            Ok(Some(GithubAuth::App {
-                app_id,
-                private_key: secret("private_key", &private_key)?,
-                installation_id,
-            }))
-        }
-        (None, app_id, private_key, _) => {
-            let missing = if app_id.is_none() {
-                "app_id"
-            } else if private_key.is_none() {
-                "private_key"
-            } else {
-                "installation_id"
-            };
-            Err((
-                format!("[github] {missing}"),
-                "missing: authenticating as a GitHub App needs app_id, private_key and installation_id".to_owned(),
-            ))
-        }
-    }
-}
-
-impl RawPoolGithub {
-    fn resolve(self) -> Result<PoolGithub, (String, String)> {
-        use crate::config::Target;
-        let target = match (self.org, self.repo) {
-            (Some(org), None) if !org.trim().is_empty() && !org.contains('/') => Target::Org(org),
-            (Some(org), None) => {
-                return Err((
-                    "org".to_owned(),
-                    format!("{org:?} is not an organisation name"),
-                ))
-            }
-            (None, Some(repo)) => match repo.split_once('/') {
-                Some((owner, name))
-                    if !owner.is_empty() && !name.is_empty() && !name.contains('/') =>
-                {
-                    Target::Repo {
-                        owner: owner.to_owned(),
-                        name: name.to_owned(),
-                    }
-                }
-                _ => return Err(("repo".to_owned(), format!("{repo:?} is not owner/name"))),
-            },
-            (Some(_), Some(_)) => {
-                return Err(("org".to_owned(), "give org or repo, not both".to_owned()))
-            }
-            (None, None) => {
-                return Err((
-                    "org".to_owned(),
-                    "missing: a GitHub pool needs org = \"NAME\" or repo = \"owner/name\""
-                        .to_owned(),
-                ))
-            }
-        };
-        Ok(PoolGithub {
-            target,
-            runner_group_id: self.runner_group_id.unwrap_or(1),
-        })
-    }
-
-    fn from_config(github: &PoolGithub) -> RawPoolGithub {
-        use crate::config::Target;
-        let (org, repo) = match &github.target {
-            Target::Org(org) => (Some(org.clone()), None),
-            Target::Repo { owner, name } => (None, Some(format!("{owner}/{name}"))),
-        };
-        RawPoolGithub {
-            org,
-            repo,
-            runner_group_id: Some(github.runner_group_id),
-        }
     }
 }
 
@@ -1836,30 +1368,6 @@ fn worker_config_from_toml(
         serde_json::from_value(json).map_err(|e| one_line(&e.to_string()))?;
     let id = dto.id.clone().unwrap_or_default();
     Ok(dto.into_core(&id))
-}
-
-/// `30s`, `2m`, `1h 30m`, `500ms`, `2days` (humantime's form), or a bare
-/// number of seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let refused = || format!("{text:?} is not a duration like 30s, 2m, 1h 30m or 500ms");
-    // A bare number is seconds; anything else is humantime's form.
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-        return text.parse().map(Duration::from_secs).map_err(|_| refused());
-    }
-    humantime::parse_duration(text).map_err(|_| refused())
-}
-
-fn format_duration(duration: Duration) -> String {
-    let millis = duration.as_millis();
-    const DAY: u128 = 86_400_000;
-    if millis >= DAY && millis % DAY == 0 {
-        format!("{}d", millis / DAY)
-    } else if millis % 1_000 == 0 {
-        format!("{}s", millis / 1_000)
-    } else {
-        format!("{millis}ms")
-    }
 }
 
 fn one_line(message: &str) -> String {
@@ -1919,32 +1427,6 @@ mod tests {
         assert_eq!(
             json,
             r#"{"token":"***","database":"postgres://runway:***@db/runway"}"#
-        );
-    }
-
-    #[test]
-    fn durations_as_operators_write_them() {
-        let cases = [
-            ("30", Some(30_000)),
-            ("30s", Some(30_000)),
-            ("500ms", Some(500)),
-            ("2m", Some(120_000)),
-            ("1h 30m", Some(5_400_000)),
-            ("1h30m", Some(5_400_000)),
-            ("2days", Some(172_800_000)),
-            (" 10s ", Some(10_000)),
-            ("", None),
-            ("ten seconds", None),
-            ("-5s", None),
-            ("5 parsecs", None),
-        ];
-        for (text, millis) in cases {
-            let parsed = parse_duration(text).ok().map(|d| d.as_millis() as u64);
-            assert_eq!(parsed, millis, "{text:?}");
-        }
-        assert_eq!(
-            parse_duration("soon").unwrap_err(),
-            "\"soon\" is not a duration like 30s, 2m, 1h 30m or 500ms"
         );
     }
 
@@ -2054,7 +1536,7 @@ mod tests {
         check(
             "[server]\nlisten = \"localhost\"\n",
             expect![[
-                r#"error: config runway.toml: [server] listen: "localhost" is not an address like 127.0.0.1:8080 or [::1]:8080"#
+                r#"error: config runway.toml: [server] listen (line 2, column 10): "localhost" is not an address like 127.0.0.1:8080 or [::1]:8080"#
             ]],
         );
         check(
@@ -2082,6 +1564,41 @@ mod tests {
         let (key, message) = config.validate().expect_err("undeclared provider");
         assert_eq!(key, "pools[0].providers");
         assert!(message.contains("nope"), "{message}");
+    }
+
+    #[test]
+    fn a_provider_takes_only_its_kinds_keys() {
+        check(
+            "[providers.cloud]\nkind = \"sim\"\ncommand = [\"runway\"]\n",
+            expect![[r#"error: config runway.toml: [providers.cloud]: unknown field `command`, expected `fail_rate` or `seed` for kind "sim", or one every kind takes: conditions, required_keys, max_instances, price_per_hour, boot_seconds, environment_variables"#]],
+        );
+        check(
+            "[providers.cloud]\nkind = \"ec2\"\n",
+            expect![[r#"error: config runway.toml: [providers.cloud]: kind: "ec2" is not one of sim, process, exec"#]],
+        );
+        check(
+            "[providers.local]\nkind = \"process\"\n",
+            expect![[r#"error: [providers.local] command: a process provider needs the runner's command, e.g. ["runway", "agent", "--once"]"#]],
+        );
+    }
+
+    #[test]
+    fn the_effective_configuration_reads_back_as_itself() {
+        // One schema: what `config check` prints is a file that loads to
+        // the same configuration (secrets aside, which print redacted).
+        let texts = [
+            include_str!("../../../../examples/runway.toml").to_owned(),
+            "[providers.local]\nkind = \"process\"\ncommand = [\"runway\", \"agent\"]\nstop_grace = \"1500ms\"\n\
+             [providers.garm]\nkind = \"exec\"\nexecutable = \"/usr/bin/garm-provider\"\ninterface_version = \"v0.1.0\"\n\
+             environment_variables = [\"AWS_\"]\n[[pools]]\nname = \"p\"\nlabels = [\"x\"]\npolicy = \"predictive\"\n"
+                .to_owned(),
+        ];
+        for text in texts {
+            let config = Config::parse(&text, "t", None).expect("parses");
+            let printed = config.to_redacted_toml();
+            let again = Config::parse(&printed, "printed", None).expect("printed form parses");
+            assert_eq!(again, config, "{printed}");
+        }
     }
 
     #[test]
@@ -2149,12 +1666,12 @@ mod tests {
             &format!(
                 "[github]\ntoken = \"t\"\n{pool}[pools.github]\norg = \"a\"\nrepo = \"b/c\"\n"
             ),
-            expect!["error: config runway.toml: pools[0].github.org: give org or repo, not both"],
+            expect!["error: config runway.toml: [pools.github] (line 6, column 1): org: give org or repo, not both"],
         );
         check(
             &format!("[github]\ntoken = \"t\"\n{pool}[pools.github]\nrepo = \"just-a-name\"\n"),
             expect![[
-                r#"error: config runway.toml: pools[0].github.repo: "just-a-name" is not owner/name"#
+                r#"error: config runway.toml: [pools.github] (line 6, column 1): repo: "just-a-name" is not owner/name"#
             ]],
         );
         check(
@@ -2181,7 +1698,9 @@ mod tests {
         );
         check(
             "[github]\ntoken = \"t\"\ndeliveries = \"orgs/acme/hooks/x\"\n",
-            expect![[r#"error: config runway.toml: [github] deliveries: "x" is not a hook id"#]],
+            expect![[
+                r#"error: config runway.toml: [github] deliveries (line 3, column 14): "x" is not a hook id"#
+            ]],
         );
         check(
             "[github]\napi_url = \"api.github.com\"\n",

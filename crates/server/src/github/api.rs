@@ -215,12 +215,12 @@ impl GithubClient {
     pub fn from_config(
         config: &crate::config::GithubConfig,
     ) -> Result<Option<GithubClient>, String> {
-        let Some(auth) = &config.auth else {
+        let Some(auth) = config.auth() else {
             return Ok(None);
         };
         GithubClient::new(
             &config.api_url,
-            Credentials::from_config(auth)?,
+            Credentials::from_config(&auth)?,
             config.max_requests_per_hour,
         )
         .map(Some)

@@ -21,7 +21,7 @@ use runway_providers::{CreateRequest, InstanceId, InstanceState, Provider};
 use runway_store::{JobFilter, StoreError};
 
 use crate::app::Service;
-use crate::config::{PoolConfig, PoolGithub, ScalingPolicy};
+use crate::config::{PoolConfig, PoolGithub};
 use crate::github::api::GithubError;
 use crate::telemetry::metrics::DeleteResult;
 
@@ -141,9 +141,7 @@ impl Reconciler {
             .pools
             .iter()
             .filter_map(|pool| {
-                let ScalingPolicy::Predictive { quantile } = pool.policy else {
-                    return None;
-                };
+                let quantile = pool.predictive_quantile()?;
                 let boot = pool
                     .providers
                     .first()
