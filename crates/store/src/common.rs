@@ -1,6 +1,7 @@
 //! The statements and method bodies both backends share. The SQL is written
-//! once with PostgreSQL's `$n` placeholders; SQLite rewrites them to its own
-//! numbered `?n` form, which means the same thing.
+//! once with `$n` placeholders: PostgreSQL's own, and sqlx's SQLite driver
+//! binds a `$n` parameter to argument `n` just as it does `?n` (sqlx-sqlite
+//! `arguments.rs`), so the same text runs on both, unrewritten.
 
 use crate::rows::{assignments, column_count, placeholders, JobRow, JOB_COLUMNS, RUNNER_COLUMNS};
 use runway_core::{JobId, Timestamp};
@@ -123,73 +124,46 @@ pub(crate) struct RunnerApiStatements {
 }
 
 impl RunnerApiStatements {
-    fn new(rewrite: fn(String) -> String) -> RunnerApiStatements {
-        let sql = |text: String| rewrite(text);
+    fn new() -> RunnerApiStatements {
         RunnerApiStatements {
-            insert_registration: sql(
-                "INSERT INTO registration_tokens (token_hash, pool, created_at, expires_at, runner_id) VALUES ($1, $2, $3, $4, $5)".into(),
-            ),
-            redeem_registration: sql(
-                "UPDATE registration_tokens SET used_at = $2 \
+            insert_registration: "INSERT INTO registration_tokens (token_hash, pool, created_at, expires_at, runner_id) VALUES ($1, $2, $3, $4, $5)".into(),
+            redeem_registration: "UPDATE registration_tokens SET used_at = $2 \
                  WHERE token_hash = $1 AND used_at IS NULL AND expires_at > $2 RETURNING pool, runner_id"
                     .into(),
-            ),
-            set_runner_token: sql("UPDATE runners SET token_hash = $2 WHERE id = $1".into()),
-            runner_by_token: sql(format!("SELECT id, {RUNNER_COLUMNS} FROM runners WHERE token_hash = $1")),
-            insert_setting: sql(
-                "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING".into(),
-            ),
-            get_setting: sql("SELECT value FROM settings WHERE key = $1".into()),
-            put_setting: sql(
-                "INSERT INTO settings (key, value) VALUES ($1, $2) \
+            set_runner_token: "UPDATE runners SET token_hash = $2 WHERE id = $1".into(),
+            runner_by_token: format!("SELECT id, {RUNNER_COLUMNS} FROM runners WHERE token_hash = $1"),
+            insert_setting: "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING".into(),
+            get_setting: "SELECT value FROM settings WHERE key = $1".into(),
+            put_setting: "INSERT INTO settings (key, value) VALUES ($1, $2) \
                  ON CONFLICT (key) DO UPDATE SET value = excluded.value"
                     .into(),
-            ),
-            set_external_id: sql("UPDATE runners SET external_id = $2 WHERE id = $1".into()),
-            claim_once: sql(
-                "INSERT INTO once_keys (key, done_at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING".into(),
-            ),
-            prune_once: sql("DELETE FROM once_keys WHERE done_at < $1".into()),
-            forget_once: sql("DELETE FROM once_keys WHERE key = $1".into()),
-            get_external_id: sql("SELECT external_id FROM runners WHERE id = $1".into()),
-            put_log: sql(
-                "INSERT INTO job_logs (job_id, exit_code, log) VALUES ($1, $2, $3) \
+            set_external_id: "UPDATE runners SET external_id = $2 WHERE id = $1".into(),
+            claim_once: "INSERT INTO once_keys (key, done_at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING".into(),
+            prune_once: "DELETE FROM once_keys WHERE done_at < $1".into(),
+            forget_once: "DELETE FROM once_keys WHERE key = $1".into(),
+            get_external_id: "SELECT external_id FROM runners WHERE id = $1".into(),
+            put_log: "INSERT INTO job_logs (job_id, exit_code, log) VALUES ($1, $2, $3) \
                  ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log"
                     .into(),
-            ),
-            get_log: sql("SELECT exit_code, log FROM job_logs WHERE job_id = $1".into()),
-            add_report: sql(
-                "INSERT INTO runner_reports (runner_id, phase, body, reported_at) VALUES ($1, $2, $3, $4)".into(),
-            ),
-            reports: sql("SELECT phase, body FROM runner_reports WHERE runner_id = $1 ORDER BY id".into()),
-            insert_instance_token: sql(
-                "INSERT INTO instance_tokens (token_hash, runner_id, expires_at, jit_files) VALUES ($1, $2, $3, $4)".into(),
-            ),
-            instance_token: sql(
-                "SELECT runner_id, expires_at, jit_files, token_fetched_at FROM instance_tokens WHERE token_hash = $1".into(),
-            ),
-            take_instance_registration: sql(
-                "UPDATE instance_tokens SET token_fetched_at = $2 WHERE token_hash = $1 AND token_fetched_at IS NULL".into(),
-            ),
-            heartbeat_replica: sql(
-                "INSERT INTO replicas (id, address, version, started_at, heartbeat_at) VALUES ($1, $2, $3, $4, $5) \
+            get_log: "SELECT exit_code, log FROM job_logs WHERE job_id = $1".into(),
+            add_report: "INSERT INTO runner_reports (runner_id, phase, body, reported_at) VALUES ($1, $2, $3, $4)".into(),
+            reports: "SELECT phase, body FROM runner_reports WHERE runner_id = $1 ORDER BY id".into(),
+            insert_instance_token: "INSERT INTO instance_tokens (token_hash, runner_id, expires_at, jit_files) VALUES ($1, $2, $3, $4)".into(),
+            instance_token: "SELECT runner_id, expires_at, jit_files, token_fetched_at FROM instance_tokens WHERE token_hash = $1".into(),
+            take_instance_registration: "UPDATE instance_tokens SET token_fetched_at = $2 WHERE token_hash = $1 AND token_fetched_at IS NULL".into(),
+            heartbeat_replica: "INSERT INTO replicas (id, address, version, started_at, heartbeat_at) VALUES ($1, $2, $3, $4, $5) \
                  ON CONFLICT (id) DO UPDATE SET address = excluded.address, version = excluded.version, \
                  heartbeat_at = excluded.heartbeat_at"
                     .into(),
-            ),
-            forget_replicas: sql("DELETE FROM replicas WHERE heartbeat_at < $1".into()),
-            replicas: sql(
-                "SELECT id, address, version, started_at, heartbeat_at FROM replicas \
+            forget_replicas: "DELETE FROM replicas WHERE heartbeat_at < $1".into(),
+            replicas: "SELECT id, address, version, started_at, heartbeat_at FROM replicas \
                  WHERE heartbeat_at >= $1 ORDER BY started_at, id"
                     .into(),
-            ),
-            begin_term: sql(
-                "INSERT INTO leader_terms (name, term, replica, since) VALUES ($1, 1, $2, $3) \
+            begin_term: "INSERT INTO leader_terms (name, term, replica, since) VALUES ($1, 1, $2, $3) \
                  ON CONFLICT (name) DO UPDATE SET term = leader_terms.term + 1, \
                  replica = excluded.replica, since = excluded.since RETURNING term"
                     .into(),
-            ),
-            leader: sql("SELECT replica, term, since FROM leader_terms WHERE name = $1".into()),
+            leader: "SELECT replica, term, since FROM leader_terms WHERE name = $1".into(),
         }
     }
 }
@@ -211,37 +185,39 @@ pub(crate) struct WorkerConfigStatements {
 }
 
 impl WorkerConfigStatements {
-    fn new(rewrite: fn(String) -> String) -> WorkerConfigStatements {
-        let sql = |text: &str| rewrite(text.to_owned());
+    fn new() -> WorkerConfigStatements {
         WorkerConfigStatements {
-            list: sql("SELECT id, version, body, updated_at FROM worker_configs ORDER BY id"),
-            get: sql("SELECT id, version, body, updated_at FROM worker_configs WHERE id = $1"),
-            all_pools: sql("SELECT pool, config_id FROM worker_config_pools ORDER BY pool"),
-            pools_of: sql("SELECT pool FROM worker_config_pools WHERE config_id = $1 ORDER BY pool"),
-            insert: sql(
+            list: "SELECT id, version, body, updated_at FROM worker_configs ORDER BY id".to_owned(),
+            get: "SELECT id, version, body, updated_at FROM worker_configs WHERE id = $1"
+                .to_owned(),
+            all_pools: "SELECT pool, config_id FROM worker_config_pools ORDER BY pool".to_owned(),
+            pools_of: "SELECT pool FROM worker_config_pools WHERE config_id = $1 ORDER BY pool"
+                .to_owned(),
+            insert:
                 "INSERT INTO worker_configs (id, version, body, updated_at) VALUES ($1, 1, $2, $3) \
-                 ON CONFLICT (id) DO NOTHING",
-            ),
-            update_any: sql(
+                 ON CONFLICT (id) DO NOTHING"
+                    .to_owned(),
+            update_any:
                 "UPDATE worker_configs SET version = version + 1, body = $2, updated_at = $3 \
-                 WHERE id = $1 RETURNING version",
-            ),
-            update_if: sql(
+                 WHERE id = $1 RETURNING version"
+                    .to_owned(),
+            update_if:
                 "UPDATE worker_configs SET version = version + 1, body = $2, updated_at = $3 \
-                 WHERE id = $1 AND version = $4 RETURNING version",
-            ),
-            version: sql("SELECT version FROM worker_configs WHERE id = $1"),
-            delete_pools: sql("DELETE FROM worker_config_pools WHERE config_id = $1"),
-            insert_pool: sql("INSERT INTO worker_config_pools (pool, config_id) VALUES ($1, $2)"),
-            pool_owner: sql("SELECT config_id FROM worker_config_pools WHERE pool = $1"),
-            delete_any: sql("DELETE FROM worker_configs WHERE id = $1"),
-            delete_if: sql("DELETE FROM worker_configs WHERE id = $1 AND version = $2"),
+                 WHERE id = $1 AND version = $4 RETURNING version"
+                    .to_owned(),
+            version: "SELECT version FROM worker_configs WHERE id = $1".to_owned(),
+            delete_pools: "DELETE FROM worker_config_pools WHERE config_id = $1".to_owned(),
+            insert_pool: "INSERT INTO worker_config_pools (pool, config_id) VALUES ($1, $2)"
+                .to_owned(),
+            pool_owner: "SELECT config_id FROM worker_config_pools WHERE pool = $1".to_owned(),
+            delete_any: "DELETE FROM worker_configs WHERE id = $1".to_owned(),
+            delete_if: "DELETE FROM worker_configs WHERE id = $1 AND version = $2".to_owned(),
         }
     }
 }
 
 impl Statements {
-    pub fn new(rewrite_placeholders: fn(String) -> String, backend: crate::Backend) -> Statements {
+    pub fn new(backend: crate::Backend) -> Statements {
         let job_count = column_count(JOB_COLUMNS);
         let runner_count = column_count(RUNNER_COLUMNS);
         let select_job = format!("SELECT id, {JOB_COLUMNS} FROM jobs");
@@ -281,19 +257,13 @@ impl Statements {
                 .to_owned(),
             "SELECT CAST(1 AS BIGINT) FROM deliveries WHERE delivery_id = $1".to_owned(),
             guarded_job(),
-        ]
-        .map(rewrite_placeholders);
+        ];
         let [insert_job, job_by_id, job_by_external_id, replace_job, expired_leases, insert_runner, runner_by_id, runner_by_name, replace_runner, insert_delivery, delivery_seen, guarded_job] =
             statements;
         Statements {
-            worker_configs: WorkerConfigStatements::new(rewrite_placeholders),
-            runner_api: RunnerApiStatements::new(rewrite_placeholders),
-            prune: crate::Prunable::ALL.map(|what| {
-                prune_statements(what, backend)
-                    .into_iter()
-                    .map(rewrite_placeholders)
-                    .collect()
-            }),
+            worker_configs: WorkerConfigStatements::new(),
+            runner_api: RunnerApiStatements::new(),
+            prune: crate::Prunable::ALL.map(|what| prune_statements(what, backend)),
             insert_job,
             job_by_id,
             job_by_external_id,

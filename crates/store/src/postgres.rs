@@ -119,7 +119,7 @@ impl PostgresStore {
         );
         let inner = Arc::new(PostgresInner {
             writer: pool,
-            statements: Statements::new(|sql| sql, crate::Backend::Postgres),
+            statements: Statements::new(crate::Backend::Postgres),
             claim,
             enqueue_many,
             find_many,
@@ -285,7 +285,7 @@ impl_store!(PostgresStore, Postgres, {
             .connect_lazy_with((*self.inner.writer.connect_options()).clone());
         let inner = Arc::new(PostgresInner {
             writer: pool,
-            statements: Statements::new(|sql| sql, crate::Backend::Postgres),
+            statements: Statements::new(crate::Backend::Postgres),
             claim: self.inner.claim.clone(),
             enqueue_many: self.inner.enqueue_many.clone(),
             find_many: self.inner.find_many.clone(),

@@ -43,10 +43,6 @@ struct SqliteInner {
     target: String,
 }
 
-fn question_mark_placeholders(sql: String) -> String {
-    sql.replace('$', "?")
-}
-
 impl SqliteStore {
     /// Opens (creating if missing) the database at `url`: `sqlite://PATH`,
     /// `sqlite:PATH`, `sqlite::memory:` or a bare file path. Applies migrations.
@@ -109,7 +105,7 @@ impl SqliteStore {
         let inner = Arc::new(SqliteInner {
             writer,
             readers,
-            statements: Statements::new(question_mark_placeholders, crate::Backend::Sqlite),
+            statements: Statements::new(crate::Backend::Sqlite),
             claim,
             target,
         });

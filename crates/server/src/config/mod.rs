@@ -1570,15 +1570,21 @@ mod tests {
     fn a_provider_takes_only_its_kinds_keys() {
         check(
             "[providers.cloud]\nkind = \"sim\"\ncommand = [\"runway\"]\n",
-            expect![[r#"error: config runway.toml: [providers.cloud]: unknown field `command`, expected `fail_rate` or `seed` for kind "sim", or one every kind takes: conditions, required_keys, max_instances, price_per_hour, boot_seconds, environment_variables"#]],
+            expect![[
+                r#"error: config runway.toml: [providers.cloud]: unknown field `command`, expected `fail_rate` or `seed` for kind "sim", or one every kind takes: conditions, required_keys, max_instances, price_per_hour, boot_seconds, environment_variables"#
+            ]],
         );
         check(
             "[providers.cloud]\nkind = \"ec2\"\n",
-            expect![[r#"error: config runway.toml: [providers.cloud]: kind: "ec2" is not one of sim, process, exec"#]],
+            expect![[
+                r#"error: config runway.toml: [providers.cloud]: kind: "ec2" is not one of sim, process, exec"#
+            ]],
         );
         check(
             "[providers.local]\nkind = \"process\"\n",
-            expect![[r#"error: [providers.local] command: a process provider needs the runner's command, e.g. ["runway", "agent", "--once"]"#]],
+            expect![[
+                r#"error: [providers.local] command: a process provider needs the runner's command, e.g. ["runway", "agent", "--once"]"#
+            ]],
         );
     }
 
