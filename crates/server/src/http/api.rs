@@ -101,21 +101,29 @@ struct JobQuery {
     explain: Option<String>,
 }
 
+/// A listing's `state=`: none when absent or empty, else the state it
+/// names, or a 400 that says the value and `refusal()`.
+fn state_query<T: std::str::FromStr>(
+    written: Option<&str>,
+    refusal: impl FnOnce() -> String,
+) -> Result<Option<T>, ApiError> {
+    let Some(text) = written.filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    text.parse().map(Some).map_err(|_| {
+        ApiError::bad_request("invalid_query", format!("state: {text:?} {}", refusal()))
+    })
+}
+
 async fn list_jobs(
     _: Reader,
     State(service): State<Arc<Service>>,
     Query(query): Query<JobQuery>,
 ) -> Result<Json<JobPageDto>, ApiError> {
-    let state = match query.state.as_deref().filter(|s| !s.is_empty()) {
-        None => None,
-        Some(text) => Some(text.parse::<JobState>().map_err(|_| {
-            let known: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
-            ApiError::bad_request(
-                "invalid_query",
-                format!("state: {text:?} is not one of {}", known.join(", ")),
-            )
-        })?),
-    };
+    let state: Option<JobState> = state_query(query.state.as_deref(), || {
+        let known: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+        format!("is not one of {}", known.join(", "))
+    })?;
     let limit = match query.limit.as_deref().filter(|s| !s.is_empty()) {
         None => DEFAULT_PAGE,
         Some(text) => match text.parse::<u32>() {
@@ -323,15 +331,9 @@ async fn list_runners(
     State(service): State<Arc<Service>>,
     Query(query): Query<RunnerQuery>,
 ) -> Result<Json<RunnersDto>, ApiError> {
-    let state = match query.state.as_deref().filter(|s| !s.is_empty()) {
-        None => None,
-        Some(text) => Some(text.parse::<RunnerState>().map_err(|_| {
-            ApiError::bad_request(
-                "invalid_query",
-                format!("state: {text:?} is not a runner state"),
-            )
-        })?),
-    };
+    let state: Option<RunnerState> = state_query(query.state.as_deref(), || {
+        "is not a runner state".to_owned()
+    })?;
     let runners = service
         .store
         .list_runners(&RunnerFilter {
