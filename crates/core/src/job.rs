@@ -74,51 +74,23 @@ pub enum JobState {
     Unroutable,
 }
 
-impl JobState {
-    pub const ALL: [JobState; 7] = [
-        JobState::Queued,
-        JobState::Provisioning,
-        JobState::Running,
-        JobState::Completed,
-        JobState::Failed,
-        JobState::Cancelled,
-        JobState::Unroutable,
-    ];
+names!(JobState, "job state", {
+    Queued => "queued",
+    Provisioning => "provisioning",
+    Running => "running",
+    Completed => "completed",
+    Failed => "failed",
+    Cancelled => "cancelled",
+    Unroutable => "unroutable",
+});
 
+impl JobState {
     /// Terminal states never change again.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
             JobState::Completed | JobState::Failed | JobState::Cancelled | JobState::Unroutable
         )
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobState::Queued => "queued",
-            JobState::Provisioning => "provisioning",
-            JobState::Running => "running",
-            JobState::Completed => "completed",
-            JobState::Failed => "failed",
-            JobState::Cancelled => "cancelled",
-            JobState::Unroutable => "unroutable",
-        }
-    }
-}
-
-impl fmt::Display for JobState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for JobState {
-    type Err = UnknownName;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        JobState::ALL
-            .into_iter()
-            .find(|state| state.as_str() == s)
-            .ok_or_else(|| UnknownName::new("job state", s))
     }
 }
 
@@ -135,47 +107,16 @@ pub enum Conclusion {
     Stale,
 }
 
-impl Conclusion {
-    pub const ALL: [Conclusion; 8] = [
-        Conclusion::Success,
-        Conclusion::Failure,
-        Conclusion::Cancelled,
-        Conclusion::Skipped,
-        Conclusion::TimedOut,
-        Conclusion::Neutral,
-        Conclusion::ActionRequired,
-        Conclusion::Stale,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Conclusion::Success => "success",
-            Conclusion::Failure => "failure",
-            Conclusion::Cancelled => "cancelled",
-            Conclusion::Skipped => "skipped",
-            Conclusion::TimedOut => "timed_out",
-            Conclusion::Neutral => "neutral",
-            Conclusion::ActionRequired => "action_required",
-            Conclusion::Stale => "stale",
-        }
-    }
-}
-
-impl fmt::Display for Conclusion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Conclusion {
-    type Err = UnknownName;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Conclusion::ALL
-            .into_iter()
-            .find(|conclusion| conclusion.as_str() == s)
-            .ok_or_else(|| UnknownName::new("conclusion", s))
-    }
-}
+names!(Conclusion, "conclusion", {
+    Success => "success",
+    Failure => "failure",
+    Cancelled => "cancelled",
+    Skipped => "skipped",
+    TimedOut => "timed_out",
+    Neutral => "neutral",
+    ActionRequired => "action_required",
+    Stale => "stale",
+});
 
 /// A name read from outside (the store, the wire) that is not one we know.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

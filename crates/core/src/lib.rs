@@ -4,6 +4,39 @@
 //! function that depends on time takes `now` as a parameter, so the same code
 //! runs in `runway serve` and on the simulator's virtual clock.
 
+/// A closed set of names a type is stored and sent as (a state, a
+/// conclusion): `ALL`, `as_str`, `Display` and `FromStr` (refusing an
+/// unknown name with [`job::UnknownName`]) from one list of variant and name.
+macro_rules! names {
+    ($type:ident, $kind:literal, { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $type {
+            pub const ALL: [$type; [$($name),+].len()] = [$($type::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($type::$variant => $name),+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $type {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl std::str::FromStr for $type {
+            type Err = $crate::job::UnknownName;
+            fn from_str(text: &str) -> Result<Self, Self::Err> {
+                $type::ALL
+                    .into_iter()
+                    .find(|value| value.as_str() == text)
+                    .ok_or_else(|| $crate::job::UnknownName::new($kind, text))
+            }
+        }
+    };
+}
+
 pub mod forecast;
 pub mod github;
 pub mod github_budget;

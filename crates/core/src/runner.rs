@@ -17,9 +17,8 @@
 //! back to `busy` with no job, and the job's own event names it later.
 
 use std::fmt;
-use std::str::FromStr;
 
-use crate::job::{JobId, UnknownName};
+use crate::job::JobId;
 use crate::time::Timestamp;
 
 /// The store's identifier of a runner.
@@ -44,52 +43,23 @@ pub enum RunnerState {
     Crashed,
 }
 
-impl RunnerState {
-    pub const ALL: [RunnerState; 8] = [
-        RunnerState::Requested,
-        RunnerState::Provisioning,
-        RunnerState::Idle,
-        RunnerState::Busy,
-        RunnerState::Terminating,
-        RunnerState::Terminated,
-        RunnerState::Failed,
-        RunnerState::Crashed,
-    ];
+names!(RunnerState, "runner state", {
+    Requested => "requested",
+    Provisioning => "provisioning",
+    Idle => "idle",
+    Busy => "busy",
+    Terminating => "terminating",
+    Terminated => "terminated",
+    Failed => "failed",
+    Crashed => "crashed",
+});
 
+impl RunnerState {
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
             RunnerState::Terminated | RunnerState::Failed | RunnerState::Crashed
         )
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunnerState::Requested => "requested",
-            RunnerState::Provisioning => "provisioning",
-            RunnerState::Idle => "idle",
-            RunnerState::Busy => "busy",
-            RunnerState::Terminating => "terminating",
-            RunnerState::Terminated => "terminated",
-            RunnerState::Failed => "failed",
-            RunnerState::Crashed => "crashed",
-        }
-    }
-}
-
-impl fmt::Display for RunnerState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for RunnerState {
-    type Err = UnknownName;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        RunnerState::ALL
-            .into_iter()
-            .find(|state| state.as_str() == s)
-            .ok_or_else(|| UnknownName::new("runner state", s))
     }
 }
 
