@@ -119,11 +119,10 @@ pub async fn explain_job(service: &Service, job: &Job) -> Result<Option<Value>, 
     match job.state {
         JobState::Unroutable => Ok(Some(unroutable_json(job))),
         JobState::Queued => {
-            let Some(pool) = service
-                .config
-                .pools
-                .iter()
-                .find(|p| Some(&p.name) == job.pool.as_ref())
+            let Some(pool) = job
+                .pool
+                .as_deref()
+                .and_then(|name| service.config.pool(name))
             else {
                 return Ok(Some(json!({
                     "code": "pool_not_configured",

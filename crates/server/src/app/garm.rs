@@ -133,9 +133,7 @@ fn is_github(service: &Service, runner: &Runner) -> bool {
 fn github_target<'a>(service: &'a Service, runner: &Runner) -> Option<&'a Target> {
     service
         .config
-        .pools
-        .iter()
-        .find(|p| p.name == runner.pool)
+        .pool(&runner.pool)
         .and_then(|p| p.github.as_ref())
         .map(|g| &g.target)
 }

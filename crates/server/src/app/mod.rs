@@ -177,11 +177,7 @@ impl Service {
     /// ephemeral pool that a provider of runway's made (one that registered
     /// itself, or GitHub's, is not runway's to stop).
     pub fn stops_after_its_job(&self, runner: &runway_core::Runner) -> bool {
-        let ephemeral = self
-            .config
-            .pools
-            .iter()
-            .any(|p| p.name == runner.pool && p.ephemeral);
+        let ephemeral = self.config.pool(&runner.pool).is_some_and(|p| p.ephemeral);
         let provider_made = matches!(
             runner.origin(),
             runway_core::RunnerOrigin::Provisioned { .. }

@@ -1018,20 +1018,21 @@ impl Config {
 
         check_database_url(self.server.database.expose())
             .map_err(|m| ("[server] database".to_owned(), m))?;
-        if self.server.database_max_connections == 0 {
-            return Err((
-                "[server] database_max_connections".into(),
-                "must be at least 1".into(),
-            ));
-        }
-        if self.queue.max_attempts == 0 {
-            return Err(("[queue] max_attempts".into(), "must be at least 1".into()));
-        }
-        if self.github.max_body_bytes == 0 {
-            return Err((
-                "[github] max_body_bytes".into(),
-                "must be at least 1".into(),
-            ));
+        for (key, zero) in [
+            (
+                "[server] database_max_connections",
+                self.server.database_max_connections == 0,
+            ),
+            ("[queue] max_attempts", self.queue.max_attempts == 0),
+            ("[github] max_body_bytes", self.github.max_body_bytes == 0),
+            (
+                "[github] max_requests_per_hour",
+                self.github.max_requests_per_hour == 0,
+            ),
+        ] {
+            if zero {
+                return Err((key.into(), "must be at least 1".into()));
+            }
         }
         if let Some(index) = self
             .github
@@ -1053,12 +1054,6 @@ impl Config {
             return Err((
                 format!("[server] admin_tokens[{index}]"),
                 "is shorter than 16 characters; use a long random token".into(),
-            ));
-        }
-        if self.github.max_requests_per_hour == 0 {
-            return Err((
-                "[github] max_requests_per_hour".into(),
-                "must be at least 1".into(),
             ));
         }
         let auth = self.github.auth();

@@ -150,9 +150,7 @@ async fn runner_metadata(State(service): State<Arc<Service>>, auth: InstanceAuth
 async fn install_script(State(service): State<Arc<Service>>, auth: InstanceAuth) -> Response {
     let target = service
         .config
-        .pools
-        .iter()
-        .find(|p| p.name == auth.instance.runner.pool)
+        .pool(&auth.instance.runner.pool)
         .and_then(|p| p.github.as_ref())
         .map(|g| g.target.clone());
     let tools = match &target {

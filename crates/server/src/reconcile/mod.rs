@@ -558,9 +558,7 @@ impl Inner {
     fn github_pool(&self, pool: &str) -> Option<&PoolGithub> {
         self.service
             .config
-            .pools
-            .iter()
-            .find(|p| p.name == pool)
+            .pool(pool)
             .and_then(|p| p.github.as_ref())
     }
 
