@@ -32,6 +32,7 @@ mod group_commit;
 mod postgres;
 mod rows;
 pub mod seed;
+mod sql;
 mod sqlite;
 
 use std::sync::Arc;
@@ -46,8 +47,9 @@ use runway_core::{
 };
 
 pub use common::{FINISHED_JOB, LIVE_JOB, LIVE_RUNNER};
-pub use postgres::PostgresStore;
-pub use sqlite::SqliteStore;
+pub use postgres::{PostgresDialect, PostgresStore};
+pub use sql::{Dialect, SqlStore};
+pub use sqlite::{SqliteDialect, SqliteStore};
 
 /// How many times a read-decide-write loses a race before we give up. Each
 /// loss means another writer made progress on the same row, so this is only

@@ -4,46 +4,53 @@
 
 use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use runway_core::job::NewJob;
-use runway_core::runner::NewRunner;
-use runway_core::{Job, JobId, JobSource, Runner, RunnerId, Timestamp};
+use runway_core::{Job, JobId, Timestamp};
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, Postgres};
+use sqlx::{ConnectOptions, Connection};
 
-use sqlx::FromRow;
-
-use crate::common::LIVE_RUNNER;
-use crate::common::{impl_batch_executor, impl_store, Statements};
 use crate::group_commit::{BatchExecutor, GroupCommit, Op, Outcome};
-use crate::rows::{bind_columns, Columns, JobRow, RunnerRow, JOB_COLUMNS, RUNNER_COLUMNS};
-use crate::sqlite::describe_sqlx_error;
+use crate::rows::{JobRow, JOB_COLUMNS};
+use crate::sql::{describe_sqlx_error, Dialect, Shared, SqlStore};
 use crate::{
-    redact_url, Backend, Claim, Delivery, Enqueued, Expect, JobCount, JobFilter, OpenOptions,
-    RunnerFilter, Store, StoreError, StoredWorkerConfig,
+    redact_url, Backend, Enqueued, Leadership, OpenOptions, Store, StoreError, Wake, WakeListener,
 };
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
 
-pub struct PostgresStore {
-    inner: Arc<PostgresInner>,
-    group: GroupCommit,
-}
+/// The PostgreSQL store.
+pub type PostgresStore = SqlStore<PostgresDialect>;
 
-struct PostgresInner {
-    /// Every statement uses this one pool; the name matches SQLite's writer
-    /// pool so the shared code reads the same on both.
-    writer: PgPool,
-    statements: Statements,
-    claim: String,
-    enqueue_many: String,
-    find_many: String,
-    target: String,
-}
-impl PostgresStore {
+/// PostgreSQL's ways: claims with `FOR UPDATE SKIP LOCKED`, leadership by
+/// advisory lock, wake-ups by NOTIFY, fencing by a session setting, bulk
+/// enqueue by `UNNEST`.
+pub struct PostgresDialect;
+
+/// Columns a new job sets; the rest take their defaults, which are exactly
+/// the initial values `NewJob::initial` gives them.
+static ENQUEUE_MANY: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO jobs (source, external_id, pool, labels, state, max_attempts, payload, \
+           created_at, enqueued_at, finished_at, reason) \
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+           $6::bigint[], $7::text[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[]) \
+         ON CONFLICT (source, external_id) DO NOTHING RETURNING id, {JOB_COLUMNS}"
+    )
+});
+
+static FIND_MANY: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT id, {JOB_COLUMNS} FROM jobs \
+         WHERE (source, external_id) IN (SELECT * FROM UNNEST($1::text[], $2::text[]))"
+    )
+});
+
+impl SqlStore<PostgresDialect> {
     /// Connects to `url` and applies migrations. With `schema`, every table
     /// lives in that schema (created if missing) instead of the URL's default;
     /// the test suite gives each test its own.
@@ -87,44 +94,7 @@ impl PostgresStore {
             target: target.clone(),
             reason: e.to_string(),
         })?;
-        let claim = format!(
-            "WITH next AS ( \
-               SELECT id FROM jobs WHERE state = 'queued' AND pool = $1 \
-                 AND (excluded_runners = '[]' OR NOT (excluded_runners::jsonb @> to_jsonb($2::bigint))) \
-                 AND ($5::text IS NULL OR NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(labels::jsonb) AS l(v) \
-                      WHERE lower(l.v) NOT IN (SELECT jsonb_array_elements_text($5::jsonb)))) \
-               ORDER BY enqueued_at, id LIMIT $4 \
-               FOR UPDATE SKIP LOCKED) \
-             UPDATE jobs SET state = 'provisioning', runner_id = $2, lease_deadline = $3, version = jobs.version + 1 \
-             FROM next WHERE jobs.id = next.id \
-             RETURNING jobs.id, {}",
-            JOB_COLUMNS
-                .split(',')
-                .map(|c| format!("jobs.{}", c.trim()))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        // Columns a new job sets; the rest take their defaults, which are
-        // exactly the initial values `NewJob::initial` gives them.
-        let enqueue_many = format!(
-            "INSERT INTO jobs (source, external_id, pool, labels, state, max_attempts, payload, \
-               created_at, enqueued_at, finished_at, reason) \
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
-               $6::bigint[], $7::text[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[]) \
-             ON CONFLICT (source, external_id) DO NOTHING RETURNING id, {JOB_COLUMNS}"
-        );
-        let find_many = format!(
-            "SELECT id, {JOB_COLUMNS} FROM jobs \
-             WHERE (source, external_id) IN (SELECT * FROM UNNEST($1::text[], $2::text[]))"
-        );
-        let inner = Arc::new(PostgresInner {
-            writer: pool,
-            statements: Statements::new(crate::Backend::Postgres),
-            claim,
-            enqueue_many,
-            find_many,
-            target,
-        });
+        let inner = Arc::new(Shared::new(pool.clone(), pool, target));
         // Measured (BENCHMARKS.md): on PostgreSQL the server already overlaps
         // WAL flushes of concurrent connections, and the extra hop and
         // BEGIN/COMMIT of shared transactions cost more than they save.
@@ -150,20 +120,17 @@ impl PostgresStore {
         self.inner.writer.close().await;
     }
 
-    fn reader(&self) -> &PgPool {
-        &self.inner.writer
-    }
-
-    fn writer(&self) -> &PgPool {
-        &self.inner.writer
-    }
-
     fn pool(&self) -> &PgPool {
         &self.inner.writer
     }
 }
 
-impl_batch_executor!(PostgresInner, sqlx::PgConnection);
+#[async_trait]
+impl BatchExecutor for Shared<PostgresDialect> {
+    async fn execute(&self, ops: &[&Op]) -> Result<Vec<Outcome>, StoreError> {
+        self.execute_batch(ops).await
+    }
+}
 
 async fn tokio_timeout<T>(
     options: &OpenOptions,
@@ -184,7 +151,7 @@ struct PgLeadership {
 }
 
 #[async_trait]
-impl crate::Leadership for PgLeadership {
+impl Leadership for PgLeadership {
     async fn still_held(&mut self) -> bool {
         sqlx::query("SELECT 1")
             .execute(&mut self.connection)
@@ -202,7 +169,7 @@ struct PgWakeListener {
 }
 
 #[async_trait]
-impl crate::WakeListener for PgWakeListener {
+impl WakeListener for PgWakeListener {
     async fn next(&mut self) -> Result<crate::Heard, StoreError> {
         loop {
             let Some(notification) = self.listener.try_recv().await? else {
@@ -225,18 +192,42 @@ fn key(job: &Job) -> (&'static str, String) {
     (job.source.as_str(), job.external_id.clone())
 }
 
-impl_store!(PostgresStore, Postgres, {
-    fn backend(&self) -> Backend {
-        Backend::Postgres
+#[async_trait]
+impl Dialect for PostgresDialect {
+    type Db = sqlx::Postgres;
+    const BACKEND: Backend = Backend::Postgres;
+
+    fn migrator() -> &'static Migrator {
+        &MIGRATOR
+    }
+
+    fn claim_statement() -> String {
+        format!(
+            "WITH next AS ( \
+               SELECT id FROM jobs WHERE state = 'queued' AND pool = $1 \
+                 AND (excluded_runners = '[]' OR NOT (excluded_runners::jsonb @> to_jsonb($2::bigint))) \
+                 AND ($5::text IS NULL OR NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(labels::jsonb) AS l(v) \
+                      WHERE lower(l.v) NOT IN (SELECT jsonb_array_elements_text($5::jsonb)))) \
+               ORDER BY enqueued_at, id LIMIT $4 \
+               FOR UPDATE SKIP LOCKED) \
+             UPDATE jobs SET state = 'provisioning', runner_id = $2, lease_deadline = $3, version = jobs.version + 1 \
+             FROM next WHERE jobs.id = next.id \
+             RETURNING jobs.id, {}",
+            JOB_COLUMNS
+                .split(',')
+                .map(|c| format!("jobs.{}", c.trim()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     }
 
     /// PostgreSQL's autovacuum makes deleted rows' space reusable.
-    async fn reclaim_space(&self, _pages: u32) -> Result<(), StoreError> {
+    async fn reclaim_space(_store: &PostgresStore, _pages: u32) -> Result<(), StoreError> {
         Ok(())
     }
 
     /// One NOTIFY per wake-up on the schema's channel, in one statement.
-    async fn announce(&self, from: &str, wakes: &[crate::Wake]) -> Result<(), StoreError> {
+    async fn announce(store: &PostgresStore, from: &str, wakes: &[Wake]) -> Result<(), StoreError> {
         if wakes.is_empty() {
             return Ok(());
         }
@@ -248,14 +239,14 @@ impl_store!(PostgresStore, Postgres, {
             "SELECT pg_notify(({WAKE_CHANNEL}), payload) FROM UNNEST($1::text[]) AS p(payload)"
         ))
         .bind(&payloads)
-        .execute(self.pool())
+        .execute(store.pool())
         .await?;
         Ok(())
     }
 
     /// LISTEN on a connection of its own (sqlx reconnects it after a loss).
-    async fn listen(&self) -> Result<Option<Box<dyn crate::WakeListener>>, StoreError> {
-        let mut listener = sqlx::postgres::PgListener::connect_with(self.pool()).await?;
+    async fn listen(store: &PostgresStore) -> Result<Option<Box<dyn WakeListener>>, StoreError> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(store.pool()).await?;
         let channel: String = sqlx::query_scalar(WAKE_CHANNEL)
             .fetch_one(&mut listener)
             .await?;
@@ -267,11 +258,11 @@ impl_store!(PostgresStore, Postgres, {
     /// fence `NAME:TERM` (`runway.fence`): migration 0013's trigger refuses
     /// their writes to runners and once-keys, in the writing transaction,
     /// once `term` is no longer the current term of `name`.
-    fn fenced(&self, name: &str, term: i64) -> Option<Arc<dyn crate::Store>> {
+    fn fenced(store: &PostgresStore, name: &str, term: i64) -> Option<Arc<dyn Store>> {
         let fence = format!("{name}:{term}");
         let pool = PgPoolOptions::new()
             .max_connections(4)
-            .acquire_timeout(self.inner.writer.options().get_acquire_timeout())
+            .acquire_timeout(store.inner.writer.options().get_acquire_timeout())
             .after_connect(move |connection, _| {
                 let fence = fence.clone();
                 Box::pin(async move {
@@ -282,15 +273,8 @@ impl_store!(PostgresStore, Postgres, {
                         .map(|_| ())
                 })
             })
-            .connect_lazy_with((*self.inner.writer.connect_options()).clone());
-        let inner = Arc::new(PostgresInner {
-            writer: pool,
-            statements: Statements::new(crate::Backend::Postgres),
-            claim: self.inner.claim.clone(),
-            enqueue_many: self.inner.enqueue_many.clone(),
-            find_many: self.inner.find_many.clone(),
-            target: self.inner.target.clone(),
-        });
+            .connect_lazy_with((*store.inner.writer.connect_options()).clone());
+        let inner = Arc::new(Shared::new(pool.clone(), pool, store.inner.target.clone()));
         let group = GroupCommit::direct(inner.clone());
         Some(Arc::new(PostgresStore { inner, group }))
     }
@@ -302,11 +286,11 @@ impl_store!(PostgresStore, Postgres, {
     /// a paused or partitioned leader does; `still_held` speaks often
     /// enough to keep it.
     async fn try_lead(
-        &self,
+        store: &PostgresStore,
         name: &str,
-        silence: std::time::Duration,
-    ) -> Result<Option<Box<dyn crate::Leadership>>, StoreError> {
-        let mut connection = self.writer().acquire().await?.detach();
+        silence: Duration,
+    ) -> Result<Option<Box<dyn Leadership>>, StoreError> {
+        let mut connection = store.writer().acquire().await?.detach();
         // PostgreSQL 14 and later; before, a paused leader keeps the lead
         // until it resumes (or its host dies and TCP keepalive notices).
         if let Err(error) = sqlx::query("SELECT set_config('idle_session_timeout', $1, false)")
@@ -330,7 +314,7 @@ impl_store!(PostgresStore, Postgres, {
     }
 
     async fn enqueue_many(
-        &self,
+        store: &PostgresStore,
         jobs: &[NewJob],
         now: Timestamp,
     ) -> Result<Vec<Enqueued>, StoreError> {
@@ -342,7 +326,7 @@ impl_store!(PostgresStore, Postgres, {
         let number = |f: &dyn Fn(&Job) -> Option<i64>| initial.iter().map(f).collect::<Vec<_>>();
         let sources = column(&|j| Some(j.source.as_str().to_owned()));
         let external_ids = column(&|j| Some(j.external_id.clone()));
-        let inserted: Vec<JobRow> = sqlx::query_as(&self.inner.enqueue_many)
+        let inserted: Vec<JobRow> = sqlx::query_as(&ENQUEUE_MANY)
             .bind(&sources)
             .bind(&external_ids)
             .bind(column(&|j| j.pool.clone()))
@@ -354,7 +338,7 @@ impl_store!(PostgresStore, Postgres, {
             .bind(number(&|j| Some(j.enqueued_at.as_millis())))
             .bind(number(&|j| j.finished_at.map(Timestamp::as_millis)))
             .bind(column(&|j| j.reason.clone()))
-            .fetch_all(self.pool())
+            .fetch_all(store.pool())
             .await?;
         let mut created: HashMap<(&'static str, String), Job> = HashMap::new();
         for row in inserted {
@@ -363,10 +347,10 @@ impl_store!(PostgresStore, Postgres, {
         }
         let mut existing: HashMap<(&'static str, String), Job> = HashMap::new();
         if created.len() < jobs.len() {
-            let rows: Vec<JobRow> = sqlx::query_as(&self.inner.find_many)
+            let rows: Vec<JobRow> = sqlx::query_as(&FIND_MANY)
                 .bind(&sources)
                 .bind(&external_ids)
-                .fetch_all(self.pool())
+                .fetch_all(store.pool())
                 .await?;
             for row in rows {
                 let job = Job::try_from(row)?;
@@ -401,4 +385,4 @@ impl_store!(PostgresStore, Postgres, {
         }
         Ok(results)
     }
-});
+}

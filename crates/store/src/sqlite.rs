@@ -9,41 +9,25 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use runway_core::job::NewJob;
-use runway_core::runner::NewRunner;
-use runway_core::{Job, JobId, JobSource, Runner, RunnerId, Timestamp};
+use runway_core::Timestamp;
 use sqlx::migrate::Migrator;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
-use sqlx::Sqlite;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
-use sqlx::FromRow;
-
-use crate::common::LIVE_RUNNER;
-use crate::common::{impl_batch_executor, impl_store, Statements};
 use crate::group_commit::{BatchExecutor, GroupCommit, Op, Outcome};
-use crate::rows::{bind_columns, Columns, JobRow, RunnerRow, JOB_COLUMNS, RUNNER_COLUMNS};
-use crate::{
-    Backend, Claim, Delivery, Enqueued, Expect, JobCount, JobFilter, RunnerFilter, Store,
-    StoreError, StoredWorkerConfig,
-};
+use crate::rows::JOB_COLUMNS;
+use crate::sql::{describe_sqlx_error, Dialect, Shared, SqlStore};
+use crate::{Backend, Enqueued, Leadership, StoreError};
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 
-pub struct SqliteStore {
-    inner: Arc<SqliteInner>,
-    group: GroupCommit,
-}
+/// The SQLite store.
+pub type SqliteStore = SqlStore<SqliteDialect>;
 
-struct SqliteInner {
-    writer: SqlitePool,
-    readers: SqlitePool,
-    statements: Statements,
-    claim: String,
-    target: String,
-}
+/// SQLite's ways: one process owns the file, so it always leads and has
+/// no one to wake or fence; JSON lists are read with `json_each`.
+pub struct SqliteDialect;
 
-impl SqliteStore {
+impl SqlStore<SqliteDialect> {
     /// Opens (creating if missing) the database at `url`: `sqlite://PATH`,
     /// `sqlite:PATH`, `sqlite::memory:` or a bare file path. Applies migrations.
     pub async fn open(url: &str) -> Result<SqliteStore, StoreError> {
@@ -92,7 +76,31 @@ impl SqliteStore {
             .connect_with(options)
             .await
             .map_err(open_error)?;
-        let claim = format!(
+        let inner = Arc::new(Shared::new(writer, readers, target));
+        // SQLite has one writer: a single committer batches everything.
+        let group = GroupCommit::start(1, inner.clone());
+        Ok(SqliteStore { inner, group })
+    }
+}
+
+#[async_trait]
+impl BatchExecutor for Shared<SqliteDialect> {
+    async fn execute(&self, ops: &[&Op]) -> Result<Vec<Outcome>, StoreError> {
+        self.execute_batch(ops).await
+    }
+}
+
+#[async_trait]
+impl Dialect for SqliteDialect {
+    type Db = sqlx::Sqlite;
+    const BACKEND: Backend = Backend::Sqlite;
+
+    fn migrator() -> &'static Migrator {
+        &MIGRATOR
+    }
+
+    fn claim_statement() -> String {
+        format!(
             "UPDATE jobs SET state = 'provisioning', runner_id = ?2, lease_deadline = ?3, version = version + 1 \
              WHERE id IN (SELECT id FROM jobs WHERE state = 'queued' AND pool = ?1 \
                AND (excluded_runners = '[]' OR NOT EXISTS \
@@ -101,72 +109,35 @@ impl SqliteStore {
                     WHERE lower(l.value) NOT IN (SELECT value FROM json_each(?5)))) \
                ORDER BY enqueued_at, id LIMIT ?4) \
              RETURNING id, {JOB_COLUMNS}"
-        );
-        let inner = Arc::new(SqliteInner {
-            writer,
-            readers,
-            statements: Statements::new(crate::Backend::Sqlite),
-            claim,
-            target,
-        });
-        // SQLite has one writer: a single committer batches everything.
-        let group = GroupCommit::start(1, inner.clone());
-        Ok(SqliteStore { inner, group })
+        )
     }
 
-    fn reader(&self) -> &SqlitePool {
-        &self.inner.readers
-    }
-
-    fn writer(&self) -> &SqlitePool {
-        &self.inner.writer
-    }
-}
-
-impl_batch_executor!(SqliteInner, sqlx::SqliteConnection);
-
-/// SQLite's own words for what went wrong, without sqlx's wrapping.
-pub(crate) fn describe_sqlx_error(error: &sqlx::Error) -> String {
-    match error {
-        sqlx::Error::Database(e) => match e.code() {
-            Some(code) => format!("{} (code {code})", e.message()),
-            None => e.message().to_owned(),
-        },
-        other => other.to_string(),
-    }
-}
-
-impl_store!(SqliteStore, Sqlite, {
-    fn backend(&self) -> Backend {
-        Backend::Sqlite
-    }
-
-    async fn reclaim_space(&self, pages: u32) -> Result<(), StoreError> {
+    async fn reclaim_space(store: &SqliteStore, pages: u32) -> Result<(), StoreError> {
         sqlx::query(&format!("PRAGMA incremental_vacuum({pages})"))
-            .execute(self.writer())
+            .execute(store.writer())
             .await?;
         Ok(())
     }
 
     async fn try_lead(
-        &self,
+        _store: &SqliteStore,
         _name: &str,
-        _silence: std::time::Duration,
-    ) -> Result<Option<Box<dyn crate::Leadership>>, StoreError> {
+        _silence: Duration,
+    ) -> Result<Option<Box<dyn Leadership>>, StoreError> {
         Ok(Some(Box::new(crate::SoleLeader)))
     }
 
     async fn enqueue_many(
-        &self,
+        store: &SqliteStore,
         jobs: &[NewJob],
         now: Timestamp,
     ) -> Result<Vec<Enqueued>, StoreError> {
-        let mut transaction = self.inner.writer.begin().await?;
+        let mut transaction = store.inner.writer.begin().await?;
         let mut results = Vec::with_capacity(jobs.len());
         for job in jobs {
-            results.push(self.inner.insert_job(&mut transaction, job, now).await?);
+            results.push(store.inner.insert_job(&mut transaction, job, now).await?);
         }
         transaction.commit().await?;
         Ok(results)
     }
-});
+}

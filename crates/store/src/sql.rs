@@ -1,0 +1,1269 @@
+//! The store itself, written once over sqlx for both backends: every
+//! method whose SQL and Rust are the same on SQLite and PostgreSQL lives
+//! here as generic code over the backend's [`Dialect`]; what differs (the
+//! claim statement, leadership, wake-ups, bulk enqueue, space reclaim)
+//! is the dialect's, in `sqlite.rs` and `postgres.rs`.
+//!
+//! The `where` clauses say what the shared code asks of a sqlx database:
+//! that its connections and pools execute queries, and that it reads and
+//! writes 64-bit integers and text, the only column types runway uses
+//! (see `rows.rs`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use runway_core::job::NewJob;
+use runway_core::runner::NewRunner;
+use runway_core::{Job, JobId, JobSource, Runner, RunnerId, Timestamp};
+use sqlx::migrate::Migrator;
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+
+use crate::common::{bind_guarded, Statements, LIVE_RUNNER};
+use crate::group_commit::{Op, Outcome};
+use crate::rows::{bind_columns, Columns, JobRow, RunnerRow, JOB_COLUMNS, RUNNER_COLUMNS};
+use crate::{
+    Backend, Claim, Delivery, Enqueued, Expect, JobCount, JobFilter, Leadership, RunnerFilter,
+    Store, StoreError, StoredWorkerConfig, Wake, WakeListener,
+};
+
+/// What one SQL backend does its own way. Implemented by
+/// [`crate::sqlite::SqliteDialect`] and [`crate::postgres::PostgresDialect`];
+/// everything else is [`SqlStore`]'s, shared.
+#[async_trait]
+pub trait Dialect: Sized + Send + Sync + 'static {
+    /// The sqlx database type.
+    type Db: Database<QueryResult: RowsAffected>;
+    const BACKEND: Backend;
+
+    /// The backend's embedded migrations.
+    fn migrator() -> &'static Migrator;
+
+    /// Takes up to `$4` queued jobs of pool `$1` for runner `$2` under a
+    /// lease ending at `$3`; `$5` is the runner's labels (a JSON list,
+    /// lowercase) or NULL. Returns the claimed rows (`id, JOB_COLUMNS`).
+    fn claim_statement() -> String;
+
+    async fn reclaim_space(store: &SqlStore<Self>, pages: u32) -> Result<(), StoreError>;
+
+    async fn try_lead(
+        store: &SqlStore<Self>,
+        name: &str,
+        silence: Duration,
+    ) -> Result<Option<Box<dyn Leadership>>, StoreError>;
+
+    async fn enqueue_many(
+        store: &SqlStore<Self>,
+        jobs: &[NewJob],
+        now: Timestamp,
+    ) -> Result<Vec<Enqueued>, StoreError>;
+
+    /// See [`Store::announce`]: nothing to do where one process owns the store.
+    async fn announce(
+        store: &SqlStore<Self>,
+        from: &str,
+        wakes: &[Wake],
+    ) -> Result<(), StoreError> {
+        let _ = (store, from, wakes);
+        Ok(())
+    }
+
+    /// See [`Store::listen`].
+    async fn listen(store: &SqlStore<Self>) -> Result<Option<Box<dyn WakeListener>>, StoreError> {
+        let _ = store;
+        Ok(None)
+    }
+
+    /// See [`Store::fenced`].
+    fn fenced(store: &SqlStore<Self>, name: &str, term: i64) -> Option<Arc<dyn Store>> {
+        let _ = (store, name, term);
+        None
+    }
+}
+
+/// How many rows a statement changed: each sqlx backend says so in an
+/// inherent method of its own result type, this names it once.
+pub trait RowsAffected {
+    fn rows_affected(&self) -> u64;
+}
+
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::sqlite::SqliteQueryResult::rows_affected(self)
+    }
+}
+
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::postgres::PgQueryResult::rows_affected(self)
+    }
+}
+
+/// A store on one SQL backend: [`crate::SqliteStore`] or [`crate::PostgresStore`].
+pub struct SqlStore<D: Dialect> {
+    pub(crate) inner: Arc<Shared<D>>,
+    pub(crate) group: crate::group_commit::GroupCommit,
+}
+
+/// What a store's methods and its group committer share.
+pub(crate) struct Shared<D: Dialect> {
+    /// Every write, and on PostgreSQL every read too.
+    pub writer: Pool<D::Db>,
+    /// Reads; on SQLite a pool of its own beside the single writer.
+    pub readers: Pool<D::Db>,
+    pub statements: Statements,
+    /// The store's description in errors ("SQLite database …").
+    pub target: String,
+}
+
+impl<D: Dialect> Shared<D> {
+    pub fn new(writer: Pool<D::Db>, readers: Pool<D::Db>, target: String) -> Shared<D> {
+        Shared {
+            writer,
+            readers,
+            statements: Statements::new::<D>(),
+            target,
+        }
+    }
+}
+
+impl<D: Dialect> SqlStore<D> {
+    pub(crate) fn reader(&self) -> &Pool<D::Db> {
+        &self.inner.readers
+    }
+
+    pub(crate) fn writer(&self) -> &Pool<D::Db> {
+        &self.inner.writer
+    }
+}
+
+/// The database's own words for what went wrong, without sqlx's wrapping.
+pub(crate) fn describe_sqlx_error(error: &sqlx::Error) -> String {
+    match error {
+        sqlx::Error::Database(e) => match e.code() {
+            Some(code) => format!("{} (code {code})", e.message()),
+            None => e.message().to_owned(),
+        },
+        other => other.to_string(),
+    }
+}
+
+/// A query with optional conditions, each with the next `$n` parameter:
+/// the caller binds the present ones in the order they were added.
+/// (sqlx's `QueryBuilder` does the same, but its borrow of the builder
+/// cannot be proven to end in code generic over the database.)
+struct Filter {
+    text: String,
+    parameters: usize,
+}
+
+impl Filter {
+    fn new(text: String) -> Filter {
+        Filter {
+            text,
+            parameters: 0,
+        }
+    }
+
+    /// Adds ` AND {condition} $n` when `present`.
+    fn and_if(&mut self, present: bool, condition: &str) -> &mut Filter {
+        if present {
+            self.parameters += 1;
+            self.text += &format!(" AND {condition} ${}", self.parameters);
+        }
+        self
+    }
+
+    fn then(&mut self, text: &str) -> &mut Filter {
+        self.text += text;
+        self
+    }
+
+    /// Adds `{clause} $n` when `present`.
+    fn then_if(&mut self, present: bool, clause: &str) -> &mut Filter {
+        if present {
+            self.parameters += 1;
+            self.text += &format!("{clause} ${}", self.parameters);
+        }
+        self
+    }
+}
+
+/// The writes the group committer runs, in one transaction per batch.
+impl<D> Shared<D>
+where
+    D: Dialect,
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'q> <D::Db as Database>::Arguments<'q>: IntoArguments<'q, D::Db>,
+    for<'q> i64: Encode<'q, D::Db> + Decode<'q, D::Db> + Type<D::Db>,
+    for<'q> Option<i64>: Encode<'q, D::Db>,
+    for<'q> String: Decode<'q, D::Db> + Type<D::Db>,
+    for<'q> &'q str: Encode<'q, D::Db> + Type<D::Db>,
+    for<'q> Option<&'q str>: Encode<'q, D::Db>,
+    for<'q> Option<String>: Encode<'q, D::Db>,
+    usize: ColumnIndex<<D::Db as Database>::Row>,
+    for<'a> &'a str: ColumnIndex<<D::Db as Database>::Row>,
+{
+    /// Records a delivery; false if its id was already recorded.
+    async fn insert_delivery(
+        &self,
+        connection: &mut <D::Db as Database>::Connection,
+        delivery: &Delivery,
+    ) -> Result<bool, StoreError> {
+        let result = sqlx::query(&self.statements.insert_delivery)
+            .bind(delivery.id.as_str())
+            .bind(delivery.event.as_str())
+            .bind(delivery.action.as_deref())
+            .bind(delivery.external_id.as_deref())
+            .bind(delivery.outcome.as_str())
+            .bind(delivery.received_at.as_millis())
+            .execute(&mut *connection)
+            .await?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    /// Inserts a job, or reads the one already stored under its key.
+    pub(crate) async fn insert_job(
+        &self,
+        connection: &mut <D::Db as Database>::Connection,
+        job: &NewJob,
+        now: Timestamp,
+    ) -> Result<Enqueued, StoreError> {
+        let columns = Columns::from(&job.initial(JobId(0), now));
+        let inserted = bind_columns(sqlx::query(&self.statements.insert_job), &columns)
+            .fetch_optional(&mut *connection)
+            .await?
+            .map(|row| JobRow::from_row(&row))
+            .transpose()?;
+        if let Some(row) = inserted {
+            return Ok(Enqueued {
+                job: Job::try_from(row)?,
+                created: true,
+            });
+        }
+        let existing: JobRow = sqlx::query_as(&self.statements.job_by_external_id)
+            .bind(job.source.as_str())
+            .bind(job.external_id.as_str())
+            .fetch_one(&mut *connection)
+            .await?;
+        Ok(Enqueued {
+            job: Job::try_from(existing)?,
+            created: false,
+        })
+    }
+
+    /// Runs `ops` in one transaction (a lone write in autocommit).
+    pub(crate) async fn execute_batch(&self, ops: &[&Op]) -> Result<Vec<Outcome>, StoreError> {
+        // A lone write is one statement (an enqueue may add a read):
+        // autocommit saves the BEGIN and COMMIT round trips.
+        if let [op] = ops {
+            let mut connection = self.writer.acquire().await?;
+            return Ok(vec![self.execute_one(&mut connection, op).await?]);
+        }
+        let mut transaction = self.writer.begin().await?;
+        let mut outcomes = Vec::with_capacity(ops.len());
+        for op in ops {
+            outcomes.push(self.execute_one(&mut transaction, op).await?);
+        }
+        transaction.commit().await?;
+        Ok(outcomes)
+    }
+
+    async fn execute_one(
+        &self,
+        connection: &mut <D::Db as Database>::Connection,
+        op: &Op,
+    ) -> Result<Outcome, StoreError> {
+        let transaction = connection;
+        Ok(match op {
+            Op::Enqueue { job, delivery, now } => {
+                let new_delivery = match delivery {
+                    Some(delivery) => self.insert_delivery(&mut *transaction, delivery).await?,
+                    None => false,
+                };
+                let enqueued = self.insert_job(&mut *transaction, job, *now).await?;
+                Outcome::Enqueued(Box::new(enqueued), new_delivery)
+            }
+            Op::RecordDelivery { delivery } => {
+                Outcome::Recorded(self.insert_delivery(&mut *transaction, delivery).await?)
+            }
+            Op::Replace { id, version, next } => {
+                let result = bind_columns(sqlx::query(&self.statements.replace_job), next)
+                    .bind(id.0)
+                    .bind(*version)
+                    .execute(&mut *transaction)
+                    .await?;
+                Outcome::Replaced(result.rows_affected() == 1)
+            }
+            Op::ReplaceWithRunner {
+                id,
+                version,
+                next,
+                runner,
+                runner_version,
+                runner_next,
+            } => {
+                // A savepoint inside a shared transaction, a
+                // transaction of its own otherwise: either way both
+                // rows change or neither does.
+                let mut both = sqlx::Connection::begin(&mut *transaction).await?;
+                let job = bind_columns(sqlx::query(&self.statements.replace_job), next)
+                    .bind(id.0)
+                    .bind(*version)
+                    .execute(&mut *both)
+                    .await?;
+                let replaced = job.rows_affected() == 1 && {
+                    let runner =
+                        bind_columns(sqlx::query(&self.statements.replace_runner), runner_next)
+                            .bind(runner.0)
+                            .bind(*runner_version)
+                            .execute(&mut *both)
+                            .await?;
+                    runner.rows_affected() == 1
+                };
+                if replaced {
+                    both.commit().await?;
+                } else {
+                    both.rollback().await?;
+                }
+                Outcome::Replaced(replaced)
+            }
+            Op::Guarded { id, change } => {
+                let row: Option<JobRow> =
+                    bind_guarded(sqlx::query_as(&self.statements.guarded_job), *id, change)
+                        .fetch_optional(&mut *transaction)
+                        .await?;
+                Outcome::Changed(row.map(Job::try_from).transpose()?.map(Box::new))
+            }
+            Op::Claim { claim, now } => {
+                let rows: Vec<JobRow> = sqlx::query_as(&self.statements.claim)
+                    .bind(claim.pool.as_str())
+                    .bind(claim.runner.0)
+                    .bind(now.plus(claim.lease).as_millis())
+                    .bind(i64::from(claim.limit))
+                    .bind(claim.runner_labels.as_ref().map(|labels| {
+                        let lower: Vec<String> = labels.iter().map(|l| l.to_lowercase()).collect();
+                        crate::rows::json_list(&lower)
+                    }))
+                    .fetch_all(&mut *transaction)
+                    .await?;
+                Outcome::Claimed(
+                    rows.into_iter()
+                        .map(Job::try_from)
+                        .collect::<Result<_, _>>()?,
+                )
+            }
+        })
+    }
+}
+
+#[async_trait]
+impl<D> Store for SqlStore<D>
+where
+    D: Dialect,
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'q> <D::Db as Database>::Arguments<'q>: IntoArguments<'q, D::Db>,
+    for<'q> i64: Encode<'q, D::Db> + Decode<'q, D::Db> + Type<D::Db>,
+    for<'q> Option<i64>: Encode<'q, D::Db>,
+    for<'q> String: Decode<'q, D::Db> + Type<D::Db>,
+    for<'q> &'q str: Encode<'q, D::Db> + Type<D::Db>,
+    for<'q> Option<&'q str>: Encode<'q, D::Db>,
+    for<'q> Option<String>: Encode<'q, D::Db>,
+    usize: ColumnIndex<<D::Db as Database>::Row>,
+    for<'a> &'a str: ColumnIndex<<D::Db as Database>::Row>,
+{
+    fn backend(&self) -> Backend {
+        D::BACKEND
+    }
+
+    async fn reclaim_space(&self, pages: u32) -> Result<(), StoreError> {
+        D::reclaim_space(self, pages).await
+    }
+
+    async fn try_lead(
+        &self,
+        name: &str,
+        silence: Duration,
+    ) -> Result<Option<Box<dyn Leadership>>, StoreError> {
+        D::try_lead(self, name, silence).await
+    }
+
+    async fn enqueue_many(
+        &self,
+        jobs: &[NewJob],
+        now: Timestamp,
+    ) -> Result<Vec<Enqueued>, StoreError> {
+        D::enqueue_many(self, jobs, now).await
+    }
+
+    async fn announce(&self, from: &str, wakes: &[Wake]) -> Result<(), StoreError> {
+        D::announce(self, from, wakes).await
+    }
+
+    async fn listen(&self) -> Result<Option<Box<dyn WakeListener>>, StoreError> {
+        D::listen(self).await
+    }
+
+    fn fenced(&self, name: &str, term: i64) -> Option<Arc<dyn Store>> {
+        D::fenced(self, name, term)
+    }
+
+    async fn check_ready(&self) -> Result<(), StoreError> {
+        let applied: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success")
+                .fetch_one(self.reader())
+                .await
+                .map_err(|e| StoreError::NotReady {
+                    target: self.inner.target.clone(),
+                    reason: describe_sqlx_error(&e),
+                })?;
+        let expected = D::migrator().iter().count() as i64;
+        if applied < expected {
+            return Err(StoreError::NotReady {
+                target: self.inner.target.clone(),
+                reason: format!("{applied} of {expected} migrations applied"),
+            });
+        }
+        Ok(())
+    }
+
+    async fn get_job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
+        let row: Option<JobRow> = sqlx::query_as(&self.inner.statements.job_by_id)
+            .bind(id.0)
+            .fetch_optional(self.reader())
+            .await?;
+        row.map(Job::try_from).transpose()
+    }
+
+    async fn find_job(
+        &self,
+        source: JobSource,
+        external_id: &str,
+    ) -> Result<Option<Job>, StoreError> {
+        let row: Option<JobRow> = sqlx::query_as(&self.inner.statements.job_by_external_id)
+            .bind(source.as_str())
+            .bind(external_id)
+            .fetch_optional(self.reader())
+            .await?;
+        row.map(Job::try_from).transpose()
+    }
+
+    async fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Job>, StoreError> {
+        let mut sql = Filter::new(format!("SELECT id, {JOB_COLUMNS} FROM jobs WHERE 1 = 1"));
+        let state = filter.state.map(|state| state.as_str());
+        sql.and_if(state.is_some(), "state =")
+            .and_if(filter.pool.is_some(), "pool =")
+            .and_if(filter.before.is_some(), "id <")
+            .then(if filter.newest_first {
+                " ORDER BY id DESC"
+            } else {
+                " ORDER BY enqueued_at, id"
+            })
+            .then_if(filter.limit.is_some(), " LIMIT");
+        let mut query = sqlx::query_as::<_, JobRow>(&sql.text);
+        if let Some(state) = state {
+            query = query.bind(state);
+        }
+        if let Some(pool) = &filter.pool {
+            query = query.bind(pool.as_str());
+        }
+        if let Some(before) = filter.before {
+            query = query.bind(before.0);
+        }
+        if let Some(limit) = filter.limit {
+            query = query.bind(i64::from(limit));
+        }
+        let rows = query.fetch_all(self.reader()).await?;
+        rows.into_iter().map(Job::try_from).collect()
+    }
+
+    async fn live_job_counts(&self) -> Result<Vec<JobCount>, StoreError> {
+        let rows: Vec<(Option<String>, String, i64)> =
+            sqlx::query_as(&format!("SELECT pool, state, COUNT(*) FROM jobs WHERE {} GROUP BY pool, state ORDER BY pool, state", crate::LIVE_JOB))
+                .fetch_all(self.reader())
+                .await?;
+        rows.into_iter()
+            .map(|(pool, state, count)| {
+                Ok(JobCount {
+                    pool,
+                    state: state
+                        .parse()
+                        .map_err(|e| StoreError::Corrupt(format!("job count: {e}")))?,
+                    count: u64::try_from(count).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    async fn jobs_with_expired_leases(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<Job>, StoreError> {
+        let rows: Vec<JobRow> = sqlx::query_as(&self.inner.statements.expired_leases)
+            .bind(now.as_millis())
+            .bind(i64::from(limit))
+            .fetch_all(self.reader())
+            .await?;
+        rows.into_iter().map(Job::try_from).collect()
+    }
+
+    async fn replace_job(&self, current: &Job, next: &Job) -> Result<bool, StoreError> {
+        let op = Op::Replace {
+            id: current.id,
+            version: current.version,
+            next: Box::new(Columns::from(next)),
+        };
+        match self.group.submit(op).await? {
+            Outcome::Replaced(replaced) => Ok(replaced),
+            _ => Err(StoreError::Corrupt(
+                "group commit answered a replace with another outcome".into(),
+            )),
+        }
+    }
+
+    async fn apply_guarded(
+        &self,
+        id: JobId,
+        change: &runway_core::GuardedChange,
+    ) -> Result<Option<Job>, StoreError> {
+        let op = Op::Guarded {
+            id,
+            change: change.clone(),
+        };
+        match self.group.submit(op).await? {
+            Outcome::Changed(job) => Ok(job.map(|job| *job)),
+            _ => Err(StoreError::Corrupt(
+                "group commit answered a guarded change with another outcome".into(),
+            )),
+        }
+    }
+
+    async fn enqueue_with_delivery(
+        &self,
+        job: &NewJob,
+        delivery: Option<&Delivery>,
+        now: Timestamp,
+    ) -> Result<(Enqueued, bool), StoreError> {
+        let op = Op::Enqueue {
+            job: job.clone(),
+            delivery: delivery.cloned(),
+            now,
+        };
+        match self.group.submit(op).await? {
+            Outcome::Enqueued(enqueued, new_delivery) => Ok((*enqueued, new_delivery)),
+            _ => Err(StoreError::Corrupt(
+                "group commit answered an enqueue with another outcome".into(),
+            )),
+        }
+    }
+
+    async fn delivery_seen(&self, id: &str) -> Result<bool, StoreError> {
+        let seen: Option<i64> = sqlx::query_scalar(&self.inner.statements.delivery_seen)
+            .bind(id)
+            .fetch_optional(self.reader())
+            .await?;
+        Ok(seen.is_some())
+    }
+
+    async fn record_delivery(&self, delivery: &Delivery) -> Result<bool, StoreError> {
+        let op = Op::RecordDelivery {
+            delivery: delivery.clone(),
+        };
+        match self.group.submit(op).await? {
+            Outcome::Recorded(new) => Ok(new),
+            _ => Err(StoreError::Corrupt(
+                "group commit answered a delivery with another outcome".into(),
+            )),
+        }
+    }
+
+    async fn claim(&self, claim: &Claim, now: Timestamp) -> Result<Vec<Job>, StoreError> {
+        let op = Op::Claim {
+            claim: claim.clone(),
+            now,
+        };
+        match self.group.submit(op).await? {
+            Outcome::Claimed(mut jobs) => {
+                jobs.sort_by_key(|job| (job.enqueued_at, job.id));
+                Ok(jobs)
+            }
+            _ => Err(StoreError::Corrupt(
+                "group commit answered a claim with another outcome".into(),
+            )),
+        }
+    }
+
+    async fn create_runner(
+        &self,
+        runner: &NewRunner,
+        now: Timestamp,
+    ) -> Result<Runner, StoreError> {
+        // The id is assigned by the database; the placeholder is ignored.
+        let initial = runner.initial(RunnerId(0), now);
+        let columns = Columns::from(&initial);
+        let row = bind_columns(sqlx::query(&self.inner.statements.insert_runner), &columns)
+            .fetch_one(self.writer())
+            .await
+            .and_then(|row| RunnerRow::from_row(&row));
+        match row {
+            Ok(row) => Runner::try_from(row),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                Err(StoreError::DuplicateRunnerName(runner.name.clone()))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn get_runner(&self, id: RunnerId) -> Result<Option<Runner>, StoreError> {
+        let row: Option<RunnerRow> = sqlx::query_as(&self.inner.statements.runner_by_id)
+            .bind(id.0)
+            .fetch_optional(self.reader())
+            .await?;
+        row.map(Runner::try_from).transpose()
+    }
+
+    async fn find_runner(&self, name: &str) -> Result<Option<Runner>, StoreError> {
+        let row: Option<RunnerRow> = sqlx::query_as(&self.inner.statements.runner_by_name)
+            .bind(name)
+            .fetch_optional(self.reader())
+            .await?;
+        row.map(Runner::try_from).transpose()
+    }
+
+    async fn list_runners(&self, filter: &RunnerFilter) -> Result<Vec<Runner>, StoreError> {
+        let mut sql = Filter::new(format!(
+            "SELECT id, {RUNNER_COLUMNS} FROM runners WHERE 1 = 1"
+        ));
+        let state = filter.state.map(|state| state.as_str());
+        sql.and_if(state.is_some(), "state =")
+            .and_if(filter.pool.is_some(), "pool =")
+            .then(" ORDER BY id");
+        let mut query = sqlx::query_as::<_, RunnerRow>(&sql.text);
+        if let Some(state) = state {
+            query = query.bind(state);
+        }
+        if let Some(pool) = &filter.pool {
+            query = query.bind(pool.as_str());
+        }
+        let rows = query.fetch_all(self.reader()).await?;
+        rows.into_iter().map(Runner::try_from).collect()
+    }
+
+    async fn list_live_runners(&self, pool: Option<&str>) -> Result<Vec<Runner>, StoreError> {
+        // The predicate is the index's own, word for word, so both
+        // planners use the partial index.
+        let mut sql = Filter::new(format!(
+            "SELECT id, {RUNNER_COLUMNS} FROM runners WHERE {LIVE_RUNNER}"
+        ));
+        sql.and_if(pool.is_some(), "pool =").then(" ORDER BY id");
+        let mut query = sqlx::query_as::<_, RunnerRow>(&sql.text);
+        if let Some(pool) = pool {
+            query = query.bind(pool);
+        }
+        let rows = query.fetch_all(self.reader()).await?;
+        rows.into_iter().map(Runner::try_from).collect()
+    }
+
+    async fn create_registration_token(
+        &self,
+        token_hash: &str,
+        pool: &str,
+        runner: Option<RunnerId>,
+        expires_at: Timestamp,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        sqlx::query(&self.inner.statements.runner_api.insert_registration)
+            .bind(token_hash)
+            .bind(pool)
+            .bind(now.as_millis())
+            .bind(expires_at.as_millis())
+            .bind(runner.map(|r| r.0))
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
+    async fn register_runner(
+        &self,
+        registration_token_hash: &str,
+        name: &str,
+        labels: &[String],
+        runner_token_hash: &str,
+        now: Timestamp,
+    ) -> Result<Runner, StoreError> {
+        let sql = &self.inner.statements.runner_api;
+        let mut transaction = self.writer().begin().await?;
+        let redeemed: Option<(String, Option<i64>)> = sqlx::query_as(&sql.redeem_registration)
+            .bind(registration_token_hash)
+            .bind(now.as_millis())
+            .fetch_optional(&mut *transaction)
+            .await?;
+        let (pool, bound) = redeemed.ok_or(StoreError::InvalidToken)?;
+        let runner = match bound {
+            // Minted for a record the reconciler created: adopt it. A
+            // record that already failed (boot timeout) admits no one.
+            Some(id) => {
+                let row: Option<RunnerRow> = sqlx::query_as(&self.inner.statements.runner_by_id)
+                    .bind(id)
+                    .fetch_optional(&mut *transaction)
+                    .await?;
+                let current = row
+                    .map(Runner::try_from)
+                    .transpose()?
+                    .ok_or(StoreError::InvalidToken)?;
+                let next = if matches!(
+                    current.state,
+                    runway_core::RunnerState::Requested | runway_core::RunnerState::Provisioning
+                ) {
+                    current.apply(&runway_core::RunnerEvent::Ready, now)?
+                } else {
+                    return Err(StoreError::InvalidToken);
+                };
+                let columns = Columns::from(&next);
+                let updated =
+                    bind_columns(sqlx::query(&self.inner.statements.replace_runner), &columns)
+                        .bind(current.id.0)
+                        .bind(current.version)
+                        .execute(&mut *transaction)
+                        .await?;
+                if updated.rows_affected() != 1 {
+                    return Err(StoreError::Contention {
+                        what: format!("runner {}", current.id),
+                    });
+                }
+                next
+            }
+            None => {
+                let new = NewRunner {
+                    name: name.to_owned(),
+                    pool,
+                    provider: runway_core::RunnerOrigin::Registered.column().to_owned(),
+                    labels: labels.to_vec(),
+                };
+                let columns = Columns::from(&new.initial(RunnerId(0), now));
+                let row = bind_columns(sqlx::query(&self.inner.statements.insert_runner), &columns)
+                    .fetch_one(&mut *transaction)
+                    .await
+                    .and_then(|row| RunnerRow::from_row(&row));
+                match row {
+                    Ok(row) => Runner::try_from(row)?,
+                    Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                        return Err(StoreError::DuplicateRunnerName(name.to_owned()))
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
+        sqlx::query(&sql.set_runner_token)
+            .bind(runner.id.0)
+            .bind(runner_token_hash)
+            .execute(&mut *transaction)
+            .await?;
+        transaction.commit().await?;
+        Ok(runner)
+    }
+
+    async fn init_setting(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
+        let sql = &self.inner.statements.runner_api;
+        sqlx::query(&sql.insert_setting)
+            .bind(key)
+            .bind(candidate)
+            .execute(self.writer())
+            .await?;
+        let value: String = sqlx::query_scalar(&sql.get_setting)
+            .bind(key)
+            .fetch_one(self.writer())
+            .await?;
+        Ok(value)
+    }
+
+    async fn get_setting(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let value: Option<String> =
+            sqlx::query_scalar(&self.inner.statements.runner_api.get_setting)
+                .bind(key)
+                .fetch_optional(self.reader())
+                .await?;
+        Ok(value)
+    }
+
+    async fn put_setting(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        sqlx::query(&self.inner.statements.runner_api.put_setting)
+            .bind(key)
+            .bind(value)
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
+    async fn claim_once(
+        &self,
+        key: &str,
+        now: Timestamp,
+        forget_before: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let sql = &self.inner.statements.runner_api;
+        sqlx::query(&sql.prune_once)
+            .bind(forget_before.as_millis())
+            .execute(self.writer())
+            .await?;
+        let done = sqlx::query(&sql.claim_once)
+            .bind(key)
+            .bind(now.as_millis())
+            .execute(self.writer())
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn forget_once(&self, key: &str) -> Result<(), StoreError> {
+        sqlx::query(&self.inner.statements.runner_api.forget_once)
+            .bind(key)
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
+    async fn set_runner_external_id(
+        &self,
+        runner: RunnerId,
+        external_id: &str,
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(&self.inner.statements.runner_api.set_external_id)
+            .bind(runner.0)
+            .bind(external_id)
+            .execute(self.writer())
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::RunnerNotFound(runner));
+        }
+        Ok(())
+    }
+
+    async fn runner_external_id(&self, runner: RunnerId) -> Result<Option<String>, StoreError> {
+        let value: Option<Option<String>> =
+            sqlx::query_scalar(&self.inner.statements.runner_api.get_external_id)
+                .bind(runner.0)
+                .fetch_optional(self.reader())
+                .await?;
+        Ok(value.flatten())
+    }
+
+    async fn find_runner_by_token(&self, token_hash: &str) -> Result<Option<Runner>, StoreError> {
+        let row: Option<RunnerRow> =
+            sqlx::query_as(&self.inner.statements.runner_api.runner_by_token)
+                .bind(token_hash)
+                .fetch_optional(self.reader())
+                .await?;
+        row.map(Runner::try_from).transpose()
+    }
+
+    async fn heartbeat_replica(
+        &self,
+        replica: &crate::Replica,
+        forget_before: Timestamp,
+    ) -> Result<(), StoreError> {
+        let sql = &self.inner.statements.runner_api;
+        sqlx::query(&sql.heartbeat_replica)
+            .bind(replica.id.as_str())
+            .bind(replica.address.as_str())
+            .bind(replica.version.as_str())
+            .bind(replica.started_at.as_millis())
+            .bind(replica.heartbeat_at.as_millis())
+            .execute(self.writer())
+            .await?;
+        sqlx::query(&sql.forget_replicas)
+            .bind(forget_before.as_millis())
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
+    async fn replicas(&self, seen_since: Timestamp) -> Result<Vec<crate::Replica>, StoreError> {
+        let rows: Vec<(String, String, String, i64, i64)> =
+            sqlx::query_as(&self.inner.statements.runner_api.replicas)
+                .bind(seen_since.as_millis())
+                .fetch_all(self.reader())
+                .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(id, address, version, started_at, heartbeat_at)| crate::Replica {
+                    id,
+                    address,
+                    version,
+                    started_at: Timestamp::from_millis(started_at),
+                    heartbeat_at: Timestamp::from_millis(heartbeat_at),
+                },
+            )
+            .collect())
+    }
+
+    async fn begin_term(
+        &self,
+        name: &str,
+        replica: &str,
+        now: Timestamp,
+    ) -> Result<i64, StoreError> {
+        let term: i64 = sqlx::query_scalar(&self.inner.statements.runner_api.begin_term)
+            .bind(name)
+            .bind(replica)
+            .bind(now.as_millis())
+            .fetch_one(self.writer())
+            .await?;
+        Ok(term)
+    }
+
+    async fn leader(&self, name: &str) -> Result<Option<crate::LeaderTerm>, StoreError> {
+        let row: Option<(String, i64, i64)> =
+            sqlx::query_as(&self.inner.statements.runner_api.leader)
+                .bind(name)
+                .fetch_optional(self.reader())
+                .await?;
+        Ok(row.map(|(replica, term, since)| crate::LeaderTerm {
+            replica,
+            term,
+            since: Timestamp::from_millis(since),
+        }))
+    }
+
+    async fn put_job_log(
+        &self,
+        job: JobId,
+        exit_code: Option<i64>,
+        log: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(&self.inner.statements.runner_api.put_log)
+            .bind(job.0)
+            .bind(exit_code)
+            .bind(log)
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
+    async fn get_job_log(&self, job: JobId) -> Result<Option<(Option<i64>, String)>, StoreError> {
+        let row: Option<(Option<i64>, String)> =
+            sqlx::query_as(&self.inner.statements.runner_api.get_log)
+                .bind(job.0)
+                .fetch_optional(self.reader())
+                .await?;
+        Ok(row)
+    }
+
+    async fn add_runner_report(
+        &self,
+        runner: RunnerId,
+        phase: &str,
+        body: &str,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        sqlx::query(&self.inner.statements.runner_api.add_report)
+            .bind(runner.0)
+            .bind(phase)
+            .bind(body)
+            .bind(now.as_millis())
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
+    async fn runner_reports(&self, runner: RunnerId) -> Result<Vec<(String, String)>, StoreError> {
+        let rows: Vec<(String, String)> = sqlx::query_as(&self.inner.statements.runner_api.reports)
+            .bind(runner.0)
+            .fetch_all(self.reader())
+            .await?;
+        Ok(rows)
+    }
+
+    async fn prune(
+        &self,
+        what: crate::Prunable,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        let statements = &self.inner.statements.prune[what as usize];
+        let mut transaction = self.writer().begin().await?;
+        let mut pruned = 0;
+        for statement in statements {
+            pruned = sqlx::query(statement)
+                .bind(before.as_millis())
+                .bind(i64::from(limit))
+                .execute(&mut *transaction)
+                .await?
+                .rows_affected();
+        }
+        transaction.commit().await?;
+        Ok(pruned)
+    }
+
+    async fn count_rows(&self, what: crate::Prunable) -> Result<u64, StoreError> {
+        let count: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {}", what.table()))
+            .fetch_one(self.reader())
+            .await?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    async fn create_instance_token(
+        &self,
+        token_hash: &str,
+        runner: RunnerId,
+        expires_at: Timestamp,
+        jit_files: Option<&str>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(&self.inner.statements.runner_api.insert_instance_token)
+            .bind(token_hash)
+            .bind(runner.0)
+            .bind(expires_at.as_millis())
+            .bind(jit_files)
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
+    async fn find_instance_token(
+        &self,
+        token_hash: &str,
+    ) -> Result<Option<crate::InstanceToken>, StoreError> {
+        let row: Option<(i64, i64, Option<String>, Option<i64>)> =
+            sqlx::query_as(&self.inner.statements.runner_api.instance_token)
+                .bind(token_hash)
+                .fetch_optional(self.writer())
+                .await?;
+        Ok(row.map(
+            |(runner, expires_at, jit_files, fetched)| crate::InstanceToken {
+                runner: RunnerId(runner),
+                expires_at: Timestamp::from_millis(expires_at),
+                jit_files,
+                token_fetched: fetched.is_some(),
+            },
+        ))
+    }
+
+    async fn take_instance_registration(
+        &self,
+        token_hash: &str,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(&self.inner.statements.runner_api.take_instance_registration)
+            .bind(token_hash)
+            .bind(now.as_millis())
+            .execute(self.writer())
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn list_worker_configs(&self) -> Result<Vec<StoredWorkerConfig>, StoreError> {
+        let sql = &self.inner.statements.worker_configs;
+        let rows: Vec<(String, i64, String, i64)> =
+            sqlx::query_as(&sql.list).fetch_all(self.reader()).await?;
+        let pools: Vec<(String, String)> = sqlx::query_as(&sql.all_pools)
+            .fetch_all(self.reader())
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, version, body, updated_at)| StoredWorkerConfig {
+                pools: pools
+                    .iter()
+                    .filter(|(_, owner)| owner == &id)
+                    .map(|(pool, _)| pool.clone())
+                    .collect(),
+                id,
+                version,
+                body,
+                updated_at: Timestamp::from_millis(updated_at),
+            })
+            .collect())
+    }
+
+    async fn get_worker_config(&self, id: &str) -> Result<Option<StoredWorkerConfig>, StoreError> {
+        let sql = &self.inner.statements.worker_configs;
+        let mut transaction = self.reader().begin().await?;
+        let row: Option<(String, i64, String, i64)> = sqlx::query_as(&sql.get)
+            .bind(id)
+            .fetch_optional(&mut *transaction)
+            .await?;
+        let pools: Vec<String> = sqlx::query_scalar(&sql.pools_of)
+            .bind(id)
+            .fetch_all(&mut *transaction)
+            .await?;
+        transaction.commit().await?;
+        Ok(
+            row.map(|(id, version, body, updated_at)| StoredWorkerConfig {
+                id,
+                version,
+                body,
+                pools,
+                updated_at: Timestamp::from_millis(updated_at),
+            }),
+        )
+    }
+
+    async fn put_worker_config(
+        &self,
+        id: &str,
+        body: &str,
+        pools: &[String],
+        expect: Expect,
+        now: Timestamp,
+    ) -> Result<i64, StoreError> {
+        let sql = &self.inner.statements.worker_configs;
+        let mut transaction = self.writer().begin().await?;
+        let version: Option<i64> = match expect {
+            Expect::Any => {
+                let inserted = sqlx::query(&sql.insert)
+                    .bind(id)
+                    .bind(body)
+                    .bind(now.as_millis())
+                    .execute(&mut *transaction)
+                    .await?;
+                if inserted.rows_affected() == 1 {
+                    Some(1)
+                } else {
+                    sqlx::query_scalar(&sql.update_any)
+                        .bind(id)
+                        .bind(body)
+                        .bind(now.as_millis())
+                        .fetch_optional(&mut *transaction)
+                        .await?
+                }
+            }
+            Expect::Version(expected) => {
+                let updated: Option<i64> = sqlx::query_scalar(&sql.update_if)
+                    .bind(id)
+                    .bind(body)
+                    .bind(now.as_millis())
+                    .bind(expected)
+                    .fetch_optional(&mut *transaction)
+                    .await?;
+                if updated.is_none() {
+                    let current: Option<i64> = sqlx::query_scalar(&sql.version)
+                        .bind(id)
+                        .fetch_optional(&mut *transaction)
+                        .await?;
+                    return Err(StoreError::VersionConflict {
+                        id: id.to_owned(),
+                        expected,
+                        current,
+                    });
+                }
+                updated
+            }
+        };
+        let version = version.ok_or_else(|| {
+            StoreError::Corrupt(format!("worker configuration {id} vanished mid-write"))
+        })?;
+        for pool in pools {
+            let owner: Option<String> = sqlx::query_scalar(&sql.pool_owner)
+                .bind(pool.as_str())
+                .fetch_optional(&mut *transaction)
+                .await?;
+            if let Some(owner) = owner.filter(|owner| owner != id) {
+                return Err(StoreError::PoolTaken {
+                    pool: pool.clone(),
+                    owner,
+                });
+            }
+        }
+        sqlx::query(&sql.delete_pools)
+            .bind(id)
+            .execute(&mut *transaction)
+            .await?;
+        for pool in pools {
+            let inserted = sqlx::query(&sql.insert_pool)
+                .bind(pool.as_str())
+                .bind(id)
+                .execute(&mut *transaction)
+                .await;
+            match inserted {
+                Ok(_) => {}
+                // Another configuration claimed it between our check and insert.
+                Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                    return Err(StoreError::PoolTaken {
+                        pool: pool.clone(),
+                        owner: "another configuration written at the same time".to_owned(),
+                    })
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        transaction.commit().await?;
+        Ok(version)
+    }
+
+    async fn delete_worker_config(&self, id: &str, expect: Expect) -> Result<bool, StoreError> {
+        let sql = &self.inner.statements.worker_configs;
+        let mut transaction = self.writer().begin().await?;
+        let deleted = match expect {
+            Expect::Any => {
+                sqlx::query(&sql.delete_any)
+                    .bind(id)
+                    .execute(&mut *transaction)
+                    .await?
+            }
+            Expect::Version(expected) => {
+                let deleted = sqlx::query(&sql.delete_if)
+                    .bind(id)
+                    .bind(expected)
+                    .execute(&mut *transaction)
+                    .await?;
+                if deleted.rows_affected() == 0 {
+                    let current: Option<i64> = sqlx::query_scalar(&sql.version)
+                        .bind(id)
+                        .fetch_optional(&mut *transaction)
+                        .await?;
+                    if current.is_some() {
+                        return Err(StoreError::VersionConflict {
+                            id: id.to_owned(),
+                            expected,
+                            current,
+                        });
+                    }
+                }
+                deleted
+            }
+        };
+        // Pools go with their configuration (ON DELETE CASCADE), stated
+        // here too so the outcome does not hang on a pragma.
+        sqlx::query(&sql.delete_pools)
+            .bind(id)
+            .execute(&mut *transaction)
+            .await?;
+        transaction.commit().await?;
+        Ok(deleted.rows_affected() == 1)
+    }
+
+    async fn replace_job_and_runner(
+        &self,
+        job: (&Job, &Job),
+        runner: Option<(&Runner, &Runner)>,
+    ) -> Result<bool, StoreError> {
+        let (current, next) = job;
+        let Some((runner_current, runner_next)) = runner else {
+            return self.replace_job(current, next).await;
+        };
+        let op = Op::ReplaceWithRunner {
+            id: current.id,
+            version: current.version,
+            next: Box::new(Columns::from(next)),
+            runner: runner_current.id,
+            runner_version: runner_current.version,
+            runner_next: Box::new(Columns::from(runner_next)),
+        };
+        match self.group.submit(op).await? {
+            Outcome::Replaced(replaced) => Ok(replaced),
+            _ => Err(StoreError::Corrupt(
+                "group commit answered a replace with another outcome".into(),
+            )),
+        }
+    }
+
+    async fn replace_runner(&self, current: &Runner, next: &Runner) -> Result<bool, StoreError> {
+        let columns = Columns::from(next);
+        let result = bind_columns(sqlx::query(&self.inner.statements.replace_runner), &columns)
+            .bind(current.id.0)
+            .bind(current.version)
+            .execute(self.writer())
+            .await?;
+        Ok(result.rows_affected() == 1)
+    }
+}
