@@ -321,17 +321,15 @@ impl GithubClient {
         self.budget.lock().ok()?.github_remaining(now)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn send(
-        &self,
-        metrics: &Metrics,
-        operation: &'static str,
-        priority: Priority,
-        who: As,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> Result<(StatusCode, HeaderMap, Value), GithubError> {
+    async fn send(&self, metrics: &Metrics, call: Call) -> Result<Answer, GithubError> {
+        let Call {
+            operation,
+            priority,
+            who,
+            method,
+            path,
+            body,
+        } = call;
         let now = crate::clock::now();
         {
             let mut budget = self.budget.lock().map_err(|_| GithubError::Transport {
@@ -381,7 +379,12 @@ impl GithubClient {
         if who == As::Installation || matches!(self.credentials, Credentials::Token(_)) {
             self.observe(status, &headers, remaining, &value);
         }
-        Ok((status, headers, value))
+        Ok(Answer {
+            operation,
+            status,
+            headers,
+            body: value,
+        })
     }
 
     fn observe(
@@ -437,39 +440,32 @@ impl GithubClient {
         labels: &[String],
         runner_group_id: u64,
     ) -> Result<JitConfig, GithubError> {
-        const OPERATION: &str = "generate_jitconfig";
-        let (status, _, body) = self
-            .send(
-                metrics,
-                OPERATION,
-                Priority::JitConfig,
-                As::Installation,
-                reqwest::Method::POST,
-                &format!("{}/generate-jitconfig", target.runners_path()),
-                Some(json!({
-                    "name": name,
-                    "runner_group_id": runner_group_id,
-                    "labels": labels,
-                    "work_folder": "_work",
-                })),
-            )
-            .await?;
-        if status != StatusCode::CREATED {
-            return Err(GithubClient::refused(OPERATION, status, &body));
-        }
+        let call = Call::new(
+            "generate_jitconfig",
+            Priority::JitConfig,
+            As::Installation,
+            reqwest::Method::POST,
+            format!("{}/generate-jitconfig", target.runners_path()),
+        )
+        .with_body(json!({
+            "name": name,
+            "runner_group_id": runner_group_id,
+            "labels": labels,
+            "work_folder": "_work",
+        }));
+        let answer = self
+            .send(metrics, call)
+            .await?
+            .expect(StatusCode::CREATED)?;
         match (
-            body["runner"]["id"].as_u64(),
-            body["encoded_jit_config"].as_str(),
+            answer.body["runner"]["id"].as_u64(),
+            answer.body["encoded_jit_config"].as_str(),
         ) {
             (Some(runner_id), Some(encoded)) => Ok(JitConfig {
                 runner_id,
                 encoded: encoded.to_owned(),
             }),
-            _ => Err(GithubError::Status {
-                operation: OPERATION,
-                status: status.as_u16(),
-                message: "the answer has no runner.id or encoded_jit_config".into(),
-            }),
+            _ => Err(answer.malformed("the answer has no runner.id or encoded_jit_config")),
         }
     }
 
@@ -481,21 +477,14 @@ impl GithubClient {
         metrics: &Metrics,
         target: &Target,
     ) -> Result<Vec<Value>, GithubError> {
-        const OPERATION: &str = "runner_downloads";
-        let (status, _, body) = self
-            .send(
-                metrics,
-                OPERATION,
-                Priority::JitConfig,
-                As::Installation,
-                reqwest::Method::GET,
-                &format!("{}/downloads", target.runners_path()),
-                None,
-            )
-            .await?;
-        if status != StatusCode::OK {
-            return Err(GithubClient::refused(OPERATION, status, &body));
-        }
+        let call = Call::new(
+            "runner_downloads",
+            Priority::JitConfig,
+            As::Installation,
+            reqwest::Method::GET,
+            format!("{}/downloads", target.runners_path()),
+        );
+        let answer = self.send(metrics, call).await?.expect(StatusCode::OK)?;
         const FIELDS: [&str; 6] = [
             "os",
             "architecture",
@@ -504,13 +493,10 @@ impl GithubClient {
             "temp_download_token",
             "sha256_checksum",
         ];
-        let downloads = body
+        let downloads = answer
+            .body
             .as_array()
-            .ok_or_else(|| GithubError::Status {
-                operation: OPERATION,
-                status: status.as_u16(),
-                message: "the answer is not an array".into(),
-            })?
+            .ok_or_else(|| answer.malformed("the answer is not an array"))?
             .iter()
             .filter(|d| d["download_url"].is_string() && d["filename"].is_string())
             .map(|d| {
@@ -533,23 +519,19 @@ impl GithubClient {
         target: &Target,
         runner_id: u64,
     ) -> Result<Deregistered, GithubError> {
-        const OPERATION: &str = "delete_runner";
-        let (status, _, body) = self
-            .send(
-                metrics,
-                OPERATION,
-                Priority::Deregister,
-                As::Installation,
-                reqwest::Method::DELETE,
-                &format!("{}/{runner_id}", target.runners_path()),
-                None,
-            )
-            .await?;
-        match status {
+        let call = Call::new(
+            "delete_runner",
+            Priority::Deregister,
+            As::Installation,
+            reqwest::Method::DELETE,
+            format!("{}/{runner_id}", target.runners_path()),
+        );
+        let answer = self.send(metrics, call).await?;
+        match answer.status {
             StatusCode::NO_CONTENT => Ok(Deregistered::Removed),
             StatusCode::NOT_FOUND => Ok(Deregistered::NotFound),
             StatusCode::UNPROCESSABLE_ENTITY => Err(GithubError::RunnerBusy(runner_id)),
-            other => Err(GithubClient::refused(OPERATION, other, &body)),
+            _ => Err(answer.refused()),
         }
     }
 
@@ -561,26 +543,17 @@ impl GithubClient {
         repository: &str,
         job_id: u64,
     ) -> Result<JobStatus, GithubError> {
-        const OPERATION: &str = "get_job";
-        let (status, _, body) = self
-            .send(
-                metrics,
-                OPERATION,
-                Priority::Recheck,
-                As::Installation,
-                reqwest::Method::GET,
-                &format!("/repos/{repository}/actions/jobs/{job_id}"),
-                None,
-            )
-            .await?;
-        if status != StatusCode::OK {
-            return Err(GithubClient::refused(OPERATION, status, &body));
-        }
-        serde_json::from_value(body).map_err(|e| GithubError::Status {
-            operation: OPERATION,
-            status: status.as_u16(),
-            message: format!("unexpected job shape: {e}"),
-        })
+        let call = Call::new(
+            "get_job",
+            Priority::Recheck,
+            As::Installation,
+            reqwest::Method::GET,
+            format!("/repos/{repository}/actions/jobs/{job_id}"),
+        );
+        self.send(metrics, call)
+            .await?
+            .expect(StatusCode::OK)?
+            .parse("job")
     }
 
     fn hook_identity(hook: &Hook) -> As {
@@ -598,34 +571,23 @@ impl GithubClient {
         hook: &Hook,
         cursor: Option<&str>,
     ) -> Result<DeliveryPage, GithubError> {
-        const OPERATION: &str = "list_deliveries";
         let mut path = format!("{}?per_page=100&status=failure", hook.deliveries_path());
         if let Some(cursor) = cursor {
             path.push_str("&cursor=");
             path.push_str(cursor);
         }
-        let (status, headers, body) = self
-            .send(
-                metrics,
-                OPERATION,
-                Priority::Redeliver,
-                GithubClient::hook_identity(hook),
-                reqwest::Method::GET,
-                &path,
-                None,
-            )
-            .await?;
-        if status != StatusCode::OK {
-            return Err(GithubClient::refused(OPERATION, status, &body));
-        }
-        let deliveries = serde_json::from_value(body).map_err(|e| GithubError::Status {
-            operation: OPERATION,
-            status: status.as_u16(),
-            message: format!("unexpected deliveries shape: {e}"),
-        })?;
+        let call = Call::new(
+            "list_deliveries",
+            Priority::Redeliver,
+            GithubClient::hook_identity(hook),
+            reqwest::Method::GET,
+            path,
+        );
+        let answer = self.send(metrics, call).await?.expect(StatusCode::OK)?;
+        let next_cursor = next_cursor(&answer.headers);
         Ok(DeliveryPage {
-            deliveries,
-            next_cursor: next_cursor(&headers),
+            deliveries: answer.parse("deliveries")?,
+            next_cursor,
         })
     }
 
@@ -636,22 +598,98 @@ impl GithubClient {
         hook: &Hook,
         delivery: u64,
     ) -> Result<(), GithubError> {
-        const OPERATION: &str = "redeliver";
-        let (status, _, body) = self
-            .send(
-                metrics,
-                OPERATION,
-                Priority::Redeliver,
-                GithubClient::hook_identity(hook),
-                reqwest::Method::POST,
-                &format!("{}/{delivery}/attempts", hook.deliveries_path()),
-                None,
-            )
-            .await?;
-        if status != StatusCode::ACCEPTED {
-            return Err(GithubClient::refused(OPERATION, status, &body));
-        }
+        let call = Call::new(
+            "redeliver",
+            Priority::Redeliver,
+            GithubClient::hook_identity(hook),
+            reqwest::Method::POST,
+            format!("{}/{delivery}/attempts", hook.deliveries_path()),
+        );
+        self.send(metrics, call)
+            .await?
+            .expect(StatusCode::ACCEPTED)?;
         Ok(())
+    }
+}
+
+/// One request to GitHub's REST API, as [`GithubClient::send`] takes it.
+struct Call {
+    /// The name in errors and in `runway_github_requests_total`.
+    operation: &'static str,
+    priority: Priority,
+    who: As,
+    method: reqwest::Method,
+    /// From the API root on, with any query.
+    path: String,
+    body: Option<Value>,
+}
+
+impl Call {
+    fn new(
+        operation: &'static str,
+        priority: Priority,
+        who: As,
+        method: reqwest::Method,
+        path: String,
+    ) -> Call {
+        Call {
+            operation,
+            priority,
+            who,
+            method,
+            path,
+            body: None,
+        }
+    }
+
+    fn with_body(self, body: Value) -> Call {
+        Call {
+            body: Some(body),
+            ..self
+        }
+    }
+}
+
+/// GitHub's answer to a [`Call`]: the body is JSON, `Null` when it is not.
+struct Answer {
+    operation: &'static str,
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Value,
+}
+
+impl Answer {
+    /// The answer if its status is `ok`, GitHub's refusal otherwise.
+    fn expect(self, ok: StatusCode) -> Result<Answer, GithubError> {
+        if self.status == ok {
+            Ok(self)
+        } else {
+            Err(self.refused())
+        }
+    }
+
+    fn refused(&self) -> GithubError {
+        GithubClient::refused(self.operation, self.status, &self.body)
+    }
+
+    /// An answer with the right status and the wrong shape.
+    fn malformed(&self, message: impl Into<String>) -> GithubError {
+        GithubError::Status {
+            operation: self.operation,
+            status: self.status.as_u16(),
+            message: message.into(),
+        }
+    }
+
+    /// The body as a `T`; `what` names it in the error.
+    fn parse<T: serde::de::DeserializeOwned>(self, what: &str) -> Result<T, GithubError> {
+        let operation = self.operation;
+        let status = self.status.as_u16();
+        serde_json::from_value(self.body).map_err(|e| GithubError::Status {
+            operation,
+            status,
+            message: format!("unexpected {what} shape: {e}"),
+        })
     }
 }
 
