@@ -99,7 +99,16 @@ async fn scales_up_to_max_marks_ready_and_scales_down_to_min_idle_without_touchi
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(explained["code"], "at_max_runners");
+    assert!(
+        matches!(
+            explained,
+            runway_server::app::explain::Explanation::Waiting {
+                reason: runway_core::planner::WaitReason::AtMaxRunners { max_runners: 5 },
+                ..
+            }
+        ),
+        "{explained:?}"
+    );
     let (again, _) = reconciler.reconcile_once(clock.now()).await.unwrap();
     assert_eq!(again.created, 0, "level-triggered: nothing more to do");
 

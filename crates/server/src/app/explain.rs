@@ -4,13 +4,13 @@
 use runway_core::planner::{
     plan, Offer, PoolPolicy, PoolSnapshot, QueuedJob, RunnerView, Snapshot, WaitReason, Waiting,
 };
-use runway_core::{Job, JobState};
+use std::collections::{BTreeMap, BTreeSet};
+
+use runway_core::{Job, JobId, JobState};
 use runway_store::{JobFilter, StoreError};
-use serde_json::{json, Value};
 
 use crate::app::Service;
 use crate::clock::now;
-use crate::clock::rfc3339;
 use crate::config::PoolConfig;
 
 pub fn policy(pool: &PoolConfig) -> PoolPolicy {
@@ -77,63 +77,80 @@ pub async fn waiting_in_pool(service: &Service, pool: &PoolConfig) -> Result<Wai
     Ok(plan(&snapshot, now()).waiting)
 }
 
-/// A reason as the API shows it: a stable code and its details.
-pub fn reason_json(reason: &WaitReason, pool: Option<&PoolConfig>) -> Value {
-    let details = match reason {
-        WaitReason::RunnerIdle { runner } => json!({ "runner": runner.0 }),
-        WaitReason::RunnerBooting { runner, since } => {
-            json!({ "runner": runner.0, "since": rfc3339(*since) })
-        }
-        WaitReason::RunnerRequested { provider } => json!({ "provider": provider }),
-        WaitReason::AtMaxRunners { max_runners } => json!({ "max_runners": max_runners }),
-        WaitReason::ProviderBackoff {
-            provider,
-            last_error,
-            retry_at,
-        } => {
-            json!({ "provider": provider, "last_error": last_error, "retry_at": rfc3339(*retry_at) })
-        }
-        WaitReason::NoProviderCapacity => {
-            let configured = pool.map(|p| !p.providers.is_empty()).unwrap_or(false);
-            json!({
-                "hint": if configured {
-                    "the pool's providers have no quota left"
-                } else {
-                    "no runner can start for this pool yet: register one (runway agent) or configure a provider"
-                }
-            })
-        }
-        WaitReason::ScalingRatio { scaling_ratio } => json!({ "scaling_ratio": scaling_ratio }),
-        WaitReason::LeaseExpiredRequeued { attempts } => json!({ "attempts": attempts }),
-    };
-    json!({ "code": reason.code(), "details": details })
+/// Why a job is where it is, for the API to show.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Explanation {
+    /// Queued in a configured pool; the planner's reason.
+    Waiting {
+        reason: WaitReason,
+        /// Whether any configured provider may start runners for the pool
+        /// (without one, it waits for a runner to register itself).
+        has_providers: bool,
+    },
+    /// Intake could not route it; intake's reason.
+    Unroutable { reason: Option<String> },
+    /// Queued in a pool the configuration no longer has.
+    PoolNotConfigured { pool: Option<String> },
 }
 
-/// The explanation of a job intake could not route.
-pub fn unroutable_json(job: &Job) -> Value {
-    json!({ "code": "unroutable", "details": { "reason": job.reason } })
+impl Explanation {
+    fn waiting(reason: WaitReason, pool: &PoolConfig, service: &Service) -> Explanation {
+        // A pool that names no provider may use any.
+        let has_providers = !pool.providers.is_empty() || !service.config.providers.is_empty();
+        Explanation::Waiting {
+            reason,
+            has_providers,
+        }
+    }
 }
 
 /// Why `job` is where it is, if it is waiting (or was never routed).
-pub async fn explain_job(service: &Service, job: &Job) -> Result<Option<Value>, StoreError> {
-    match job.state {
-        JobState::Unroutable => Ok(Some(unroutable_json(job))),
-        JobState::Queued => {
-            let Some(pool) = job
+pub async fn explain_job(service: &Service, job: &Job) -> Result<Option<Explanation>, StoreError> {
+    Ok(explain_jobs(service, std::slice::from_ref(job))
+        .await?
+        .remove(&job.id))
+}
+
+/// [`explain_job`] for many jobs: one planner run per pool they wait in,
+/// not one per job.
+pub async fn explain_jobs(
+    service: &Service,
+    jobs: &[Job],
+) -> Result<BTreeMap<JobId, Explanation>, StoreError> {
+    let mut explained = BTreeMap::new();
+    let mut pools = BTreeSet::new();
+    for job in jobs {
+        match job.state {
+            JobState::Unroutable => {
+                let reason = job.reason.clone();
+                explained.insert(job.id, Explanation::Unroutable { reason });
+            }
+            JobState::Queued => match job
                 .pool
                 .as_deref()
                 .and_then(|name| service.config.pool(name))
-            else {
-                return Ok(Some(json!({
-                    "code": "pool_not_configured",
-                    "details": { "pool": job.pool, "hint": "the job's pool is no longer in the configuration" },
-                })));
-            };
-            let waiting = waiting_in_pool(service, pool).await?;
-            Ok(waiting
-                .get(&job.id)
-                .map(|reason| reason_json(reason, Some(pool))))
+            {
+                Some(pool) => {
+                    pools.insert(pool.name.as_str());
+                }
+                None => {
+                    let pool = job.pool.clone();
+                    explained.insert(job.id, Explanation::PoolNotConfigured { pool });
+                }
+            },
+            _ => {}
         }
-        _ => Ok(None),
     }
+    let wanted: BTreeSet<JobId> = jobs.iter().map(|job| job.id).collect();
+    for name in pools {
+        let Some(pool) = service.config.pool(name) else {
+            continue;
+        };
+        for (id, reason) in waiting_in_pool(service, pool).await? {
+            if wanted.contains(&id) {
+                explained.insert(id, Explanation::waiting(reason, pool, service));
+            }
+        }
+    }
+    Ok(explained)
 }

@@ -8,10 +8,13 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::routing::get;
 use axum::{Json, Router};
+use runway_core::planner::WaitReason;
 use runway_core::{Job, JobId, JobState, Runner, RunnerState};
 use runway_store::{JobFilter, RunnerFilter, StoreError};
 use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 
+use crate::app::explain::Explanation;
 use crate::app::{AppError, Service};
 use crate::clock::rfc3339;
 use crate::http::auth::Reader;
@@ -53,10 +56,10 @@ pub struct JobDto {
     pub enqueued_at: String,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
-    pub details: serde_json::Value,
+    pub details: Value,
     /// Why a queued job waits (or why it was never routed): `{code, details}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub waiting: Option<serde_json::Value>,
+    pub waiting: Option<Value>,
 }
 
 impl From<&Job> for JobDto {
@@ -167,27 +170,11 @@ async fn list_jobs(
     };
     let mut dtos: Vec<JobDto> = jobs.iter().map(JobDto::from).collect();
     if query.explain.as_deref() == Some("true") {
-        // One planner run per pool, not per job.
-        let mut reasons = std::collections::BTreeMap::new();
-        for pool in &service.config.pools {
-            if jobs
-                .iter()
-                .any(|j| j.state == JobState::Queued && j.pool.as_ref() == Some(&pool.name))
-            {
-                let waiting = crate::app::explain::waiting_in_pool(&service, pool)
-                    .await
-                    .map_err(|e| store_error(&service, "explain", e))?;
-                for (id, reason) in waiting {
-                    reasons.insert(id, crate::app::explain::reason_json(&reason, Some(pool)));
-                }
-            }
-        }
+        let explained = crate::app::explain::explain_jobs(&service, &jobs)
+            .await
+            .map_err(|e| store_error(&service, "explain", e))?;
         for (dto, job) in dtos.iter_mut().zip(&jobs) {
-            dto.waiting = match job.state {
-                JobState::Queued => reasons.get(&job.id).cloned(),
-                JobState::Unroutable => Some(crate::app::explain::unroutable_json(job)),
-                _ => None,
-            };
+            dto.waiting = explained.get(&job.id).map(explanation_json);
         }
     }
     Ok(Json(JobPageDto {
@@ -213,8 +200,53 @@ async fn get_job(
     let mut dto = JobDto::from(&job);
     dto.waiting = crate::app::explain::explain_job(&service, &job)
         .await
-        .map_err(|e| store_error(&service, "explain", e))?;
+        .map_err(|e| store_error(&service, "explain", e))?
+        .as_ref()
+        .map(explanation_json);
     Ok(Json(dto))
+}
+
+/// An explanation as the API shows it: a stable code and its details.
+fn explanation_json(explanation: &Explanation) -> Value {
+    let (code, details) = match explanation {
+        Explanation::Waiting {
+            reason,
+            has_providers,
+        } => (reason.code(), wait_details(reason, *has_providers)),
+        Explanation::Unroutable { reason } => ("unroutable", json!({ "reason": reason })),
+        Explanation::PoolNotConfigured { pool } => (
+            "pool_not_configured",
+            json!({ "pool": pool, "hint": "the job's pool is no longer in the configuration" }),
+        ),
+    };
+    json!({ "code": code, "details": details })
+}
+
+fn wait_details(reason: &WaitReason, has_providers: bool) -> Value {
+    match reason {
+        WaitReason::RunnerIdle { runner } => json!({ "runner": runner.0 }),
+        WaitReason::RunnerBooting { runner, since } => {
+            json!({ "runner": runner.0, "since": rfc3339(*since) })
+        }
+        WaitReason::RunnerRequested { provider } => json!({ "provider": provider }),
+        WaitReason::AtMaxRunners { max_runners } => json!({ "max_runners": max_runners }),
+        WaitReason::ProviderBackoff {
+            provider,
+            last_error,
+            retry_at,
+        } => {
+            json!({ "provider": provider, "last_error": last_error, "retry_at": rfc3339(*retry_at) })
+        }
+        WaitReason::NoProviderCapacity => json!({
+            "hint": if has_providers {
+                "the pool's providers have no quota left"
+            } else {
+                "no runner can start for this pool yet: register one (runway agent) or configure a provider"
+            }
+        }),
+        WaitReason::ScalingRatio { scaling_ratio } => json!({ "scaling_ratio": scaling_ratio }),
+        WaitReason::LeaseExpiredRequeued { attempts } => json!({ "attempts": attempts }),
+    }
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
