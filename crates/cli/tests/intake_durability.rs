@@ -287,3 +287,151 @@ fn a_postgres_outage_gets_503s_and_runway_recovers_without_a_restart() {
         acknowledged.len()
     );
 }
+
+/// A small file system of its own (tmpfs), unmounted when dropped: the
+/// disk that fills up. Needs the right to mount, as CI's root has.
+struct SmallDisk {
+    path: std::path::PathBuf,
+}
+
+impl SmallDisk {
+    fn mount(path: &Path, megabytes: u32) -> SmallDisk {
+        std::fs::create_dir_all(path).expect("mount point");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={megabytes}m"), "tmpfs"])
+            .arg(path)
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "this test mounts a small tmpfs to fill it up, which needs root (CI runs as root)"
+        );
+        SmallDisk {
+            path: path.to_owned(),
+        }
+    }
+
+    /// Fills the disk and keeps it full: a file takes every free byte, and
+    /// every byte freed later (SQLite truncating its WAL, say), until the
+    /// filler is removed.
+    fn fill(&self) -> Filler {
+        let path = self.path.join("filler");
+        let stop = Arc::new(AtomicBool::new(false));
+        let (filled, filled_flag) = (Arc::new(AtomicBool::new(false)), stop.clone());
+        let (file_path, filled_at) = (path.clone(), filled.clone());
+        let thread = std::thread::spawn(move || {
+            use std::io::Write;
+            let mut file = std::fs::File::create(&file_path).expect("filler");
+            let chunk = vec![0u8; 4096];
+            // Bounded: at most 10 minutes of top-ups.
+            let deadline = std::time::Instant::now() + Duration::from_secs(600);
+            while !filled_flag.load(Ordering::Relaxed) && std::time::Instant::now() < deadline {
+                if file.write_all(&chunk).is_err() {
+                    while file.write_all(&[0u8; 512]).is_ok() {}
+                    filled_at.store(true, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+        });
+        common::wait_until("the disk to be full", 60, || filled.load(Ordering::Relaxed));
+        Filler {
+            path,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+/// What keeps a [`SmallDisk`] full.
+struct Filler {
+    path: std::path::PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Filler {
+    /// Stops topping up and frees the space.
+    fn remove(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.join().expect("filler thread");
+        }
+        std::fs::remove_file(&self.path).expect("make room");
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
+}
+
+/// The SQLite file's disk fills up under webhook load: webhooks get 503
+/// (never a 2xx for something not committed), nothing is half-written (a
+/// delivery refused while the disk was full is taken as new afterwards,
+/// not as a duplicate of a delivery recorded without its job), and runway
+/// takes writes again by itself once there is room, without a restart.
+#[test]
+fn a_full_disk_gets_503s_and_runway_recovers_when_there_is_room() {
+    let dir = tempfile::tempdir().expect("dir");
+    write_config(dir.path());
+    let disk = SmallDisk::mount(&dir.path().join("data"), 24);
+    let database = format!("sqlite://{}/runway.db", disk.path.display());
+    let (_server, base) = start(dir.path(), &["--database", &database]);
+    let load = Load::start(&base, 1_000_000);
+    common::wait_until("webhooks acknowledged before the disk fills", 60, || {
+        load.acknowledged() >= 200
+    });
+
+    let filler = disk.fill();
+    common::wait_until("webhooks to get 503 on a full disk", 60, || {
+        load.count("503") >= 20
+    });
+    // A delivery refused while the disk is full. (Not every write need
+    // fail: SQLite reuses its WAL file's space after a checkpoint, so a
+    // commit may still fit, and its 2xx is as durable as any.)
+    let client = common::client();
+    let url = format!("{base}/webhooks/github");
+    let probe = (999_000_000..999_000_500)
+        .find(|&id| send(&client, &url, id).expect("an answer").as_u16() == 503)
+        .expect("a webhook refused with 503 while the disk is full");
+    filler.remove();
+    let before = load.acknowledged();
+    common::wait_until("webhooks acknowledged once there is room", 60, || {
+        load.acknowledged() >= before + 200
+    });
+    let (acknowledged, statuses) = load.finish();
+
+    let unexpected: Vec<(&String, &u64)> = statuses
+        .iter()
+        .filter(|(status, _)| !status.starts_with('2') && status.as_str() != "503")
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "only 2xx and 503 while the disk is full, got {statuses:?}"
+    );
+    let stored = stored_external_ids(&base);
+    let lost: Vec<&u64> = acknowledged
+        .iter()
+        .filter(|id| !stored.contains(id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged jobs lost, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+    assert!(!stored.contains(&probe), "a 503 changed nothing");
+    // The refused delivery again, now that there is room: taken as new,
+    // so its job exists (no delivery was recorded without its job).
+    let status = send(&client, &url, probe).expect("an answer");
+    assert!(
+        status.is_success(),
+        "redelivery after the disk freed: {status}"
+    );
+    assert!(stored_external_ids(&base).contains(&probe));
+    eprintln!(
+        "{} acknowledged webhooks across a full disk, all stored; statuses {statuses:?}",
+        acknowledged.len()
+    );
+}

@@ -17,6 +17,7 @@ use runway_core::job::NewJob;
 use runway_core::runner::NewRunner;
 use runway_core::{Job, JobId, JobSource, Runner, RunnerId, Timestamp};
 use sqlx::migrate::Migrator;
+use sqlx::pool::PoolConnection;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use crate::common::{bind_guarded, Statements, LIVE_RUNNER};
@@ -137,6 +138,27 @@ impl<D: Dialect> SqlStore<D> {
     }
 }
 
+/// `result` of a write on `connection`, which is closed rather than reused
+/// when the write failed in the database. A failed transaction can leave a
+/// connection out of step with its database: after `SQLITE_FULL` or an I/O
+/// error SQLite rolls the transaction back by itself, sqlx's count of open
+/// transactions does not know, and its next "transaction" turns out to be
+/// a savepoint inside one that never commits, so every later write on that
+/// connection would be answered as done and never become durable. A new
+/// connection starts clean.
+pub(crate) fn settle<DB: Database, T>(
+    mut connection: PoolConnection<DB>,
+    result: Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    if matches!(result, Err(StoreError::Database(_))) {
+        tracing::warn!(
+            "closing a database connection after a failed write; the next write opens a new one"
+        );
+        connection.close_on_drop();
+    }
+    result
+}
+
 /// The database's own words for what went wrong, without sqlx's wrapping.
 pub(crate) fn describe_sqlx_error(error: &sqlx::Error) -> String {
     match error {
@@ -254,19 +276,23 @@ where
 
     /// Runs `ops` in one transaction (a lone write in autocommit).
     pub(crate) async fn execute_batch(&self, ops: &[&Op]) -> Result<Vec<Outcome>, StoreError> {
-        // A lone write is one statement (an enqueue may add a read):
-        // autocommit saves the BEGIN and COMMIT round trips.
-        if let [op] = ops {
-            let mut connection = self.writer.acquire().await?;
-            return Ok(vec![self.execute_one(&mut connection, op).await?]);
+        let mut connection = self.writer.acquire().await?;
+        let result = async {
+            // A lone write is one statement (an enqueue may add a read):
+            // autocommit saves the BEGIN and COMMIT round trips.
+            if let [op] = ops {
+                return Ok(vec![self.execute_one(&mut connection, op).await?]);
+            }
+            let mut transaction = sqlx::Connection::begin(&mut *connection).await?;
+            let mut outcomes = Vec::with_capacity(ops.len());
+            for op in ops {
+                outcomes.push(self.execute_one(&mut transaction, op).await?);
+            }
+            transaction.commit().await?;
+            Ok(outcomes)
         }
-        let mut transaction = self.writer.begin().await?;
-        let mut outcomes = Vec::with_capacity(ops.len());
-        for op in ops {
-            outcomes.push(self.execute_one(&mut transaction, op).await?);
-        }
-        transaction.commit().await?;
-        Ok(outcomes)
+        .await;
+        settle(connection, result)
     }
 
     async fn execute_one(
@@ -693,75 +719,83 @@ where
         now: Timestamp,
     ) -> Result<Runner, StoreError> {
         let sql = &self.inner.statements.runner_api;
-        let mut transaction = self.writer().begin().await?;
-        let redeemed: Option<(String, Option<i64>)> = sqlx::query_as(&sql.redeem_registration)
-            .bind(registration_token_hash)
-            .bind(now.as_millis())
-            .fetch_optional(&mut *transaction)
-            .await?;
-        let (pool, bound) = redeemed.ok_or(StoreError::InvalidToken)?;
-        let runner = match bound {
-            // Minted for a record the reconciler created: adopt it. A
-            // record that already failed (boot timeout) admits no one.
-            Some(id) => {
-                let row: Option<RunnerRow> = sqlx::query_as(&self.inner.statements.runner_by_id)
-                    .bind(id)
-                    .fetch_optional(&mut *transaction)
-                    .await?;
-                let current = row
-                    .map(Runner::try_from)
-                    .transpose()?
-                    .ok_or(StoreError::InvalidToken)?;
-                let next = if matches!(
-                    current.state,
-                    runway_core::RunnerState::Requested | runway_core::RunnerState::Provisioning
-                ) {
-                    current.apply(&runway_core::RunnerEvent::Ready, now)?
-                } else {
-                    return Err(StoreError::InvalidToken);
-                };
-                let columns = Columns::from(&next);
-                let updated =
-                    bind_columns(sqlx::query(&self.inner.statements.replace_runner), &columns)
-                        .bind(current.id.0)
-                        .bind(current.version)
-                        .execute(&mut *transaction)
-                        .await?;
-                if updated.rows_affected() != 1 {
-                    return Err(StoreError::Contention {
-                        what: format!("runner {}", current.id),
-                    });
-                }
-                next
-            }
-            None => {
-                let new = NewRunner {
-                    name: name.to_owned(),
-                    pool,
-                    provider: runway_core::RunnerOrigin::Registered.column().to_owned(),
-                    labels: labels.to_vec(),
-                };
-                let columns = Columns::from(&new.initial(RunnerId(0), now));
-                let row = bind_columns(sqlx::query(&self.inner.statements.insert_runner), &columns)
-                    .fetch_one(&mut *transaction)
-                    .await
-                    .and_then(|row| RunnerRow::from_row(&row));
-                match row {
-                    Ok(row) => Runner::try_from(row)?,
-                    Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                        return Err(StoreError::DuplicateRunnerName(name.to_owned()))
+        let mut connection = self.writer().acquire().await?;
+        let result: Result<Runner, StoreError> = async {
+            let mut transaction = sqlx::Connection::begin(&mut *connection).await?;
+            let redeemed: Option<(String, Option<i64>)> = sqlx::query_as(&sql.redeem_registration)
+                .bind(registration_token_hash)
+                .bind(now.as_millis())
+                .fetch_optional(&mut *transaction)
+                .await?;
+            let (pool, bound) = redeemed.ok_or(StoreError::InvalidToken)?;
+            let runner = match bound {
+                // Minted for a record the reconciler created: adopt it. A
+                // record that already failed (boot timeout) admits no one.
+                Some(id) => {
+                    let row: Option<RunnerRow> =
+                        sqlx::query_as(&self.inner.statements.runner_by_id)
+                            .bind(id)
+                            .fetch_optional(&mut *transaction)
+                            .await?;
+                    let current = row
+                        .map(Runner::try_from)
+                        .transpose()?
+                        .ok_or(StoreError::InvalidToken)?;
+                    let next = if matches!(
+                        current.state,
+                        runway_core::RunnerState::Requested
+                            | runway_core::RunnerState::Provisioning
+                    ) {
+                        current.apply(&runway_core::RunnerEvent::Ready, now)?
+                    } else {
+                        return Err(StoreError::InvalidToken);
+                    };
+                    let columns = Columns::from(&next);
+                    let updated =
+                        bind_columns(sqlx::query(&self.inner.statements.replace_runner), &columns)
+                            .bind(current.id.0)
+                            .bind(current.version)
+                            .execute(&mut *transaction)
+                            .await?;
+                    if updated.rows_affected() != 1 {
+                        return Err(StoreError::Contention {
+                            what: format!("runner {}", current.id),
+                        });
                     }
-                    Err(e) => return Err(e.into()),
+                    next
                 }
-            }
-        };
-        sqlx::query(&sql.set_runner_token)
-            .bind(runner.id.0)
-            .bind(runner_token_hash)
-            .execute(&mut *transaction)
-            .await?;
-        transaction.commit().await?;
-        Ok(runner)
+                None => {
+                    let new = NewRunner {
+                        name: name.to_owned(),
+                        pool,
+                        provider: runway_core::RunnerOrigin::Registered.column().to_owned(),
+                        labels: labels.to_vec(),
+                    };
+                    let columns = Columns::from(&new.initial(RunnerId(0), now));
+                    let row =
+                        bind_columns(sqlx::query(&self.inner.statements.insert_runner), &columns)
+                            .fetch_one(&mut *transaction)
+                            .await
+                            .and_then(|row| RunnerRow::from_row(&row));
+                    match row {
+                        Ok(row) => Runner::try_from(row)?,
+                        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                            return Err(StoreError::DuplicateRunnerName(name.to_owned()))
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            };
+            sqlx::query(&sql.set_runner_token)
+                .bind(runner.id.0)
+                .bind(runner_token_hash)
+                .execute(&mut *transaction)
+                .await?;
+            transaction.commit().await?;
+            Ok(runner)
+        }
+        .await;
+        crate::sql::settle(connection, result)
     }
 
     async fn init_setting(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
@@ -982,18 +1016,23 @@ where
         limit: u32,
     ) -> Result<u64, StoreError> {
         let statements = &self.inner.statements.prune[what as usize];
-        let mut transaction = self.writer().begin().await?;
-        let mut pruned = 0;
-        for statement in statements {
-            pruned = sqlx::query(statement)
-                .bind(before.as_millis())
-                .bind(i64::from(limit))
-                .execute(&mut *transaction)
-                .await?
-                .rows_affected();
+        let mut connection = self.writer().acquire().await?;
+        let result: Result<u64, StoreError> = async {
+            let mut transaction = sqlx::Connection::begin(&mut *connection).await?;
+            let mut pruned = 0;
+            for statement in statements {
+                pruned = sqlx::query(statement)
+                    .bind(before.as_millis())
+                    .bind(i64::from(limit))
+                    .execute(&mut *transaction)
+                    .await?
+                    .rows_affected();
+            }
+            transaction.commit().await?;
+            Ok(pruned)
         }
-        transaction.commit().await?;
-        Ok(pruned)
+        .await;
+        crate::sql::settle(connection, result)
     }
 
     async fn count_rows(&self, what: crate::Prunable) -> Result<u64, StoreError> {
@@ -1107,129 +1146,139 @@ where
         now: Timestamp,
     ) -> Result<i64, StoreError> {
         let sql = &self.inner.statements.worker_configs;
-        let mut transaction = self.writer().begin().await?;
-        let version: Option<i64> = match expect {
-            Expect::Any => {
-                let inserted = sqlx::query(&sql.insert)
-                    .bind(id)
-                    .bind(body)
-                    .bind(now.as_millis())
-                    .execute(&mut *transaction)
-                    .await?;
-                if inserted.rows_affected() == 1 {
-                    Some(1)
-                } else {
-                    sqlx::query_scalar(&sql.update_any)
+        let mut connection = self.writer().acquire().await?;
+        let result: Result<i64, StoreError> = async {
+            let mut transaction = sqlx::Connection::begin(&mut *connection).await?;
+            let version: Option<i64> = match expect {
+                Expect::Any => {
+                    let inserted = sqlx::query(&sql.insert)
                         .bind(id)
                         .bind(body)
                         .bind(now.as_millis())
-                        .fetch_optional(&mut *transaction)
-                        .await?
+                        .execute(&mut *transaction)
+                        .await?;
+                    if inserted.rows_affected() == 1 {
+                        Some(1)
+                    } else {
+                        sqlx::query_scalar(&sql.update_any)
+                            .bind(id)
+                            .bind(body)
+                            .bind(now.as_millis())
+                            .fetch_optional(&mut *transaction)
+                            .await?
+                    }
                 }
-            }
-            Expect::Version(expected) => {
-                let updated: Option<i64> = sqlx::query_scalar(&sql.update_if)
-                    .bind(id)
-                    .bind(body)
-                    .bind(now.as_millis())
-                    .bind(expected)
-                    .fetch_optional(&mut *transaction)
-                    .await?;
-                if updated.is_none() {
-                    let current: Option<i64> = sqlx::query_scalar(&sql.version)
+                Expect::Version(expected) => {
+                    let updated: Option<i64> = sqlx::query_scalar(&sql.update_if)
                         .bind(id)
+                        .bind(body)
+                        .bind(now.as_millis())
+                        .bind(expected)
                         .fetch_optional(&mut *transaction)
                         .await?;
-                    return Err(StoreError::VersionConflict {
-                        id: id.to_owned(),
-                        expected,
-                        current,
-                    });
-                }
-                updated
-            }
-        };
-        let version = version.ok_or_else(|| {
-            StoreError::Corrupt(format!("worker configuration {id} vanished mid-write"))
-        })?;
-        for pool in pools {
-            let owner: Option<String> = sqlx::query_scalar(&sql.pool_owner)
-                .bind(pool.as_str())
-                .fetch_optional(&mut *transaction)
-                .await?;
-            if let Some(owner) = owner.filter(|owner| owner != id) {
-                return Err(StoreError::PoolTaken {
-                    pool: pool.clone(),
-                    owner,
-                });
-            }
-        }
-        sqlx::query(&sql.delete_pools)
-            .bind(id)
-            .execute(&mut *transaction)
-            .await?;
-        for pool in pools {
-            let inserted = sqlx::query(&sql.insert_pool)
-                .bind(pool.as_str())
-                .bind(id)
-                .execute(&mut *transaction)
-                .await;
-            match inserted {
-                Ok(_) => {}
-                // Another configuration claimed it between our check and insert.
-                Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                    return Err(StoreError::PoolTaken {
-                        pool: pool.clone(),
-                        owner: "another configuration written at the same time".to_owned(),
-                    })
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        transaction.commit().await?;
-        Ok(version)
-    }
-
-    async fn delete_worker_config(&self, id: &str, expect: Expect) -> Result<bool, StoreError> {
-        let sql = &self.inner.statements.worker_configs;
-        let mut transaction = self.writer().begin().await?;
-        let deleted = match expect {
-            Expect::Any => {
-                sqlx::query(&sql.delete_any)
-                    .bind(id)
-                    .execute(&mut *transaction)
-                    .await?
-            }
-            Expect::Version(expected) => {
-                let deleted = sqlx::query(&sql.delete_if)
-                    .bind(id)
-                    .bind(expected)
-                    .execute(&mut *transaction)
-                    .await?;
-                if deleted.rows_affected() == 0 {
-                    let current: Option<i64> = sqlx::query_scalar(&sql.version)
-                        .bind(id)
-                        .fetch_optional(&mut *transaction)
-                        .await?;
-                    if current.is_some() {
+                    if updated.is_none() {
+                        let current: Option<i64> = sqlx::query_scalar(&sql.version)
+                            .bind(id)
+                            .fetch_optional(&mut *transaction)
+                            .await?;
                         return Err(StoreError::VersionConflict {
                             id: id.to_owned(),
                             expected,
                             current,
                         });
                     }
+                    updated
                 }
-                deleted
+            };
+            let version = version.ok_or_else(|| {
+                StoreError::Corrupt(format!("worker configuration {id} vanished mid-write"))
+            })?;
+            for pool in pools {
+                let owner: Option<String> = sqlx::query_scalar(&sql.pool_owner)
+                    .bind(pool.as_str())
+                    .fetch_optional(&mut *transaction)
+                    .await?;
+                if let Some(owner) = owner.filter(|owner| owner != id) {
+                    return Err(StoreError::PoolTaken {
+                        pool: pool.clone(),
+                        owner,
+                    });
+                }
             }
-        };
-        // Pools go with their configuration (ON DELETE CASCADE), stated
-        // here too so the outcome does not hang on a pragma.
-        sqlx::query(&sql.delete_pools)
-            .bind(id)
-            .execute(&mut *transaction)
-            .await?;
-        transaction.commit().await?;
-        Ok(deleted.rows_affected() == 1)
+            sqlx::query(&sql.delete_pools)
+                .bind(id)
+                .execute(&mut *transaction)
+                .await?;
+            for pool in pools {
+                let inserted = sqlx::query(&sql.insert_pool)
+                    .bind(pool.as_str())
+                    .bind(id)
+                    .execute(&mut *transaction)
+                    .await;
+                match inserted {
+                    Ok(_) => {}
+                    // Another configuration claimed it between our check and insert.
+                    Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                        return Err(StoreError::PoolTaken {
+                            pool: pool.clone(),
+                            owner: "another configuration written at the same time".to_owned(),
+                        })
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            transaction.commit().await?;
+            Ok(version)
+        }
+        .await;
+        crate::sql::settle(connection, result)
+    }
+
+    async fn delete_worker_config(&self, id: &str, expect: Expect) -> Result<bool, StoreError> {
+        let sql = &self.inner.statements.worker_configs;
+        let mut connection = self.writer().acquire().await?;
+        let result: Result<bool, StoreError> = async {
+            let mut transaction = sqlx::Connection::begin(&mut *connection).await?;
+            let deleted = match expect {
+                Expect::Any => {
+                    sqlx::query(&sql.delete_any)
+                        .bind(id)
+                        .execute(&mut *transaction)
+                        .await?
+                }
+                Expect::Version(expected) => {
+                    let deleted = sqlx::query(&sql.delete_if)
+                        .bind(id)
+                        .bind(expected)
+                        .execute(&mut *transaction)
+                        .await?;
+                    if deleted.rows_affected() == 0 {
+                        let current: Option<i64> = sqlx::query_scalar(&sql.version)
+                            .bind(id)
+                            .fetch_optional(&mut *transaction)
+                            .await?;
+                        if current.is_some() {
+                            return Err(StoreError::VersionConflict {
+                                id: id.to_owned(),
+                                expected,
+                                current,
+                            });
+                        }
+                    }
+                    deleted
+                }
+            };
+            // Pools go with their configuration (ON DELETE CASCADE), stated
+            // here too so the outcome does not hang on a pragma.
+            sqlx::query(&sql.delete_pools)
+                .bind(id)
+                .execute(&mut *transaction)
+                .await?;
+            transaction.commit().await?;
+            Ok(deleted.rows_affected() == 1)
+        }
+        .await;
+        crate::sql::settle(connection, result)
     }
 
     async fn replace_job_and_runner(

@@ -132,12 +132,17 @@ impl Dialect for SqliteDialect {
         jobs: &[NewJob],
         now: Timestamp,
     ) -> Result<Vec<Enqueued>, StoreError> {
-        let mut transaction = store.inner.writer.begin().await?;
-        let mut results = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            results.push(store.inner.insert_job(&mut transaction, job, now).await?);
+        let mut connection = store.inner.writer.acquire().await?;
+        let result: Result<Vec<Enqueued>, StoreError> = async {
+            let mut transaction = sqlx::Connection::begin(&mut *connection).await?;
+            let mut results = Vec::with_capacity(jobs.len());
+            for job in jobs {
+                results.push(store.inner.insert_job(&mut transaction, job, now).await?);
+            }
+            transaction.commit().await?;
+            Ok(results)
         }
-        transaction.commit().await?;
-        Ok(results)
+        .await;
+        crate::sql::settle(connection, result)
     }
 }
