@@ -19,9 +19,14 @@ use tokio::sync::Mutex;
 
 #[derive(Args, Debug, Clone)]
 pub struct IntakeArgs {
-    /// The webhook endpoint.
-    #[arg(long, default_value = "http://127.0.0.1:8080/webhooks/github")]
-    pub(crate) url: String,
+    /// The webhook endpoint; several (comma-separated or repeated), e.g.
+    /// one per replica, share the webhooks in turn.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:8080/webhooks/github"
+    )]
+    pub(crate) url: Vec<String>,
     /// The webhook secret to sign with (one of the server's [github] webhook_secrets).
     #[arg(long, env = "RUNWAY_BENCH_SECRET", hide_env_values = true)]
     pub(crate) secret: String,
@@ -242,6 +247,9 @@ pub async fn run_intake(args: &IntakeArgs) -> anyhow::Result<IntakeReport> {
     if args.concurrency == 0 {
         bail!("--concurrency must be at least 1");
     }
+    if args.url.is_empty() {
+        bail!("--url: name at least one webhook endpoint");
+    }
     let labels: Vec<String> = args
         .labels
         .split(',')
@@ -271,7 +279,7 @@ pub async fn run_intake(args: &IntakeArgs) -> anyhow::Result<IntakeReport> {
             latencies.clone(),
             statuses.clone(),
         );
-        let (url, secret, labels) = (args.url.clone(), args.secret.clone(), labels.clone());
+        let (urls, secret, labels) = (args.url.clone(), args.secret.clone(), labels.clone());
         let (count, rate, body_bytes) = (args.count, args.rate, args.body_bytes);
         workers.push(tokio::spawn(async move {
             let label_refs: Vec<&str> = labels.iter().map(String::as_str).collect();
@@ -292,8 +300,9 @@ pub async fn run_intake(args: &IntakeArgs) -> anyhow::Result<IntakeReport> {
                 };
                 let body = payload(base_id + index, &label_refs, body_bytes);
                 let signature = sign(secret.as_bytes(), &body);
+                let url = &urls[index as usize % urls.len()];
                 let result = client
-                    .post(&url)
+                    .post(url)
                     .header("x-github-event", "workflow_job")
                     .header("x-github-delivery", format!("bench-{base_id}-{index}"))
                     .header("x-hub-signature-256", signature)
@@ -376,28 +385,19 @@ pub async fn longpoll(args: LongPollArgs) -> anyhow::Result<()> {
         .timeout(Duration::from_secs(120))
         .build()?;
     let run = format!("{:x}", rand::random::<u32>());
-    let mut runner_tokens = Vec::new();
-    for i in 0..args.runners {
-        let token: serde_json::Value = client
-            .post(format!("{base}/api/v1/registration-tokens"))
-            .bearer_auth(&args.token)
-            .json(&serde_json::json!({"pool": args.pool, "ttl": 600}))
-            .send()
-            .await?
-            .json()
-            .await?;
-        let registered: serde_json::Value = client
-            .post(format!("{base}/api/v1/runners/register"))
-            .json(&serde_json::json!({"token": token["token"], "name": format!("bench-{run}-{i}"), "labels": labels}))
-            .send()
-            .await?
-            .json()
-            .await?;
-        let Some(runner_token) = registered["runner_token"].as_str() else {
-            bail!("registration refused: {registered}");
-        };
-        runner_tokens.push(runner_token.to_owned());
-    }
+    let runner_tokens: Vec<String> = register_runners(
+        &client,
+        std::slice::from_ref(&base),
+        &args.token,
+        &args.pool,
+        &labels,
+        args.runners,
+        &run,
+    )
+    .await?
+    .into_iter()
+    .map(|(_, token)| token)
+    .collect();
     let submitted: Arc<Mutex<HashMap<i64, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
     let latencies = Arc::new(Mutex::new(Vec::new()));
     let received = Arc::new(AtomicU64::new(0));
@@ -504,6 +504,219 @@ pub async fn longpoll(args: LongPollArgs) -> anyhow::Result<()> {
         bail!(
             "{} jobs never reached a runner",
             total - latencies.len() as u64
+        );
+    }
+    Ok(())
+}
+
+/// Registers `count` runners of `pool`, spread over `bases` in turn (each
+/// with a registration token minted there): (its server, its token).
+async fn register_runners(
+    client: &reqwest::Client,
+    bases: &[String],
+    admin_token: &str,
+    pool: &str,
+    labels: &[String],
+    count: usize,
+    run: &str,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let mut runners = Vec::with_capacity(count);
+    for (i, base) in bases.iter().cycle().take(count).enumerate() {
+        let token: serde_json::Value = client
+            .post(format!("{base}/api/v1/registration-tokens"))
+            .bearer_auth(admin_token)
+            .json(&serde_json::json!({"pool": pool, "ttl": 600}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let registered: serde_json::Value = client
+            .post(format!("{base}/api/v1/runners/register"))
+            .json(&serde_json::json!({"token": token["token"], "name": format!("bench-{run}-{i}"), "labels": labels}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let Some(runner_token) = registered["runner_token"].as_str() else {
+            bail!("registration refused: {registered}");
+        };
+        runners.push((base.clone(), runner_token.to_owned()));
+    }
+    Ok(runners)
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DrainArgs {
+    /// The runway servers, comma-separated or repeated (replicas of one
+    /// store): submissions and runners are spread over them in turn.
+    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:8080")]
+    url: Vec<String>,
+    /// An admin token (to mint registration tokens and submit jobs).
+    #[arg(long, env = "RUNWAY_TOKEN", hide_env_values = true)]
+    token: String,
+    /// The pool the runners register in.
+    #[arg(long, default_value = "default")]
+    pool: String,
+    /// Labels of the runners and jobs, comma-separated.
+    #[arg(long, default_value = "self-hosted,linux,x64")]
+    labels: String,
+    /// Runners taking jobs at once.
+    #[arg(long, default_value_t = 16)]
+    runners: usize,
+    /// Jobs to submit, then drain.
+    #[arg(long, default_value_t = 2_000)]
+    jobs: usize,
+    /// Submissions in flight at once.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Give up after this many seconds per phase.
+    #[arg(long, default_value_t = 120)]
+    max_seconds: u64,
+}
+
+/// `runway bench drain`: submit `jobs` jobs through the job API (intake
+/// rate), then let `runners` runners take each through the runner API's
+/// request → accept → complete until the queue is empty (hand-out rate),
+/// with everything spread over the given replicas.
+pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
+    if args.url.is_empty() || args.runners == 0 || args.concurrency == 0 {
+        bail!("--url, --runners and --concurrency need at least one each");
+    }
+    let bases: Vec<String> = args
+        .url
+        .iter()
+        .map(|url| url.trim_end_matches('/').to_owned())
+        .collect();
+    let labels: Vec<String> = args
+        .labels
+        .split(',')
+        .map(|l| l.trim().to_owned())
+        .collect();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.runners + args.concurrency)
+        .timeout(Duration::from_secs(120))
+        .build()?;
+    let run = format!("{:x}", rand::random::<u32>());
+    let runners = register_runners(
+        &client,
+        &bases,
+        &args.token,
+        &args.pool,
+        &labels,
+        args.runners,
+        &run,
+    )
+    .await?;
+    let budget = Duration::from_secs(args.max_seconds);
+
+    // Intake: every submission durable before the next of its worker.
+    let next = Arc::new(AtomicU64::new(0));
+    let submit_started = Instant::now();
+    let mut submitters = Vec::new();
+    for _ in 0..args.concurrency {
+        let (client, next, bases, labels, token, run) = (
+            client.clone(),
+            next.clone(),
+            bases.clone(),
+            labels.clone(),
+            args.token.clone(),
+            run.clone(),
+        );
+        let total = args.jobs as u64;
+        submitters.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total || submit_started.elapsed() > budget {
+                    return anyhow::Ok(());
+                }
+                let base = &bases[i as usize % bases.len()];
+                let body = serde_json::json!({"labels": labels, "script": "true", "external_id": format!("drain-{run}-{i}")});
+                let response = client
+                    .post(format!("{base}/api/v1/jobs"))
+                    .bearer_auth(&token)
+                    .json(&body)
+                    .send()
+                    .await?;
+                if !response.status().is_success() {
+                    bail!("submission refused: {}", response.text().await?);
+                }
+            }
+        }));
+    }
+    for submitter in submitters {
+        submitter.await.context("a submitter failed")??;
+    }
+    let submit_elapsed = submit_started.elapsed();
+
+    // Hand-out: request (claim) → accept → complete, until all are done.
+    let completed = Arc::new(AtomicU64::new(0));
+    let total = args.jobs as u64;
+    let drain_started = Instant::now();
+    let mut workers = Vec::new();
+    for (base, runner_token) in runners {
+        let (client, completed) = (client.clone(), completed.clone());
+        workers.push(tokio::spawn(async move {
+            while completed.load(Ordering::Relaxed) < total && drain_started.elapsed() < budget {
+                let Ok(response) = client
+                    .post(format!("{base}/api/v1/jobs/request"))
+                    .bearer_auth(&runner_token)
+                    .send()
+                    .await
+                else {
+                    continue;
+                };
+                if response.status().as_u16() != 201 {
+                    continue;
+                }
+                let job: serde_json::Value = response.json().await.unwrap_or_default();
+                let id = job["id"].as_i64().unwrap_or_default();
+                for (path, body) in [
+                    ("provisioning", serde_json::json!({"status": "accepted"})),
+                    ("complete", serde_json::json!({"exit_code": 0})),
+                ] {
+                    let _ = client
+                        .post(format!("{base}/api/v1/jobs/{id}/{path}"))
+                        .bearer_auth(&runner_token)
+                        .json(&body)
+                        .send()
+                        .await;
+                }
+                completed.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    // The last runners wait in a long poll the empty queue never answers.
+    let deadline = drain_started + budget;
+    while completed.load(Ordering::Relaxed) < total && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let drain_elapsed = drain_started.elapsed();
+    for worker in &workers {
+        worker.abort();
+    }
+    let done = completed.load(Ordering::Relaxed);
+    let rate = |n: u64, elapsed: Duration| n as f64 / elapsed.as_secs_f64().max(1e-9);
+    println!(
+        "{} replicas, {} runners, {} jobs",
+        bases.len(),
+        args.runners,
+        args.jobs
+    );
+    println!(
+        "submit    {:.0} jobs/s ({:.2} s)",
+        rate(total, submit_elapsed),
+        submit_elapsed.as_secs_f64()
+    );
+    println!(
+        "drain     {:.0} jobs/s request → accept → complete ({done} in {:.2} s)",
+        rate(done, drain_elapsed),
+        drain_elapsed.as_secs_f64()
+    );
+    if done < total {
+        bail!(
+            "{} jobs were not completed in {} s",
+            total - done,
+            args.max_seconds
         );
     }
     Ok(())

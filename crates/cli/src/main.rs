@@ -69,6 +69,9 @@ enum BenchCommand {
     Intake(bench::IntakeArgs),
     /// Measure how fast a submitted job reaches one of many long-polling runners.
     Longpoll(bench::LongPollArgs),
+    /// Submit jobs, then drain them through many runners (request, accept,
+    /// complete), over one or several replicas; report both rates.
+    Drain(bench::DrainArgs),
     /// What a long history costs: a server on an empty store against one
     /// with a million finished jobs, ended runners and deliveries.
     Soak(soak::SoakArgs),
@@ -228,6 +231,7 @@ async fn run(prepared: Prepared) -> anyhow::Result<ExitCode> {
         Command::RegistrationToken(args) => admin::registration_token(args).await?,
         Command::Bench(BenchCommand::Intake(args)) => bench::intake(args).await?,
         Command::Bench(BenchCommand::Longpoll(args)) => bench::longpoll(args).await?,
+        Command::Bench(BenchCommand::Drain(args)) => bench::drain(args).await?,
         Command::Bench(BenchCommand::Soak(args)) => soak::soak(args).await?,
     }
     Ok(ExitCode::SUCCESS)

@@ -186,7 +186,7 @@ async fn measure(
     eprintln!("{name}: runway serve on {base}");
 
     let intake = run_intake(&IntakeArgs {
-        url: format!("{base}/webhooks/github"),
+        url: vec![format!("{base}/webhooks/github")],
         secret: SECRET.to_owned(),
         count: args.webhooks,
         rate: 0,

@@ -322,6 +322,48 @@ fn the_long_poll_benchmark_runs() {
 }
 
 #[test]
+fn the_drain_benchmark_takes_every_job_through_to_success() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "127.0.0.1:0");
+    let (_server, base) = serve(dir.path());
+    let output = runway(dir.path())
+        .args(["bench", "drain", "--url", &base, "--token", ADMIN])
+        .args([
+            "--runners",
+            "4",
+            "--jobs",
+            "30",
+            "--labels",
+            "self-hosted,linux",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        report.contains("1 replicas, 4 runners, 30 jobs"),
+        "{report}"
+    );
+    assert!(report.contains("(30 in "), "{report}");
+    let jobs: serde_json::Value = api(&base)
+        .get(format!("{base}/api/v1/jobs?limit=100"))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let jobs = jobs["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 30);
+    for job in jobs {
+        assert_eq!(job["conclusion"], "success", "{job}");
+    }
+}
+
+#[test]
 fn the_github_runner_hook_scripts_report_to_runway() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), "127.0.0.1:0");

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Intake and hand-out throughput with 1, 2 and 3 replicas on one PostgreSQL
+# database, measured in one run, alternating replica counts each round so
+# the machine's noise falls on all of them alike. Every replica, the
+# database and the load generator share this machine.
+#
+#   scripts/bench-replicas.sh [ROUNDS]      (release build first:
+#                                            cargo build --release --locked -p runway)
+#
+# PG_URL (default postgres://postgres@127.0.0.1:5432) names the server; the
+# script creates and drops its own database `runway_bench_replicas`.
+set -euo pipefail
+ROUNDS=${1:-3}
+RUNWAY=$(realpath "${RUNWAY:-target/release/runway}")
+PG_URL=${PG_URL:-postgres://postgres@127.0.0.1:5432}
+DB=runway_bench_replicas
+ADMIN=bench-admin-token-0123456789
+SECRET=bench-webhook-secret
+DIR=$(mktemp -d)
+trap 'pkill -f "runway-bench-replicas" 2>/dev/null || true; rm -rf "$DIR"' EXIT
+cat > "$DIR/runway.toml" <<TOML
+[server]
+admin_tokens = ["$ADMIN"]
+[github]
+webhook_secrets = ["$SECRET"]
+[runner_api]
+poll_timeout = "30s"
+[[pools]]
+name = "default"
+labels = ["self-hosted", "linux", "x64"]
+TOML
+
+run() {
+  local replicas=$1 urls="" hooks=""
+  psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB" >/dev/null 2>&1
+  for i in $(seq 1 "$replicas"); do
+    local port=$((18700 + i))
+    # The marker in argv lets the trap find every replica.
+    (cd "$DIR" && exec -a runway-bench-replicas "$RUNWAY" serve --config runway.toml \
+      --database "$PG_URL/$DB" --listen "127.0.0.1:$port" >"$DIR/replica-$i.log" 2>&1) &
+    urls+="${urls:+,}http://127.0.0.1:$port"
+    hooks+="${hooks:+,}http://127.0.0.1:$port/webhooks/github"
+  done
+  for i in $(seq 1 "$replicas"); do
+    for _ in $(seq 1 100); do
+      curl -fs "http://127.0.0.1:$((18700 + i))/readyz" >/dev/null && break
+      sleep 0.1
+    done
+  done
+  local intake drain
+  intake=$(RUNWAY_BENCH_SECRET=$SECRET "$RUNWAY" bench intake --url "$hooks" --count 5000 \
+    --concurrency 32 | awk '/^throughput/ {print $2}')
+  drain=$("$RUNWAY" bench drain --url "$urls" --token "$ADMIN" --jobs 2000 --runners 16 \
+    | awk '/^drain/ {print $2}')
+  echo "$replicas $intake $drain"
+  pkill -f "runway-bench-replicas" || true
+  wait 2>/dev/null || true
+}
+
+echo "replicas webhooks/s drain-jobs/s"
+for round in $(seq 1 "$ROUNDS"); do
+  for replicas in 1 2 3; do
+    echo -n "round $round: "
+    run "$replicas"
+  done
+done
+psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $DB" >/dev/null
