@@ -413,20 +413,10 @@ pub async fn longpoll(args: LongPollArgs) -> anyhow::Result<()> {
         );
         pollers.push(tokio::spawn(async move {
             while received.load(Ordering::Relaxed) < total {
-                let Ok(response) = client
-                    .post(format!("{base}/api/v1/jobs/request"))
-                    .bearer_auth(&runner_token)
-                    .send()
-                    .await
-                else {
+                let Some(id) = request_job(&client, &base, &runner_token).await else {
                     continue;
                 };
-                if response.status().as_u16() != 201 {
-                    continue;
-                }
                 let arrived = Instant::now();
-                let job: serde_json::Value = response.json().await.unwrap_or_default();
-                let id = job["id"].as_i64().unwrap_or_default();
                 // The submitter records the time once its POST returns; wait for it.
                 let sent = loop {
                     if let Some(sent) = submitted.lock().await.get(&id).copied() {
@@ -439,17 +429,7 @@ pub async fn longpoll(args: LongPollArgs) -> anyhow::Result<()> {
                     .await
                     .push(arrived.saturating_duration_since(sent));
                 received.fetch_add(1, Ordering::Relaxed);
-                for (path, body) in [
-                    ("provisioning", serde_json::json!({"status": "accepted"})),
-                    ("complete", serde_json::json!({"exit_code": 0})),
-                ] {
-                    let _ = client
-                        .post(format!("{base}/api/v1/jobs/{id}/{path}"))
-                        .bearer_auth(&runner_token)
-                        .json(&body)
-                        .send()
-                        .await;
-                }
+                finish_job(&client, &base, &runner_token, id).await;
             }
         }));
     }
@@ -543,6 +523,36 @@ async fn register_runners(
         runners.push((base.clone(), runner_token.to_owned()));
     }
     Ok(runners)
+}
+
+/// A runner's long poll: the id of the job it was given, if any.
+async fn request_job(client: &reqwest::Client, base: &str, runner_token: &str) -> Option<i64> {
+    let response = client
+        .post(format!("{base}/api/v1/jobs/request"))
+        .bearer_auth(runner_token)
+        .send()
+        .await
+        .ok()?;
+    if response.status().as_u16() != 201 {
+        return None;
+    }
+    let job: serde_json::Value = response.json().await.ok()?;
+    job["id"].as_i64()
+}
+
+/// A runner accepts job `id` and completes it successfully.
+async fn finish_job(client: &reqwest::Client, base: &str, runner_token: &str, id: i64) {
+    for (path, body) in [
+        ("provisioning", serde_json::json!({"status": "accepted"})),
+        ("complete", serde_json::json!({"exit_code": 0})),
+    ] {
+        let _ = client
+            .post(format!("{base}/api/v1/jobs/{id}/{path}"))
+            .bearer_auth(runner_token)
+            .json(&body)
+            .send()
+            .await;
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -657,30 +667,10 @@ pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
         let (client, completed) = (client.clone(), completed.clone());
         workers.push(tokio::spawn(async move {
             while completed.load(Ordering::Relaxed) < total && drain_started.elapsed() < budget {
-                let Ok(response) = client
-                    .post(format!("{base}/api/v1/jobs/request"))
-                    .bearer_auth(&runner_token)
-                    .send()
-                    .await
-                else {
+                let Some(id) = request_job(&client, &base, &runner_token).await else {
                     continue;
                 };
-                if response.status().as_u16() != 201 {
-                    continue;
-                }
-                let job: serde_json::Value = response.json().await.unwrap_or_default();
-                let id = job["id"].as_i64().unwrap_or_default();
-                for (path, body) in [
-                    ("provisioning", serde_json::json!({"status": "accepted"})),
-                    ("complete", serde_json::json!({"exit_code": 0})),
-                ] {
-                    let _ = client
-                        .post(format!("{base}/api/v1/jobs/{id}/{path}"))
-                        .bearer_auth(&runner_token)
-                        .json(&body)
-                        .send()
-                        .await;
-                }
+                finish_job(&client, &base, &runner_token, id).await;
                 completed.fetch_add(1, Ordering::Relaxed);
             }
         }));
