@@ -212,9 +212,8 @@ impl Filter {
 }
 
 /// The writes the group committer runs, in one transaction per batch.
-impl<D> Shared<D>
+impl<D: Dialect> Shared<D>
 where
-    D: Dialect,
     for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
     for<'q> <D::Db as Database>::Arguments<'q>: IntoArguments<'q, D::Db>,
     for<'q> i64: Encode<'q, D::Db> + Decode<'q, D::Db> + Type<D::Db>,
@@ -222,8 +221,6 @@ where
     for<'q> String: Decode<'q, D::Db> + Type<D::Db>,
     for<'q> &'q str: Encode<'q, D::Db> + Type<D::Db>,
     for<'q> Option<&'q str>: Encode<'q, D::Db>,
-    for<'q> Option<String>: Encode<'q, D::Db>,
-    usize: ColumnIndex<<D::Db as Database>::Row>,
     for<'a> &'a str: ColumnIndex<<D::Db as Database>::Row>,
 {
     /// Records a delivery; false if its id was already recorded.
@@ -362,15 +359,16 @@ where
                 Outcome::Changed(row.map(Job::try_from).transpose()?.map(Box::new))
             }
             Op::Claim { claim, now } => {
+                let labels = claim.runner_labels.as_ref().map(|labels| {
+                    let lower: Vec<String> = labels.iter().map(|l| l.to_lowercase()).collect();
+                    crate::rows::json_list(&lower)
+                });
                 let rows: Vec<JobRow> = sqlx::query_as(&self.statements.claim)
                     .bind(claim.pool.as_str())
                     .bind(claim.runner.0)
                     .bind(now.plus(claim.lease).as_millis())
                     .bind(i64::from(claim.limit))
-                    .bind(claim.runner_labels.as_ref().map(|labels| {
-                        let lower: Vec<String> = labels.iter().map(|l| l.to_lowercase()).collect();
-                        crate::rows::json_list(&lower)
-                    }))
+                    .bind(labels.as_deref())
                     .fetch_all(&mut *transaction)
                     .await?;
                 Outcome::Claimed(
@@ -384,18 +382,17 @@ where
 }
 
 #[async_trait]
-impl<D> Store for SqlStore<D>
+impl<D: Dialect> Store for SqlStore<D>
 where
-    D: Dialect,
     for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
     for<'q> <D::Db as Database>::Arguments<'q>: IntoArguments<'q, D::Db>,
     for<'q> i64: Encode<'q, D::Db> + Decode<'q, D::Db> + Type<D::Db>,
     for<'q> Option<i64>: Encode<'q, D::Db>,
+    // Tuples of columns, read by position.
+    usize: ColumnIndex<<D::Db as Database>::Row>,
     for<'q> String: Decode<'q, D::Db> + Type<D::Db>,
     for<'q> &'q str: Encode<'q, D::Db> + Type<D::Db>,
     for<'q> Option<&'q str>: Encode<'q, D::Db>,
-    for<'q> Option<String>: Encode<'q, D::Db>,
-    usize: ColumnIndex<<D::Db as Database>::Row>,
     for<'a> &'a str: ColumnIndex<<D::Db as Database>::Row>,
 {
     fn backend(&self) -> Backend {
