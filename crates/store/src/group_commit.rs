@@ -78,6 +78,20 @@ pub(crate) enum Outcome {
 }
 
 impl Op {
+    /// Whether the op writes with a single statement (reads aside), so it
+    /// is atomic without a transaction of its own.
+    pub fn is_one_statement(&self) -> bool {
+        match self {
+            Op::Enqueue { delivery, .. } => delivery.is_none(),
+            // Opens its own (nested) transaction for its two writes.
+            Op::ReplaceWithRunner { .. } => true,
+            Op::RecordDelivery { .. }
+            | Op::Replace { .. }
+            | Op::Guarded { .. }
+            | Op::Claim { .. } => true,
+        }
+    }
+
     /// The order writes run in within a transaction: inserts by key, then
     /// updates by id, then claims. Every committer locks rows in this same
     /// order, so two concurrent batches cannot deadlock on each other.

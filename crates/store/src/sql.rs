@@ -249,10 +249,15 @@ where
         now: Timestamp,
     ) -> Result<Enqueued, StoreError> {
         let columns = Columns::from(&job.initial(JobId(0), now));
+        // Every write runs to its end (fetch_all), never stopped at its
+        // first row: on SQLite an autocommit statement commits when it
+        // finishes, and a commit that fails (a full disk) is only reported
+        // there; stopped early, the row would be answered and then lost.
         let inserted = bind_columns(sqlx::query(&self.statements.insert_job), &columns)
-            .fetch_optional(&mut *connection)
+            .fetch_all(&mut *connection)
             .await?
-            .map(|row| JobRow::from_row(&row))
+            .first()
+            .map(JobRow::from_row)
             .transpose()?;
         if let Some(row) = inserted {
             return Ok(Enqueued {
@@ -275,10 +280,13 @@ where
     pub(crate) async fn execute_batch(&self, ops: &[&Op]) -> Result<Vec<Outcome>, StoreError> {
         let mut connection = self.writer.acquire().await?;
         let result = async {
-            // A lone write is one statement (an enqueue may add a read):
-            // autocommit saves the BEGIN and COMMIT round trips.
+            // A lone one-statement write needs no transaction: autocommit
+            // saves the BEGIN and COMMIT round trips. (An enqueue with its
+            // delivery is two writes, which commit together or not at all.)
             if let [op] = ops {
-                return Ok(vec![self.execute_one(&mut connection, op).await?]);
+                if op.is_one_statement() {
+                    return Ok(vec![self.execute_one(&mut connection, op).await?]);
+                }
             }
             let mut transaction = sqlx::Connection::begin(&mut *connection).await?;
             let mut outcomes = Vec::with_capacity(ops.len());
@@ -352,10 +360,12 @@ where
                 Outcome::Replaced(replaced)
             }
             Op::Guarded { id, change } => {
+                // Run to its end, as every write (see `insert_job`).
                 let row: Option<JobRow> =
                     bind_guarded(sqlx::query_as(&self.statements.guarded_job), *id, change)
-                        .fetch_optional(&mut *transaction)
-                        .await?;
+                        .fetch_all(&mut *transaction)
+                        .await?
+                        .pop();
                 Outcome::Changed(row.map(Job::try_from).transpose()?.map(Box::new))
             }
             Op::Claim { claim, now } => {
@@ -625,10 +635,15 @@ where
         // The id is assigned by the database; the placeholder is ignored.
         let initial = runner.initial(RunnerId(0), now);
         let columns = Columns::from(&initial);
+        // Run to its end, as every write (see `insert_job`).
         let row = bind_columns(sqlx::query(&self.inner.statements.insert_runner), &columns)
-            .fetch_one(self.writer())
+            .fetch_all(self.writer())
             .await
-            .and_then(|row| RunnerRow::from_row(&row));
+            .and_then(|rows| {
+                rows.first()
+                    .map(RunnerRow::from_row)
+                    .unwrap_or(Err(sqlx::Error::RowNotFound))
+            });
         match row {
             Ok(row) => Runner::try_from(row),
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
@@ -935,13 +950,17 @@ where
         replica: &str,
         now: Timestamp,
     ) -> Result<i64, StoreError> {
-        let term: i64 = sqlx::query_scalar(&self.inner.statements.runner_api.begin_term)
+        // Run to its end, as every write (see `insert_job`).
+        let terms: Vec<i64> = sqlx::query_scalar(&self.inner.statements.runner_api.begin_term)
             .bind(name)
             .bind(replica)
             .bind(now.as_millis())
-            .fetch_one(self.writer())
+            .fetch_all(self.writer())
             .await?;
-        Ok(term)
+        terms
+            .first()
+            .copied()
+            .ok_or_else(|| StoreError::Corrupt(format!("no term for {name}")))
     }
 
     async fn leader(&self, name: &str) -> Result<Option<crate::LeaderTerm>, StoreError> {

@@ -41,6 +41,7 @@ on_both_backends!(
     a_silent_leader_loses_the_lead,
     a_job_and_its_runner_move_together_or_not_at_all,
     live_runners_are_the_non_terminal_ones,
+    concurrent_guarded_changes_each_get_their_own_answer,
 );
 
 mod cases {
@@ -1123,6 +1124,82 @@ mod cases {
         assert_eq!(done.conclusion, Some(Conclusion::Success));
         assert_eq!(done.lease_deadline, None);
         assert_eq!(store.get_job(job.id).await.unwrap(), Some(done));
+    }
+
+    /// Many holders accept, heartbeat and complete at once, with an
+    /// intruder and a repeat beside each (on PostgreSQL these meet in one
+    /// batched statement): every holder's change lands, every intruder is
+    /// refused, a repeated accept is refused once the first landed, and
+    /// each job ends completed exactly once.
+    pub async fn concurrent_guarded_changes_each_get_their_own_answer(store: Arc<dyn Store>) {
+        const JOBS: i64 = 24;
+        let mut jobs = Vec::new();
+        for i in 0..JOBS {
+            let job = store
+                .enqueue(&api_job(&format!("batch-{i}"), "default"), at(0))
+                .await
+                .unwrap()
+                .job;
+            let claimed = store
+                .claim(&claim("default", 100 + i, 1), at(1))
+                .await
+                .unwrap();
+            assert_eq!(claimed.len(), 1);
+            jobs.push((claimed[0].id, RunnerId(100 + i), job.id));
+        }
+        let mut tasks = Vec::new();
+        for &(id, holder, _) in &jobs {
+            for who in [holder, RunnerId(999), holder] {
+                let store = store.clone();
+                tasks.push(tokio::spawn(async move {
+                    (who, store.accept(id, who, at(10)).await)
+                }));
+            }
+        }
+        let mut accepted = 0;
+        for task in tasks {
+            let (who, result) = task.await.unwrap();
+            match result {
+                Ok(job) => {
+                    assert_eq!((job.state, job.runner), (JobState::Running, Some(who)));
+                    accepted += 1;
+                }
+                Err(StoreError::JobTransition(_)) => {}
+                Err(other) => panic!("accept by {who}: {other}"),
+            }
+        }
+        assert_eq!(accepted, JOBS, "one accept per job lands");
+        let mut tasks = Vec::new();
+        for &(id, holder, _) in &jobs {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let kept = store.keepalive(id, holder, LEASE, at(20)).await;
+                let done = store
+                    .complete(id, holder, Conclusion::Success, at(30))
+                    .await;
+                let late = store
+                    .complete(id, RunnerId(999), Conclusion::Failure, at(31))
+                    .await;
+                (kept, done, late)
+            }));
+        }
+        for task in tasks {
+            let (kept, done, late) = task.await.unwrap();
+            assert_eq!(kept.unwrap().lease_deadline, Some(at(20).plus(LEASE)));
+            let done = done.unwrap();
+            assert_eq!(
+                (done.state, done.conclusion),
+                (JobState::Completed, Some(Conclusion::Success))
+            );
+            assert!(late.is_err(), "a stranger cannot complete a finished job");
+        }
+        for (id, _, _) in jobs {
+            let job = store.get_job(id).await.unwrap().unwrap();
+            assert_eq!(
+                (job.state, job.started_at),
+                (JobState::Completed, Some(at(10)))
+            );
+        }
     }
 
     /// The one-statement accept, heartbeat and completion write exactly
