@@ -19,6 +19,7 @@ fn fleet() -> Snapshot {
     ];
     let pools = (0..1_000)
         .map(|p| PoolSnapshot {
+            unlisted: 0,
             policy: PoolPolicy {
                 name: format!("pool-{p}"),
                 min_idle: 2,

@@ -89,6 +89,10 @@ pub struct PoolSnapshot {
     pub policy: PoolPolicy,
     /// Queued jobs, in any order (the planner sorts them FIFO).
     pub queued: Vec<QueuedJob>,
+    /// Queued jobs counted but not listed: they count towards demand and
+    /// get no wait reason. The simulator passes its queue as a count, so
+    /// a decision costs the same with a queue of ten or of a million.
+    pub unlisted: u32,
     /// Runners that are not terminal.
     pub runners: Vec<RunnerView>,
     pub offers: Vec<Offer>,
@@ -227,11 +231,21 @@ impl<'a> IntoIterator for &'a Waiting {
     }
 }
 
+/// [`plan`] without the wait reasons: only what to do. Its cost follows
+/// runners and offers, not queued jobs (the simulator's every decision).
+pub fn decide(snapshot: &Snapshot, now: Timestamp) -> Plan {
+    let mut result = Plan::default();
+    for pool in &snapshot.pools {
+        plan_pool(pool, &snapshot.backoffs, now, false, &mut result);
+    }
+    result
+}
+
 /// The plan for `snapshot` at `now`.
 pub fn plan(snapshot: &Snapshot, now: Timestamp) -> Plan {
     let mut result = Plan::default();
     for pool in &snapshot.pools {
-        plan_pool(pool, &snapshot.backoffs, now, &mut result);
+        plan_pool(pool, &snapshot.backoffs, now, true, &mut result);
     }
     // FIFO order is nearly id order: this sort is close to linear. A job
     // id is in one pool only, so ids are unique.
@@ -243,7 +257,14 @@ fn is_booting(state: RunnerState) -> bool {
     matches!(state, RunnerState::Requested | RunnerState::Provisioning)
 }
 
-fn plan_pool(pool: &PoolSnapshot, backoffs: &[Backoff], now: Timestamp, out: &mut Plan) {
+/// Plans one pool into `out`; with `explain`, a wait reason per listed job.
+fn plan_pool(
+    pool: &PoolSnapshot,
+    backoffs: &[Backoff],
+    now: Timestamp,
+    explain: bool,
+    out: &mut Plan,
+) {
     let policy = &pool.policy;
     let mut idle: Vec<&RunnerView> = Vec::new();
     let mut booting: Vec<&RunnerView> = Vec::new();
@@ -271,7 +292,9 @@ fn plan_pool(pool: &PoolSnapshot, backoffs: &[Backoff], now: Timestamp, out: &mu
             _ => {}
         }
     }
-    let queued = u32::try_from(pool.queued.len()).unwrap_or(u32::MAX);
+    let queued = u32::try_from(pool.queued.len())
+        .unwrap_or(u32::MAX)
+        .saturating_add(pool.unlisted);
     let demand = (f64::from(queued) * policy.scaling_ratio.max(0.0)).ceil();
     let demand = if demand >= f64::from(u32::MAX) {
         u32::MAX
@@ -342,6 +365,17 @@ fn plan_pool(pool: &PoolSnapshot, backoffs: &[Backoff], now: Timestamp, out: &mu
         }
     }
 
+    out.pools.push(PoolSummary {
+        pool: policy.name.clone(),
+        queued,
+        idle: i,
+        booting: p,
+        busy,
+        want,
+    });
+    if !explain {
+        return;
+    }
     // Why each queued job waits, FIFO: idle runners first, then booting
     // ones, then runners this plan starts, then whatever blocks the rest.
     let mut jobs: Vec<&QueuedJob> = pool.queued.iter().collect();
@@ -386,14 +420,6 @@ fn plan_pool(pool: &PoolSnapshot, backoffs: &[Backoff], now: Timestamp, out: &mu
         };
         out.waiting.0.push((job.id, reason));
     }
-    out.pools.push(PoolSummary {
-        pool: policy.name.clone(),
-        queued,
-        idle: i,
-        booting: p,
-        busy,
-        want,
-    });
 }
 
 fn preference(policy: &PoolPolicy, provider: &str) -> usize {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use expect_test::{expect, Expect};
 use proptest::prelude::*;
 use runway_core::planner::{
-    plan, Action, Backoff, Offer, PoolPolicy, PoolSnapshot, QueuedJob, RunnerView, Snapshot,
+    decide, plan, Action, Backoff, Offer, PoolPolicy, PoolSnapshot, QueuedJob, RunnerView, Snapshot,
 };
 use runway_core::{JobId, RunnerId, RunnerState, Timestamp};
 
@@ -96,6 +96,7 @@ fn one_pool(pool: PoolSnapshot) -> Snapshot {
 fn warm_pool_is_kept_at_min_idle() {
     check(
         one_pool(PoolSnapshot {
+            unlisted: 0,
             policy: policy(2, 10),
             queued: vec![],
             runners: vec![runner(1, RunnerState::Idle, 0, Some(1))],
@@ -113,6 +114,7 @@ fn warm_pool_is_kept_at_min_idle() {
 fn a_burst_starts_one_runner_per_job_up_to_max() {
     check(
         one_pool(PoolSnapshot {
+            unlisted: 0,
             policy: policy(0, 3),
             queued: jobs(5),
             runners: vec![runner(1, RunnerState::Busy, 0, None)],
@@ -135,6 +137,7 @@ fn a_burst_starts_one_runner_per_job_up_to_max() {
 fn idle_runners_go_longest_idle_first_only_after_the_grace_period() {
     check(
         one_pool(PoolSnapshot {
+            unlisted: 0,
             policy: policy(1, 10),
             queued: vec![],
             runners: vec![
@@ -160,6 +163,7 @@ fn idle_runners_go_longest_idle_first_only_after_the_grace_period() {
 fn a_runner_stuck_booting_is_failed_and_replaced() {
     check(
         one_pool(PoolSnapshot {
+            unlisted: 0,
             policy: policy(0, 10),
             queued: jobs(2),
             runners: vec![
@@ -182,6 +186,7 @@ fn a_runner_stuck_booting_is_failed_and_replaced() {
 #[test]
 fn a_failing_provider_is_skipped_and_explained() {
     let mut snapshot = one_pool(PoolSnapshot {
+        unlisted: 0,
         policy: PoolPolicy {
             providers: vec!["cheap".into(), "dear".into()],
             ..policy(0, 10)
@@ -212,6 +217,7 @@ fn a_failing_provider_is_skipped_and_explained() {
 fn the_cheapest_reliable_capacity_goes_first_and_quota_splits() {
     check(
         one_pool(PoolSnapshot {
+            unlisted: 0,
             policy: policy(0, 10),
             queued: jobs(4),
             runners: vec![],
@@ -237,6 +243,7 @@ fn no_capacity_and_lease_expiry_are_explained() {
     queued[0].attempts = 1;
     check(
         one_pool(PoolSnapshot {
+            unlisted: 0,
             policy: policy(0, 10),
             queued,
             runners: vec![runner(7, RunnerState::Idle, 0, Some(1))],
@@ -257,6 +264,7 @@ fn a_runner_started_for_one_job_that_takes_another_leaves_demand() {
     // job 100 is still queued, so it still creates demand.
     check(
         one_pool(PoolSnapshot {
+            unlisted: 0,
             policy: policy(0, 10),
             queued: jobs(1),
             runners: vec![runner(1, RunnerState::Busy, 0, None)],
@@ -274,6 +282,7 @@ fn a_runner_started_for_one_job_that_takes_another_leaves_demand() {
 #[test]
 fn nothing_to_do_when_the_world_matches() {
     let snapshot = one_pool(PoolSnapshot {
+        unlisted: 0,
         policy: policy(1, 10),
         queued: jobs(2),
         runners: vec![
@@ -308,6 +317,7 @@ fn arbitrary_pool() -> impl Strategy<Value = PoolSnapshot> {
     )
         .prop_map(
             |(min_idle, max_runners, ratio_quarter, queued, runners, offers)| PoolSnapshot {
+                unlisted: 0,
                 policy: PoolPolicy {
                     scaling_ratio: f64::from(ratio_quarter) * 0.5,
                     ..policy(min_idle, max_runners)
@@ -379,6 +389,24 @@ proptest! {
         // Every queued job is explained.
         prop_assert_eq!(result.waiting.len(), pool.queued.len());
     }
+
+    /// The queue as a count decides exactly as the queue listed: what the
+    /// simulator relies on to keep a decision's cost flat as its queue grows.
+    #[test]
+    fn a_counted_queue_decides_as_a_listed_one(pool in arbitrary_pool(), now_minutes in 0i64..90) {
+        let now = at(now_minutes);
+        let listed = one_pool(pool.clone());
+        let mut counted_pool = pool.clone();
+        counted_pool.unlisted = counted_pool.queued.len() as u32;
+        counted_pool.queued.clear();
+        let counted = one_pool(counted_pool);
+        let full = plan(&listed, now);
+        let decided = decide(&counted, now);
+        prop_assert_eq!(&decided.actions, &full.actions);
+        prop_assert_eq!(&decided.pools, &full.pools);
+        prop_assert!(decided.waiting.is_empty(), "no wait reasons asked for");
+        prop_assert_eq!(decide(&listed, now).actions, full.actions);
+    }
 }
 
 /// A tiny world: created runners boot in one round, idle runners take
@@ -399,6 +427,7 @@ fn a_simulated_world_converges() {
         assert!(round < 200, "did not converge");
         let now = at(round);
         let snapshot = one_pool(PoolSnapshot {
+            unlisted: 0,
             policy: policy.clone(),
             queued: queued.clone(),
             runners: runners.iter().map(|(r, _)| r.clone()).collect(),

@@ -8,10 +8,8 @@
 use std::time::Duration;
 
 use runway_core::forecast::ArrivalForecast;
-use runway_core::planner::{
-    plan, Action, Offer, PoolSnapshot, QueuedJob as PlannerJob, RunnerView, Snapshot,
-};
-use runway_core::{JobId, RunnerId, RunnerState, Timestamp};
+use runway_core::planner::{decide, Action, Offer, PoolSnapshot, RunnerView, Snapshot};
+use runway_core::{RunnerId, RunnerState, Timestamp};
 
 use crate::engine::{Decision, Policy, PoolView, RunnerPhase};
 
@@ -90,6 +88,7 @@ impl PlannerInput {
     pub fn fill(&mut self, view: &PoolView<'_>, min_idle: u32) -> &Snapshot {
         if self.snapshot.pools.is_empty() {
             self.snapshot.pools.push(PoolSnapshot {
+                unlisted: 0,
                 policy: view.model.policy.clone(),
                 queued: Vec::new(),
                 runners: Vec::new(),
@@ -118,12 +117,10 @@ impl PlannerInput {
                 });
             }
         }
+        // The queue as a count: a decision must not cost more as the queue
+        // grows (no wait reasons are asked for here).
         pool.queued.clear();
-        pool.queued.extend(view.queued.iter().map(|q| PlannerJob {
-            id: JobId(q.job as i64),
-            enqueued_at: Timestamp::from_millis(q.arrival_ms),
-            attempts: 0,
-        }));
+        pool.unlisted = u32::try_from(view.queued.len()).unwrap_or(u32::MAX);
         let mut kept = 0;
         for runner in view.runners.values() {
             let fresh = RunnerView {
@@ -190,7 +187,7 @@ fn runway_decision(
     min_idle: u32,
     now: i64,
 ) -> Decision {
-    let planned = plan(input.fill(view, min_idle), Timestamp::from_millis(now));
+    let planned = decide(input.fill(view, min_idle), Timestamp::from_millis(now));
     decision_of(view, &planned.actions)
 }
 

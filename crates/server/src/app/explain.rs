@@ -41,6 +41,7 @@ pub async fn pool_snapshot(
         .await?;
     let runners = service.store.list_live_runners(Some(&pool.name)).await?;
     Ok(PoolSnapshot {
+        unlisted: 0,
         policy: policy(pool),
         queued: queued
             .iter()
