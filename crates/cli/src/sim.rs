@@ -45,8 +45,9 @@ pub struct SimArgs {
     /// Seeds the workload and the providers' randomness.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Policies to compare, comma-separated: runway, predictive[:QUANTILE],
-    /// static:N, arc, taskcluster, lambda, gitlab, reactive-prespawn, or all.
+    /// Policies to compare, comma-separated: oracle, runway,
+    /// predictive[:QUANTILE], static:N, arc, taskcluster, lambda, gitlab,
+    /// reactive-prespawn, or all.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     policy: Vec<String>,
     #[arg(long, value_enum, default_value = "table")]
@@ -163,7 +164,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         outcomes
     })?;
     eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
-    let summaries: Vec<Summary> = outcomes.iter().map(Summary::of).collect();
+    let mut summaries: Vec<Summary> = outcomes.iter().map(Summary::of).collect();
+    runway_sim::report::relate(&mut summaries);
     let text = match args.format {
         Format::Table => runway_sim::report::table(&summaries),
         Format::Json => runway_sim::report::json(&summaries),

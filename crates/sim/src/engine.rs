@@ -204,6 +204,11 @@ pub trait Policy {
     /// Decides for one pool at `now` (every tick).
     fn decide(&mut self, view: &PoolView<'_>, now: i64) -> Decision;
 
+    /// Told once, before the run, every arrival to come, per pool
+    /// (milliseconds, ascending). Only a policy with perfect foresight (the
+    /// oracle) listens; the others learn arrivals as they happen.
+    fn foresee(&mut self, _arrivals: &[Vec<i64>]) {}
+
     /// Every arrival, in time order (what a forecast learns from).
     fn observe_arrival(&mut self, _pool: usize, _now: i64) {}
 
@@ -231,6 +236,9 @@ pub trait Policy {
 impl<P: Policy + ?Sized> Policy for Box<P> {
     fn name(&self) -> String {
         (**self).name()
+    }
+    fn foresee(&mut self, arrivals: &[Vec<i64>]) {
+        (**self).foresee(arrivals)
     }
     fn decide(&mut self, view: &PoolView<'_>, now: i64) -> Decision {
         (**self).decide(view, now)
@@ -489,6 +497,14 @@ pub fn run_counting(
             _ => None,
         })
         .collect();
+    let mut arrivals: Vec<Vec<i64>> = vec![Vec::new(); setup.pools.len()];
+    for (job, pool) in jobs.iter().zip(&routes) {
+        if let Some(pool) = pool {
+            arrivals[*pool].push(job.arrival_ms);
+        }
+    }
+    policy.foresee(&arrivals);
+    drop(arrivals);
     let span = jobs.last().map_or(0, |j| j.arrival_ms).max(1);
     let mut world = World {
         setup,

@@ -18,6 +18,7 @@ pub struct Summary {
     pub queue_p95_s: f64,
     pub queue_p99_s: f64,
     pub queue_max_s: f64,
+    pub queue_mean_s: f64,
     pub runner_hours: f64,
     pub idle_runner_hours: f64,
     pub cost: f64,
@@ -27,6 +28,29 @@ pub struct Summary {
     pub unfinished: u64,
     /// Jobs no pool serves (not simulated).
     pub unroutable: u64,
+    /// Mean wait as a fraction of the reactive policy's (`runway`), and
+    /// of the oracle's, and cost as a fraction of the reactive policy's:
+    /// when those policies were run beside it ([`relate`]).
+    pub wait_vs_runway: Option<f64>,
+    pub wait_vs_oracle: Option<f64>,
+    pub cost_vs_runway: Option<f64>,
+}
+
+/// Fills each summary's figures relative to the `runway` (reactive) and
+/// `oracle` (perfect foresight) policies among them.
+pub fn relate(summaries: &mut [Summary]) {
+    let find = |name: &str| summaries.iter().find(|s| s.policy == name).cloned();
+    let (reactive, oracle) = (find("runway"), find("oracle"));
+    let ratio = |value: f64, base: f64| (base > 0.0).then(|| round(value / base, 2));
+    for summary in summaries.iter_mut() {
+        if let Some(reactive) = &reactive {
+            summary.wait_vs_runway = ratio(summary.queue_mean_s, reactive.queue_mean_s);
+            summary.cost_vs_runway = ratio(summary.cost, reactive.cost);
+        }
+        if let Some(oracle) = &oracle {
+            summary.wait_vs_oracle = ratio(summary.queue_mean_s, oracle.queue_mean_s);
+        }
+    }
 }
 
 /// The `q` quantile (nearest rank) of sorted milliseconds, in seconds.
@@ -53,6 +77,12 @@ impl Summary {
             queue_p95_s: q(0.95),
             queue_p99_s: q(0.99),
             queue_max_s: q(1.0),
+            queue_mean_s: round(
+                outcome.queue_ms.iter().map(|&ms| ms as f64).sum::<f64>()
+                    / outcome.queue_ms.len().max(1) as f64
+                    / 1000.0,
+                1,
+            ),
             runner_hours: round(outcome.runner_hours, 1),
             idle_runner_hours: round(outcome.idle_runner_hours, 1),
             cost: round(outcome.cost, 2),
@@ -60,6 +90,9 @@ impl Summary {
             failed_creates: outcome.failed_creates,
             unfinished: outcome.unfinished,
             unroutable: outcome.unroutable,
+            wait_vs_runway: None,
+            wait_vs_oracle: None,
+            cost_vs_runway: None,
         }
     }
 }
@@ -102,7 +135,7 @@ pub fn compare_counting(
 }
 
 /// The columns of every format, in order (the JSON keys, too).
-pub const COLUMNS: [&str; 11] = [
+pub const COLUMNS: [&str; 15] = [
     "policy",
     "jobs",
     "queue_p50_s",
@@ -114,6 +147,10 @@ pub const COLUMNS: [&str; 11] = [
     "cost",
     "delete_requests",
     "failed_creates",
+    "queue_mean_s",
+    "wait_vs_runway",
+    "wait_vs_oracle",
+    "cost_vs_runway",
 ];
 
 fn cells(s: &Summary) -> Vec<String> {
@@ -129,7 +166,17 @@ fn cells(s: &Summary) -> Vec<String> {
         format!("{:.2}", s.cost),
         s.delete_requests.to_string(),
         s.failed_creates.to_string(),
+        format!("{:.1}", s.queue_mean_s),
+        relative(s.wait_vs_runway),
+        relative(s.wait_vs_oracle),
+        relative(s.cost_vs_runway),
     ]
+}
+
+/// A ratio, or `-` where there is nothing to compare with (the policy was
+/// not run, or its figure is zero).
+fn relative(ratio: Option<f64>) -> String {
+    ratio.map_or_else(|| "-".to_owned(), |r| format!("{r:.2}"))
 }
 
 pub fn table(summaries: &[Summary]) -> String {

@@ -143,6 +143,9 @@ impl<P: Policy> Policy for Watch<P> {
     fn observe_arrival(&mut self, pool: usize, now: i64) {
         self.inner.observe_arrival(pool, now)
     }
+    fn foresee(&mut self, arrivals: &[Vec<i64>]) {
+        self.inner.foresee(arrivals)
+    }
     fn on_arrival(&mut self, view: &PoolView<'_>, queued: bool, now: i64) -> Decision {
         self.most = self.most.max(view.runners.len() as u32);
         self.inner.on_arrival(view, queued, now)
@@ -196,6 +199,43 @@ fn instant_boots_and_room_to_spare_mean_no_waiting() {
     );
 }
 
+/// The oracle is the floor: with room to spare, next to nobody waits
+/// (a job can only wait when its arrival falls in a tick a runner was
+/// booted for too late, which the longest-boot rule rules out), at about
+/// the reactive policy's cost (only runners ready a little early add to
+/// it), and never a wait above the reactive policy's.
+fn oracle_is_the_floor(kind: WorkloadKind) {
+    let jobs = workload(kind, 7, 10_000, 11);
+    let setup = setup(1_000, (120.0, 180.0));
+    let outcomes = compare(&setup, &jobs, &["oracle".to_owned(), "runway".to_owned()]).unwrap();
+    let mut summaries: Vec<Summary> = outcomes.iter().map(Summary::of).collect();
+    runway_sim::report::relate(&mut summaries);
+    let (oracle, reactive) = (&summaries[0], &summaries[1]);
+    assert_eq!(oracle.unfinished, 0);
+    assert_eq!(oracle.queue_p95_s, 0.0, "{oracle:?}");
+    assert!(
+        oracle.queue_mean_s <= 0.05 * reactive.queue_mean_s,
+        "{oracle:?} vs {reactive:?}"
+    );
+    let cost = oracle.cost_vs_runway.unwrap();
+    assert!((1.0..=1.15).contains(&cost), "cost {cost}× reactive");
+    assert_eq!(reactive.wait_vs_runway, Some(1.0));
+    assert_eq!(
+        oracle.wait_vs_oracle,
+        Some(1.0).filter(|_| oracle.queue_mean_s > 0.0)
+    );
+}
+
+#[test]
+fn the_oracle_is_the_floor_on_the_diurnal_workload() {
+    oracle_is_the_floor(WorkloadKind::Diurnal);
+}
+
+#[test]
+fn the_oracle_is_the_floor_on_the_bursty_workload() {
+    oracle_is_the_floor(WorkloadKind::Bursty);
+}
+
 #[test]
 fn lambda_waits_for_its_webhook_delay() {
     let jobs = workload(WorkloadKind::Poisson, 1, 300, 3);
@@ -229,10 +269,11 @@ fn predictive_beats_the_baselines_that_cost_no_more(kind: WorkloadKind) {
     let mut setup = setup(50, (120.0, 180.0));
     setup.seed = 1;
     let jobs = workload(kind, 30, 50_000, 1);
-    // Every baseline `--policy all` compares (runway's own two aside).
+    // Every baseline `--policy all` compares (runway's own two aside, and
+    // the oracle, the floor no policy can beat).
     let baselines = runway_sim::policy::ALL
         .into_iter()
-        .filter(|p| !matches!(*p, "runway" | "predictive"));
+        .filter(|p| !matches!(*p, "runway" | "predictive" | "oracle"));
     let policies: Vec<String> = std::iter::once("predictive")
         .chain(baselines)
         .map(str::to_owned)
