@@ -6,6 +6,7 @@ mod bench;
 mod secrets;
 mod sim;
 mod soak;
+mod trace;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -39,7 +40,7 @@ enum LogFormat {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the service: HTTP API, queue and (later) the reconciler.
+    /// Run the service: HTTP API, queue, reconciler and background workers.
     Serve(ConfigArgs),
     /// Work with configuration files.
     #[command(subcommand)]
@@ -58,9 +59,19 @@ enum Command {
     Agent(agent::AgentArgs),
     /// Replay a CI workload against scaling policies on a virtual clock.
     Sim(sim::SimArgs),
+    /// Traces of the jobs runway saw, for `runway sim --trace`.
+    #[command(subcommand)]
+    Trace(TraceCommand),
     /// Load generators.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum TraceCommand {
+    /// Write the jobs first seen within `--since` that ran, from the store,
+    /// as a `runway sim` trace (JSON lines).
+    Export(trace::ExportArgs),
 }
 
 #[derive(Subcommand)]
@@ -101,12 +112,19 @@ struct EvalArgs {
 
 #[derive(Args)]
 struct ConfigArgs {
-    /// The TOML configuration file (see examples/runway.toml). Without one, built-in defaults apply.
-    #[arg(long, env = "RUNWAY_CONFIG", value_name = "FILE")]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    source: ConfigSource,
     /// Address to listen on; overrides `[server] listen`.
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
+}
+
+/// Where a command's configuration and store come from.
+#[derive(Args, Debug)]
+pub struct ConfigSource {
+    /// The TOML configuration file (see examples/runway.toml). Without one, built-in defaults apply.
+    #[arg(long, env = "RUNWAY_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Database URL (sqlite://PATH or postgres://USER@HOST/DB); overrides `[server] database`.
     #[arg(
         long,
@@ -117,13 +135,19 @@ struct ConfigArgs {
     database: Option<String>,
 }
 
-impl ConfigArgs {
-    fn load(&self) -> anyhow::Result<Config> {
+impl ConfigSource {
+    pub fn load(&self, listen: Option<SocketAddr>) -> anyhow::Result<Config> {
         let overrides = Overrides {
-            listen: self.listen,
+            listen,
             database: self.database.clone(),
         };
         Ok(Config::load(self.config.as_deref(), &overrides)?)
+    }
+}
+
+impl ConfigArgs {
+    fn load(&self) -> anyhow::Result<Config> {
+        self.source.load(self.listen)
     }
 }
 
@@ -228,6 +252,7 @@ async fn run(prepared: Prepared) -> anyhow::Result<ExitCode> {
         Command::Runners(args) => admin::runners(args).await?,
         Command::Agent(args) => agent::run(args).await?,
         Command::Sim(args) => sim::run(args)?,
+        Command::Trace(TraceCommand::Export(args)) => trace::export(args).await?,
         Command::RegistrationToken(args) => admin::registration_token(args).await?,
         Command::Bench(BenchCommand::Intake(args)) => bench::intake(args).await?,
         Command::Bench(BenchCommand::Longpoll(args)) => bench::longpoll(args).await?,
@@ -269,6 +294,7 @@ async fn serve(args: ConfigArgs, config: Config) -> anyhow::Result<()> {
     let options = runway_server::RunOptions {
         // Only without a config file: then the CLI finds the token there.
         admin_token_file: args
+            .source
             .config
             .is_none()
             .then(|| PathBuf::from(admin::TOKEN_FILE)),

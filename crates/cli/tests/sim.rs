@@ -159,3 +159,126 @@ fn bad_input_is_one_clear_line() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+/// `runway trace export` round-trips: a store that served a trace exports
+/// that trace (arrivals, durations, labels, repositories; jobs that never
+/// ran left out), and `runway sim --trace` replays every job of it.
+#[test]
+fn a_trace_exported_from_the_store_is_the_trace_that_ran() {
+    use runway_core::job::{NewJob, Route};
+    use runway_core::{Conclusion, JobSource, RunnerId, Timestamp};
+    use runway_store::{Claim, SqliteStore, Store};
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let database = dir.path().join("runway.db");
+    let original = runway_sim::trace::parse(
+        &(0..40)
+            .map(|i| {
+                format!(
+                    "{{\"arrival_s\": {}, \"duration_s\": {}, \"labels\": [\"self-hosted\", \"linux\"{}], \"repo\": \"org/r{}\"}}\n",
+                    i * 61,
+                    30.5 + f64::from(i * 7 % 90),
+                    if i % 3 == 0 { ", \"x64\"" } else { "" },
+                    i % 4
+                )
+            })
+            .collect::<String>(),
+    )
+    .unwrap();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    // The trace happened over the last day.
+    let start = Timestamp::from_millis(now_ms - 86_400_000);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let store = SqliteStore::open(&database.display().to_string())
+            .await
+            .unwrap();
+        for (i, job) in original.iter().enumerate() {
+            let seen = start.plus(Duration::from_millis(job.arrival_ms as u64));
+            let new = NewJob {
+                source: JobSource::Api,
+                external_id: format!("trace-{i}"),
+                route: Route::Pool("default".to_owned()),
+                labels: job.labels.clone(),
+                payload: serde_json::json!({ "repository": job.repo }).to_string(),
+                max_attempts: 3,
+            };
+            let stored = store.enqueue(&new, seen).await.unwrap().job;
+            let runner = RunnerId(i as i64 + 1);
+            let claim = Claim {
+                pool: "default".to_owned(),
+                runner,
+                limit: 1,
+                lease: Duration::from_secs(600),
+                runner_labels: None,
+            };
+            // Each waits a little (its wait is not part of the trace).
+            let started = seen.plus(Duration::from_secs(5 + i as u64 % 7));
+            let claimed = store.claim(&claim, started).await.unwrap();
+            assert_eq!(claimed[0].id, stored.id);
+            store.accept(stored.id, runner, started).await.unwrap();
+            let finished = started.plus(Duration::from_millis(job.duration_ms as u64));
+            store
+                .complete(stored.id, runner, Conclusion::Success, finished)
+                .await
+                .unwrap();
+        }
+        // A job that never ran is no part of the trace.
+        let never = NewJob {
+            source: JobSource::Api,
+            external_id: "never".to_owned(),
+            route: Route::Pool("default".to_owned()),
+            labels: vec!["self-hosted".to_owned()],
+            payload: "{}".to_owned(),
+            max_attempts: 3,
+        };
+        store
+            .enqueue(&never, start.plus(Duration::from_secs(10)))
+            .await
+            .unwrap();
+    });
+
+    let exported = Command::new(RUNWAY)
+        .args([
+            "trace",
+            "export",
+            "--since",
+            "7d",
+            "--output",
+            "exported.jsonl",
+        ])
+        .arg("--database")
+        .arg(format!("sqlite://{}", database.display()))
+        .current_dir(dir.path())
+        .env_remove("RUNWAY_CONFIG")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&exported.stderr);
+    assert!(exported.status.success(), "{said}");
+    assert!(said.contains("40 jobs exported; 1 left out"), "{said}");
+    let text = std::fs::read_to_string(dir.path().join("exported.jsonl")).unwrap();
+    let trace = runway_sim::trace::parse(&text).unwrap();
+    assert_eq!(trace, original);
+
+    let replayed = sim(
+        dir.path(),
+        &[
+            "--trace",
+            "exported.jsonl",
+            "--policy",
+            "runway",
+            "--format",
+            "csv",
+        ],
+    );
+    assert!(replayed.status.success());
+    let csv = String::from_utf8_lossy(&replayed.stdout);
+    assert!(
+        csv.lines().nth(1).unwrap().starts_with("runway,40,"),
+        "{csv}"
+    );
+}

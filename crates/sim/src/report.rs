@@ -78,7 +78,11 @@ impl Summary {
             queue_p99_s: q(0.99),
             queue_max_s: q(1.0),
             queue_mean_s: round(
-                outcome.queue_ms.iter().map(|&ms| ms as f64).sum::<f64>()
+                // Folded from +0.0: an empty f64 sum is -0.0.
+                outcome
+                    .queue_ms
+                    .iter()
+                    .fold(0.0, |sum, &ms| sum + ms as f64)
                     / outcome.queue_ms.len().max(1) as f64
                     / 1000.0,
                 1,
