@@ -95,6 +95,15 @@ async fn scales_up_to_max_marks_ready_and_scales_down_to_min_idle_without_touchi
     );
     assert_eq!(count(&service, RunnerState::Provisioning).await, 5);
     assert_eq!(plan.waiting[&jobs[7].id].code(), "at_max_runners");
+    // Why the 8 wait, per pool and reason: 5 for the runners just
+    // requested, 3 beyond max_runners.
+    let metrics = service.metrics.encode();
+    for expected in [
+        "runway_jobs_waiting{pool=\"linux\",reason=\"runner_requested\"} 5",
+        "runway_jobs_waiting{pool=\"linux\",reason=\"at_max_runners\"} 3",
+    ] {
+        assert!(metrics.contains(expected), "{expected} in {metrics}");
+    }
     let explained = runway_server::app::explain::explain_job(&service, &jobs[7])
         .await
         .unwrap()

@@ -16,9 +16,9 @@ use runway_core::planner::{
     backoff_delay, learn_reliability, plan, Action, Backoff, Plan, Snapshot,
 };
 use runway_core::runner::NewRunner;
-use runway_core::{JobState, RunnerEvent, RunnerId, RunnerState, Timestamp};
+use runway_core::{JobId, RunnerEvent, RunnerId, RunnerState, Timestamp};
 use runway_providers::{CreateRequest, InstanceId, InstanceState, Provider};
-use runway_store::{JobFilter, StoreError};
+use runway_store::StoreError;
 
 use crate::app::Service;
 use crate::config::{PoolConfig, PoolGithub};
@@ -211,7 +211,7 @@ impl Inner {
             .filter_map(|action| self.dispatch(action.clone(), now))
             .collect();
         report.merge(self.collect(tasks).await?);
-        self.update_gauges(&plan).await?;
+        self.update_gauges(&snapshot, &plan).await?;
         if let Ok(mut last) = self.service.last_plan.lock() {
             *last = Some(plan.clone());
         }
@@ -1179,7 +1179,7 @@ impl Inner {
         Ok(())
     }
 
-    async fn update_gauges(&self, plan: &Plan) -> Result<(), StoreError> {
+    async fn update_gauges(&self, snapshot: &Snapshot, plan: &Plan) -> Result<(), StoreError> {
         let runners = self.store().list_live_runners(None).await?;
         let metrics = &self.service.metrics;
         for pool in &self.service.config.pools {
@@ -1198,18 +1198,19 @@ impl Inner {
             }
         }
         let mut waiting: BTreeMap<(String, &'static str), i64> = BTreeMap::new();
-        let pool_of: BTreeMap<_, _> = self
-            .store()
-            .list_jobs(&JobFilter {
-                state: Some(JobState::Queued),
-                ..JobFilter::default()
+        // The round's own snapshot says which pool each queued job is in:
+        // no second read of the queue.
+        let pool_of: BTreeMap<JobId, &str> = snapshot
+            .pools
+            .iter()
+            .flat_map(|pool| {
+                pool.queued
+                    .iter()
+                    .map(move |job| (job.id, pool.policy.name.as_str()))
             })
-            .await?
-            .into_iter()
-            .map(|j| (j.id, j.pool.unwrap_or_default()))
             .collect();
         for (job, reason) in &plan.waiting {
-            let pool = pool_of.get(job).cloned().unwrap_or_default();
+            let pool = pool_of.get(job).copied().unwrap_or_default().to_owned();
             *waiting.entry((pool, reason.code())).or_default() += 1;
         }
         metrics.jobs_waiting.clear();
