@@ -42,9 +42,14 @@ pub struct SoakArgs {
     /// Reconcile rounds to average (one a second).
     #[arg(long, default_value_t = 15)]
     rounds: u64,
+    /// Runs of each phase, alternating empty and history so the machine's
+    /// drift falls on both; the table gives each figure's median.
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
 }
 
 /// What one phase measured.
+#[derive(Clone, Copy)]
 struct Figures {
     pools_p50: Duration,
     pools_p99: Duration,
@@ -55,6 +60,26 @@ struct Figures {
     round_mean: Duration,
 }
 
+impl Figures {
+    /// Each figure's median over `runs` (the upper one of an even count).
+    fn median(runs: &[Figures]) -> Figures {
+        fn mid<T: Copy + PartialOrd>(mut values: Vec<T>) -> T {
+            values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+            values[values.len() / 2]
+        }
+        let of = |f: fn(&Figures) -> Duration| mid(runs.iter().map(f).collect());
+        Figures {
+            pools_p50: of(|f| f.pools_p50),
+            pools_p99: of(|f| f.pools_p99),
+            jobs_p50: of(|f| f.jobs_p50),
+            jobs_p99: of(|f| f.jobs_p99),
+            intake_per_second: mid(runs.iter().map(|f| f.intake_per_second).collect()),
+            intake_p99: of(|f| f.intake_p99),
+            round_mean: of(|f| f.round_mean),
+        }
+    }
+}
+
 const SECRET: &str = "soak-webhook-secret";
 const TOKEN: &str = "soak-admin-token-0123456789";
 const POOL: &str = "soak";
@@ -63,9 +88,19 @@ pub async fn soak(args: SoakArgs) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("runway-soak-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let result = async {
-        let empty = phase(&args, &dir, "empty", 0).await?;
-        let long = phase(&args, &dir, "history", args.history).await?;
-        Ok::<_, anyhow::Error>((empty, long))
+        let (mut empty, mut long) = (Vec::new(), Vec::new());
+        for run in 0..args.repeat.max(1) {
+            // Alternate which phase goes first, so neither always runs on
+            // a machine the other has just warmed (or loaded).
+            if run % 2 == 0 {
+                empty.push(phase(&args, &dir, "empty", 0).await?);
+                long.push(phase(&args, &dir, "history", args.history).await?);
+            } else {
+                long.push(phase(&args, &dir, "history", args.history).await?);
+                empty.push(phase(&args, &dir, "empty", 0).await?);
+            }
+        }
+        Ok::<_, anyhow::Error>((Figures::median(&empty), Figures::median(&long)))
     }
     .await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -76,8 +111,13 @@ pub async fn soak(args: SoakArgs) -> anyhow::Result<()> {
         "PostgreSQL"
     };
     println!();
+    let of = if args.repeat > 1 {
+        format!(" (median of {})", args.repeat)
+    } else {
+        String::new()
+    };
     println!(
-        "| {backend} | empty store | {} finished jobs, ended runners, deliveries | ratio |",
+        "| {backend}{of} | empty store | {} finished jobs, ended runners, deliveries | ratio |",
         args.history
     );
     println!("| --- | ---: | ---: | ---: |");

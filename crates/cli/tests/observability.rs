@@ -188,6 +188,7 @@ fn the_soak_benchmark_compares_an_empty_store_with_a_long_history() {
     let output = common::runway(dir.path())
         .args(["bench", "soak", "--history", "500", "--webhooks", "40"])
         .args(["--concurrency", "4", "--requests", "5", "--rounds", "2"])
+        .args(["--repeat", "2"])
         .output()
         .unwrap();
     let log = String::from_utf8_lossy(&output.stderr).into_owned();
@@ -198,7 +199,14 @@ fn the_soak_benchmark_compares_an_empty_store_with_a_long_history() {
     );
     assert!(log.contains("history: retention pruned 0 rows"), "{log}");
     let table = String::from_utf8_lossy(&output.stdout).into_owned();
+    // Two runs of each phase, alternating: four servers in all.
+    assert_eq!(
+        log.matches("history: retention pruned 0 rows").count(),
+        2,
+        "{log}"
+    );
     for row in [
+        "| SQLite (median of 2) |",
         "| reconcile round (mean) |",
         "| `GET /api/v1/pools` p99 |",
         "| `GET /api/v1/jobs?limit=50` p99 |",
