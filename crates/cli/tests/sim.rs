@@ -73,17 +73,24 @@ fn a_trace_file_is_replayed_deterministically_in_every_format() {
             "--trace",
             "trace.jsonl",
             "--policy",
-            "runway",
+            "oracle,runway",
             "--plot",
             "charts",
         ],
     );
     assert!(table.status.success());
     assert!(String::from_utf8_lossy(&table.stdout).starts_with("policy "));
-    for chart in ["timeline.svg", "queue_cdf.svg", "cost_vs_p95.svg"] {
+    for chart in [
+        "timeline.svg",
+        "queue_cdf.svg",
+        "cost_vs_p95.svg",
+        "cost_vs_mean_wait.svg",
+    ] {
         let svg = std::fs::read_to_string(dir.path().join("charts").join(chart)).unwrap();
         assert!(svg.starts_with("<svg"), "{chart}");
     }
+    let plane = std::fs::read_to_string(dir.path().join("charts/cost_vs_mean_wait.svg")).unwrap();
+    assert!(plane.contains("oracle (floor)") && plane.contains("runway (reactive)"));
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! `--plot DIR`: SVG charts of a comparison, drawn with `plotters`:
 //! `timeline.svg` (runners and queued jobs over time, per policy),
 //! `queue_cdf.svg` (the queue-time distribution per policy) and
-//! `cost_vs_p95.svg` (one point per policy).
+//! `cost_vs_p95.svg` and `cost_vs_mean_wait.svg` (one point per policy, the
+//! oracle and the reactive policy marked).
 
 use std::path::Path;
 
@@ -37,7 +38,18 @@ pub fn write_all(dir: &Path, outcomes: &[Outcome], summaries: &[Summary]) -> Res
     std::fs::create_dir_all(dir).map_err(failed)?;
     timeline(&dir.join("timeline.svg"), outcomes)?;
     queue_cdf(&dir.join("queue_cdf.svg"), outcomes)?;
-    cost_vs_p95(&dir.join("cost_vs_p95.svg"), summaries)?;
+    cost_vs_wait(
+        &dir.join("cost_vs_p95.svg"),
+        summaries,
+        |s| s.queue_p95_s,
+        "p95 queue time",
+    )?;
+    cost_vs_wait(
+        &dir.join("cost_vs_mean_wait.svg"),
+        summaries,
+        |s| s.queue_mean_s,
+        "mean queue time",
+    )?;
     Ok(())
 }
 
@@ -138,22 +150,30 @@ fn queue_cdf(path: &Path, outcomes: &[Outcome]) -> Result<(), PlotError> {
     root.present().map_err(failed)
 }
 
-fn cost_vs_p95(path: &Path, summaries: &[Summary]) -> Result<(), PlotError> {
+/// One point per policy on the cost-versus-wait plane, the oracle (the
+/// floor) and the reactive policy (`runway`) marked: a policy is as good
+/// as it is close to the oracle's point.
+fn cost_vs_wait(
+    path: &Path,
+    summaries: &[Summary],
+    wait: fn(&Summary) -> f64,
+    what: &str,
+) -> Result<(), PlotError> {
     let root = SVGBackend::new(path, (900, 550)).into_drawing_area();
     root.fill(&WHITE).map_err(failed)?;
-    // Policies whose p95 is off the scale (a starved static pool) are
+    // Policies whose wait is off the scale (a starved static pool) are
     // drawn at the right edge.
-    let mut p95s: Vec<f64> = summaries.iter().map(|s| s.queue_p95_s).collect();
-    p95s.sort_by(f64::total_cmp);
-    let right = p95s
-        .get(p95s.len().saturating_sub(2))
+    let mut waits: Vec<f64> = summaries.iter().map(wait).collect();
+    waits.sort_by(f64::total_cmp);
+    let right = waits
+        .get(waits.len().saturating_sub(2))
         .copied()
         .unwrap_or(1.0)
         .max(1.0)
         * 1.3;
     let top = summaries.iter().map(|s| s.cost).fold(1.0f64, f64::max) * 1.1;
     let mut chart = ChartBuilder::on(&root)
-        .caption("cost versus p95 queue time", ("sans-serif", 18))
+        .caption(format!("cost versus {what}"), ("sans-serif", 18))
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(60)
@@ -161,18 +181,23 @@ fn cost_vs_p95(path: &Path, summaries: &[Summary]) -> Result<(), PlotError> {
         .map_err(failed)?;
     chart
         .configure_mesh()
-        .x_desc("p95 queue time (s)")
+        .x_desc(format!("{what} (s)"))
         .y_desc("cost")
         .draw()
         .map_err(failed)?;
     for (i, summary) in summaries.iter().enumerate() {
-        let at = (summary.queue_p95_s.min(right * 0.98), summary.cost);
+        let at = (wait(summary).min(right * 0.98), summary.cost);
+        let (label, size) = match summary.policy.as_str() {
+            "oracle" => ("oracle (floor)".to_owned(), 9),
+            "runway" => ("runway (reactive)".to_owned(), 9),
+            other => (other.to_owned(), 5),
+        };
         chart
-            .draw_series(std::iter::once(Circle::new(at, 5, color(i).filled())))
+            .draw_series(std::iter::once(Circle::new(at, size, color(i).filled())))
             .map_err(failed)?;
         chart
             .draw_series(std::iter::once(Text::new(
-                summary.policy.clone(),
+                label,
                 at,
                 ("sans-serif", 13).into_font().color(&color(i)),
             )))
