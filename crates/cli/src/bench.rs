@@ -250,11 +250,7 @@ pub async fn run_intake(args: &IntakeArgs) -> anyhow::Result<IntakeReport> {
     if args.url.is_empty() {
         bail!("--url: name at least one webhook endpoint");
     }
-    let labels: Vec<String> = args
-        .labels
-        .split(',')
-        .map(|l| l.trim().to_owned())
-        .collect();
+    let labels = split_labels(&args.labels);
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency as usize)
         .timeout(Duration::from_secs(30))
@@ -339,11 +335,15 @@ pub async fn run_intake(args: &IntakeArgs) -> anyhow::Result<IntakeReport> {
     })
 }
 
+/// Labels written comma-separated on the command line.
+fn split_labels(labels: &str) -> Vec<String> {
+    labels.split(',').map(|l| l.trim().to_owned()).collect()
+}
+
+/// The admin side of the runner benchmarks: who mints registration tokens
+/// and submits, for which pool and labels.
 #[derive(Args, Debug, Clone)]
-pub struct LongPollArgs {
-    /// The runway server.
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    url: String,
+pub struct RunnerSide {
     /// An admin token (to mint registration tokens and submit jobs).
     #[arg(long, env = "RUNWAY_TOKEN", hide_env_values = true)]
     token: String,
@@ -353,6 +353,15 @@ pub struct LongPollArgs {
     /// Labels of the runners and jobs, comma-separated.
     #[arg(long, default_value = "self-hosted,linux,x64")]
     labels: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LongPollArgs {
+    /// The runway server.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    url: String,
+    #[command(flatten)]
+    side: RunnerSide,
     /// Runners long-polling at once.
     #[arg(long, default_value_t = 100)]
     runners: usize,
@@ -375,11 +384,7 @@ pub struct LongPollArgs {
 pub async fn longpoll(args: LongPollArgs) -> anyhow::Result<()> {
     use std::collections::HashMap;
     let base = args.url.trim_end_matches('/').to_owned();
-    let labels: Vec<String> = args
-        .labels
-        .split(',')
-        .map(|l| l.trim().to_owned())
-        .collect();
+    let labels = split_labels(&args.side.labels);
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.runners + 8)
         .timeout(Duration::from_secs(120))
@@ -388,8 +393,8 @@ pub async fn longpoll(args: LongPollArgs) -> anyhow::Result<()> {
     let runner_tokens: Vec<String> = register_runners(
         &client,
         std::slice::from_ref(&base),
-        &args.token,
-        &args.pool,
+        &args.side.token,
+        &args.side.pool,
         &labels,
         args.runners,
         &run,
@@ -445,7 +450,7 @@ pub async fn longpoll(args: LongPollArgs) -> anyhow::Result<()> {
         let sent = Instant::now();
         let response: serde_json::Value = client
             .post(format!("{submit_base}/api/v1/jobs"))
-            .bearer_auth(&args.token)
+            .bearer_auth(&args.side.token)
             .json(&body)
             .send()
             .await?
@@ -561,15 +566,8 @@ pub struct DrainArgs {
     /// store): submissions and runners are spread over them in turn.
     #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:8080")]
     url: Vec<String>,
-    /// An admin token (to mint registration tokens and submit jobs).
-    #[arg(long, env = "RUNWAY_TOKEN", hide_env_values = true)]
-    token: String,
-    /// The pool the runners register in.
-    #[arg(long, default_value = "default")]
-    pool: String,
-    /// Labels of the runners and jobs, comma-separated.
-    #[arg(long, default_value = "self-hosted,linux,x64")]
-    labels: String,
+    #[command(flatten)]
+    side: RunnerSide,
     /// Runners taking jobs at once.
     #[arg(long, default_value_t = 16)]
     runners: usize,
@@ -597,11 +595,7 @@ pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
         .iter()
         .map(|url| url.trim_end_matches('/').to_owned())
         .collect();
-    let labels: Vec<String> = args
-        .labels
-        .split(',')
-        .map(|l| l.trim().to_owned())
-        .collect();
+    let labels = split_labels(&args.side.labels);
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.runners + args.concurrency)
         .timeout(Duration::from_secs(120))
@@ -610,8 +604,8 @@ pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
     let runners = register_runners(
         &client,
         &bases,
-        &args.token,
-        &args.pool,
+        &args.side.token,
+        &args.side.pool,
         &labels,
         args.runners,
         &run,
@@ -629,7 +623,7 @@ pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
             next.clone(),
             bases.clone(),
             labels.clone(),
-            args.token.clone(),
+            args.side.token.clone(),
             run.clone(),
         );
         let total = args.jobs as u64;

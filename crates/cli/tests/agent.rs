@@ -287,25 +287,14 @@ fn jobs_complete_once_each_across_a_sigkill_of_the_server() {
     }
 }
 
-#[test]
-fn the_long_poll_benchmark_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path(), "127.0.0.1:0");
-    let (_server, base) = serve(dir.path());
-    let output = runway(dir.path())
-        .args([
-            "bench",
-            "longpoll",
-            "--url",
-            &base,
-            "--token",
-            ADMIN,
-            "--runners",
-            "5",
-            "--jobs",
-            "10",
-        ])
-        .args(["--labels", "self-hosted,linux", "--gap-ms", "5"])
+/// `runway bench KIND ARGS… EXTRA…` as the admin, on the pool's labels:
+/// its report, after checking it succeeded.
+fn bench(dir: &Path, args: &[&str], extra: &[&str]) -> String {
+    let output = runway(dir)
+        .arg("bench")
+        .args(args)
+        .args(["--token", ADMIN, "--labels", "self-hosted,linux"])
+        .args(extra)
         .output()
         .unwrap();
     assert!(
@@ -313,7 +302,19 @@ fn the_long_poll_benchmark_runs() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let report = String::from_utf8_lossy(&output.stdout).into_owned();
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn the_long_poll_benchmark_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "127.0.0.1:0");
+    let (_server, base) = serve(dir.path());
+    let report = bench(
+        dir.path(),
+        &["longpoll", "--url", &base, "--runners", "5", "--jobs", "10"],
+        &["--gap-ms", "5"],
+    );
     assert!(
         report.contains("5 runners waiting, 10 of 10 jobs received"),
         "{report}"
@@ -326,24 +327,11 @@ fn the_drain_benchmark_takes_every_job_through_to_success() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), "127.0.0.1:0");
     let (_server, base) = serve(dir.path());
-    let output = runway(dir.path())
-        .args(["bench", "drain", "--url", &base, "--token", ADMIN])
-        .args([
-            "--runners",
-            "4",
-            "--jobs",
-            "30",
-            "--labels",
-            "self-hosted,linux",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let report = bench(
+        dir.path(),
+        &["drain", "--url", &base, "--runners", "4", "--jobs", "30"],
+        &[],
     );
-    let report = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         report.contains("1 replicas, 4 runners, 30 jobs"),
         "{report}"

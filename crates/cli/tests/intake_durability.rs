@@ -184,6 +184,38 @@ fn write_config(dir: &Path) {
     .expect("config");
 }
 
+/// What a store outage may and may not have done under webhook load:
+/// answers only 2xx or 503 (`during` names the outage), every 2xx'd job
+/// stored, and the `probe` refused with 503 not stored.
+fn assert_outage_answered_honestly(
+    base: &str,
+    statuses: &BTreeMap<String, u64>,
+    acknowledged: &[u64],
+    probe: u64,
+    during: &str,
+) {
+    let unexpected: Vec<(&String, &u64)> = statuses
+        .iter()
+        .filter(|(status, _)| !status.starts_with('2') && status.as_str() != "503")
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "only 2xx and 503 {during}, got {statuses:?}"
+    );
+    let stored = stored_external_ids(base);
+    let lost: Vec<&u64> = acknowledged
+        .iter()
+        .filter(|id| !stored.contains(id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged jobs lost, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+    assert!(!stored.contains(&probe), "a 503 changed nothing");
+}
+
 #[test]
 fn every_acknowledged_webhook_survives_sigkill() {
     let dir = tempfile::tempdir().expect("dir");
@@ -262,26 +294,7 @@ fn a_postgres_outage_gets_503s_and_runway_recovers_without_a_restart() {
     });
     let (acknowledged, statuses) = load.finish();
 
-    let unexpected: Vec<(&String, &u64)> = statuses
-        .iter()
-        .filter(|(status, _)| !status.starts_with('2') && status.as_str() != "503")
-        .collect();
-    assert!(
-        unexpected.is_empty(),
-        "only 2xx and 503 during an outage, got {statuses:?}"
-    );
-    let stored = stored_external_ids(&base);
-    let lost: Vec<&u64> = acknowledged
-        .iter()
-        .filter(|id| !stored.contains(id))
-        .collect();
-    assert!(
-        lost.is_empty(),
-        "{} acknowledged jobs lost, e.g. {:?}",
-        lost.len(),
-        &lost[..lost.len().min(5)]
-    );
-    assert!(!stored.contains(&probe), "a 503 changed nothing");
+    assert_outage_answered_honestly(&base, &statuses, &acknowledged, probe, "during an outage");
     eprintln!(
         "{} acknowledged webhooks across a PostgreSQL crash, all stored; statuses {statuses:?}",
         acknowledged.len()
@@ -402,26 +415,13 @@ fn a_full_disk_gets_503s_and_runway_recovers_when_there_is_room() {
     });
     let (acknowledged, statuses) = load.finish();
 
-    let unexpected: Vec<(&String, &u64)> = statuses
-        .iter()
-        .filter(|(status, _)| !status.starts_with('2') && status.as_str() != "503")
-        .collect();
-    assert!(
-        unexpected.is_empty(),
-        "only 2xx and 503 while the disk is full, got {statuses:?}"
+    assert_outage_answered_honestly(
+        &base,
+        &statuses,
+        &acknowledged,
+        probe,
+        "while the disk is full",
     );
-    let stored = stored_external_ids(&base);
-    let lost: Vec<&u64> = acknowledged
-        .iter()
-        .filter(|id| !stored.contains(id))
-        .collect();
-    assert!(
-        lost.is_empty(),
-        "{} acknowledged jobs lost, e.g. {:?}",
-        lost.len(),
-        &lost[..lost.len().min(5)]
-    );
-    assert!(!stored.contains(&probe), "a 503 changed nothing");
     // The refused delivery again, now that there is room: taken as new,
     // so its job exists (no delivery was recorded without its job).
     let status = send(&client, &url, probe).expect("an answer");
