@@ -50,7 +50,7 @@ run() {
   local intake drain
   intake=$(RUNWAY_BENCH_SECRET=$SECRET "$RUNWAY" bench intake --url "$hooks" --count 5000 \
     --concurrency 32 | awk '/^throughput/ {print $2}')
-  drain=$("$RUNWAY" bench drain --url "$urls" --token "$ADMIN" --jobs 2000 --runners 16 \
+  drain=$(RUNWAY_TOKEN=$ADMIN "$RUNWAY" bench drain --url "$urls" --jobs 2000 --runners 16 \
     | awk '/^drain/ {print $2}')
   echo "$replicas $intake $drain"
   pkill -f "runway-bench-replicas" || true
