@@ -181,16 +181,34 @@ pub struct RunnersArgs {
     pool: Option<String>,
 }
 
-async fn get<T: serde::de::DeserializeOwned>(
+pub(crate) async fn get<T: serde::de::DeserializeOwned>(
     connection: &Connection,
     path: &str,
     query: &[(&str, String)],
 ) -> anyhow::Result<T> {
     let url = format!("{}{path}", connection.url.trim_end_matches('/'));
-    let response = reqwest::Client::new()
-        .get(&url)
+    let request = reqwest::Client::new().get(&url).query(query);
+    answer(connection, request, &url).await
+}
+
+/// `POST path` with `body`: the answer, or an error that says the server's reason.
+pub(crate) async fn post<T: serde::de::DeserializeOwned>(
+    connection: &Connection,
+    path: &str,
+    body: serde_json::Value,
+) -> anyhow::Result<T> {
+    let url = format!("{}{path}", connection.url.trim_end_matches('/'));
+    let request = reqwest::Client::new().post(&url).json(&body);
+    answer(connection, request, &url).await
+}
+
+async fn answer<T: serde::de::DeserializeOwned>(
+    connection: &Connection,
+    request: reqwest::RequestBuilder,
+    url: &str,
+) -> anyhow::Result<T> {
+    let response = request
         .bearer_auth(connection.token()?)
-        .query(query)
         .send()
         .await
         .with_context(|| format!("cannot reach {url}"))?;
@@ -211,7 +229,7 @@ async fn get<T: serde::de::DeserializeOwned>(
 }
 
 /// Left-aligned columns, two spaces apart.
-fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
+pub(crate) fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in &rows {
         for (i, cell) in row.iter().enumerate() {
@@ -233,7 +251,7 @@ fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
     text
 }
 
-fn or_dash(value: Option<impl ToString>) -> String {
+pub(crate) fn or_dash(value: Option<impl ToString>) -> String {
     value
         .map(|v| v.to_string())
         .unwrap_or_else(|| "-".to_owned())

@@ -552,6 +552,8 @@ async fn run_job(
         }
     };
     let group = child.id().and_then(|pid| i32::try_from(pid).ok());
+    // Heartbeats; an operator's cancel comes back as `job_cancelled`.
+    let (cancelled_tx, mut cancelled) = watch::channel(false);
     let heartbeats = {
         let http = client.http.clone();
         let url = format!("{}{}", client.base, path("heartbeat"));
@@ -559,7 +561,16 @@ async fn run_job(
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(lease / 3).await;
-                let _ = http.post(&url).bearer_auth(&token).send().await;
+                let Ok(answer) = http.post(&url).bearer_auth(&token).send().await else {
+                    continue;
+                };
+                if answer.status() == StatusCode::CONFLICT {
+                    let body: Value = answer.json().await.unwrap_or_default();
+                    if body["code"] == "job_cancelled" {
+                        let _ = cancelled_tx.send(true);
+                        return;
+                    }
+                }
             }
         })
     };
@@ -567,6 +578,10 @@ async fn run_job(
     let outcome = tokio::select! {
         status = child.wait() => Outcome::Exited(status?),
         () = tokio::time::sleep(timeout) => Outcome::TimedOut,
+        _ = cancelled.wait_for(|c| *c) => {
+            tracing::info!(job = id, "the job was cancelled; stopping it");
+            Outcome::Cancelled
+        }
         _ = terminating.wait_for(|t| *t) => {
             tracing::info!(job = id, ?grace, "terminating: letting the job finish within the grace period");
             match tokio::time::timeout(grace, child.wait()).await {
@@ -587,6 +602,9 @@ async fn run_job(
             None => json!({"conclusion": "failure", "log_tail": log_tail}),
         },
         Outcome::TimedOut => json!({"conclusion": "timed_out", "log_tail": log_tail}),
+        Outcome::Cancelled => {
+            json!({"conclusion": "cancelled", "log_tail": log_tail + "\n[runway agent: cancelled]\n"})
+        }
         Outcome::Terminated => {
             json!({"conclusion": "failure", "log_tail": log_tail + "\n[runway agent: terminated]\n"})
         }
@@ -648,6 +666,8 @@ enum Outcome {
     Exited(std::process::ExitStatus),
     TimedOut,
     Terminated,
+    /// An operator cancelled it (the server said so at a heartbeat).
+    Cancelled,
 }
 
 fn read_tail(path: &std::path::Path) -> String {

@@ -1,5 +1,6 @@
 //! The `runway` binary.
 
+mod act;
 mod admin;
 mod agent;
 mod bench;
@@ -51,6 +52,24 @@ enum Command {
     Pools(admin::Connection),
     /// List the runners of a running runway.
     Runners(admin::RunnersArgs),
+    /// Cancel a queued, provisioning or running job.
+    Cancel(act::CancelArgs),
+    /// Queue a failed or cancelled job of runway's job API again, as a new job.
+    Retry(act::JobArgs),
+    /// Drain a runner: no new job; it stops after its current one.
+    Drain(act::RunnerArgs),
+    /// Terminate an idle runner now (a busy one only with --force).
+    Terminate(act::TerminateArgs),
+    /// Pause a pool: its queue is kept, no runner is started for it.
+    Pause(act::PoolArgs),
+    /// Resume a paused pool.
+    Resume(act::PoolArgs),
+    /// Make a running runway read its config file again (as SIGHUP does).
+    Reload(admin::Connection),
+    /// Every transition of a job, with its time, runner and reason.
+    History(act::JobArgs),
+    /// Who changed what through the admin API, newest first.
+    Audit(act::AuditArgs),
     /// Print a one-time registration token for `runway agent --token`.
     RegistrationToken(admin::RegistrationTokenArgs),
     /// Submit a job: `runway submit [--labels a,b] [--wait] -- COMMAND...`.
@@ -137,11 +156,17 @@ pub struct ConfigSource {
 
 impl ConfigSource {
     pub fn load(&self, listen: Option<SocketAddr>) -> anyhow::Result<Config> {
-        let overrides = Overrides {
+        Ok(Config::load(
+            self.config.as_deref(),
+            &self.overrides(listen),
+        )?)
+    }
+
+    fn overrides(&self, listen: Option<SocketAddr>) -> Overrides {
+        Overrides {
             listen,
             database: self.database.clone(),
-        };
-        Ok(Config::load(self.config.as_deref(), &overrides)?)
+        }
     }
 }
 
@@ -203,6 +228,7 @@ fn prepare(command: Command) -> anyhow::Result<Prepared> {
             let config = args.load()?;
             let mut names = config.secret_environment_variables();
             names.push("RUNWAY_DATABASE_URL".to_owned());
+            runway_server::config::secret::remember_environment(&names);
             secrets::scrub(&names);
             Ok(Prepared::Serve(args, Box::new(config)))
         }
@@ -254,6 +280,15 @@ async fn run(prepared: Prepared) -> anyhow::Result<ExitCode> {
         Command::Sim(args) => sim::run(args)?,
         Command::Trace(TraceCommand::Export(args)) => trace::export(args).await?,
         Command::RegistrationToken(args) => admin::registration_token(args).await?,
+        Command::Cancel(args) => act::cancel(args).await?,
+        Command::Retry(args) => act::retry(args).await?,
+        Command::Drain(args) => act::drain(args).await?,
+        Command::Terminate(args) => act::terminate(args).await?,
+        Command::Pause(args) => act::pause(args, true).await?,
+        Command::Resume(args) => act::pause(args, false).await?,
+        Command::Reload(connection) => act::reload(connection).await?,
+        Command::History(args) => act::history(args).await?,
+        Command::Audit(args) => act::audit(args).await?,
         Command::Bench(BenchCommand::Intake(args)) => bench::intake(args).await?,
         Command::Bench(BenchCommand::Longpoll(args)) => bench::longpoll(args).await?,
         Command::Bench(BenchCommand::Drain(args)) => bench::drain(args).await?,
@@ -299,6 +334,8 @@ async fn serve(args: ConfigArgs, config: Config) -> anyhow::Result<()> {
             .is_none()
             .then(|| PathBuf::from(admin::TOKEN_FILE)),
         runway_exe: std::env::current_exe().ok(),
+        config_path: args.source.config.clone(),
+        overrides: args.source.overrides(args.listen),
     };
     runway_server::run(config, listener, options, shutdown_signal()).await?;
     Ok(())

@@ -88,6 +88,7 @@ pub fn setup_of(config: &Config, seed: u64) -> Setup {
                     idle_grace: p.idle_grace,
                     boot_timeout: p.boot_timeout,
                     providers: p.providers.clone(),
+                    paused: false,
                 },
                 labels: p.labels.clone(),
                 ephemeral: p.ephemeral,

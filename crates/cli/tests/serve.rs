@@ -85,7 +85,7 @@ fn serve_with_no_config_answers_health_readiness_and_status_then_stops_on_sigter
     assert!(!first.is_empty() && first != second, "{first} {second}");
     assert_eq!(id(Some("trace-42")), "trace-42");
     assert_eq!(server.get("/readyz"), (200, "ready\n".to_owned()));
-    let (status, body) = server.get("/");
+    let (status, body) = server.get("/api/v1/status");
     assert_eq!(status, 200);
     let status: serde_json::Value = serde_json::from_str(&body).expect("status is JSON");
     assert_eq!(status["store"], "sqlite");
@@ -108,7 +108,7 @@ fn serve_on_postgres_is_ready() {
     let scoped = schema.scoped.clone();
     let server = Server::start(dir.path(), &["--database", &scoped]);
     assert_eq!(server.get("/readyz").0, 200);
-    let (_, body) = server.get("/");
+    let (_, body) = server.get("/api/v1/status");
     assert!(body.contains(r#""store":"postgres""#), "{body}");
     assert!(server.terminate().success());
     let tables = schema.psql(&format!(
@@ -135,7 +135,7 @@ fn config_file_values_and_flag_overrides() {
         dir.path(),
         &["--config", "runway.toml", "--database", "sqlite://flag.db"],
     );
-    let (_, body) = server.get("/");
+    let (_, body) = server.get("/api/v1/status");
     assert!(body.contains("linux-large"), "{body}");
     assert!(server.terminate().success());
     assert!(dir.path().join("flag.db").exists());

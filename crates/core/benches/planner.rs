@@ -28,6 +28,7 @@ fn fleet() -> Snapshot {
                 idle_grace: Duration::from_secs(300),
                 boot_timeout: Duration::from_secs(600),
                 providers: vec![],
+                paused: false,
             },
             queued: (0..100)
                 .map(|j| QueuedJob {

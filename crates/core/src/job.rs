@@ -226,6 +226,96 @@ impl NewJob {
     }
 }
 
+/// One step of a job's history (`GET /api/v1/jobs/{id}/events`): the
+/// state it entered, when, on which runner, and why. The store appends one
+/// with every change of state or attempt, in the same statement as the
+/// change; a keepalive is not a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobStep {
+    pub at: Timestamp,
+    pub state: JobState,
+    /// The runner it was on or went to (the one that declined it, or
+    /// whose lease expired, for a requeue).
+    pub runner: Option<RunnerId>,
+    /// The failed attempts so far, when this step counted one (an expired lease).
+    pub attempts: Option<u32>,
+    pub conclusion: Option<Conclusion>,
+    pub reason: Option<String>,
+}
+
+impl Job {
+    /// The step that created the job: queued, or unroutable with intake's reason.
+    pub fn first_step(&self) -> JobStep {
+        let unroutable = self.state == JobState::Unroutable;
+        JobStep {
+            at: self.created_at,
+            state: if unroutable {
+                JobState::Unroutable
+            } else {
+                JobState::Queued
+            },
+            runner: None,
+            attempts: None,
+            conclusion: None,
+            reason: if unroutable {
+                self.reason.clone()
+            } else {
+                None
+            },
+        }
+    }
+
+    /// The step from `self` to `next`, if it is one (a state or an
+    /// attempt changed). Its time is the one the state machine set for
+    /// the state entered (a claim, which sets none, passes `claimed_at`).
+    pub fn step_to(&self, next: &Job, claimed_at: Option<Timestamp>) -> Option<JobStep> {
+        if self.state == next.state && self.attempts == next.attempts {
+            return None;
+        }
+        let at = match next.state {
+            JobState::Queued => Some(next.enqueued_at),
+            JobState::Provisioning => claimed_at,
+            JobState::Running => next.started_at,
+            _ => next.finished_at,
+        };
+        let latest = [Some(next.enqueued_at), next.started_at, next.finished_at]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or(next.created_at);
+        Some(JobStep {
+            at: at.unwrap_or(latest),
+            state: next.state,
+            runner: next.runner.or(self.runner),
+            attempts: (next.attempts != self.attempts).then_some(next.attempts),
+            conclusion: next.conclusion,
+            reason: next.reason.clone(),
+        })
+    }
+}
+
+impl GuardedChange {
+    /// The step this change makes where its guard holds (a heartbeat makes none).
+    pub fn step(&self) -> Option<JobStep> {
+        if self.set.state == self.state {
+            return None;
+        }
+        let at = self
+            .set
+            .finished
+            .map(|(at, _)| at)
+            .or(self.set.started_at)?;
+        Some(JobStep {
+            at,
+            state: self.set.state,
+            runner: Some(self.runner),
+            attempts: None,
+            conclusion: self.set.finished.map(|(_, c)| c),
+            reason: None,
+        })
+    }
+}
+
 /// Everything that can happen to a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobEvent {

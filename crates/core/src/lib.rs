@@ -50,7 +50,7 @@ pub mod time;
 pub mod worker_config;
 
 pub use job::{
-    Conclusion, GuardedChange, GuardedSet, Job, JobEvent, JobId, JobSource, JobState,
+    Conclusion, GuardedChange, GuardedSet, Job, JobEvent, JobId, JobSource, JobState, JobStep,
     JobTransitionError, NewJob, Route, UnknownName,
 };
 pub use runner::{

@@ -23,8 +23,9 @@ pub fn start(job: &Job, runner: &Runner, now: Timestamp) -> Result<Runner, Runne
 /// A job that ended (completed, cancelled, failed): its runner is free
 /// again if it was busy with this job, or busy with no job named (GitHub
 /// kept it for this job, whose `in_progress` never came). With
-/// `terminate`, an ephemeral runner's one job is done: it is asked to stop
-/// as well. A runner busy with another job is left alone.
+/// `terminate` (an ephemeral runner's one job is done) or on a drained
+/// runner, it is asked to stop as well. A runner busy with another job is
+/// left alone.
 pub fn finish(job: &Job, runner: &Runner, terminate: bool, now: Timestamp) -> Option<Runner> {
     let holding =
         runner.state == RunnerState::Busy && (runner.job == Some(job.id) || runner.job.is_none());
@@ -32,7 +33,7 @@ pub fn finish(job: &Job, runner: &Runner, terminate: bool, now: Timestamp) -> Op
         return None;
     }
     let free = runner.apply(&RunnerEvent::JobFinished, now).ok()?;
-    if terminate {
+    if terminate || free.draining {
         if let Ok(stopping) = free.apply(&RunnerEvent::TerminateRequested, now) {
             return Some(stopping);
         }

@@ -42,6 +42,9 @@ pub struct PoolPolicy {
     pub boot_timeout: Duration,
     /// Providers the pool may use, in preference order; empty means any.
     pub providers: Vec<String>,
+    /// An operator paused the pool: its queue is kept and its runners
+    /// keep taking jobs, but no runner is started for it.
+    pub paused: bool,
 }
 
 /// A queued job as the planner sees it.
@@ -145,6 +148,8 @@ pub enum WaitReason {
     ScalingRatio { scaling_ratio: String },
     /// It was requeued after its runner's lease expired; capacity is on its way.
     LeaseExpiredRequeued { attempts: u32 },
+    /// An operator paused the pool: no runner is started until it resumes.
+    PoolPaused,
 }
 
 impl WaitReason {
@@ -158,6 +163,7 @@ impl WaitReason {
             WaitReason::NoProviderCapacity => "no_provider_capacity",
             WaitReason::ScalingRatio { .. } => "scaling_ratio",
             WaitReason::LeaseExpiredRequeued { .. } => "lease_expired_requeued",
+            WaitReason::PoolPaused => "pool_paused",
         }
     }
 }
@@ -307,7 +313,7 @@ fn plan_pool(
         .max_runners
         .saturating_sub(i + p + busy + terminating);
     let needed = want.saturating_sub(i + p);
-    let to_create = needed.min(room);
+    let to_create = if policy.paused { 0 } else { needed.min(room) };
 
     // Allocate creates over the usable offers, cheapest reliable first.
     let backoff_of = |provider: &str| {
@@ -440,6 +446,9 @@ fn blocking_reason(
     room: u32,
     needed: u32,
 ) -> WaitReason {
+    if policy.paused {
+        return WaitReason::PoolPaused;
+    }
     if needed > room {
         return WaitReason::AtMaxRunners {
             max_runners: policy.max_runners,

@@ -92,6 +92,7 @@ impl NewRunner {
             terminating_at: None,
             ended_at: None,
             reason: None,
+            draining: false,
             version: 0,
         }
     }
@@ -170,6 +171,9 @@ pub struct Runner {
     pub ended_at: Option<Timestamp>,
     /// Why the runner failed or crashed.
     pub reason: Option<String>,
+    /// An operator drained it: it takes no new job and stops once its
+    /// current one is over.
+    pub draining: bool,
     pub version: i64,
 }
 
@@ -183,8 +187,12 @@ pub enum RunnerEvent {
     JobAssigned { job: JobId },
     /// The runner's job is over and the runner can take another.
     JobFinished,
-    /// Scale-down or drain: delete this runner. Refused while busy.
+    /// Scale-down: delete this runner. Refused while busy.
     TerminateRequested,
+    /// An operator's drain: no new job; an idle or booting runner stops
+    /// now, a busy one once its job is over (`JobFinished` then leaves it
+    /// for the caller to terminate, see `moves::finish`).
+    DrainRequested,
     /// The job source refused to let the runner go because it is running a
     /// job runway has not heard of yet (GitHub's 422 on deregistration,
     /// ahead of the job's `in_progress` webhook): busy, job not yet known.
@@ -205,6 +213,7 @@ impl RunnerEvent {
             RunnerEvent::JobAssigned { .. } => "job assignment",
             RunnerEvent::JobFinished => "job finish",
             RunnerEvent::TerminateRequested => "terminate request",
+            RunnerEvent::DrainRequested => "drain request",
             RunnerEvent::RemovalRefused => "removal refusal",
             RunnerEvent::Terminated => "termination",
             RunnerEvent::Failed { .. } => "failure",
@@ -223,6 +232,8 @@ pub enum RunnerTransitionError {
     },
     #[error("runner {runner} is busy with job {job}; it is never terminated while running a job")]
     Busy { runner: RunnerId, job: JobId },
+    #[error("runner {runner} is draining; it takes no new job")]
+    Draining { runner: RunnerId },
     #[error("runner {runner} is {state}; {event} is not allowed in that state")]
     InvalidState {
         runner: RunnerId,
@@ -283,6 +294,11 @@ impl Runner {
                 if !(matches!(self.state, Requested | Provisioning | Idle) || busy_unknown) {
                     return Err(invalid());
                 }
+                // A drained runner takes no new job (GitHub may still name
+                // the one it already runs: busy with a job not yet known).
+                if self.draining && !busy_unknown {
+                    return Err(RunnerTransitionError::Draining { runner: self.id });
+                }
                 next.state = Busy;
                 next.job = Some(*job);
                 next.busy_at = Some(now);
@@ -307,6 +323,15 @@ impl Runner {
                     next.state = Terminating;
                     next.terminating_at = Some(now);
                 }
+            },
+            RunnerEvent::DrainRequested => match self.state {
+                Busy => next.draining = true,
+                Requested | Provisioning | Idle => {
+                    next.draining = true;
+                    next.state = Terminating;
+                    next.terminating_at = Some(now);
+                }
+                _ => return Err(invalid()),
             },
             RunnerEvent::RemovalRefused => {
                 if !matches!(self.state, Provisioning | Idle | Terminating) {

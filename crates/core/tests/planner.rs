@@ -25,6 +25,7 @@ fn policy(min_idle: u32, max_runners: u32) -> PoolPolicy {
         idle_grace: Duration::from_secs(5 * 60),
         boot_timeout: Duration::from_secs(10 * 60),
         providers: vec![],
+        paused: false,
     }
 }
 
@@ -189,6 +190,7 @@ fn a_failing_provider_is_skipped_and_explained() {
         unlisted: 0,
         policy: PoolPolicy {
             providers: vec!["cheap".into(), "dear".into()],
+            paused: false,
             ..policy(0, 10)
         },
         queued: jobs(3),

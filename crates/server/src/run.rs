@@ -25,6 +25,11 @@ pub struct RunOptions {
     pub admin_token_file: Option<PathBuf>,
     /// This very binary: a `process` provider's command `runway` means it.
     pub runway_exe: Option<PathBuf>,
+    /// The config file `config` was read from (`None`: the built-in
+    /// defaults) and the command line's overrides: what a reload (SIGHUP,
+    /// `POST /api/v1/config/reload`) reads again.
+    pub config_path: Option<PathBuf>,
+    pub overrides: crate::config::Overrides,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -86,28 +91,33 @@ pub async fn run(
         providers.insert(spec.name, provider);
     }
     // Only once the store is open: a failed start leaves no token file behind.
+    let mut generated_admin_token = None;
     if let (Some(path), true) = (
         &options.admin_token_file,
         config.server.admin_tokens.is_empty(),
     ) {
-        let token = admin_token_file(path)?;
-        config.server.admin_tokens.push(Secret::literal(&token));
+        let token = Secret::literal(&admin_token_file(path)?);
+        config.server.admin_tokens.push(token.clone());
+        generated_admin_token = Some(token);
     }
     let mut service = Service::new(config, store);
     service.events = events;
+    let _ = service.reload_source.set(crate::app::reload::ReloadSource {
+        path: options.config_path.clone(),
+        overrides: options.overrides.clone(),
+        generated_admin_token,
+        context,
+        reconciler: std::sync::Mutex::new(None),
+    });
     service
         .install_worker_configs()
         .await
         .map_err(RunError::WorkerConfigs)?;
-    let pools: Vec<&str> = service
-        .config
-        .pools
-        .iter()
-        .map(|p| p.name.as_str())
-        .collect();
+    let config = service.config();
+    let pools: Vec<&str> = config.pools.iter().map(|p| p.name.as_str()).collect();
     tracing::info!(
         address = %format!("http://{address}"),
-        store = %service.config.server.database,
+        store = %service.config().server.database,
         pools = ?pools,
         "runway listening"
     );
@@ -121,7 +131,7 @@ pub async fn run(
         tokio::spawn(crate::app::background::leadership(
             service.clone(),
             service
-                .config
+                .config()
                 .scaling
                 .interval
                 .clamp(Duration::from_secs(1), Duration::from_secs(2)),
@@ -150,18 +160,23 @@ pub async fn run(
             service.clone(),
             providers,
         ));
+        if let Some(source) = service.reload_source.get() {
+            if let Ok(mut slot) = source.reconciler.lock() {
+                *slot = Some(Arc::downgrade(&reconciler));
+            }
+        }
         workers.push(tokio::spawn(crate::reconcile::run(
             reconciler,
-            service.config.scaling.interval,
+            service.config().scaling.interval,
             stopped.clone(),
         )));
     }
     if let Some(client) = service.github.clone() {
         tracing::info!(
-            api = %service.config.github.api_url,
-            deliveries = ?service.config.github.deliveries.as_ref().map(ToString::to_string),
+            api = %service.config().github.api_url,
+            deliveries = ?service.config().github.deliveries.as_ref().map(ToString::to_string),
             "GitHub API: re-checking old queued jobs{}",
-            if service.config.github.deliveries.is_some() { " and redelivering failed webhooks" } else { "" }
+            if service.config().github.deliveries.is_some() { " and redelivering failed webhooks" } else { "" }
         );
         let healer = Arc::new(crate::reconcile::heal::Healer::new(service.clone(), client));
         workers.push(tokio::spawn(crate::reconcile::heal::run(
@@ -169,6 +184,10 @@ pub async fn run(
             stopped.clone(),
         )));
     }
+    workers.push(tokio::spawn(reload_on_hangup(
+        service.clone(),
+        stopped.clone(),
+    )));
     tokio::spawn(async move {
         shutdown.await;
         let _ = stop.send(true);
@@ -184,6 +203,38 @@ pub async fn run(
     served.map_err(RunError::Http)?;
     tracing::info!("runway stopped");
     Ok(())
+}
+
+/// Reloads the config on every SIGHUP until shutdown; a refused reload is
+/// logged with its reason and the running config stays.
+async fn reload_on_hangup(service: Arc<Service>, mut stopped: tokio::sync::watch::Receiver<bool>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hangups = match signal(SignalKind::hangup()) {
+            Ok(hangups) => hangups,
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGHUP; reload through the API");
+                return;
+            }
+        };
+        loop {
+            let stop = async {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            };
+            tokio::select! {
+                () = stop => return,
+                _ = hangups.recv() => {
+                    match crate::app::reload::reload(&service, "signal:SIGHUP").await {
+                        Ok(done) => tracing::info!(changed = ?done.changed, restart_needed = ?done.restart_needed, "configuration reloaded"),
+                        Err(error) => tracing::error!(%error, "configuration not reloaded; the running one stays"),
+                    }
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = stopped.wait_for(|stop| *stop).await;
 }
 
 /// Reuses the admin token in `path`, or writes a new one there (mode 0600).

@@ -23,6 +23,7 @@ fn setup(max_runners: u32, boot_seconds: (f64, f64)) -> Setup {
                 idle_grace: Duration::from_secs(300),
                 boot_timeout: Duration::from_secs(600),
                 providers: vec![],
+                paused: false,
             },
             labels: vec!["self-hosted".into(), "linux".into()],
             ephemeral: true,

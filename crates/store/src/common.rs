@@ -68,6 +68,10 @@ pub(crate) fn prune_statements(what: crate::Prunable, backend: crate::Backend) -
              (SELECT key FROM once_keys WHERE done_at < $1 ORDER BY done_at LIMIT $2)"
                 .to_owned(),
         ],
+        P::Audit => vec![
+            "DELETE FROM audit WHERE id IN (SELECT id FROM audit WHERE at < $1 ORDER BY at, id LIMIT $2)"
+                .to_owned(),
+        ],
         P::InstanceTokens => vec![
             "DELETE FROM instance_tokens WHERE token_hash IN \
              (SELECT token_hash FROM instance_tokens WHERE expires_at < $1 ORDER BY expires_at LIMIT $2)"
@@ -95,7 +99,7 @@ pub(crate) struct Statements {
     pub worker_configs: WorkerConfigStatements,
     pub runner_api: RunnerApiStatements,
     /// Per [`crate::Prunable`], in `Prunable::ALL` order.
-    pub prune: [Vec<String>; 7],
+    pub prune: [Vec<String>; 8],
 }
 
 pub(crate) struct RunnerApiStatements {
@@ -232,9 +236,11 @@ impl Statements {
             ),
             format!("{select_job} WHERE id = $1"),
             format!("{select_job} WHERE source = $1 AND external_id = $2"),
+            // The history line (`rows::history_line`) is the last argument.
             format!(
-                "UPDATE jobs SET {} WHERE id = ${} AND version = ${}",
+                "UPDATE jobs SET {}, history = history || ${} WHERE id = ${} AND version = ${}",
                 assignments(JOB_COLUMNS, 1),
+                job_count + 3,
                 job_count + 1,
                 job_count + 2
             ),
@@ -294,6 +300,7 @@ fn guarded_job() -> String {
          finished_at = CASE WHEN $7 = 1 THEN $8 ELSE finished_at END, \
          conclusion = CASE WHEN $7 = 1 THEN $9 ELSE conclusion END, \
          reason = CASE WHEN $7 = 1 THEN NULL ELSE reason END, \
+         history = history || $14, \
          version = version + 1 \
          WHERE id = $1 AND state = $10 AND runner_id = $11 \
          AND ($12 = 0 OR (lease_deadline IS NOT NULL AND lease_deadline <= $13)) \
@@ -306,6 +313,7 @@ pub(crate) fn bind_guarded<'q, DB>(
     query: sqlx::query::QueryAs<'q, DB, JobRow, <DB as sqlx::Database>::Arguments<'q>>,
     id: JobId,
     change: &'q runway_core::GuardedChange,
+    history: &'q str,
 ) -> sqlx::query::QueryAs<'q, DB, JobRow, <DB as sqlx::Database>::Arguments<'q>>
 where
     DB: sqlx::Database,
@@ -330,4 +338,5 @@ where
         .bind(change.runner.0)
         .bind(flag(change.lease_at_most.is_some()))
         .bind(change.lease_at_most.map(Timestamp::as_millis))
+        .bind(history)
 }

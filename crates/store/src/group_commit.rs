@@ -45,6 +45,8 @@ pub(crate) enum Op {
         id: JobId,
         version: i64,
         next: Box<Columns>,
+        /// The history line of this change (`rows::history_line`).
+        step: String,
     },
     /// A job and its runner together: both compare-and-sets hold, or
     /// neither row is written (a savepoint within a shared transaction).
@@ -55,11 +57,13 @@ pub(crate) enum Op {
         runner: RunnerId,
         runner_version: i64,
         runner_next: Box<Columns>,
+        step: String,
     },
     /// A job change decided by its guard, in one statement.
     Guarded {
         id: JobId,
         change: GuardedChange,
+        step: String,
     },
     Claim {
         claim: Claim,

@@ -208,10 +208,12 @@ pub enum Prunable {
     OnceKeys,
     /// GARM instance tokens, by when they expired.
     InstanceTokens,
+    /// The audit trail, by when.
+    Audit,
 }
 
 impl Prunable {
-    pub const ALL: [Prunable; 7] = [
+    pub const ALL: [Prunable; 8] = [
         Prunable::FinishedJobs,
         Prunable::EndedRunners,
         Prunable::Deliveries,
@@ -219,6 +221,7 @@ impl Prunable {
         Prunable::RunnerReports,
         Prunable::OnceKeys,
         Prunable::InstanceTokens,
+        Prunable::Audit,
     ];
 
     /// The table whose rows it deletes (and counts).
@@ -231,6 +234,7 @@ impl Prunable {
             Prunable::RunnerReports => "runner_reports",
             Prunable::OnceKeys => "once_keys",
             Prunable::InstanceTokens => "instance_tokens",
+            Prunable::Audit => "audit",
         }
     }
 }
@@ -356,6 +360,31 @@ pub enum Heard {
 #[async_trait]
 pub trait WakeListener: Send {
     async fn next(&mut self) -> Result<Heard, StoreError>;
+}
+
+/// A pool an operator paused: no runner is started for it until resumed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PausedPool {
+    pub pool: String,
+    /// The name of the token that paused it.
+    pub by: String,
+    pub at: Timestamp,
+}
+
+/// One entry of the audit trail: who changed what, when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    /// Its place in the trail; 0 for an entry not yet stored.
+    pub id: i64,
+    pub at: Timestamp,
+    /// The name of the admin token (or `signal` for a SIGHUP reload).
+    pub actor: String,
+    /// What was done: `job.cancel`, `runner.drain`, `pool.pause`, `config.reload`…
+    pub action: String,
+    /// What it was done to: `job 12`, `runner 3`, `pool linux`, `config`.
+    pub target: String,
+    /// JSON: the outcome and anything the action adds.
+    pub details: String,
 }
 
 /// A replica sharing the store, as its heartbeat recorded it.
@@ -490,6 +519,34 @@ pub trait Store: Send + Sync + 'static {
     async fn claim(&self, claim: &Claim, now: Timestamp) -> Result<Vec<Job>, StoreError>;
 
     async fn get_job(&self, id: JobId) -> Result<Option<Job>, StoreError>;
+
+    /// Job `id`'s history, oldest first, starting with the step that
+    /// created it; `None` when there is no such job.
+    async fn job_history(&self, id: JobId)
+        -> Result<Option<Vec<runway_core::JobStep>>, StoreError>;
+
+    /// Pauses (`Some(by)`) or resumes (`None`) `pool`; true when that
+    /// changed something.
+    async fn set_pool_paused(
+        &self,
+        pool: &str,
+        by: Option<&str>,
+        now: Timestamp,
+    ) -> Result<bool, StoreError>;
+
+    /// Every paused pool.
+    async fn paused_pools(&self) -> Result<Vec<PausedPool>, StoreError>;
+
+    /// Appends `entry` to the audit trail (its id is given by the store).
+    async fn add_audit(&self, entry: &AuditEntry) -> Result<(), StoreError>;
+
+    /// The audit trail, newest first: at most `limit` entries older than
+    /// the entry `before` (all, without it).
+    async fn list_audit(
+        &self,
+        limit: u32,
+        before: Option<i64>,
+    ) -> Result<Vec<AuditEntry>, StoreError>;
 
     async fn find_job(
         &self,

@@ -210,7 +210,8 @@ impl Dialect for PostgresDialect {
                       WHERE lower(l.v) NOT IN (SELECT jsonb_array_elements_text($5::jsonb)))) \
                ORDER BY enqueued_at, id LIMIT $4 \
                FOR UPDATE SKIP LOCKED) \
-             UPDATE jobs SET state = 'provisioning', runner_id = $2, lease_deadline = $3, version = jobs.version + 1 \
+             UPDATE jobs SET state = 'provisioning', runner_id = $2, lease_deadline = $3, \
+               history = jobs.history || $6, version = jobs.version + 1 \
              FROM next WHERE jobs.id = next.id \
              RETURNING jobs.id, {}",
             JOB_COLUMNS

@@ -19,7 +19,7 @@ pub(crate) const JOB_COLUMNS: &str =
 
 pub(crate) const RUNNER_COLUMNS: &str =
     "name, pool, provider, labels, instance_id, state, job_id, \
-     requested_at, provisioning_at, idle_at, busy_at, terminating_at, ended_at, reason, version";
+     requested_at, provisioning_at, idle_at, busy_at, terminating_at, ended_at, reason, draining, version";
 
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct JobRow {
@@ -95,6 +95,66 @@ impl TryFrom<JobRow> for Job {
     }
 }
 
+/// A job's history step as the line the store appends to `jobs.history`;
+/// empty for no step.
+pub(crate) fn history_line(step: Option<&runway_core::JobStep>) -> String {
+    let Some(step) = step else {
+        return String::new();
+    };
+    let mut line = serde_json::json!({
+        "at": step.at.as_millis(),
+        "state": step.state.as_str(),
+    });
+    if let Some(runner) = step.runner {
+        line["runner"] = runner.0.into();
+    }
+    if let Some(attempts) = step.attempts {
+        line["attempts"] = attempts.into();
+    }
+    if let Some(conclusion) = step.conclusion {
+        line["conclusion"] = conclusion.as_str().into();
+    }
+    if let Some(reason) = &step.reason {
+        line["reason"] = reason.as_str().into();
+    }
+    format!("{line}\n")
+}
+
+/// The steps of a stored `jobs.history`, oldest first.
+pub(crate) fn parse_history(
+    id: JobId,
+    text: &str,
+) -> Result<Vec<runway_core::JobStep>, StoreError> {
+    #[derive(serde::Deserialize)]
+    struct Line {
+        at: i64,
+        state: String,
+        runner: Option<i64>,
+        attempts: Option<u32>,
+        conclusion: Option<String>,
+        reason: Option<String>,
+    }
+    let bad = |what: String| corrupt(format!("job {id}: history: {what}"));
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            let line: Line = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
+            Ok(runway_core::JobStep {
+                at: Timestamp::from_millis(line.at),
+                state: line.state.parse().map_err(|e| bad(format!("{e}")))?,
+                runner: line.runner.map(RunnerId),
+                attempts: line.attempts,
+                conclusion: line
+                    .conclusion
+                    .map(|c| c.parse())
+                    .transpose()
+                    .map_err(|e| bad(format!("{e}")))?,
+                reason: line.reason,
+            })
+        })
+        .collect()
+}
+
 pub(crate) fn json_list<T: serde::Serialize>(items: &[T]) -> String {
     // Serialising a slice of strings or integers cannot fail.
     serde_json::to_string(items).unwrap_or_else(|_| "[]".to_owned())
@@ -144,6 +204,7 @@ pub(crate) struct RunnerRow {
     terminating_at: Option<i64>,
     ended_at: Option<i64>,
     reason: Option<String>,
+    draining: i64,
     version: i64,
 }
 
@@ -173,6 +234,7 @@ impl TryFrom<RunnerRow> for Runner {
             terminating_at: at(row.terminating_at),
             ended_at: at(row.ended_at),
             reason: row.reason,
+            draining: row.draining != 0,
             version: row.version,
         })
     }
@@ -196,6 +258,7 @@ impl From<&Runner> for Columns {
             ms(runner.terminating_at),
             ms(runner.ended_at),
             Value::Text(runner.reason.clone()),
+            int(i64::from(runner.draining)),
             int(runner.version),
         ])
     }

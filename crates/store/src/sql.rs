@@ -22,7 +22,21 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArgumen
 
 use crate::common::{bind_guarded, Statements, LIVE_RUNNER};
 use crate::group_commit::{Op, Outcome};
-use crate::rows::{bind_columns, Columns, JobRow, RunnerRow, JOB_COLUMNS, RUNNER_COLUMNS};
+use crate::rows::{
+    bind_columns, history_line, Columns, JobRow, RunnerRow, JOB_COLUMNS, RUNNER_COLUMNS,
+};
+
+/// The history line of a claim: provisioning on `runner` at `now`.
+fn claim_step(runner: runway_core::RunnerId, now: Timestamp) -> String {
+    history_line(Some(&runway_core::JobStep {
+        at: now,
+        state: runway_core::JobState::Provisioning,
+        runner: Some(runner),
+        attempts: None,
+        conclusion: None,
+        reason: None,
+    }))
+}
 use crate::{
     Backend, Claim, Delivery, Enqueued, Expect, JobCount, JobFilter, Leadership, RunnerFilter,
     Store, StoreError, StoredWorkerConfig, Wake, WakeListener,
@@ -318,10 +332,16 @@ where
             Op::RecordDelivery { delivery } => {
                 Outcome::Recorded(self.insert_delivery(&mut *transaction, delivery).await?)
             }
-            Op::Replace { id, version, next } => {
+            Op::Replace {
+                id,
+                version,
+                next,
+                step,
+            } => {
                 let result = bind_columns(sqlx::query(&self.statements.replace_job), next)
                     .bind(id.0)
                     .bind(*version)
+                    .bind(step.as_str())
                     .execute(&mut *transaction)
                     .await?;
                 Outcome::Replaced(result.rows_affected() == 1)
@@ -333,6 +353,7 @@ where
                 runner,
                 runner_version,
                 runner_next,
+                step,
             } => {
                 // A savepoint inside a shared transaction, a
                 // transaction of its own otherwise: either way both
@@ -341,6 +362,7 @@ where
                 let job = bind_columns(sqlx::query(&self.statements.replace_job), next)
                     .bind(id.0)
                     .bind(*version)
+                    .bind(step.as_str())
                     .execute(&mut *both)
                     .await?;
                 let replaced = job.rows_affected() == 1 && {
@@ -359,13 +381,17 @@ where
                 }
                 Outcome::Replaced(replaced)
             }
-            Op::Guarded { id, change } => {
+            Op::Guarded { id, change, step } => {
                 // Run to its end, as every write (see `insert_job`).
-                let row: Option<JobRow> =
-                    bind_guarded(sqlx::query_as(&self.statements.guarded_job), *id, change)
-                        .fetch_all(&mut *transaction)
-                        .await?
-                        .pop();
+                let row: Option<JobRow> = bind_guarded(
+                    sqlx::query_as(&self.statements.guarded_job),
+                    *id,
+                    change,
+                    step,
+                )
+                .fetch_all(&mut *transaction)
+                .await?
+                .pop();
                 Outcome::Changed(row.map(Job::try_from).transpose()?.map(Box::new))
             }
             Op::Claim { claim, now } => {
@@ -373,12 +399,14 @@ where
                     let lower: Vec<String> = labels.iter().map(|l| l.to_lowercase()).collect();
                     crate::rows::json_list(&lower)
                 });
+                let step = claim_step(claim.runner, *now);
                 let rows: Vec<JobRow> = sqlx::query_as(&self.statements.claim)
                     .bind(claim.pool.as_str())
                     .bind(claim.runner.0)
                     .bind(now.plus(claim.lease).as_millis())
                     .bind(i64::from(claim.limit))
                     .bind(labels.as_deref())
+                    .bind(step.as_str())
                     .fetch_all(&mut *transaction)
                     .await?;
                 Outcome::Claimed(
@@ -546,6 +574,7 @@ where
             id: current.id,
             version: current.version,
             next: Box::new(Columns::from(next)),
+            step: history_line(current.step_to(next, None).as_ref()),
         };
         match self.group.submit(op).await? {
             Outcome::Replaced(replaced) => Ok(replaced),
@@ -563,6 +592,7 @@ where
         let op = Op::Guarded {
             id,
             change: change.clone(),
+            step: history_line(change.step().as_ref()),
         };
         match self.group.submit(op).await? {
             Outcome::Changed(job) => Ok(job.map(|job| *job)),
@@ -822,6 +852,110 @@ where
             .fetch_one(self.writer())
             .await?;
         Ok(value)
+    }
+
+    async fn job_history(
+        &self,
+        id: JobId,
+    ) -> Result<Option<Vec<runway_core::JobStep>>, StoreError> {
+        let Some(job) = self.get_job(id).await? else {
+            return Ok(None);
+        };
+        let history: Option<String> = sqlx::query_scalar("SELECT history FROM jobs WHERE id = $1")
+            .bind(id.0)
+            .fetch_optional(self.reader())
+            .await?;
+        let mut steps = vec![job.first_step()];
+        steps.extend(crate::rows::parse_history(
+            id,
+            history.as_deref().unwrap_or(""),
+        )?);
+        Ok(Some(steps))
+    }
+
+    async fn set_pool_paused(
+        &self,
+        pool: &str,
+        by: Option<&str>,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let done = match by {
+            Some(by) => {
+                sqlx::query(
+                    "INSERT INTO pool_pauses (pool, paused_by, paused_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT (pool) DO NOTHING",
+                )
+                .bind(pool)
+                .bind(by)
+                .bind(now.as_millis())
+                .execute(self.writer())
+                .await?
+            }
+            None => {
+                sqlx::query("DELETE FROM pool_pauses WHERE pool = $1")
+                    .bind(pool)
+                    .execute(self.writer())
+                    .await?
+            }
+        };
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn paused_pools(&self) -> Result<Vec<crate::PausedPool>, StoreError> {
+        let rows: Vec<(String, String, i64)> =
+            sqlx::query_as("SELECT pool, paused_by, paused_at FROM pool_pauses ORDER BY pool")
+                .fetch_all(self.reader())
+                .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(pool, by, at)| crate::PausedPool {
+                pool,
+                by,
+                at: Timestamp::from_millis(at),
+            })
+            .collect())
+    }
+
+    async fn add_audit(&self, entry: &crate::AuditEntry) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO audit (at, actor, action, target, details) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(entry.at.as_millis())
+        .bind(entry.actor.as_str())
+        .bind(entry.action.as_str())
+        .bind(entry.target.as_str())
+        .bind(entry.details.as_str())
+        .execute(self.writer())
+        .await?;
+        Ok(())
+    }
+
+    async fn list_audit(
+        &self,
+        limit: u32,
+        before: Option<i64>,
+    ) -> Result<Vec<crate::AuditEntry>, StoreError> {
+        let rows: Vec<(i64, i64, String, String, String, String)> = sqlx::query_as(
+            "SELECT id, at, actor, action, target, details FROM audit \
+             WHERE $1 IS NULL OR id < $1 ORDER BY id DESC LIMIT $2",
+        )
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(self.reader())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(id, at, actor, action, target, details)| crate::AuditEntry {
+                    id,
+                    at: Timestamp::from_millis(at),
+                    actor,
+                    action,
+                    target,
+                    details,
+                },
+            )
+            .collect())
     }
 
     async fn get_setting(&self, key: &str) -> Result<Option<String>, StoreError> {
@@ -1313,6 +1447,7 @@ where
             runner: runner_current.id,
             runner_version: runner_current.version,
             runner_next: Box::new(Columns::from(runner_next)),
+            step: history_line(current.step_to(next, None).as_ref()),
         };
         match self.group.submit(op).await? {
             Outcome::Replaced(replaced) => Ok(replaced),

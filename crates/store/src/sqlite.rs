@@ -101,7 +101,8 @@ impl Dialect for SqliteDialect {
 
     fn claim_statement() -> String {
         format!(
-            "UPDATE jobs SET state = 'provisioning', runner_id = ?2, lease_deadline = ?3, version = version + 1 \
+            "UPDATE jobs SET state = 'provisioning', runner_id = ?2, lease_deadline = ?3, \
+             history = history || ?6, version = version + 1 \
              WHERE id IN (SELECT id FROM jobs WHERE state = 'queued' AND pool = ?1 \
                AND (excluded_runners = '[]' OR NOT EXISTS \
                     (SELECT 1 FROM json_each(jobs.excluded_runners) WHERE json_each.value = ?2)) \

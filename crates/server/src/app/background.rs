@@ -20,7 +20,7 @@ pub fn sweep_period(lease: Duration) -> Duration {
 pub async fn lease_sweeper(service: Arc<Service>, shutdown: watch::Receiver<bool>) {
     let worker = Worker {
         name: "sweep_leases",
-        period: sweep_period(service.config.runner_api.lease),
+        period: sweep_period(service.config().runner_api.lease),
         leader_only: false,
         first_round_at_once: false,
         wake: None,
@@ -28,7 +28,7 @@ pub async fn lease_sweeper(service: Arc<Service>, shutdown: watch::Receiver<bool
     // Heartbeats sent while this process was down never arrived: it
     // expires no lease before it has been up for one whole lease.
     let up_since = now();
-    let lease = service.config.runner_api.lease;
+    let lease = service.config().runner_api.lease;
     worker
         .run(&service.tasks, &|| true, shutdown, || {
             let service = service.clone();

@@ -13,7 +13,7 @@ use crate::app::Service;
 use crate::clock::now;
 use crate::config::PoolConfig;
 
-pub fn policy(pool: &PoolConfig) -> PoolPolicy {
+pub fn policy(pool: &PoolConfig, paused: bool) -> PoolPolicy {
     PoolPolicy {
         name: pool.name.clone(),
         min_idle: pool.min_idle,
@@ -22,6 +22,7 @@ pub fn policy(pool: &PoolConfig) -> PoolPolicy {
         idle_grace: pool.idle_grace,
         boot_timeout: pool.boot_timeout,
         providers: pool.providers.clone(),
+        paused,
     }
 }
 
@@ -40,9 +41,15 @@ pub async fn pool_snapshot(
         })
         .await?;
     let runners = service.store.list_live_runners(Some(&pool.name)).await?;
+    let paused = service
+        .store
+        .paused_pools()
+        .await?
+        .iter()
+        .any(|paused| paused.pool == pool.name);
     Ok(PoolSnapshot {
         unlisted: 0,
-        policy: policy(pool),
+        policy: policy(pool, paused),
         queued: queued
             .iter()
             .map(|job| QueuedJob {
@@ -97,7 +104,7 @@ pub enum Explanation {
 impl Explanation {
     fn waiting(reason: WaitReason, pool: &PoolConfig, service: &Service) -> Explanation {
         // A pool that names no provider may use any.
-        let has_providers = !pool.providers.is_empty() || !service.config.providers.is_empty();
+        let has_providers = !pool.providers.is_empty() || !service.config().providers.is_empty();
         Explanation::Waiting {
             reason,
             has_providers,
@@ -118,6 +125,7 @@ pub async fn explain_jobs(
     service: &Service,
     jobs: &[Job],
 ) -> Result<BTreeMap<JobId, Explanation>, StoreError> {
+    let config = service.config();
     let mut explained = BTreeMap::new();
     let mut pools = BTreeSet::new();
     for job in jobs {
@@ -126,11 +134,7 @@ pub async fn explain_jobs(
                 let reason = job.reason.clone();
                 explained.insert(job.id, Explanation::Unroutable { reason });
             }
-            JobState::Queued => match job
-                .pool
-                .as_deref()
-                .and_then(|name| service.config.pool(name))
-            {
+            JobState::Queued => match job.pool.as_deref().and_then(|name| config.pool(name)) {
                 Some(pool) => {
                     pools.insert(pool.name.as_str());
                 }
@@ -144,7 +148,7 @@ pub async fn explain_jobs(
     }
     let wanted: BTreeSet<JobId> = jobs.iter().map(|job| job.id).collect();
     for name in pools {
-        let Some(pool) = service.config.pool(name) else {
+        let Some(pool) = config.pool(name) else {
             continue;
         };
         for (id, reason) in waiting_in_pool(service, pool).await? {

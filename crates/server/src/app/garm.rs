@@ -130,12 +130,12 @@ fn is_github(service: &Service, runner: &Runner) -> bool {
     github_target(service, runner).is_some()
 }
 
-fn github_target<'a>(service: &'a Service, runner: &Runner) -> Option<&'a Target> {
+fn github_target(service: &Service, runner: &Runner) -> Option<Target> {
     service
-        .config
+        .config()
         .pool(&runner.pool)
         .and_then(|p| p.github.as_ref())
-        .map(|g| &g.target)
+        .map(|g| g.target.clone())
 }
 
 /// GARM's `repo_url` of a GitHub pool: the web address of its organisation
@@ -179,7 +179,7 @@ pub async fn registration_token(
     }
     let pool = &instance.runner.pool;
     let boot_timeout = service
-        .config
+        .config()
         .pools
         .iter()
         .find(|p| &p.name == pool)
@@ -263,7 +263,7 @@ pub fn runner_metadata(service: &Service, runner: &Runner) -> Value {
         "name": runner.name,
         "pool": runner.pool,
         "labels": runner.labels,
-        "runner_url": service.config.server.public_url,
+        "runner_url": service.config().server.public_url,
         "jit_enabled": is_github(service, runner),
         "service_name": service_name(service, runner),
     })
@@ -313,7 +313,12 @@ pub fn install_script(
     bearer: &str,
     github_tools: &[Value],
 ) -> String {
-    let base = service.config.server.public_url.clone().unwrap_or_default();
+    let base = service
+        .config()
+        .server
+        .public_url
+        .clone()
+        .unwrap_or_default();
     let runner = &instance.runner;
     let header = format!(
         r#"#!/bin/bash

@@ -162,8 +162,8 @@ fn github_payload(payload: &WorkflowJob) -> String {
 /// Routes a job seen for the first time. `None` for a GitHub-hosted job.
 fn route_new_job(service: &Service, payload: &WorkflowJob) -> Option<Route> {
     match service
-        .config
-        .route(&payload.labels, &service.config.github.required_labels)
+        .config()
+        .route(&payload.labels, &service.config().github.required_labels)
     {
         RouteDecision::Ignore { .. } => {
             count_rejection(service, "github_hosted");
@@ -184,7 +184,7 @@ fn new_job(service: &Service, payload: &WorkflowJob, route: Route) -> NewJob {
         route,
         labels: payload.labels.clone(),
         payload: github_payload(payload),
-        max_attempts: service.config.queue.max_attempts,
+        max_attempts: service.config().queue.max_attempts,
     }
 }
 

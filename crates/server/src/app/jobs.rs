@@ -67,7 +67,7 @@ pub async fn submit(service: &Service, request: Submission) -> Result<Submitted,
             format!("timeout_seconds: must be between 1 and {MAX_JOB_TIMEOUT}"),
         ));
     }
-    let pool = match service.config.route(&request.labels, &[]) {
+    let pool = match service.config().route(&request.labels, &[]) {
         RouteDecision::Pool(pool) => pool,
         RouteDecision::Unroutable { detail, .. } => {
             return Err(AppError::new(
@@ -96,7 +96,7 @@ pub async fn submit(service: &Service, request: Submission) -> Result<Submitted,
         route: Route::Pool(pool.clone()),
         labels: request.labels,
         payload: serde_json::to_string(&payload).unwrap_or_default(),
-        max_attempts: service.config.queue.max_attempts,
+        max_attempts: service.config().queue.max_attempts,
     };
     let enqueued = service
         .store
@@ -137,7 +137,7 @@ pub async fn claim(
     runner: &Runner,
     labels: Option<Vec<String>>,
 ) -> Result<Option<Assigned>, AppError> {
-    let lease = service.config.runner_api.lease;
+    let lease = service.config().runner_api.lease;
     let claim = Claim {
         pool: runner.pool.clone(),
         runner: runner.id,
@@ -145,9 +145,16 @@ pub async fn claim(
         lease,
         runner_labels: Some(labels.unwrap_or_else(|| runner.labels.clone())),
     };
-    let deadline = tokio::time::Instant::now() + service.config.runner_api.poll_timeout;
+    let deadline = tokio::time::Instant::now() + service.config().runner_api.poll_timeout;
     let mut current = runner.clone();
     loop {
+        if current.draining && !current.state.is_terminal() {
+            return Err(AppError::new(
+                ErrorKind::Gone,
+                "runner_draining",
+                format!("runner {} is draining; it takes no more jobs", current.name),
+            ));
+        }
         if matches!(current.state, RunnerState::Terminating) || current.state.is_terminal() {
             return Err(AppError::new(
                 ErrorKind::Gone,
@@ -246,7 +253,7 @@ pub async fn provisioning(
         ProvisioningStatus::Pending => {
             let event = JobEvent::Keepalive {
                 runner: runner.id,
-                lease_deadline: now.plus(service.config.runner_api.lease),
+                lease_deadline: now.plus(service.config().runner_api.lease),
             };
             service
                 .store
@@ -360,12 +367,34 @@ async fn accept(
 }
 
 /// Extends the lease of a job `runner` holds.
+/// A job an operator cancelled is refused with `job_cancelled`: the
+/// runner stops it.
 pub async fn heartbeat(service: &Service, runner: &Runner, id: JobId) -> Result<Job, AppError> {
-    service
+    match service
         .store
-        .keepalive(id, runner.id, service.config.runner_api.lease, now())
+        .keepalive(id, runner.id, service.config().runner_api.lease, now())
         .await
-        .map_err(|e| AppError::transition(service, "heartbeat", e))
+    {
+        Ok(job) => Ok(job),
+        Err(StoreError::JobTransition(refused)) => match service.store.get_job(id).await {
+            Ok(Some(job)) if job.state == JobState::Cancelled && job.runner == Some(runner.id) => {
+                Err(AppError::new(
+                    ErrorKind::Conflict,
+                    "job_cancelled",
+                    format!(
+                        "job {id} was cancelled ({}); stop it",
+                        job.reason.as_deref().unwrap_or("no reason given")
+                    ),
+                ))
+            }
+            _ => Err(AppError::transition(
+                service,
+                "heartbeat",
+                StoreError::JobTransition(refused),
+            )),
+        },
+        Err(error) => Err(AppError::transition(service, "heartbeat", error)),
+    }
 }
 
 /// How a runner ended a job.

@@ -2,12 +2,14 @@
 //! part of the server. Durable facts live in the store; nothing here is
 //! state that a restart would lose.
 
+pub mod admin;
 pub mod background;
 pub mod error;
 pub mod explain;
 pub mod garm;
 pub mod intake;
 pub mod jobs;
+pub mod reload;
 pub mod retention;
 pub mod runners;
 pub mod tokens;
@@ -29,7 +31,9 @@ use crate::config::Config;
 use crate::telemetry::metrics::Metrics;
 
 pub struct Service {
-    pub config: Config,
+    /// The running configuration; `reload` swaps it whole
+    /// (`Service::config` hands out the current one).
+    config: std::sync::RwLock<Arc<Config>>,
     pub store: Arc<dyn Store>,
     pub metrics: Metrics,
     pub evaluations: EvaluationCache,
@@ -73,6 +77,11 @@ pub struct Service {
     /// (`garm::github_tools`).
     pub runner_downloads:
         std::sync::Mutex<std::collections::BTreeMap<String, (Timestamp, Vec<serde_json::Value>)>>,
+    /// The web console's key for session cookies and CSRF tokens (a
+    /// store setting, shared by the replicas), read once.
+    pub console_key: tokio::sync::OnceCell<Vec<u8>>,
+    /// Where the config came from, for a reload (set by `run`).
+    pub reload_source: std::sync::OnceLock<crate::app::reload::ReloadSource>,
 }
 
 /// Arrivals kept for a reconciler that has not drained them.
@@ -114,7 +123,7 @@ impl Service {
                     None
                 }
             },
-            config,
+            config: std::sync::RwLock::new(Arc::new(config)),
             leading: std::sync::atomic::AtomicBool::new(true),
             tasks: crate::tasks::Tasks::default(),
             replica: format!("{:016x}", rand::random::<u64>()),
@@ -124,6 +133,26 @@ impl Service {
             leader_store: std::sync::RwLock::new(None),
             outgoing: crate::app::wakeups::Outgoing::default(),
             runner_downloads: std::sync::Mutex::new(std::collections::BTreeMap::new()),
+            reload_source: std::sync::OnceLock::new(),
+            console_key: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The configuration as it is now. Hold it for one decision: a reload
+    /// may replace it between two calls.
+    pub fn config(&self) -> Arc<Config> {
+        match self.config.read() {
+            Ok(config) => config.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Makes `config` the running configuration (validated by the caller).
+    pub fn replace_config(&self, config: Config) {
+        let config = Arc::new(config);
+        match self.config.write() {
+            Ok(mut current) => *current = config,
+            Err(poisoned) => *poisoned.into_inner() = config,
         }
     }
 
@@ -170,14 +199,17 @@ impl Service {
 
     /// What the configured providers declare, for worker-configuration checks.
     pub fn schemas(&self) -> Schemas {
-        self.config.schemas()
+        self.config().schemas()
     }
 
     /// Whether `runner` is stopped once its job is over: a runner of an
     /// ephemeral pool that a provider of runway's made (one that registered
     /// itself, or GitHub's, is not runway's to stop).
     pub fn stops_after_its_job(&self, runner: &runway_core::Runner) -> bool {
-        let ephemeral = self.config.pool(&runner.pool).is_some_and(|p| p.ephemeral);
+        let ephemeral = self
+            .config()
+            .pool(&runner.pool)
+            .is_some_and(|p| p.ephemeral);
         let provider_made = matches!(
             runner.origin(),
             runway_core::RunnerOrigin::Provisioned { .. }
@@ -209,7 +241,7 @@ impl Service {
                 return;
             }
         };
-        if self.stops_after_its_job(&finished) {
+        if self.stops_after_its_job(&finished) || finished.draining {
             match self
                 .store
                 .apply_runner_event(runner, &RunnerEvent::TerminateRequested, now)
@@ -240,7 +272,7 @@ impl Service {
     /// replacing what is stored under the same ids: the file is the source
     /// of truth at start-up.
     pub async fn install_worker_configs(&self) -> Result<(), StoreError> {
-        for config in &self.config.worker_configs {
+        for config in &self.config().worker_configs {
             let body =
                 serde_json::to_string(&WorkerConfigDto::from_core(config)).unwrap_or_default();
             self.store

@@ -36,6 +36,7 @@ pub fn kept(retention: &RetentionConfig, what: Prunable) -> Option<Duration> {
         Prunable::JobLogs => retention.job_logs,
         Prunable::RunnerReports => retention.runner_reports,
         Prunable::InstanceTokens => EXPIRED_TOKENS,
+        Prunable::Audit => retention.audit,
     };
     (!kept.is_zero()).then_some(kept)
 }
@@ -45,7 +46,7 @@ pub type Pruned = Vec<(Prunable, u64)>;
 
 /// One pass at `now`: prunes every kind, reclaims space, counts rows.
 pub async fn prune(service: &Service, now: Timestamp) -> Result<Pruned, StoreError> {
-    let retention = &service.config.retention;
+    let retention = &service.config().retention;
     let store = &service.store;
     let mut pruned = Vec::new();
     for what in Prunable::ALL {
@@ -95,7 +96,7 @@ pub async fn prune(service: &Service, now: Timestamp) -> Result<Pruned, StoreErr
 pub async fn run(service: Arc<Service>, shutdown: watch::Receiver<bool>) {
     let worker = Worker {
         name: "retention",
-        period: service.config.retention.interval,
+        period: service.config().retention.interval,
         leader_only: true,
         first_round_at_once: true,
         wake: None,

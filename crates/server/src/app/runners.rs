@@ -21,7 +21,7 @@ pub async fn create_registration_token(
     pool: &str,
     ttl: Option<u64>,
 ) -> Result<(String, Timestamp), AppError> {
-    if service.config.pool(pool).is_none() {
+    if service.config().pool(pool).is_none() {
         return Err(AppError::invalid(
             "unknown_pool",
             format!("pool: {pool:?} is not a configured pool"),

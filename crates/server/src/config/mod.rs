@@ -297,6 +297,9 @@ pub struct RetentionConfig {
     /// What runners and their machines reported.
     #[serde(with = "duration")]
     pub runner_reports: Duration,
+    /// The audit trail of the admin API's changes.
+    #[serde(with = "duration")]
+    pub audit: Duration,
     /// Between two pruning passes (leader only).
     #[serde(with = "duration")]
     pub interval: Duration,
@@ -314,6 +317,7 @@ impl Default for RetentionConfig {
             deliveries: Duration::from_secs(7 * DAY),
             job_logs: Duration::from_secs(7 * DAY),
             runner_reports: Duration::from_secs(7 * DAY),
+            audit: Duration::from_secs(90 * DAY),
             interval: Duration::from_secs(600),
             batch: 1_000,
         }
@@ -1484,6 +1488,7 @@ mod tests {
                 deliveries = "7d"
                 job_logs = "7d"
                 runner_reports = "7d"
+                audit = "90d"
                 interval = "600s"
                 batch = 1000
 
@@ -1751,6 +1756,7 @@ mod tests {
                 deliveries = "7d"
                 job_logs = "7d"
                 runner_reports = "7d"
+                audit = "90d"
                 interval = "600s"
                 batch = 1000
 

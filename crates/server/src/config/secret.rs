@@ -25,6 +25,30 @@ pub struct Secret {
     value: String,
 }
 
+/// `env:` secrets read before they were removed from the environment
+/// (`remember_environment`), so a config reload finds them again.
+static REMEMBERED: std::sync::OnceLock<
+    std::sync::Mutex<std::collections::BTreeMap<String, String>>,
+> = std::sync::OnceLock::new();
+
+/// Keeps the values of these environment variables in this process's
+/// memory (and nowhere else), for `runway serve` to scrub them from its
+/// environment — children never see them — and still reload its config.
+pub fn remember_environment(names: &[String]) {
+    let map = REMEMBERED.get_or_init(Default::default);
+    if let Ok(mut map) = map.lock() {
+        for name in names {
+            if let Ok(value) = std::env::var(name) {
+                map.insert(name.clone(), value);
+            }
+        }
+    }
+}
+
+fn remembered(name: &str) -> Option<String> {
+    REMEMBERED.get()?.lock().ok()?.get(name).cloned()
+}
+
 impl Secret {
     pub fn literal(value: &str) -> Secret {
         Secret {
@@ -56,7 +80,9 @@ impl Secret {
             SecretSource::Literal => Ok(()),
             SecretSource::Env(name) => {
                 self.value = std::env::var(name)
-                    .map_err(|_| format!("environment variable {name} is not set"))?;
+                    .ok()
+                    .or_else(|| remembered(name))
+                    .ok_or_else(|| format!("environment variable {name} is not set"))?;
                 Ok(())
             }
             SecretSource::File(path) => {
@@ -87,6 +113,21 @@ impl Secret {
         match &self.source {
             SecretSource::Env(name) => Some(name),
             _ => None,
+        }
+    }
+
+    /// Where the value comes from, safe to show: `env:NAME`, `file:NAME`
+    /// (the file's name, not its directory), or `None` for a literal.
+    pub fn origin(&self) -> Option<String> {
+        match &self.source {
+            SecretSource::Literal => None,
+            SecretSource::Env(name) => Some(format!("env:{name}")),
+            SecretSource::File(path) => Some(format!(
+                "file:{}",
+                path.file_name()
+                    .map(|name| name.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            )),
         }
     }
 

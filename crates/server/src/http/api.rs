@@ -118,6 +118,20 @@ fn state_query<T: std::str::FromStr>(
     })
 }
 
+/// A listing's `limit=`: [`DEFAULT_PAGE`] when absent, else 1 to [`MAX_PAGE`].
+pub(crate) fn page_limit(written: Option<&str>) -> Result<u32, ApiError> {
+    match written.filter(|s| !s.is_empty()) {
+        None => Ok(DEFAULT_PAGE),
+        Some(text) => match text.parse::<u32>() {
+            Ok(limit) if (1..=MAX_PAGE).contains(&limit) => Ok(limit),
+            _ => Err(ApiError::bad_request(
+                "invalid_query",
+                format!("limit: {text:?} is not a number from 1 to {MAX_PAGE}"),
+            )),
+        },
+    }
+}
+
 async fn list_jobs(
     _: Reader,
     State(service): State<Arc<Service>>,
@@ -127,18 +141,7 @@ async fn list_jobs(
         let known: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
         format!("is not one of {}", known.join(", "))
     })?;
-    let limit = match query.limit.as_deref().filter(|s| !s.is_empty()) {
-        None => DEFAULT_PAGE,
-        Some(text) => match text.parse::<u32>() {
-            Ok(limit) if (1..=MAX_PAGE).contains(&limit) => limit,
-            _ => {
-                return Err(ApiError::bad_request(
-                    "invalid_query",
-                    format!("limit: {text:?} is not a number from 1 to {MAX_PAGE}"),
-                ))
-            }
-        },
-    };
+    let limit = page_limit(query.limit.as_deref())?;
     let before = match query.cursor.as_deref().filter(|s| !s.is_empty()) {
         None => None,
         Some(text) => Some(JobId(text.parse::<i64>().map_err(|_| {
@@ -230,6 +233,9 @@ fn wait_details(reason: &WaitReason, has_providers: bool) -> Value {
         }
         WaitReason::RunnerRequested { provider } => json!({ "provider": provider }),
         WaitReason::AtMaxRunners { max_runners } => json!({ "max_runners": max_runners }),
+        WaitReason::PoolPaused => json!({
+            "hint": "an operator paused this pool; `runway pools resume POOL` starts runners for it again"
+        }),
         WaitReason::ProviderBackoff {
             provider,
             last_error,
@@ -258,6 +264,9 @@ pub struct PoolDto {
     pub queued: u64,
     pub jobs: BTreeMap<String, u64>,
     pub runners: BTreeMap<String, u64>,
+    /// An operator paused it: no runner is started for it.
+    #[serde(default)]
+    pub paused: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -279,8 +288,13 @@ async fn list_pools(
         .list_live_runners(None)
         .await
         .map_err(|e| store_error(&service, "list_live_runners", e))?;
+    let paused = service
+        .store
+        .paused_pools()
+        .await
+        .map_err(|e| store_error(&service, "paused_pools", e))?;
     let pools = service
-        .config
+        .config()
         .pools
         .iter()
         .map(|pool| {
@@ -306,6 +320,7 @@ async fn list_pools(
                 queued: jobs.get(JobState::Queued.as_str()).copied().unwrap_or(0),
                 jobs,
                 runners: by_state,
+                paused: paused.iter().any(|p| p.pool == pool.name),
             }
         })
         .collect();
@@ -326,6 +341,9 @@ pub struct RunnerDto {
     pub idle_at: Option<String>,
     pub busy_at: Option<String>,
     pub ended_at: Option<String>,
+    /// Drained: takes no new job, stops after its current one.
+    #[serde(default)]
+    pub draining: bool,
 }
 
 impl From<&Runner> for RunnerDto {
@@ -343,6 +361,7 @@ impl From<&Runner> for RunnerDto {
             idle_at: runner.idle_at.map(rfc3339),
             busy_at: runner.busy_at.map(rfc3339),
             ended_at: runner.ended_at.map(rfc3339),
+            draining: runner.draining,
         }
     }
 }

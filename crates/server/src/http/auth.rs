@@ -25,17 +25,55 @@ pub(crate) fn bearer(parts: &Parts) -> Result<&str, ApiError> {
         .ok_or_else(|| ApiError::unauthorized("an Authorization: Bearer TOKEN header is required"))
 }
 
-fn any_matches(tokens: &[Secret], presented: &str) -> bool {
-    tokens
-        .iter()
-        .any(|token| bool::from(token.expose().as_bytes().ct_eq(presented.as_bytes())))
+/// The name of the token in `tokens` that `presented` is, if any: where
+/// it is read from (`env:NAME`, `file:NAME`) or, written in the file,
+/// `KEY[i]` — what the audit trail records as who acted.
+fn matching(tokens: &[Secret], key: &str, presented: &str) -> Option<String> {
+    let mut found = None;
+    // Every token is compared, so the time taken says nothing about which.
+    for (index, token) in tokens.iter().enumerate() {
+        if bool::from(token.expose().as_bytes().ct_eq(presented.as_bytes())) && found.is_none() {
+            found = Some(token.origin().unwrap_or_else(|| format!("{key}[{index}]")));
+        }
+    }
+    found
+}
+
+/// Who presented a valid token, and whether it may change things.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The token's name (see `matching`).
+    pub name: String,
+    pub admin: bool,
+}
+
+impl Caller {
+    /// The caller `token` is, if it is an admin or read token.
+    pub fn of_token(service: &Service, token: &str) -> Option<Caller> {
+        let config = service.config();
+        let server = &config.server;
+        if let Some(name) = matching(&server.admin_tokens, "admin_tokens", token) {
+            return Some(Caller { name, admin: true });
+        }
+        matching(&server.read_tokens, "read_tokens", token)
+            .map(|name| Caller { name, admin: false })
+    }
 }
 
 /// The caller may read: an admin token or a read-only token.
-pub struct Reader;
+pub struct Reader(pub Caller);
 
 /// The caller may change things: an admin token. A read-only token is 403.
-pub struct Writer;
+pub struct Writer(pub Caller);
+
+/// The refusal of a read token's change.
+pub fn read_only() -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        "this token may only read; changes need a token from [server] admin_tokens",
+    )
+}
 
 impl FromRequestParts<Arc<Service>> for Reader {
     type Rejection = ApiError;
@@ -44,20 +82,19 @@ impl FromRequestParts<Arc<Service>> for Reader {
         parts: &mut Parts,
         service: &Arc<Service>,
     ) -> Result<Reader, ApiError> {
-        let server = &service.config.server;
-        if server.admin_tokens.is_empty() && server.read_tokens.is_empty() {
-            return Err(ApiError::unauthorized(
-                "the admin API is disabled: no [server] admin_tokens or read_tokens are configured",
-            ));
+        {
+            let config = service.config();
+            let server = &config.server;
+            if server.admin_tokens.is_empty() && server.read_tokens.is_empty() {
+                return Err(ApiError::unauthorized(
+                    "the admin API is disabled: no [server] admin_tokens or read_tokens are configured",
+                ));
+            }
         }
         let presented = bearer(parts)?;
-        if any_matches(&server.admin_tokens, presented)
-            || any_matches(&server.read_tokens, presented)
-        {
-            Ok(Reader)
-        } else {
-            Err(ApiError::unauthorized("the bearer token is not valid"))
-        }
+        Caller::of_token(service, presented)
+            .map(Reader)
+            .ok_or_else(|| ApiError::unauthorized("the bearer token is not valid"))
     }
 }
 
@@ -68,16 +105,11 @@ impl FromRequestParts<Arc<Service>> for Writer {
         parts: &mut Parts,
         service: &Arc<Service>,
     ) -> Result<Writer, ApiError> {
-        Reader::from_request_parts(parts, service).await?;
-        let presented = bearer(parts)?;
-        if any_matches(&service.config.server.admin_tokens, presented) {
-            Ok(Writer)
+        let Reader(caller) = Reader::from_request_parts(parts, service).await?;
+        if caller.admin {
+            Ok(Writer(caller))
         } else {
-            Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                "this token may only read; changes need a token from [server] admin_tokens",
-            ))
+            Err(read_only())
         }
     }
 }

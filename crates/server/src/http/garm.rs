@@ -149,7 +149,7 @@ async fn runner_metadata(State(service): State<Arc<Service>>, auth: InstanceAuth
 
 async fn install_script(State(service): State<Arc<Service>>, auth: InstanceAuth) -> Response {
     let target = service
-        .config
+        .config()
         .pool(&auth.instance.runner.pool)
         .and_then(|p| p.github.as_ref())
         .map(|g| g.target.clone());

@@ -1,7 +1,9 @@
 //! The HTTP surface. One router; each handler reads the [`Service`] root.
 
+pub mod admin;
 pub mod api;
 pub mod auth;
+pub mod console;
 pub mod error;
 pub mod garm;
 pub mod runner_api;
@@ -26,9 +28,9 @@ use tower_http::request_id::{
 use crate::app::Service;
 
 pub fn router(service: Arc<Service>) -> Router {
-    let body_limit = service.config.github.max_body_bytes;
+    let body_limit = service.config().github.max_body_bytes;
     Router::new()
-        .route("/", get(status))
+        .route("/api/v1/status", get(status))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -37,6 +39,8 @@ pub fn router(service: Arc<Service>) -> Router {
             post(crate::http::webhooks::github_webhook).layer(DefaultBodyLimit::max(body_limit)),
         )
         .merge(crate::http::api::router())
+        .merge(crate::http::admin::router())
+        .merge(crate::http::console::router())
         .merge(crate::http::worker_configs::router())
         .merge(crate::http::runner_api::router())
         .merge(crate::http::runner_reports::router())
@@ -173,7 +177,7 @@ async fn status(State(service): State<Arc<Service>>) -> Response {
         }
     };
     let pools = service
-        .config
+        .config()
         .pools
         .iter()
         .map(|pool| PoolStatusDto {

@@ -148,7 +148,7 @@ async fn handle(
                 "too_large",
                 format!(
                     "the body is larger than [github] max_body_bytes ({} bytes)",
-                    service.config.github.max_body_bytes
+                    service.config().github.max_body_bytes
                 ),
             )
         } else {
@@ -161,7 +161,7 @@ async fn handle(
     let signature = headers
         .get("x-hub-signature-256")
         .map(|value| value.as_bytes());
-    verify(&service.config.github.webhook_secrets, &body, signature).map_err(|error| {
+    verify(&service.config().github.webhook_secrets, &body, signature).map_err(|error| {
         if error == SignatureError::NoSecretsConfigured {
             tracing::warn!("a webhook arrived but [github] webhook_secrets is empty");
         }

@@ -86,7 +86,7 @@ impl Healer {
     /// One pass over the queued GitHub jobs older than `recheck_after`,
     /// each looked up at most once per `recheck_after`.
     pub async fn recheck_once(&self, now: Timestamp) -> Result<RecheckReport, StoreError> {
-        let after = self.service.config.github.recheck_after;
+        let after = self.service.config().github.recheck_after;
         let queued = self
             .store()
             .list_jobs(&JobFilter {
@@ -303,7 +303,7 @@ pub fn recheck_period(recheck_after: Duration) -> Duration {
 /// redelivery, until `shutdown` flips.
 pub async fn run(healer: Arc<Healer>, shutdown: tokio::sync::watch::Receiver<bool>) {
     let service = healer.service.clone();
-    let config = &service.config.github;
+    let config = &service.config().github;
     let leading = || service.is_leader();
     // Leader-only: another replica heals while this one follows.
     let rechecks = crate::tasks::Worker {

@@ -80,11 +80,32 @@ struct Task {
     abandoned: Arc<std::sync::atomic::AtomicBool>,
 }
 
-struct Inner {
-    service: Arc<Service>,
-    providers: BTreeMap<String, Arc<dyn Provider>>,
+/// The providers a round works with; a config reload replaces them whole.
+struct Providers {
+    by_name: BTreeMap<String, Arc<dyn Provider>>,
     /// Each provider's own bound on concurrent calls.
     lanes: BTreeMap<String, Arc<tokio::sync::Semaphore>>,
+}
+
+impl Providers {
+    fn new(by_name: BTreeMap<String, Arc<dyn Provider>>, kept: Option<&Providers>) -> Providers {
+        // A provider that stays keeps its lane: calls in flight still count.
+        let lanes = by_name
+            .keys()
+            .map(|name| {
+                let lane = kept
+                    .and_then(|kept| kept.lanes.get(name).cloned())
+                    .unwrap_or_else(|| Arc::new(tokio::sync::Semaphore::new(CALLS_PER_PROVIDER)));
+                (name.clone(), lane)
+            })
+            .collect();
+        Providers { by_name, lanes }
+    }
+}
+
+struct Inner {
+    service: Arc<Service>,
+    providers: std::sync::RwLock<Arc<Providers>>,
     listing: Mutex<BTreeMap<String, Listing>>,
     /// Runners a task is working on: no other task touches them meanwhile.
     in_flight: Mutex<std::collections::BTreeSet<RunnerId>>,
@@ -136,8 +157,8 @@ impl Reconciler {
     ) -> Reconciler {
         // A predictive pool's forecast looks one boot time ahead: its first
         // provider's (or the first provider's) mean boot time.
-        let forecasts = service
-            .config
+        let config = service.config();
+        let forecasts = config
             .pools
             .iter()
             .filter_map(|pool| {
@@ -146,26 +167,16 @@ impl Reconciler {
                     .providers
                     .first()
                     .or_else(|| providers.keys().next())
-                    .and_then(|name| service.config.providers.iter().find(|p| &p.name == name))
+                    .and_then(|name| config.providers.iter().find(|p| &p.name == name))
                     .map(|p| Duration::from_secs_f64((p.boot_seconds.0 + p.boot_seconds.1) / 2.0))
                     .unwrap_or(Duration::from_secs(150));
                 Some((pool.name.clone(), ArrivalForecast::new(boot, quantile)))
             })
             .collect();
-        let lanes = providers
-            .keys()
-            .map(|name| {
-                (
-                    name.clone(),
-                    Arc::new(tokio::sync::Semaphore::new(CALLS_PER_PROVIDER)),
-                )
-            })
-            .collect();
         Reconciler {
             inner: Arc::new(Inner {
                 service,
-                providers,
-                lanes,
+                providers: std::sync::RwLock::new(Arc::new(Providers::new(providers, None))),
                 listing: Mutex::new(BTreeMap::new()),
                 in_flight: Mutex::new(std::collections::BTreeSet::new()),
                 health: Mutex::new(BTreeMap::new()),
@@ -177,7 +188,18 @@ impl Reconciler {
     }
 
     pub fn has_providers(&self) -> bool {
-        !self.inner.providers.is_empty()
+        !self.inner.providers().by_name.is_empty()
+    }
+
+    /// Works with `providers` from the next round on (a config reload).
+    /// Runners of a provider that is gone are left as they are: their
+    /// records stay, and nothing deletes their machines.
+    pub fn replace_providers(&self, providers: BTreeMap<String, Arc<dyn Provider>>) {
+        let next = Arc::new(Providers::new(providers, Some(&self.inner.providers())));
+        match self.inner.providers.write() {
+            Ok(mut current) => *current = next,
+            Err(poisoned) => *poisoned.into_inner() = next,
+        }
     }
 
     /// One round at `now`.
@@ -194,7 +216,7 @@ impl Inner {
 
     /// Where the runners runway starts reach it.
     fn runner_url(&self) -> String {
-        let server = &self.service.config.server;
+        let server = &self.service.config().server;
         server.runner_url(server.listen)
     }
 
@@ -300,16 +322,26 @@ impl Inner {
         }
     }
 
+    /// The providers as they are now.
+    fn providers(&self) -> Arc<Providers> {
+        match self.providers.read() {
+            Ok(providers) => providers.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
     /// A permit of `provider`'s lane: held for the length of one call.
     async fn permit(&self, provider: &str) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.lanes.get(provider)?.clone().acquire_owned().await.ok()
+        let lane = self.providers().lanes.get(provider)?.clone();
+        lane.acquire_owned().await.ok()
     }
 
     /// Starts a list of every provider that has none running, and waits
     /// for them as for any call.
     async fn refresh_lists(self: &Arc<Self>, now: Timestamp) -> Result<(), StoreError> {
         let mut tasks = Vec::new();
-        for (name, provider) in &self.providers {
+        let providers = self.providers();
+        for (name, provider) in &providers.by_name {
             let Ok(mut listing) = self.listing.lock() else {
                 continue;
             };
@@ -365,7 +397,8 @@ impl Inner {
         // below touches only its own runners, so the snapshot stays true.
         let runners = self.store().list_live_runners(None).await?;
         let mut tasks = Vec::new();
-        for (name, provider) in &self.providers {
+        let providers = self.providers();
+        for (name, provider) in &providers.by_name {
             let Some(listed) = lists.remove(name) else {
                 continue;
             };
@@ -435,7 +468,9 @@ impl Inner {
                 }
             };
             let github = self.github_pool(&runner.pool);
-            if let (Some(github), RunnerState::Busy, None) = (github, runner.state, runner.job) {
+            if let (Some(github), RunnerState::Busy, None) =
+                (github.as_ref(), runner.state, runner.job)
+            {
                 self.settle_unknown_job(github, runner, now).await?;
                 continue;
             }
@@ -451,7 +486,7 @@ impl Inner {
                 tasks.extend(self.spawn(Some(runner.id), async move {
                     let mut report = Report::default();
                     if let Some(github) = this.github_pool(&runner.pool) {
-                        if !this.release(github, &runner, now, &mut report).await? {
+                        if !this.release(&github, &runner, now, &mut report).await? {
                             return Ok(report);
                         }
                     }
@@ -529,7 +564,7 @@ impl Inner {
             }
             if let (Some(github), false) = (github, ready) {
                 // Its machine is gone: so must its registration be.
-                if let Err(error) = self.deregister(github, runner).await? {
+                if let Err(error) = self.deregister(&github, runner).await? {
                     tracing::debug!(runner = %runner.name, %error, "registration of a vanished runner left to GitHub");
                 }
             }
@@ -555,11 +590,11 @@ impl Inner {
     }
 
     /// The GitHub side of `pool`, if it is a GitHub pool.
-    fn github_pool(&self, pool: &str) -> Option<&PoolGithub> {
+    fn github_pool(&self, pool: &str) -> Option<PoolGithub> {
         self.service
-            .config
+            .config()
             .pool(pool)
-            .and_then(|p| p.github.as_ref())
+            .and_then(|p| p.github.clone())
     }
 
     /// Registers `runner` with GitHub as a just-in-time runner and returns
@@ -705,7 +740,7 @@ impl Inner {
         now: Timestamp,
     ) -> Result<(), StoreError> {
         let since = runner.busy_at.unwrap_or(runner.requested_at);
-        if now.since(since) < self.service.config.github.recheck_after {
+        if now.since(since) < self.service.config().github.recheck_after {
             return Ok(());
         }
         if let Ok(true) = self.deregister(github, runner).await? {
@@ -797,11 +832,12 @@ impl Inner {
 
     async fn snapshot(&self, now: Timestamp) -> Result<Snapshot, StoreError> {
         let mut pools = Vec::new();
-        for pool in &self.service.config.pools {
+        for pool in &self.service.config().pools {
             let allowed =
                 |name: &str| pool.providers.is_empty() || pool.providers.iter().any(|p| p == name);
             let offers = self
-                .providers
+                .providers()
+                .by_name
                 .iter()
                 .filter(|(name, _)| allowed(name))
                 .flat_map(|(_, provider)| provider.bid(&pool.name, pool.max_runners))
@@ -870,10 +906,11 @@ impl Inner {
         let store = &self.store();
         let metrics = &self.service.metrics;
 
-        let Some(backend) = self.providers.get(provider) else {
+        let Some(backend) = self.providers().by_name.get(provider).cloned() else {
             return Ok(report);
         };
-        let Some(pool_config) = self.service.config.pools.iter().find(|p| &p.name == pool) else {
+        let config = self.service.config();
+        let Some(pool_config) = config.pools.iter().find(|p| &p.name == pool) else {
             return Ok(report);
         };
         if pool_config.github.is_some() && self.jit_backing_off(pool, now) {
@@ -970,7 +1007,7 @@ impl Inner {
                         .as_ref()
                         .map(|github| {
                             crate::app::garm::repo_url(
-                                &self.service.config.github.api_url,
+                                &self.service.config().github.api_url,
                                 &github.target,
                             )
                         })
@@ -1082,7 +1119,7 @@ impl Inner {
             result,
         };
         let github = self.github_pool(pool);
-        let event = match (&failure, github) {
+        let event = match (&failure, github.as_ref()) {
             // A GitHub runner fails only once GitHub has let it go: it may
             // have taken a job while we gave up on it.
             (Some(_), Some(_)) => None,
@@ -1115,7 +1152,7 @@ impl Inner {
             Err(StoreError::RunnerTransition(_) | StoreError::RunnerNotFound(_)) => return Ok(()),
             Err(other) => return Err(other),
         };
-        if let Some(github) = github {
+        if let Some(github) = &github {
             let may_fail = matches!(
                 runner.state,
                 RunnerState::Requested | RunnerState::Provisioning | RunnerState::Idle
@@ -1143,8 +1180,9 @@ impl Inner {
                 }
             }
         }
+        let providers = self.providers();
         let (Some(provider), Some(instance)) = (
-            self.providers.get(&runner.provider),
+            providers.by_name.get(&runner.provider),
             runner.instance_id.clone(),
         ) else {
             return Ok(());
@@ -1182,7 +1220,7 @@ impl Inner {
     async fn update_gauges(&self, snapshot: &Snapshot, plan: &Plan) -> Result<(), StoreError> {
         let runners = self.store().list_live_runners(None).await?;
         let metrics = &self.service.metrics;
-        for pool in &self.service.config.pools {
+        for pool in &self.service.config().pools {
             for state in RunnerState::ALL.iter().filter(|s| !s.is_terminal()) {
                 let count = runners
                     .iter()

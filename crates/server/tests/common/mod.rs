@@ -66,7 +66,7 @@ impl Harness {
     async fn in_dir(config: Config, dir: tempfile::TempDir) -> Harness {
         let store = sqlite_store(&dir.path().join("runway.db")).await;
         let mut service = Service::new(config, store);
-        service.events = EventLog::open(&service.config.telemetry).expect("open the event log");
+        service.events = EventLog::open(&service.config().telemetry).expect("open the event log");
         Harness {
             service: Arc::new(service),
             dir,

@@ -1,0 +1,184 @@
+//! The web console over HTTP on the real binary: login into a session
+//! cookie, what a read token sees and may do, an admin's form action with
+//! its CSRF token, a forged cross-site POST, and the live stream.
+//! (Real-browser tests are the next step: see the issue note.)
+
+mod common;
+
+use std::time::Duration;
+
+use common::wait_until;
+
+const ADMIN: &str = "console-test-admin-token";
+const READ: &str = "console-test-read-token";
+
+fn http() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// Logs in with `token`; the session cookie (`name=value`).
+fn login(base: &str, token: &str) -> String {
+    let response = http()
+        .post(format!("{base}/console/login"))
+        .form(&[("token", token)])
+        .send()
+        .unwrap();
+    assert_eq!(
+        response.status().as_u16(),
+        303,
+        "a login redirects to the overview"
+    );
+    let cookie = response.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+fn page(base: &str, cookie: &str, path: &str) -> (u16, String) {
+    let response = http()
+        .get(format!("{base}{path}"))
+        .header("cookie", cookie)
+        .send()
+        .unwrap();
+    (response.status().as_u16(), response.text().unwrap())
+}
+
+fn csrf(html: &str) -> String {
+    let start = html.find("name=\"csrf\" value=\"").expect("a CSRF field") + 19;
+    html[start..start + 64].to_owned()
+}
+
+fn paused(base: &str) -> bool {
+    let pools: serde_json::Value = http()
+        .get(format!("{base}/api/v1/pools"))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    pools["pools"][0]["paused"] == true
+}
+
+#[test]
+fn the_console_logs_in_shows_by_role_and_refuses_forged_posts() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("runway.toml"),
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN}\"]\nread_tokens = [\"{READ}\"]\n\
+             [[pools]]\nname = \"default\"\nlabels = [\"self-hosted\", \"linux\"]\n"
+        ),
+    )
+    .unwrap();
+    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+
+    // Not logged in: the login page; a wrong token is refused.
+    let (status, html) = page(&base, "", "/");
+    assert_eq!(status, 200);
+    assert!(html.contains("name=\"token\""), "{html}");
+    let wrong = http()
+        .post(format!("{base}/console/login"))
+        .form(&[("token", "nope")])
+        .send()
+        .unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+    assert_eq!(
+        page(&base, "", "/console/jobs").0,
+        303,
+        "pages need a session"
+    );
+    assert_eq!(
+        page(&base, "runway_session=forged.1.x.y", "/console/jobs").0,
+        303
+    );
+
+    // A read token sees the pool and no buttons; its POSTs are refused.
+    let reader = login(&base, READ);
+    let (status, html) = page(&base, &reader, "/");
+    assert_eq!(status, 200);
+    assert!(
+        html.contains("default") && html.contains("read only"),
+        "{html}"
+    );
+    assert!(!html.contains(">Pause<"), "no buttons for a read token");
+    let token = csrf(&html);
+    let refused = http()
+        .post(format!("{base}/console/pools/default/pause"))
+        .header("cookie", &reader)
+        .form(&[("csrf", token.as_str())])
+        .send()
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 403);
+    assert!(!paused(&base));
+
+    // An admin pauses the pool from the page.
+    let admin = login(&base, ADMIN);
+    let (_, html) = page(&base, &admin, "/");
+    assert!(html.contains(">Pause<"), "{html}");
+    let token = csrf(&html);
+    // Forged: from another site, or without the CSRF token: refused, nothing changes.
+    let forged = http()
+        .post(format!("{base}/console/pools/default/pause"))
+        .header("cookie", &admin)
+        .header("origin", "https://evil.example")
+        .form(&[("csrf", token.as_str())])
+        .send()
+        .unwrap();
+    assert_eq!(forged.status().as_u16(), 403);
+    let no_token = http()
+        .post(format!("{base}/console/pools/default/pause"))
+        .header("cookie", &admin)
+        .form(&[("csrf", "")])
+        .send()
+        .unwrap();
+    assert_eq!(no_token.status().as_u16(), 403);
+    assert!(!paused(&base), "forged posts changed nothing");
+    let host = base.trim_start_matches("http://");
+    let done = http()
+        .post(format!("{base}/console/pools/default/pause"))
+        .header("cookie", &admin)
+        .header("origin", format!("http://{host}"))
+        .form(&[("csrf", token.as_str())])
+        .send()
+        .unwrap();
+    assert_eq!(done.status().as_u16(), 303);
+    assert!(paused(&base));
+    let (_, html) = page(&base, &admin, "/");
+    assert!(
+        html.contains(">Resume<") && html.contains(">paused<"),
+        "{html}"
+    );
+
+    // A queued job's wait reason is on the jobs page, and in the stream.
+    let job = common::submit(&base, ADMIN, "echo hi");
+    let (_, html) = page(&base, &admin, "/console/jobs");
+    assert!(html.contains("the pool is paused"), "{html}");
+    let (_, html) = page(&base, &admin, &format!("/console/jobs/{job}"));
+    assert!(html.contains("created"), "the job's history: {html}");
+    let mut stream = http()
+        .get(format!("{base}/console/stream"))
+        .header("cookie", &admin)
+        .send()
+        .unwrap();
+    assert_eq!(
+        stream.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let mut seen = String::new();
+    wait_until("the stream sends the job's wait reason", 10, || {
+        let mut buffer = [0u8; 4096];
+        let read = std::io::Read::read(&mut stream, &mut buffer).unwrap_or(0);
+        seen.push_str(&String::from_utf8_lossy(&buffer[..read]));
+        seen.contains(&format!("\"job:{job}:waiting\":\"the pool is paused\""))
+    });
+    assert_eq!(page(&base, "", "/console/stream").0, 401);
+}

@@ -1,0 +1,882 @@
+//! The web console at `/`: server-rendered HTML (minijinja templates
+//! compiled into the binary, autoescaped), no JavaScript build step and no
+//! third-party assets; one small script takes live updates from
+//! Server-Sent Events (`/console/stream`).
+//!
+//! Login is with an admin or read token, exchanged for a session cookie
+//! (HttpOnly, SameSite=Strict) that is signed with this installation's key
+//! (a store setting, so every replica accepts it) and names the token it
+//! came from: removing the token from the config ends its sessions. Every
+//! form that changes something carries a CSRF token derived from the
+//! session, and a POST whose `Origin` is another site is refused. Read
+//! tokens see no buttons, and their POSTs are refused anyway.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use runway_core::{JobId, JobSource, JobState, RunnerId, Timestamp};
+use runway_store::JobFilter;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sha2::Sha256;
+
+use crate::app::explain::Explanation;
+use crate::app::{admin, Service};
+use crate::clock::{now, rfc3339};
+use crate::http::auth::Caller;
+
+const COOKIE: &str = "runway_session";
+/// A session lasts this long; then the token is asked for again.
+const SESSION: Duration = Duration::from_secs(12 * 3600);
+/// Jobs per console page.
+const PAGE: u32 = 50;
+/// How often the live view is refreshed.
+const TICK: Duration = Duration::from_secs(1);
+
+pub fn router() -> Router<Arc<Service>> {
+    Router::new()
+        .route("/", get(overview))
+        .route("/console/login", post(login))
+        .route("/console/logout", post(logout))
+        .route("/console/jobs", get(jobs))
+        .route("/console/jobs/{id}", get(job))
+        .route("/console/jobs/{id}/{action}", post(job_action))
+        .route("/console/runners", get(runners))
+        .route("/console/runners/{id}/{action}", post(runner_action))
+        .route("/console/pools/{name}/{action}", post(pool_action))
+        .route("/console/audit", get(audit))
+        .route("/console/stream", get(stream))
+}
+
+fn templates() -> &'static minijinja::Environment<'static> {
+    static TEMPLATES: std::sync::OnceLock<minijinja::Environment<'static>> =
+        std::sync::OnceLock::new();
+    TEMPLATES.get_or_init(|| {
+        let mut env = minijinja::Environment::new();
+        for (name, source) in [
+            ("layout.html", include_str!("console/layout.html")),
+            ("login.html", include_str!("console/login.html")),
+            ("overview.html", include_str!("console/overview.html")),
+            ("jobs.html", include_str!("console/jobs.html")),
+            ("job.html", include_str!("console/job.html")),
+            ("runners.html", include_str!("console/runners.html")),
+            ("audit.html", include_str!("console/audit.html")),
+        ] {
+            if let Err(error) = env.add_template(name, source) {
+                tracing::error!(%error, name, "a console template does not parse");
+            }
+        }
+        env
+    })
+}
+
+fn render(status: StatusCode, name: &str, context: minijinja::Value) -> Response {
+    match templates()
+        .get_template(name)
+        .and_then(|template| template.render(context))
+    {
+        Ok(html) => (
+            status,
+            [
+                (header::CACHE_CONTROL, "no-store"),
+                (
+                    header::CONTENT_SECURITY_POLICY,
+                    "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; frame-ancestors 'none'",
+                ),
+            ],
+            Html(html),
+        )
+            .into_response(),
+        Err(error) => {
+            tracing::error!(%error, name, "cannot render a console page");
+            (StatusCode::INTERNAL_SERVER_ERROR, "cannot render this page\n").into_response()
+        }
+    }
+}
+
+/// This installation's key for sessions and CSRF tokens.
+async fn key(service: &Service) -> Option<Vec<u8>> {
+    service
+        .console_key
+        .get_or_try_init(|| async {
+            let candidate = hex::encode(rand::random::<[u8; 32]>());
+            service
+                .store
+                .init_setting("console_session_key", &candidate)
+                .await
+                .map(|key| key.into_bytes())
+        })
+        .await
+        .inspect_err(|error| tracing::error!(%error, "cannot read the console's session key"))
+        .ok()
+        .cloned()
+}
+
+fn mac(key: &[u8], text: &str) -> String {
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else {
+        return String::new();
+    };
+    mac.update(text.as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}
+
+fn same(a: &str, b: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
+/// A logged-in browser: who, and the CSRF token its forms carry.
+struct Session {
+    caller: Caller,
+    csrf: String,
+}
+
+fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value)
+}
+
+/// The session `headers` carry, if it is valid, unexpired, and its token
+/// is still configured with the same rights.
+async fn session(service: &Service, headers: &HeaderMap) -> Option<Session> {
+    let value = cookie(headers, COOKIE)?;
+    let key = key(service).await?;
+    let (signed, signature) = value.rsplit_once('.')?;
+    if !same(&mac(&key, signed), signature) {
+        return None;
+    }
+    let mut parts = signed.splitn(3, '.');
+    let (role, expires, name) = (parts.next()?, parts.next()?, parts.next()?);
+    if expires.parse::<i64>().ok()? < now().as_millis() {
+        return None;
+    }
+    let name = String::from_utf8(
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(name)
+            .ok()?,
+    )
+    .ok()?;
+    let admin = role == "admin";
+    let config = service.config();
+    let tokens = if admin {
+        &config.server.admin_tokens
+    } else {
+        &config.server.read_tokens
+    };
+    let key_name = if admin { "admin_tokens" } else { "read_tokens" };
+    let still_there = tokens.iter().enumerate().any(|(index, token)| {
+        token
+            .origin()
+            .unwrap_or_else(|| format!("{key_name}[{index}]"))
+            == name
+    });
+    if !still_there {
+        return None;
+    }
+    Some(Session {
+        caller: Caller { name, admin },
+        csrf: mac(&key, &format!("csrf.{value}")),
+    })
+}
+
+fn login_page(status: StatusCode, flash: Option<&str>) -> Response {
+    render(status, "login.html", minijinja::context! { flash => flash })
+}
+
+fn page(session: &Session, name: &str, page: &str, mut context: serde_json::Value) -> Response {
+    context["caller"] = json!({"name": session.caller.name, "admin": session.caller.admin});
+    context["csrf"] = json!(session.csrf);
+    context["page"] = json!(page);
+    render(
+        StatusCode::OK,
+        name,
+        minijinja::Value::from_serialize(&context),
+    )
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+async fn login(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    if let Err(refused) = same_origin(&headers) {
+        return refused.into_response();
+    }
+    let Some(caller) = Caller::of_token(&service, form.token.trim()) else {
+        return login_page(StatusCode::UNAUTHORIZED, Some("That token is not valid."));
+    };
+    let Some(key) = key(&service).await else {
+        return login_page(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("The store is unavailable; try again."),
+        );
+    };
+    let role = if caller.admin { "admin" } else { "read" };
+    let expires = now().plus(SESSION).as_millis();
+    let name = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(caller.name.as_bytes());
+    let signed = format!("{role}.{expires}.{name}");
+    let value = format!("{signed}.{}", mac(&key, &signed));
+    let cookie = format!(
+        "{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
+        SESSION.as_secs()
+    );
+    tracing::info!(target: "runway::audit", actor = %caller.name, "console login");
+    ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response()
+}
+
+#[derive(Deserialize, Default)]
+struct ActionForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    force: Option<String>,
+}
+
+/// A POST from another site is refused: its `Origin` (or, without one,
+/// its `Referer`) must name this host. Browsers send `Origin` on every
+/// cross-site POST.
+fn same_origin(headers: &HeaderMap) -> Result<(), Refusal> {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    let from = headers
+        .get(header::ORIGIN)
+        .or_else(|| headers.get(header::REFERER))
+        .and_then(|h| h.to_str().ok());
+    match from {
+        None => Ok(()),
+        Some(from) => {
+            let authority = from
+                .split_once("://")
+                .map(|(_, rest)| rest.split('/').next().unwrap_or(""))
+                .unwrap_or("");
+            if !host.is_empty() && authority == host {
+                Ok(())
+            } else {
+                Err(Refusal::Forbidden(
+                    "This request came from another site and was refused.",
+                ))
+            }
+        }
+    }
+}
+
+/// Why a console POST is not done.
+enum Refusal {
+    /// No valid session: back to the login page.
+    Login,
+    Forbidden(&'static str),
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Refusal::Login => Redirect::to("/").into_response(),
+            Refusal::Forbidden(message) => refused(message),
+        }
+    }
+}
+
+fn refused(message: &str) -> Response {
+    (
+        StatusCode::FORBIDDEN,
+        Html(format!(
+            "<!doctype html><title>Refused</title><p>{}</p><p><a href=\"/\">Back to runway</a></p>",
+            minijinja::HtmlEscape(message)
+        )),
+    )
+        .into_response()
+}
+
+/// The session of a POST that changes something: logged in, an admin,
+/// same-origin, carrying its CSRF token.
+async fn writer(
+    service: &Service,
+    headers: &HeaderMap,
+    form: &ActionForm,
+) -> Result<Session, Refusal> {
+    same_origin(headers)?;
+    let Some(session) = session(service, headers).await else {
+        return Err(Refusal::Login);
+    };
+    if !same(&session.csrf, &form.csrf) {
+        return Err(Refusal::Forbidden(
+            "The form's CSRF token is missing or stale; reload the page and try again.",
+        ));
+    }
+    if !session.caller.admin {
+        return Err(Refusal::Forbidden(
+            "This token may only read; changes need an admin token.",
+        ));
+    }
+    Ok(session)
+}
+
+async fn logout(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    if let Err(refused) = same_origin(&headers) {
+        return refused.into_response();
+    }
+    if let Some(session) = session(&service, &headers).await {
+        if !same(&session.csrf, &form.csrf) {
+            return refused("The form's CSRF token is missing or stale.");
+        }
+    }
+    let cookie = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response()
+}
+
+#[derive(Serialize)]
+struct PoolRow {
+    name: String,
+    labels: Vec<String>,
+    queued: u64,
+    running: u64,
+    booting: u64,
+    idle: u64,
+    busy: u64,
+    max_runners: u32,
+    paused: bool,
+}
+
+/// Every configured pool with its live counts: what the overview shows and
+/// the stream refreshes.
+async fn pool_rows(service: &Service) -> Result<Vec<PoolRow>, runway_store::StoreError> {
+    let counts = service.store.live_job_counts().await?;
+    let runners = service.store.list_live_runners(None).await?;
+    let paused = service.store.paused_pools().await?;
+    let config = service.config();
+    Ok(config
+        .pools
+        .iter()
+        .map(|pool| {
+            let jobs = |state: JobState| {
+                counts
+                    .iter()
+                    .filter(|c| c.pool.as_deref() == Some(pool.name.as_str()) && c.state == state)
+                    .map(|c| c.count)
+                    .sum()
+            };
+            let runners_in = |states: &[runway_core::RunnerState]| {
+                runners
+                    .iter()
+                    .filter(|r| r.pool == pool.name && states.contains(&r.state))
+                    .count() as u64
+            };
+            use runway_core::RunnerState as R;
+            PoolRow {
+                name: pool.name.clone(),
+                labels: pool.labels.clone(),
+                queued: jobs(JobState::Queued),
+                running: jobs(JobState::Running),
+                booting: runners_in(&[R::Requested, R::Provisioning]),
+                idle: runners_in(&[R::Idle]),
+                busy: runners_in(&[R::Busy]),
+                max_runners: pool.max_runners,
+                paused: paused.iter().any(|p| p.pool == pool.name),
+            }
+        })
+        .collect())
+}
+
+fn unavailable() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the store is unavailable; try again\n",
+    )
+        .into_response()
+}
+
+async fn overview(State(service): State<Arc<Service>>, headers: HeaderMap) -> Response {
+    let Some(session) = session(&service, &headers).await else {
+        return login_page(StatusCode::OK, None);
+    };
+    let Ok(pools) = pool_rows(&service).await else {
+        return unavailable();
+    };
+    let store = match service.store.backend() {
+        runway_store::Backend::Sqlite => "sqlite",
+        runway_store::Backend::Postgres => "postgres",
+    };
+    page(
+        &session,
+        "overview.html",
+        "overview",
+        json!({"pools": pools, "version": env!("CARGO_PKG_VERSION"), "store": store}),
+    )
+}
+
+/// A wait reason in a sentence.
+fn waiting_text(explanation: &Explanation) -> String {
+    use runway_core::planner::WaitReason as W;
+    match explanation {
+        Explanation::Waiting {
+            reason,
+            has_providers,
+        } => match reason {
+            W::RunnerIdle { runner } => {
+                format!("runner {runner} is idle and takes it at its next poll")
+            }
+            W::RunnerBooting { runner, since } => {
+                format!(
+                    "runner {runner} is booting for it (since {})",
+                    rfc3339(*since)
+                )
+            }
+            W::RunnerRequested { provider } => format!("a runner is being started by {provider}"),
+            W::AtMaxRunners { max_runners } => {
+                format!("the pool is at max_runners ({max_runners})")
+            }
+            W::ProviderBackoff {
+                provider,
+                last_error,
+                retry_at,
+            } => format!(
+                "provider {provider} is backing off until {} after: {last_error}",
+                rfc3339(*retry_at)
+            ),
+            W::NoProviderCapacity if !has_providers => {
+                "no provider starts runners for this pool; waiting for a runner to register"
+                    .to_owned()
+            }
+            W::NoProviderCapacity => "no provider has capacity left".to_owned(),
+            W::ScalingRatio { scaling_ratio } => {
+                format!("scaling_ratio {scaling_ratio} starts fewer runners than queued jobs")
+            }
+            W::LeaseExpiredRequeued { attempts } => {
+                format!("requeued after a runner's lease expired ({attempts} attempts)")
+            }
+            W::PoolPaused => "the pool is paused".to_owned(),
+        },
+        Explanation::Unroutable { reason } => {
+            format!(
+                "unroutable: {}",
+                reason.as_deref().unwrap_or("no pool serves its labels")
+            )
+        }
+        Explanation::PoolNotConfigured { .. } => {
+            "its pool is no longer in the configuration".to_owned()
+        }
+    }
+}
+
+fn repository(job: &runway_core::Job) -> Option<String> {
+    let details: serde_json::Value = serde_json::from_str(&job.payload).ok()?;
+    details["repository"]
+        .as_str()
+        .or_else(|| details["repo"].as_str())
+        .map(str::to_owned)
+}
+
+#[derive(Deserialize, Default)]
+struct JobsQuery {
+    pool: Option<String>,
+    state: Option<String>,
+    repository: Option<String>,
+    cursor: Option<i64>,
+}
+
+fn job_row(job: &runway_core::Job, waiting: Option<&Explanation>) -> serde_json::Value {
+    json!({
+        "id": job.id.0,
+        "pool": job.pool,
+        "labels": job.labels,
+        "state": job.state.as_str(),
+        "waiting": waiting.map(waiting_text).unwrap_or_default(),
+        "runner": job.runner.map(|r| r.0),
+        "enqueued_at": rfc3339(job.enqueued_at),
+        "repository": repository(job),
+        "source": job.source.as_str(),
+        "external_id": job.external_id,
+        "live": !job.state.is_terminal(),
+        "retryable": job.source == JobSource::Api
+            && matches!(job.state, JobState::Failed | JobState::Cancelled),
+    })
+}
+
+async fn jobs(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Query(query): Query<JobsQuery>,
+) -> Response {
+    let Some(session) = session(&service, &headers).await else {
+        return Redirect::to("/").into_response();
+    };
+    let pool = query.pool.clone().filter(|p| !p.is_empty());
+    let state = query
+        .state
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .and_then(|s| s.parse::<JobState>().ok());
+    let repository_filter = query.repository.clone().filter(|r| !r.is_empty());
+    // A repository filter reads further pages until one is full (bounded).
+    let mut shown = Vec::new();
+    let mut before = query.cursor.map(JobId);
+    let mut next = None;
+    for _ in 0..20 {
+        let filter = JobFilter {
+            state,
+            pool: pool.clone(),
+            limit: Some(PAGE + 1),
+            newest_first: true,
+            before,
+        };
+        let Ok(mut page_jobs) = service.store.list_jobs(&filter).await else {
+            return unavailable();
+        };
+        let more = page_jobs.len() > PAGE as usize;
+        page_jobs.truncate(PAGE as usize);
+        before = page_jobs.last().map(|j| j.id);
+        for job in page_jobs {
+            let keep = repository_filter
+                .as_ref()
+                .is_none_or(|wanted| repository(&job).as_deref() == Some(wanted.as_str()));
+            if keep && shown.len() < PAGE as usize {
+                shown.push(job);
+            }
+        }
+        if shown.len() >= PAGE as usize || !more {
+            next = more.then_some(before).flatten().or_else(|| {
+                (shown.len() >= PAGE as usize)
+                    .then(|| shown.last().map(|j| j.id))
+                    .flatten()
+            });
+            break;
+        }
+    }
+    let Ok(explained) = crate::app::explain::explain_jobs(&service, &shown).await else {
+        return unavailable();
+    };
+    let rows: Vec<_> = shown
+        .iter()
+        .map(|job| job_row(job, explained.get(&job.id)))
+        .collect();
+    let next_page = next.map(|cursor| {
+        let mut link = format!("/console/jobs?cursor={}", cursor.0);
+        for (key, value) in [
+            ("pool", &pool),
+            ("state", &query.state),
+            ("repository", &repository_filter),
+        ] {
+            if let Some(value) = value.as_ref().filter(|v| !v.is_empty()) {
+                link.push_str(&format!("&{key}={}", url_encode(value)));
+            }
+        }
+        link
+    });
+    let config = service.config();
+    page(
+        &session,
+        "jobs.html",
+        "jobs",
+        json!({
+            "jobs": rows,
+            "next_page": next_page,
+            "pool_names": config.pools.iter().map(|p| p.name.clone()).collect::<Vec<_>>(),
+            "states": JobState::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+            "filter": {"pool": pool, "state": query.state, "repository": repository_filter},
+        }),
+    )
+}
+
+fn url_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+async fn job(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+) -> Response {
+    let Some(session) = session(&service, &headers).await else {
+        return Redirect::to("/").into_response();
+    };
+    let id = JobId(id);
+    let Ok(found) = service.store.get_job(id).await else {
+        return unavailable();
+    };
+    let Some(found) = found else {
+        return (
+            StatusCode::NOT_FOUND,
+            Html("<!doctype html><p>No such job. <a href=\"/console/jobs\">Jobs</a></p>"),
+        )
+            .into_response();
+    };
+    let explanation = crate::app::explain::explain_job(&service, &found)
+        .await
+        .ok()
+        .flatten();
+    let steps = service
+        .store
+        .job_history(id)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let mut before = None;
+    let events: Vec<_> = steps
+        .iter()
+        .map(|step| {
+            let event = crate::http::admin::event_name(before, step);
+            before = Some(step.state);
+            json!({
+                "at": rfc3339(step.at),
+                "event": event,
+                "state": step.state.as_str(),
+                "runner": step.runner.map(|r| r.0),
+                "conclusion": step.conclusion.map(|c| c.as_str()),
+                "reason": step.reason,
+            })
+        })
+        .collect();
+    let log = service
+        .store
+        .get_job_log(id)
+        .await
+        .ok()
+        .flatten()
+        .map(|(_, log)| log);
+    page(
+        &session,
+        "job.html",
+        "jobs",
+        json!({"job": job_row(&found, explanation.as_ref()), "events": events, "log": log}),
+    )
+}
+
+async fn runners(State(service): State<Arc<Service>>, headers: HeaderMap) -> Response {
+    let Some(session) = session(&service, &headers).await else {
+        return Redirect::to("/").into_response();
+    };
+    let Ok(live) = service.store.list_live_runners(None).await else {
+        return unavailable();
+    };
+    let at = now();
+    let rows: Vec<_> = live
+        .iter()
+        .map(|runner| {
+            json!({
+                "id": runner.id.0,
+                "name": runner.name,
+                "pool": runner.pool,
+                "provider": runner.provider,
+                "state": runner.state.as_str(),
+                "job": runner.job.map(|j| j.0),
+                "draining": runner.draining,
+                "age": age(at, runner.requested_at),
+            })
+        })
+        .collect();
+    page(
+        &session,
+        "runners.html",
+        "runners",
+        json!({"runners": rows}),
+    )
+}
+
+fn age(now: Timestamp, since: Timestamp) -> String {
+    let seconds = now.since(since).as_secs();
+    match seconds {
+        0..=119 => format!("{seconds}s"),
+        120..=7199 => format!("{}m", seconds / 60),
+        _ => format!("{}h", seconds / 3600),
+    }
+}
+
+async fn audit(State(service): State<Arc<Service>>, headers: HeaderMap) -> Response {
+    let Some(session) = session(&service, &headers).await else {
+        return Redirect::to("/").into_response();
+    };
+    let Ok(entries) = service.store.list_audit(100, None).await else {
+        return unavailable();
+    };
+    let rows: Vec<_> = entries
+        .iter()
+        .map(|e| json!({"at": rfc3339(e.at), "actor": e.actor, "action": e.action, "target": e.target, "details": e.details}))
+        .collect();
+    page(&session, "audit.html", "audit", json!({"entries": rows}))
+}
+
+/// An action's refusal as a page that says why.
+fn action_refused(error: crate::app::AppError, back: &str) -> Response {
+    let api: crate::http::error::ApiError = error.into();
+    (
+        api.status,
+        Html(format!(
+            "<!doctype html><title>Not done</title><p role=\"alert\">{}</p><p><a href=\"{back}\">Back</a></p>",
+            minijinja::HtmlEscape(&api.message)
+        )),
+    )
+        .into_response()
+}
+
+async fn job_action(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path((id, action)): Path<(i64, String)>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let session = match writer(&service, &headers, &form).await {
+        Ok(session) => session,
+        Err(refused) => return refused.into_response(),
+    };
+    let actor = &session.caller.name;
+    let back = format!("/console/jobs/{id}");
+    let done = match action.as_str() {
+        "cancel" => admin::cancel_job(&service, actor, JobId(id), None)
+            .await
+            .map(|job| job.id),
+        "retry" => admin::retry_job(&service, actor, JobId(id))
+            .await
+            .map(|job| job.id),
+        _ => return (StatusCode::NOT_FOUND, "no such action\n").into_response(),
+    };
+    match done {
+        Ok(job) => Redirect::to(&format!("/console/jobs/{}", job.0)).into_response(),
+        Err(error) => action_refused(error, &back),
+    }
+}
+
+async fn runner_action(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path((id, action)): Path<(i64, String)>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let session = match writer(&service, &headers, &form).await {
+        Ok(session) => session,
+        Err(refused) => return refused.into_response(),
+    };
+    let actor = &session.caller.name;
+    let force = form.force.as_deref() == Some("true");
+    let done = match action.as_str() {
+        "drain" => admin::drain_runner(&service, actor, RunnerId(id)).await,
+        "terminate" => admin::terminate_runner(&service, actor, RunnerId(id), force).await,
+        _ => return (StatusCode::NOT_FOUND, "no such action\n").into_response(),
+    };
+    match done {
+        Ok(_) => Redirect::to("/console/runners").into_response(),
+        Err(error) => action_refused(error, "/console/runners"),
+    }
+}
+
+async fn pool_action(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path((name, action)): Path<(String, String)>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let session = match writer(&service, &headers, &form).await {
+        Ok(session) => session,
+        Err(refused) => return refused.into_response(),
+    };
+    let paused = match action.as_str() {
+        "pause" => true,
+        "resume" => false,
+        _ => return (StatusCode::NOT_FOUND, "no such action\n").into_response(),
+    };
+    match admin::set_pool_paused(&service, &session.caller.name, &name, paused).await {
+        Ok(_) => Redirect::to("/").into_response(),
+        Err(error) => action_refused(error, "/"),
+    }
+}
+
+/// What the open pages show that changes: pool counts, the state and
+/// wait reason of live jobs (the oldest 500), live runners' states and
+/// jobs — as `data-live` keys and their text.
+async fn live_cells(service: &Service) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let mut cells = serde_json::Map::new();
+    for pool in pool_rows(service).await.ok()? {
+        let name = &pool.name;
+        for (field, value) in [
+            ("queued", pool.queued),
+            ("running", pool.running),
+            ("booting", pool.booting),
+            ("idle", pool.idle),
+            ("busy", pool.busy),
+        ] {
+            cells.insert(format!("pool:{name}:{field}"), json!(value.to_string()));
+        }
+        let state = if pool.paused { "paused" } else { "active" };
+        cells.insert(format!("pool:{name}:state"), json!(state));
+    }
+    let mut live = Vec::new();
+    for state in [JobState::Queued, JobState::Provisioning, JobState::Running] {
+        let filter = JobFilter {
+            state: Some(state),
+            limit: Some(500),
+            ..JobFilter::default()
+        };
+        live.extend(service.store.list_jobs(&filter).await.ok()?);
+    }
+    let explained = crate::app::explain::explain_jobs(service, &live)
+        .await
+        .ok()?;
+    for job in &live {
+        cells.insert(format!("job:{}:state", job.id), json!(job.state.as_str()));
+        let waiting = explained.get(&job.id).map(waiting_text).unwrap_or_default();
+        cells.insert(format!("job:{}:waiting", job.id), json!(waiting));
+    }
+    for runner in service.store.list_live_runners(None).await.ok()? {
+        cells.insert(
+            format!("runner:{}:state", runner.id),
+            json!(runner.state.as_str()),
+        );
+        let job = runner
+            .job
+            .map(|j| j.0.to_string())
+            .unwrap_or_else(|| "-".to_owned());
+        cells.insert(format!("runner:{}:job", runner.id), json!(job));
+    }
+    Some(cells)
+}
+
+async fn stream(State(service): State<Arc<Service>>, headers: HeaderMap) -> Response {
+    if session(&service, &headers).await.is_none() {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let updates = futures_util::stream::unfold((service, true), |(service, first)| async move {
+        if !first {
+            tokio::time::sleep(TICK).await;
+        }
+        let cells = live_cells(&service).await.unwrap_or_default();
+        let event = Event::default()
+            .event("update")
+            .data(json!({"cells": cells}).to_string());
+        Some((Ok::<_, std::convert::Infallible>(event), (service, false)))
+    });
+    Sse::new(updates)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
