@@ -162,7 +162,8 @@ pub async fn run(
         ));
         if let Some(source) = service.reload_source.get() {
             if let Ok(mut slot) = source.reconciler.lock() {
-                *slot = Some(Arc::downgrade(&reconciler));
+                let set: Arc<dyn crate::app::reload::ProviderSet> = reconciler.clone();
+                *slot = Some(Arc::downgrade(&set));
             }
         }
         workers.push(tokio::spawn(crate::reconcile::run(

@@ -22,7 +22,12 @@ use serde_json::json;
 use crate::app::{AppError, ErrorKind, Service};
 use crate::clock::now;
 use crate::config::{Config, Overrides, Secret};
-use crate::reconcile::Reconciler;
+
+/// What works with the providers (the reconciler, a layer above `app`):
+/// a reload hands it the new ones.
+pub trait ProviderSet: Send + Sync {
+    fn replace_providers(&self, providers: BTreeMap<String, Arc<dyn Provider>>);
+}
 
 /// Where the running config came from, to read it again.
 pub struct ReloadSource {
@@ -35,7 +40,7 @@ pub struct ReloadSource {
     pub context: BuildContext,
     /// The reconciler whose providers a reload replaces (none when runway
     /// started without providers).
-    pub reconciler: std::sync::Mutex<Option<Weak<Reconciler>>>,
+    pub reconciler: std::sync::Mutex<Option<Weak<dyn ProviderSet>>>,
 }
 
 /// What a reload did.

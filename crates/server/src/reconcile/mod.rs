@@ -191,20 +191,22 @@ impl Reconciler {
         !self.inner.providers().by_name.is_empty()
     }
 
+    /// One round at `now`.
+    pub async fn reconcile_once(&self, now: Timestamp) -> Result<(Report, Plan), StoreError> {
+        self.inner.round(now).await
+    }
+}
+
+impl crate::app::reload::ProviderSet for Reconciler {
     /// Works with `providers` from the next round on (a config reload).
     /// Runners of a provider that is gone are left as they are: their
     /// records stay, and nothing deletes their machines.
-    pub fn replace_providers(&self, providers: BTreeMap<String, Arc<dyn Provider>>) {
+    fn replace_providers(&self, providers: BTreeMap<String, Arc<dyn Provider>>) {
         let next = Arc::new(Providers::new(providers, Some(&self.inner.providers())));
         match self.inner.providers.write() {
             Ok(mut current) => *current = next,
             Err(poisoned) => *poisoned.into_inner() = next,
         }
-    }
-
-    /// One round at `now`.
-    pub async fn reconcile_once(&self, now: Timestamp) -> Result<(Report, Plan), StoreError> {
-        self.inner.round(now).await
     }
 }
 
