@@ -5,7 +5,6 @@
 //! event log. A refusal changes nothing and says why.
 
 use runway_core::job::{NewJob, Route};
-use runway_core::routing::RouteDecision;
 use runway_core::{
     Job, JobEvent, JobId, JobSource, JobState, Runner, RunnerEvent, RunnerId, RunnerState,
     Timestamp,
@@ -67,6 +66,18 @@ async fn runner(service: &Service, id: RunnerId) -> Result<Runner, AppError> {
         .await
         .map_err(|e| AppError::store(service, "get_runner", e))?
         .ok_or_else(|| AppError::not_found(format!("no runner {id}")))
+}
+
+/// Runner `id`, refused when it is already stopping or gone.
+async fn live_runner(service: &Service, id: RunnerId) -> Result<Runner, AppError> {
+    let current = runner(service, id).await?;
+    if current.state.is_terminal() || current.state == RunnerState::Terminating {
+        return Err(conflict(format!(
+            "runner {id} is {}; it is already stopping or gone",
+            current.state
+        )));
+    }
+    Ok(current)
 }
 
 /// Cancels a queued, provisioning or running job. Its runner, if it runs
@@ -150,23 +161,7 @@ pub async fn retry_job(service: &Service, actor: &str, id: JobId) -> Result<Job,
         ));
     }
     let config = service.config();
-    let pool = match config.route(&current.labels, &[]) {
-        RouteDecision::Pool(pool) => pool,
-        RouteDecision::Unroutable { detail, .. } => {
-            return Err(AppError::new(
-                ErrorKind::Unprocessable,
-                "unroutable",
-                detail,
-            ))
-        }
-        RouteDecision::Ignore { missing } => {
-            return Err(AppError::new(
-                ErrorKind::Unprocessable,
-                "unroutable",
-                format!("labels lack {}", missing.join(", ")),
-            ))
-        }
-    };
+    let pool = crate::app::jobs::route(&config, &current.labels)?;
     let new_job = NewJob {
         source: JobSource::Api,
         external_id: crate::app::tokens::new_token(&format!("retry-{id}-")),
@@ -202,13 +197,7 @@ pub async fn drain_runner(
     actor: &str,
     id: RunnerId,
 ) -> Result<Runner, AppError> {
-    let current = runner(service, id).await?;
-    if current.state.is_terminal() || current.state == RunnerState::Terminating {
-        return Err(conflict(format!(
-            "runner {id} is {}; it is already stopping or gone",
-            current.state
-        )));
-    }
+    let current = live_runner(service, id).await?;
     let now = now();
     let drained = service
         .store
@@ -237,13 +226,7 @@ pub async fn terminate_runner(
     id: RunnerId,
     force: bool,
 ) -> Result<Runner, AppError> {
-    let current = runner(service, id).await?;
-    if current.state.is_terminal() || current.state == RunnerState::Terminating {
-        return Err(conflict(format!(
-            "runner {id} is {}; it is already stopping or gone",
-            current.state
-        )));
-    }
+    let current = live_runner(service, id).await?;
     let now = now();
     let busy = current.state == RunnerState::Busy;
     if busy && !force {

@@ -52,6 +52,18 @@ pub struct Submitted {
     pub created: bool,
 }
 
+/// The pool an API job with `labels` goes to, or 422 `unroutable` with why.
+pub(crate) fn route(config: &crate::config::Config, labels: &[String]) -> Result<String, AppError> {
+    let refused = |detail| AppError::new(ErrorKind::Unprocessable, "unroutable", detail);
+    match config.route(labels, &[]) {
+        RouteDecision::Pool(pool) => Ok(pool),
+        RouteDecision::Unroutable { detail, .. } => Err(refused(detail)),
+        RouteDecision::Ignore { missing } => {
+            Err(refused(format!("labels lack {}", missing.join(", "))))
+        }
+    }
+}
+
 /// Routes and enqueues a job; the same external id twice is one job.
 pub async fn submit(service: &Service, request: Submission) -> Result<Submitted, AppError> {
     if request.script.trim().is_empty() {
@@ -67,23 +79,7 @@ pub async fn submit(service: &Service, request: Submission) -> Result<Submitted,
             format!("timeout_seconds: must be between 1 and {MAX_JOB_TIMEOUT}"),
         ));
     }
-    let pool = match service.config().route(&request.labels, &[]) {
-        RouteDecision::Pool(pool) => pool,
-        RouteDecision::Unroutable { detail, .. } => {
-            return Err(AppError::new(
-                ErrorKind::Unprocessable,
-                "unroutable",
-                detail,
-            ));
-        }
-        RouteDecision::Ignore { missing } => {
-            return Err(AppError::new(
-                ErrorKind::Unprocessable,
-                "unroutable",
-                format!("labels lack {}", missing.join(", ")),
-            ));
-        }
-    };
+    let pool = route(&service.config(), &request.labels)?;
     let payload = ApiJobPayload {
         script: request.script,
         timeout_seconds,
