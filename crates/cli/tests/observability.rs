@@ -17,21 +17,8 @@ fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The path of `tool`, or None (a failure under CI) when it is missing.
 fn tool(name: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(name))
-            .find(|path| path.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{name} is missing; install Debian's prometheus package (.ci/run does)"
-        );
-        eprintln!("skipped: {name} is not installed (apt-get install prometheus)");
-    }
-    found
+    common::tool(name, "Debian's prometheus package")
 }
 
 #[test]

@@ -29,9 +29,9 @@ pub mod duration {
     pub fn format(duration: Duration) -> String {
         let millis = duration.as_millis();
         const DAY: u128 = 86_400_000;
-        if millis >= DAY && millis % DAY == 0 {
+        if millis >= DAY && millis.is_multiple_of(DAY) {
             format!("{}d", millis / DAY)
-        } else if millis % 1_000 == 0 {
+        } else if millis.is_multiple_of(1_000) {
             format!("{}s", millis / 1_000)
         } else {
             format!("{millis}ms")

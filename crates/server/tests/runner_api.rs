@@ -107,7 +107,8 @@ async fn scopes_and_registration() {
             Some(json!({"pool": "nope"})),
         )
         .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
+    // Well-formed but naming no configured pool: unprocessable, not malformed.
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
 
     let (_, token) = harness
         .call(
@@ -526,16 +527,26 @@ async fn runner_reports_are_validated_and_stored() {
     let mut future = pre.clone();
     future["timestamp"] = json!(now + 24 * 3600);
     let bad_status = json!({"phase": "post-job", "timestamp": now, "status": "weird"});
-    for (body, what) in [
-        (unknown, "unknown field"),
-        (long, "over-long string"),
-        (old, "before the runner existed"),
-        (future, "in the future"),
-        (bad_status, "unknown status"),
-        (json!({"phase": "mid-job"}), "unknown phase"),
+    // Malformed is 400; well-formed with a time outside the runner's
+    // lifetime is 422.
+    for (body, what, expected) in [
+        (unknown, "unknown field", StatusCode::BAD_REQUEST),
+        (long, "over-long string", StatusCode::BAD_REQUEST),
+        (
+            old,
+            "before the runner existed",
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (future, "in the future", StatusCode::UNPROCESSABLE_ENTITY),
+        (bad_status, "unknown status", StatusCode::BAD_REQUEST),
+        (
+            json!({"phase": "mid-job"}),
+            "unknown phase",
+            StatusCode::BAD_REQUEST,
+        ),
     ] {
         let (status, answer) = harness.call("POST", &path, &token, Some(body)).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{what}: {answer}");
+        assert_eq!(status, expected, "{what}: {answer}");
     }
     let huge = json!({"phase": "post-job", "timestamp": now, "status": "normal", "pad": "x".repeat(70 * 1024)});
     assert_eq!(

@@ -260,7 +260,7 @@ async fn refusals_say_why() {
     let (status, _, error) = harness
         .admin("PUT", "/api/v1/worker-configs/u", None, Some(undeclared))
         .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(
         error["error"].as_str().unwrap().contains("\"zone\""),
         "{error}"
@@ -270,7 +270,7 @@ async fn refusals_say_why() {
     let (status, _, error) = harness
         .admin("PUT", "/api/v1/worker-configs/d", None, Some(duplicate))
         .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(
         error["error"].as_str().unwrap().contains("rule_id \"a\""),
         "{error}"

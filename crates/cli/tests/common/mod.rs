@@ -520,3 +520,23 @@ impl Drop for Balancer {
         let _ = std::net::TcpStream::connect(self.address);
     }
 }
+
+/// The path of the program `name` on PATH, or None when it is missing —
+/// which is a failure under CI, whose `.ci/run` installs `package`.
+pub fn tool(name: &str, package: &str) -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|path| path.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{name} is missing; install {package} (.ci/run does)"
+        );
+        eprintln!(
+            "skipped: {name} is not installed (it comes with {package}; .ci/run installs it)"
+        );
+    }
+    found
+}

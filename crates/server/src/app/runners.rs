@@ -22,7 +22,8 @@ pub async fn create_registration_token(
     ttl: Option<u64>,
 ) -> Result<(String, Timestamp), AppError> {
     if service.config().pool(pool).is_none() {
-        return Err(AppError::invalid(
+        return Err(AppError::new(
+            ErrorKind::Unprocessable,
             "unknown_pool",
             format!("pool: {pool:?} is not a configured pool"),
         ));

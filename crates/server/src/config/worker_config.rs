@@ -10,7 +10,7 @@ use runway_core::worker_config::{ConditionSet, Rule, WorkerConfig};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerConfigDto {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -21,9 +21,10 @@ pub struct WorkerConfigDto {
     pub rules: Vec<RuleDto>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RuleDto {
+    #[schema(min_length = 1)]
     pub rule_id: String,
     #[serde(default)]
     pub description: String,
@@ -37,14 +38,14 @@ fn empty_object() -> Value {
     Value::Object(serde_json::Map::new())
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum ConditionsDto {
     One(BTreeMap<String, GlobsDto>),
     Many(Vec<BTreeMap<String, GlobsDto>>),
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum GlobsDto {
     One(String),

@@ -7,29 +7,33 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::extract::State;
+use axum::Json;
 use runway_core::{JobId, RunnerId};
 use serde::{Deserialize, Serialize};
+use utoipa::IntoParams;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::app::{admin, reload, Service};
 use crate::clock::rfc3339;
 use crate::http::api::{JobDto, RunnerDto};
 use crate::http::auth::{Reader, Writer};
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorBody};
+use crate::http::extract::{optional_json, Path, Query};
+use crate::http::openapi::{ReadRefusals, WriteRefusals};
 
-pub fn router() -> Router<Arc<Service>> {
-    Router::new()
-        .route("/api/v1/jobs/{id}/cancel", post(cancel_job))
-        .route("/api/v1/jobs/{id}/retry", post(retry_job))
-        .route("/api/v1/jobs/{id}/events", get(job_events))
-        .route("/api/v1/runners/{id}/drain", post(drain_runner))
-        .route("/api/v1/runners/{id}/terminate", post(terminate_runner))
-        .route("/api/v1/pools/{name}/pause", post(pause_pool))
-        .route("/api/v1/pools/{name}/resume", post(resume_pool))
-        .route("/api/v1/config/reload", post(reload_config))
-        .route("/api/v1/audit", get(list_audit))
+pub fn router() -> OpenApiRouter<Arc<Service>> {
+    OpenApiRouter::new()
+        .routes(routes!(cancel_job))
+        .routes(routes!(retry_job))
+        .routes(routes!(job_events))
+        .routes(routes!(drain_runner))
+        .routes(routes!(terminate_runner))
+        .routes(routes!(pause_pool))
+        .routes(routes!(resume_pool))
+        .routes(routes!(reload_config))
+        .routes(routes!(list_audit))
 }
 
 fn path_id(id: &str, what: &str) -> Result<i64, ApiError> {
@@ -37,21 +41,27 @@ fn path_id(id: &str, what: &str) -> Result<i64, ApiError> {
         .map_err(|_| ApiError::bad_request("invalid_path", format!("{id:?} is not a {what} id")))
 }
 
-/// An optional JSON body: empty is `T::default()`, anything else must parse.
-fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request("invalid_body", format!("body: {e}")))
-}
-
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CancelRequest {
+    /// Why, for the job's history and the audit trail.
     reason: Option<String>,
 }
 
+/// Cancel a queued, provisioning or running job. A running runway-API
+/// job's runner learns of it at its next heartbeat; a job's runner stops
+/// with it. The body is optional.
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/cancel", tag = "jobs",
+    params(("id" = i64, Path, description = "The job's id")),
+    request_body(content = Option<CancelRequest>, content_type = "application/json"),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The job, cancelled", body = JobDto),
+        (status = 400, description = "The id or the body is not valid", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+        (status = 409, description = "The job has already ended", body = ErrorBody),
+        WriteRefusals,
+    ))]
 async fn cancel_job(
     Writer(caller): Writer,
     State(service): State<Arc<Service>>,
@@ -59,11 +69,23 @@ async fn cancel_job(
     body: Bytes,
 ) -> Result<Json<JobDto>, ApiError> {
     let id = JobId(path_id(&id, "job")?);
-    let request: CancelRequest = optional_body(&body)?;
+    let request: CancelRequest = optional_json(&body)?;
     let job = admin::cancel_job(&service, &caller.name, id, request.reason).await?;
     Ok(Json(JobDto::from(&job)))
 }
 
+/// Queue a failed or cancelled runway-API job again, as a new job.
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/retry", tag = "jobs",
+    params(("id" = i64, Path, description = "The job's id")),
+    security(("admin_token" = [])),
+    responses(
+        (status = 201, description = "The new job", body = JobDto),
+        (status = 400, description = "The id is not a number", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+        (status = 409, description = "The job is not a failed or cancelled runway-API job", body = ErrorBody),
+        (status = 422, description = "No pool takes the job's labels any more", body = ErrorBody),
+        WriteRefusals,
+    ))]
 async fn retry_job(
     Writer(caller): Writer,
     State(service): State<Arc<Service>>,
@@ -75,7 +97,7 @@ async fn retry_job(
 }
 
 /// One step of a job's history.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
 pub struct JobEventDto {
     pub at: String,
     /// The state the job entered.
@@ -89,7 +111,7 @@ pub struct JobEventDto {
     pub reason: Option<String>,
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
 pub struct JobEventsDto {
     pub job: i64,
     pub events: Vec<JobEventDto>,
@@ -115,6 +137,16 @@ pub(crate) fn event_name(
     }
 }
 
+/// A job's history: every transition with its time, runner and reason.
+#[utoipa::path(get, path = "/api/v1/jobs/{id}/events", tag = "jobs",
+    params(("id" = i64, Path, description = "The job's id")),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The job's transitions, oldest first", body = JobEventsDto),
+        (status = 400, description = "The id is not a number", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+        ReadRefusals,
+    ))]
 async fn job_events(
     _: Reader,
     State(service): State<Arc<Service>>,
@@ -147,6 +179,18 @@ async fn job_events(
     Ok(Json(JobEventsDto { job: id.0, events }))
 }
 
+/// Drain a runner: it takes no new job; an idle or booting one stops now,
+/// a busy one once its job is over.
+#[utoipa::path(post, path = "/api/v1/runners/{id}/drain", tag = "runners",
+    params(("id" = i64, Path, description = "The runner's id")),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The runner, draining", body = RunnerDto),
+        (status = 400, description = "The id is not a number", body = ErrorBody),
+        (status = 404, description = "No such runner", body = ErrorBody),
+        (status = 409, description = "The runner has already ended", body = ErrorBody),
+        WriteRefusals,
+    ))]
 async fn drain_runner(
     Writer(caller): Writer,
     State(service): State<Arc<Service>>,
@@ -157,7 +201,7 @@ async fn drain_runner(
     Ok(Json(RunnerDto::from(&runner)))
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct TerminateRequest {
     /// Terminate a busy runner too (its job is cancelled).
@@ -165,6 +209,19 @@ struct TerminateRequest {
     force: bool,
 }
 
+/// Stop a runner now. A busy one only with `force`, which cancels its job
+/// in the same move. The body is optional.
+#[utoipa::path(post, path = "/api/v1/runners/{id}/terminate", tag = "runners",
+    params(("id" = i64, Path, description = "The runner's id")),
+    request_body(content = Option<TerminateRequest>, content_type = "application/json"),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The runner, stopping", body = RunnerDto),
+        (status = 400, description = "The id or the body is not valid", body = ErrorBody),
+        (status = 404, description = "No such runner", body = ErrorBody),
+        (status = 409, description = "The runner is busy and `force` was not given, or it has already ended", body = ErrorBody),
+        WriteRefusals,
+    ))]
 async fn terminate_runner(
     Writer(caller): Writer,
     State(service): State<Arc<Service>>,
@@ -172,13 +229,13 @@ async fn terminate_runner(
     body: Bytes,
 ) -> Result<Json<RunnerDto>, ApiError> {
     let id = RunnerId(path_id(&id, "runner")?);
-    let request: TerminateRequest = optional_body(&body)?;
+    let request: TerminateRequest = optional_json(&body)?;
     let runner = admin::terminate_runner(&service, &caller.name, id, request.force).await?;
     Ok(Json(RunnerDto::from(&runner)))
 }
 
 /// A pool's pause state after a pause or resume.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
 pub struct PauseDto {
     pub pool: String,
     pub paused: bool,
@@ -200,6 +257,15 @@ async fn set_paused(
     }))
 }
 
+/// Pause a pool: its queue stays, no runner is started for it.
+#[utoipa::path(post, path = "/api/v1/pools/{name}/pause", tag = "pools",
+    params(("name" = String, Path, description = "The pool's name")),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The pool, paused", body = PauseDto),
+        (status = 404, description = "No such pool in the configuration", body = ErrorBody),
+        WriteRefusals,
+    ))]
 async fn pause_pool(
     Writer(caller): Writer,
     State(service): State<Arc<Service>>,
@@ -208,6 +274,15 @@ async fn pause_pool(
     set_paused(&caller.name, &service, &name, true).await
 }
 
+/// Resume a paused pool.
+#[utoipa::path(post, path = "/api/v1/pools/{name}/resume", tag = "pools",
+    params(("name" = String, Path, description = "The pool's name")),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The pool, running", body = PauseDto),
+        (status = 404, description = "No such pool in the configuration", body = ErrorBody),
+        WriteRefusals,
+    ))]
 async fn resume_pool(
     Writer(caller): Writer,
     State(service): State<Arc<Service>>,
@@ -216,7 +291,7 @@ async fn resume_pool(
     set_paused(&caller.name, &service, &name, false).await
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
 pub struct ReloadDto {
     /// The config's top-level sections that changed.
     pub changed: Vec<String>,
@@ -224,6 +299,16 @@ pub struct ReloadDto {
     pub restart_needed: Vec<String>,
 }
 
+/// Read the configuration file again and apply it; an invalid file is
+/// refused with `runway config check`'s words and the running config stays.
+#[utoipa::path(post, path = "/api/v1/config/reload", tag = "operations",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "Applied: what changed, what needs a restart", body = ReloadDto),
+        (status = 400, description = "The file is not a valid configuration", body = ErrorBody),
+        (status = 409, description = "This server was not started by `runway serve`: nothing to reload from", body = ErrorBody),
+        WriteRefusals,
+    ))]
 async fn reload_config(
     Writer(caller): Writer,
     State(service): State<Arc<Service>>,
@@ -235,7 +320,7 @@ async fn reload_config(
     }))
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
 pub struct AuditEntryDto {
     pub id: i64,
     pub at: String,
@@ -247,26 +332,39 @@ pub struct AuditEntryDto {
     pub details: serde_json::Value,
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
 pub struct AuditPageDto {
     pub entries: Vec<AuditEntryDto>,
     /// Pass as `cursor` for the next (older) page; absent on the last.
     pub next_cursor: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct AuditQuery {
+    /// How many entries per page.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 10000)]
     limit: Option<String>,
+    /// The `next_cursor` of the page before.
+    #[param(value_type = Option<i64>)]
     cursor: Option<String>,
 }
 
+/// The audit trail, newest first: who changed what, when.
+#[utoipa::path(get, path = "/api/v1/audit", tag = "operations", params(AuditQuery),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "A page of entries, newest first", body = AuditPageDto),
+        (status = 400, description = "A query parameter is not valid", body = ErrorBody),
+        ReadRefusals,
+    ))]
 async fn list_audit(
     _: Reader,
     State(service): State<Arc<Service>>,
     Query(query): Query<AuditQuery>,
 ) -> Result<Json<AuditPageDto>, ApiError> {
     let limit = crate::http::api::page_limit(query.limit.as_deref())?;
-    let before = match query.cursor.as_deref().filter(|s| !s.is_empty()) {
+    let before = match query.cursor.as_deref() {
         None => None,
         Some(text) => Some(text.parse::<i64>().map_err(|_| {
             ApiError::bad_request(

@@ -5,40 +5,44 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::extract::State;
+use axum::Json;
 use runway_core::planner::WaitReason;
 use runway_core::{Job, JobId, JobState, Runner, RunnerState};
 use runway_store::{JobFilter, RunnerFilter, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use utoipa::IntoParams;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::app::explain::Explanation;
 use crate::app::{AppError, Service};
 use crate::clock::rfc3339;
 use crate::http::auth::Reader;
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorBody};
+use crate::http::extract::{Path, Query};
+use crate::http::openapi::{one_of, ReadRefusals};
 
 pub const DEFAULT_PAGE: u32 = 100;
 pub const MAX_PAGE: u32 = 10_000;
 
-pub fn router() -> Router<Arc<Service>> {
-    Router::new()
-        .route("/api/v1/jobs", get(list_jobs))
-        .route("/api/v1/jobs/{id}", get(get_job))
-        .route("/api/v1/pools", get(list_pools))
-        .route("/api/v1/runners", get(list_runners))
-        .route("/api/v1/runners/{id}", get(get_runner))
-        .route("/api/v1/tasks", get(list_tasks))
-        .route("/api/v1/cluster", get(cluster))
+pub fn router() -> OpenApiRouter<Arc<Service>> {
+    OpenApiRouter::new()
+        .routes(routes!(list_jobs))
+        .routes(routes!(get_job))
+        .routes(routes!(list_pools))
+        .routes(routes!(list_runners))
+        .routes(routes!(get_runner))
+        .routes(routes!(list_tasks))
+        .routes(routes!(cluster))
 }
 
 fn store_error(service: &Service, operation: &str, error: StoreError) -> ApiError {
     AppError::store(service, operation, error).into()
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
 pub struct JobDto {
     pub id: i64,
     pub source: String,
@@ -87,30 +91,59 @@ impl From<&Job> for JobDto {
     }
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
 pub struct JobPageDto {
     pub jobs: Vec<JobDto>,
     /// Pass as `cursor` for the next (older) page; absent on the last page.
     pub next_cursor: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct JobQuery {
+    /// Only jobs in this state.
+    #[param(schema_with = job_states)]
     state: Option<String>,
+    /// Only jobs of this pool.
     pool: Option<String>,
+    /// How many jobs per page.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 10000)]
     limit: Option<String>,
+    /// The `next_cursor` of the page before.
+    #[param(value_type = Option<i64>)]
     cursor: Option<String>,
-    /// `true`: add each job's wait reason.
+    /// `true`: add each job's wait reason (`waiting`).
+    #[param(value_type = Option<bool>)]
     explain: Option<String>,
 }
 
-/// A listing's `state=`: none when absent or empty, else the state it
-/// names, or a 400 that says the value and `refusal()`.
+fn job_states() -> utoipa::openapi::Object {
+    one_of(JobState::ALL.iter().map(|s| s.as_str())).build()
+}
+
+fn runner_states() -> utoipa::openapi::Object {
+    one_of(RunnerState::ALL.iter().map(|s| s.as_str())).build()
+}
+
+/// A query's `true` or `false`: absent is false.
+fn flag_query(name: &str, written: Option<&str>) -> Result<bool, ApiError> {
+    match written {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(
+            "invalid_query",
+            format!("{name}: {other:?} is neither true nor false"),
+        )),
+    }
+}
+
+/// A listing's `state=`: none when absent, else the state it names, or a
+/// 400 that says the value and `refusal()`.
 fn state_query<T: std::str::FromStr>(
     written: Option<&str>,
     refusal: impl FnOnce() -> String,
 ) -> Result<Option<T>, ApiError> {
-    let Some(text) = written.filter(|s| !s.is_empty()) else {
+    let Some(text) = written else {
         return Ok(None);
     };
     text.parse().map(Some).map_err(|_| {
@@ -120,7 +153,7 @@ fn state_query<T: std::str::FromStr>(
 
 /// A listing's `limit=`: [`DEFAULT_PAGE`] when absent, else 1 to [`MAX_PAGE`].
 pub(crate) fn page_limit(written: Option<&str>) -> Result<u32, ApiError> {
-    match written.filter(|s| !s.is_empty()) {
+    match written {
         None => Ok(DEFAULT_PAGE),
         Some(text) => match text.parse::<u32>() {
             Ok(limit) if (1..=MAX_PAGE).contains(&limit) => Ok(limit),
@@ -132,6 +165,14 @@ pub(crate) fn page_limit(written: Option<&str>) -> Result<u32, ApiError> {
     }
 }
 
+/// Jobs, newest first, a page at a time.
+#[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs", params(JobQuery),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "A page of jobs, newest first", body = JobPageDto),
+        (status = 400, description = "A query parameter is not valid", body = ErrorBody),
+        ReadRefusals,
+    ))]
 async fn list_jobs(
     _: Reader,
     State(service): State<Arc<Service>>,
@@ -142,7 +183,8 @@ async fn list_jobs(
         format!("is not one of {}", known.join(", "))
     })?;
     let limit = page_limit(query.limit.as_deref())?;
-    let before = match query.cursor.as_deref().filter(|s| !s.is_empty()) {
+    let explain = flag_query("explain", query.explain.as_deref())?;
+    let before = match query.cursor.as_deref() {
         None => None,
         Some(text) => Some(JobId(text.parse::<i64>().map_err(|_| {
             ApiError::bad_request(
@@ -172,7 +214,7 @@ async fn list_jobs(
         None
     };
     let mut dtos: Vec<JobDto> = jobs.iter().map(JobDto::from).collect();
-    if query.explain.as_deref() == Some("true") {
+    if explain {
         let explained = crate::app::explain::explain_jobs(&service, &jobs)
             .await
             .map_err(|e| store_error(&service, "explain", e))?;
@@ -186,6 +228,16 @@ async fn list_jobs(
     }))
 }
 
+/// One job, with why it waits when it is queued.
+#[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs",
+    params(("id" = i64, Path, description = "The job's id")),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The job", body = JobDto),
+        (status = 400, description = "The id is not a number", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+        ReadRefusals,
+    ))]
 async fn get_job(
     _: Reader,
     State(service): State<Arc<Service>>,
@@ -255,7 +307,7 @@ fn wait_details(reason: &WaitReason, has_providers: bool) -> Value {
     }
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
 pub struct PoolDto {
     pub name: String,
     pub labels: Vec<String>,
@@ -269,11 +321,18 @@ pub struct PoolDto {
     pub paused: bool,
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
 pub struct PoolsDto {
     pub pools: Vec<PoolDto>,
 }
 
+/// The configured pools with their live jobs and runners.
+#[utoipa::path(get, path = "/api/v1/pools", tag = "pools",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "Every configured pool", body = PoolsDto),
+        ReadRefusals,
+    ))]
 async fn list_pools(
     _: Reader,
     State(service): State<Arc<Service>>,
@@ -327,7 +386,7 @@ async fn list_pools(
     Ok(Json(PoolsDto { pools }))
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
 pub struct RunnerDto {
     pub id: i64,
     pub name: String,
@@ -366,17 +425,29 @@ impl From<&Runner> for RunnerDto {
     }
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
 pub struct RunnersDto {
     pub runners: Vec<RunnerDto>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct RunnerQuery {
+    /// Only runners in this state.
+    #[param(schema_with = runner_states)]
     state: Option<String>,
+    /// Only runners of this pool.
     pool: Option<String>,
 }
 
+/// Runners, filtered by state and pool.
+#[utoipa::path(get, path = "/api/v1/runners", tag = "runners", params(RunnerQuery),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The runners", body = RunnersDto),
+        (status = 400, description = "A query parameter is not valid", body = ErrorBody),
+        ReadRefusals,
+    ))]
 async fn list_runners(
     _: Reader,
     State(service): State<Arc<Service>>,
@@ -401,24 +472,36 @@ async fn list_runners(
 /// One runner with what it and its machine reported, oldest first: the
 /// runner's pre-/post-job metrics (`phase` `pre-job`, `post-job`) and a
 /// GARM machine's callbacks (`garm-status`, `garm-system-info`).
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
 pub struct RunnerDetailDto {
     #[serde(flatten)]
     pub runner: RunnerDto,
     pub reports: Vec<RunnerReportDto>,
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
 pub struct RunnerReportDto {
     pub phase: String,
     pub body: serde_json::Value,
 }
 
+#[utoipa::path(get, path = "/api/v1/runners/{id}", tag = "runners",
+    params(("id" = i64, Path, description = "The runner's id")),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The runner and what it reported", body = RunnerDetailDto),
+        (status = 400, description = "The id is not a number", body = ErrorBody),
+        (status = 404, description = "No such runner", body = ErrorBody),
+        ReadRefusals,
+    ))]
 async fn get_runner(
     _: Reader,
     State(service): State<Arc<Service>>,
-    Path(id): Path<i64>,
+    Path(id): Path<String>,
 ) -> Result<Json<RunnerDetailDto>, ApiError> {
+    let id = id
+        .parse::<i64>()
+        .map_err(|_| ApiError::bad_request("invalid_path", format!("{id:?} is not a runner id")))?;
     let runner = service
         .store
         .get_runner(runway_core::RunnerId(id))
@@ -443,7 +526,7 @@ async fn get_runner(
 }
 
 /// One background worker of this process (`crate::tasks`).
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
 pub struct TaskDto {
     pub name: String,
     /// `idle`, `running`, `backing_off`, `following` (leader-only, on a
@@ -458,7 +541,7 @@ pub struct TaskDto {
     pub last_success_at: Option<String>,
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
 pub struct TasksDto {
     pub leading: bool,
     pub tasks: Vec<TaskDto>,
@@ -466,6 +549,12 @@ pub struct TasksDto {
 
 /// The background workers of the replica that answers, with their state,
 /// last error and consecutive failures.
+#[utoipa::path(get, path = "/api/v1/tasks", tag = "operations",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "This replica's background workers", body = TasksDto),
+        ReadRefusals,
+    ))]
 async fn list_tasks(_: Reader, State(service): State<Arc<Service>>) -> Json<TasksDto> {
     let tasks = service
         .tasks
@@ -489,7 +578,7 @@ async fn list_tasks(_: Reader, State(service): State<Arc<Service>>) -> Json<Task
     })
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct ClusterDto {
     /// The replica that answered.
     replica: String,
@@ -500,14 +589,14 @@ struct ClusterDto {
     replicas: Vec<ReplicaDto>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct LeaderDto {
     replica: String,
     term: i64,
     since: String,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct ReplicaDto {
     id: String,
     address: String,
@@ -521,6 +610,12 @@ struct ReplicaDto {
 const SEEN_RECENTLY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The replicas sharing the store and who leads, in which term.
+#[utoipa::path(get, path = "/api/v1/cluster", tag = "operations",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The replicas and the leader", body = ClusterDto),
+        ReadRefusals,
+    ))]
 async fn cluster(
     _: Reader,
     State(service): State<Arc<Service>>,

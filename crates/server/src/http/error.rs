@@ -16,10 +16,15 @@ pub struct ApiError {
     pub message: String,
 }
 
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    error: &'a str,
-    code: &'a str,
+/// Every refusal's body.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong, in words for a person.
+    pub error: String,
+    /// A stable code for programs: `invalid_query`, `invalid_body`,
+    /// `invalid_path`, `unauthorized`, `forbidden`, `not_found`,
+    /// `conflict`, `store_unavailable`…
+    pub code: String,
 }
 
 impl ApiError {
@@ -52,8 +57,8 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = ErrorBody {
-            error: &self.message,
-            code: self.code,
+            error: self.message,
+            code: self.code.to_owned(),
         };
         (self.status, Json(body)).into_response()
     }

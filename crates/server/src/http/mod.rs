@@ -5,7 +5,9 @@ pub mod api;
 pub mod auth;
 pub mod console;
 pub mod error;
+pub mod extract;
 pub mod garm;
+pub mod openapi;
 pub mod runner_api;
 pub mod runner_reports;
 pub mod webhooks;
@@ -24,28 +26,58 @@ use serde::Serialize;
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::app::Service;
 
 pub fn router(service: Arc<Service>) -> Router {
     let body_limit = service.config().github.max_body_bytes;
+    let (documented, openapi) = documented().split_for_parts();
+    let document = Arc::<str>::from(openapi::document(&openapi));
     Router::new()
-        .route("/api/v1/status", get(status))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .route(
+            "/api/v1/openapi.json",
+            get(move || {
+                let document = document.clone();
+                async move {
+                    (
+                        [(header::CONTENT_TYPE, "application/json")],
+                        document.to_string(),
+                    )
+                }
+            }),
+        )
         .route(
             "/webhooks/github",
             post(crate::http::webhooks::github_webhook).layer(DefaultBodyLimit::max(body_limit)),
         )
+        .merge(documented)
+        .merge(crate::http::console::router())
+        .merge(crate::http::garm::router())
+        .with_state(service)
+}
+
+/// The admin and runner APIs: every route registered with its OpenAPI
+/// operation. GitHub's webhook, GARM's callbacks (other parties'
+/// protocols) and the HTML console are outside the document.
+pub fn documented() -> OpenApiRouter<Arc<Service>> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(status))
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics))
         .merge(crate::http::api::router())
         .merge(crate::http::admin::router())
-        .merge(crate::http::console::router())
         .merge(crate::http::worker_configs::router())
         .merge(crate::http::runner_api::router())
         .merge(crate::http::runner_reports::router())
-        .merge(crate::http::garm::router())
-        .with_state(service)
+}
+
+/// The OpenAPI document `GET /api/v1/openapi.json` serves.
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    documented().into_openapi()
 }
 
 /// Gives every request an id (`x-request-id`: the caller's, or a new one),
@@ -100,6 +132,8 @@ impl MakeRequestId for RequestIds {
 
 /// OpenMetrics for clients that ask for it (Prometheus does), the classic
 /// text format for everyone else.
+#[utoipa::path(get, path = "/metrics", tag = "health",
+    responses((status = 200, description = "Prometheus metrics", content_type = "text/plain", body = String)))]
 async fn metrics(State(service): State<Arc<Service>>, headers: HeaderMap) -> Response {
     let open_metrics = headers
         .get_all(header::ACCEPT)
@@ -128,11 +162,18 @@ async fn metrics(State(service): State<Arc<Service>>, headers: HeaderMap) -> Res
 }
 
 /// The process is up and serving HTTP.
+#[utoipa::path(get, path = "/healthz", tag = "health",
+    responses((status = 200, description = "Up", content_type = "text/plain", body = String)))]
 async fn healthz() -> &'static str {
     "ok\n"
 }
 
 /// The store answers and its migrations are applied.
+#[utoipa::path(get, path = "/readyz", tag = "health",
+    responses(
+        (status = 200, description = "Ready", content_type = "text/plain", body = String),
+        (status = 503, description = "Not ready, and why", content_type = "text/plain", body = String),
+    ))]
 async fn readyz(State(service): State<Arc<Service>>) -> Response {
     match service.store.check_ready().await {
         Ok(()) => (StatusCode::OK, "ready\n").into_response(),
@@ -147,7 +188,7 @@ async fn readyz(State(service): State<Arc<Service>>) -> Response {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct StatusDto {
     service: &'static str,
     version: &'static str,
@@ -155,7 +196,7 @@ struct StatusDto {
     pools: Vec<PoolStatusDto>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct PoolStatusDto {
     name: String,
     labels: Vec<String>,
@@ -168,6 +209,11 @@ struct PoolStatusDto {
 /// (queued, provisioning, running) each has in each state. Finished history
 /// is at `GET /api/v1/jobs?state=…`; counting it here would make every
 /// request cost the whole history.
+#[utoipa::path(get, path = "/api/v1/status", tag = "health",
+    responses(
+        (status = 200, description = "runway's pools and their live jobs", body = StatusDto),
+        (status = 503, description = "The store is unavailable", content_type = "text/plain", body = String),
+    ))]
 async fn status(State(service): State<Arc<Service>>) -> Response {
     let counts = match service.store.live_job_counts().await {
         Ok(counts) => counts,

@@ -6,33 +6,33 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use runway_core::{Conclusion, Job, JobId};
 use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::app::jobs::{self, Completion, ProvisioningStatus, Submission};
 use crate::app::{runners, AppError, Service};
 use crate::clock::rfc3339;
 use crate::http::auth::{Reader, RunnerAuth, Writer};
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorBody};
+use crate::http::extract::{optional_json, whole, Path};
+use crate::http::openapi::{HolderRefusals, ReadRefusals, RunnerRefusals, WriteRefusals};
 
-pub fn router() -> Router<Arc<Service>> {
-    Router::new()
-        .route(
-            "/api/v1/registration-tokens",
-            post(create_registration_token),
-        )
-        .route("/api/v1/runners/register", post(register))
-        .route("/api/v1/jobs", post(submit))
-        .route("/api/v1/jobs/request", post(request_job))
-        .route("/api/v1/jobs/{id}/provisioning", post(provisioning))
-        .route("/api/v1/jobs/{id}/heartbeat", post(heartbeat))
-        .route("/api/v1/jobs/{id}/complete", post(complete))
-        .route("/api/v1/jobs/{id}/log", get(log))
+pub fn router() -> OpenApiRouter<Arc<Service>> {
+    OpenApiRouter::new()
+        .routes(routes!(create_registration_token))
+        .routes(routes!(register))
+        .routes(routes!(submit))
+        .routes(routes!(request_job))
+        .routes(routes!(provisioning))
+        .routes(routes!(heartbeat))
+        .routes(routes!(complete))
+        .routes(routes!(log))
 }
 
 fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
@@ -46,21 +46,34 @@ fn job_id(id: &str) -> Result<JobId, ApiError> {
         .map_err(|_| ApiError::bad_request("invalid_path", format!("{id:?} is not a job id")))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct RegistrationTokenRequest {
+    /// The pool the runner will serve.
     pool: String,
-    /// Seconds; default one hour.
+    /// Seconds; default one hour, at most a week.
+    #[serde(default, deserialize_with = "whole::option_u64")]
+    #[schema(minimum = 1, maximum = 604800)]
     ttl: Option<u64>,
 }
 
-#[derive(Serialize, Deserialize, Debug)]
+#[derive(Serialize, Deserialize, Debug, utoipa::ToSchema)]
 pub struct RegistrationTokenDto {
     pub token: String,
     pub pool: String,
     pub expires_at: String,
 }
 
+/// A one-use registration token for a runner of `pool`.
+#[utoipa::path(post, path = "/api/v1/registration-tokens", tag = "runner-api",
+    request_body = RegistrationTokenRequest,
+    security(("admin_token" = [])),
+    responses(
+        (status = 201, description = "The token (shown once)", body = RegistrationTokenDto),
+        (status = 400, description = "Not a valid request", body = ErrorBody),
+        (status = 422, description = "Not a configured pool", body = ErrorBody),
+        WriteRefusals,
+    ))]
 async fn create_registration_token(
     _: Writer,
     State(service): State<Arc<Service>>,
@@ -77,21 +90,54 @@ async fn create_registration_token(
     Ok((StatusCode::CREATED, Json(dto)).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct RegisterRequest {
+    /// A registration token from `POST /api/v1/registration-tokens`.
     token: String,
+    /// The runner's name, unique among live runners.
+    #[schema(min_length = 1, max_length = 200, pattern = "\\S")]
     name: String,
+    /// The runner's labels (at most 64, each 1 to 100 characters).
     #[serde(default)]
+    #[schema(schema_with = runner_labels)]
     labels: Vec<String>,
 }
 
-#[derive(Serialize, Deserialize, Debug)]
+fn runner_labels() -> utoipa::openapi::Array {
+    utoipa::openapi::ArrayBuilder::new()
+        .items(label_schema())
+        .max_items(Some(64))
+        .build()
+}
+
+/// A label: 1 to 100 characters, not only spaces.
+fn label_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .min_length(Some(1))
+        .max_length(Some(100))
+        .pattern(Some("\\S"))
+        .build()
+}
+
+#[derive(Serialize, Deserialize, Debug, utoipa::ToSchema)]
 pub struct RegisteredDto {
     pub runner_id: i64,
     pub runner_token: String,
 }
 
+/// Register a runner with a registration token; answers its runner token.
+#[utoipa::path(post, path = "/api/v1/runners/register", tag = "runner-api",
+    request_body = RegisterRequest,
+    security(()),
+    responses(
+        (status = 201, description = "Registered (the runner token is shown once)", body = RegisteredDto),
+        (status = 400, description = "Not a valid request", body = ErrorBody),
+        (status = 401, description = "The registration token is unknown, used or expired", body = ErrorBody),
+        (status = 409, description = "A live runner already has that name", body = ErrorBody),
+        (status = 503, description = "The store is unavailable; retry", body = ErrorBody),
+    ))]
 async fn register(State(service): State<Arc<Service>>, body: Bytes) -> Result<Response, ApiError> {
     let request: RegisterRequest = parse_json(&body)?;
     let (runner, runner_token) =
@@ -103,22 +149,40 @@ async fn register(State(service): State<Arc<Service>>, body: Bytes) -> Result<Re
     Ok((StatusCode::CREATED, Json(dto)).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SubmitRequest {
+    /// The labels the job needs; they pick its pool.
     labels: Vec<String>,
+    /// The shell script a runner runs.
+    #[schema(min_length = 1, pattern = "\\S")]
     script: String,
+    /// Seconds; default one hour, at most a week.
+    #[serde(default, deserialize_with = "whole::option_u64")]
+    #[schema(minimum = 1, maximum = 604800)]
     timeout_seconds: Option<u64>,
+    /// Your id for the job: the same id twice is one job.
     external_id: Option<String>,
 }
 
-#[derive(Serialize, Deserialize, Debug)]
+#[derive(Serialize, Deserialize, Debug, utoipa::ToSchema)]
 pub struct SubmittedDto {
     pub id: i64,
     pub pool: String,
     pub created: bool,
 }
 
+/// Submit a job to runway's own queue.
+#[utoipa::path(post, path = "/api/v1/jobs", tag = "jobs",
+    request_body = SubmitRequest,
+    security(("admin_token" = [])),
+    responses(
+        (status = 201, description = "Queued", body = SubmittedDto),
+        (status = 200, description = "That external id was already submitted: the same job", body = SubmittedDto),
+        (status = 400, description = "Not a valid request", body = ErrorBody),
+        (status = 422, description = "No pool takes these labels", body = ErrorBody),
+        WriteRefusals,
+    ))]
 async fn submit(
     _: Writer,
     State(service): State<Arc<Service>>,
@@ -148,14 +212,14 @@ async fn submit(
     Ok((status, Json(dto)).into_response())
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct JobRequest {
     /// Labels to match against; the runner's registered labels if absent.
     labels: Option<Vec<String>>,
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone)]
+#[derive(Serialize, Deserialize, Debug, Clone, utoipa::ToSchema)]
 pub struct AssignedJobDto {
     pub id: i64,
     pub labels: Vec<String>,
@@ -165,16 +229,23 @@ pub struct AssignedJobDto {
 }
 
 /// Long poll: 201 with a job, or 204 after `[runner_api] poll_timeout`.
+/// The job is leased: accept it (`provisioning`) before the lease ends.
+#[utoipa::path(post, path = "/api/v1/jobs/request", tag = "runner-api",
+    request_body(content = Option<JobRequest>, content_type = "application/json"),
+    security(("runner_token" = [])),
+    responses(
+        (status = 201, description = "A job, leased to this runner", body = AssignedJobDto),
+        (status = 204, description = "No job before the poll timeout; ask again"),
+        (status = 400, description = "Not a valid request", body = ErrorBody),
+        (status = 410, description = "The runner is draining or terminating: it takes no job", body = ErrorBody),
+        RunnerRefusals,
+    ))]
 async fn request_job(
     RunnerAuth(runner): RunnerAuth,
     State(service): State<Arc<Service>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let request: JobRequest = if body.is_empty() {
-        JobRequest::default()
-    } else {
-        parse_json(&body)?
-    };
+    let request: JobRequest = optional_json(&body)?;
     match jobs::claim(&service, &runner, request.labels).await? {
         Some(assigned) => {
             let dto = AssignedJobDto {
@@ -190,13 +261,25 @@ async fn request_job(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ProvisioningRequest {
+    /// `pending` (still preparing: extends the lease), `accepted` (the job
+    /// starts) or `declined` (back to the queue).
+    #[schema(value_type = ProvisioningStatusDto)]
     status: String,
 }
 
-#[derive(Serialize)]
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)] // documents `ProvisioningRequest::status`
+enum ProvisioningStatusDto {
+    Pending,
+    Accepted,
+    Declined,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
 struct JobStateDto {
     id: i64,
     state: String,
@@ -212,6 +295,17 @@ fn job_state(job: &Job) -> Response {
     .into_response()
 }
 
+/// The two-phase start: accept, decline or extend a leased job.
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/provisioning", tag = "runner-api",
+    params(("id" = i64, Path, description = "The job's id")),
+    security(("runner_token" = [])),
+    request_body = ProvisioningRequest,
+    responses(
+        (status = 200, description = "The job's state after the step", body = JobStateDto),
+        (status = 400, description = "The id or the body is not valid", body = ErrorBody),
+        (status = 409, description = "The job is not in a state that allows the step (its lease ended, it was cancelled…)", body = ErrorBody),
+        HolderRefusals,
+    ))]
 async fn provisioning(
     RunnerAuth(runner): RunnerAuth,
     State(service): State<Arc<Service>>,
@@ -225,6 +319,16 @@ async fn provisioning(
     Ok(job_state(&job))
 }
 
+/// A running job's heartbeat: extends its lease.
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/heartbeat", tag = "runner-api",
+    params(("id" = i64, Path, description = "The job's id")),
+    security(("runner_token" = [])),
+    responses(
+        (status = 200, description = "The job's state and new lease deadline", body = JobStateDto),
+        (status = 400, description = "The id is not a number", body = ErrorBody),
+        (status = 409, description = "The job was cancelled (`job_cancelled`: stop it) or is not running", body = ErrorBody),
+        HolderRefusals,
+    ))]
 async fn heartbeat(
     RunnerAuth(runner): RunnerAuth,
     State(service): State<Arc<Service>>,
@@ -235,15 +339,61 @@ async fn heartbeat(
     Ok(job_state(&job))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = CompleteRequestFields)]
 struct CompleteRequest {
+    /// How the job ended; if absent, `exit_code` 0 is success and any
+    /// other is failure. One of the two is required.
+    #[schema(schema_with = conclusions)]
     conclusion: Option<String>,
+    #[serde(default, deserialize_with = "whole::option_i64")]
+    #[schema(nullable = false)]
     exit_code: Option<i64>,
+    /// The end of the job's output, kept as its log.
     #[serde(default)]
     log_tail: String,
 }
 
+/// [`CompleteRequest`] as documented: its fields, at least one of
+/// `conclusion` and `exit_code` present.
+struct CompleteBody;
+
+impl utoipa::PartialSchema for CompleteBody {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{AllOfBuilder, AnyOfBuilder, ObjectBuilder};
+        AllOfBuilder::new()
+            .item(<CompleteRequest as utoipa::PartialSchema>::schema())
+            .item(
+                AnyOfBuilder::new()
+                    .item(ObjectBuilder::new().required("conclusion"))
+                    .item(ObjectBuilder::new().required("exit_code")),
+            )
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for CompleteBody {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "CompleteRequest".into()
+    }
+}
+
+fn conclusions() -> utoipa::openapi::Object {
+    crate::http::openapi::one_of(Conclusion::ALL.iter().map(|c| c.as_str())).build()
+}
+
+/// A job's end, with its conclusion and the tail of its log.
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/complete", tag = "runner-api",
+    params(("id" = i64, Path, description = "The job's id")),
+    security(("runner_token" = [])),
+    request_body = CompleteBody,
+    responses(
+        (status = 200, description = "The job, finished", body = JobStateDto),
+        (status = 400, description = "The id or the body is not valid", body = ErrorBody),
+        (status = 409, description = "The job is not running", body = ErrorBody),
+        HolderRefusals,
+    ))]
 async fn complete(
     RunnerAuth(runner): RunnerAuth,
     State(service): State<Arc<Service>>,
@@ -277,6 +427,21 @@ async fn complete(
     Ok(job_state(&job))
 }
 
+/// A finished job's log as plain text (empty until it ends); its state and
+/// exit code are in headers.
+#[utoipa::path(get, path = "/api/v1/jobs/{id}/log", tag = "jobs",
+    params(("id" = i64, Path, description = "The job's id")),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The log", content_type = "text/plain", body = String,
+            headers(
+                ("x-runway-job-state" = String, description = "The job's state"),
+                ("x-runway-exit-code" = i64, description = "The job's exit code, once it has one"),
+            )),
+        (status = 400, description = "The id is not a number", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+        ReadRefusals,
+    ))]
 async fn log(
     _: Reader,
     State(service): State<Arc<Service>>,

@@ -14,17 +14,19 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::Router;
 use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::app::{AppError, Service};
 use crate::clock::now;
 use crate::http::auth::RunnerAuth;
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorBody};
+use crate::http::extract::Path;
+use crate::http::openapi::RunnerRefusals;
 use crate::telemetry::metrics::ReasonLabel;
 
 pub const MAX_REPORT_BYTES: usize = 64 * 1024;
@@ -32,29 +34,63 @@ const MAX_STRING: usize = 256;
 /// Clock skew tolerated between a runner and runway.
 const SKEW: Duration = Duration::from_secs(300);
 
-pub fn router() -> Router<Arc<Service>> {
-    Router::new().route(
-        "/api/v1/runners/{id}/metrics",
-        post(report).layer(DefaultBodyLimit::max(MAX_REPORT_BYTES)),
-    )
+pub fn router() -> OpenApiRouter<Arc<Service>> {
+    OpenApiRouter::new()
+        .routes(routes!(report))
+        .layer(DefaultBodyLimit::max(MAX_REPORT_BYTES))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(tag = "phase", deny_unknown_fields)]
 enum Report {
     #[serde(rename = "pre-job")]
     PreJob {
+        #[schema(schema_with = report_string)]
         workflow: String,
+        #[schema(schema_with = report_string)]
         repository: String,
+        #[schema(schema_with = report_string)]
         event: String,
+        #[schema(schema_with = run_id)]
         workflow_run_id: RunId,
+        /// Unix seconds, within the runner's lifetime.
         timestamp: f64,
     },
     #[serde(rename = "post-job")]
     PostJob {
+        /// Unix seconds, within the runner's lifetime.
         timestamp: f64,
         status: PostJobStatus,
     },
+}
+
+/// 1 to [`MAX_STRING`] characters, none of them a control character.
+fn report_string() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .min_length(Some(1))
+        .max_length(Some(MAX_STRING))
+        .pattern(Some("^[^\\u0000-\\u001f\\u007f-\\u009f]*$"))
+        .build()
+}
+
+/// A positive number, or up to 32 digits as a string.
+fn run_id() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+    Schema::OneOf(
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(1)),
+            )
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some("^[0-9]{1,32}$")),
+            )
+            .build(),
+    )
 }
 
 #[derive(Deserialize)]
@@ -64,7 +100,7 @@ enum RunId {
     Text(String),
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 enum PostJobStatus {
     #[serde(rename = "normal")]
     Normal,
@@ -95,6 +131,21 @@ fn refuse(
     ApiError::new(status, "invalid_report", message)
 }
 
+/// What a runner reports about the job it runs (pre-job, post-job), in
+/// the GitHub-runner metrics spec's shapes. Timestamps are Unix seconds
+/// within the runner's lifetime.
+#[utoipa::path(post, path = "/api/v1/runners/{id}/metrics", tag = "runner-api",
+    params(("id" = i64, Path, description = "The reporting runner's own id")),
+    request_body = Report,
+    security(("runner_token" = [])),
+    responses(
+        (status = 202, description = "Stored"),
+        (status = 400, description = "Not a valid report", body = ErrorBody),
+        (status = 403, description = "A runner may only report about itself", body = ErrorBody),
+        (status = 413, description = "Larger than 64 KiB", body = ErrorBody),
+        (status = 422, description = "A timestamp outside the runner's lifetime", body = ErrorBody),
+        RunnerRefusals,
+    ))]
 async fn report(
     RunnerAuth(runner): RunnerAuth,
     State(service): State<Arc<Service>>,
@@ -147,13 +198,16 @@ async fn report(
             Err(refuse(
                 &service,
                 "timestamp_out_of_range",
-                StatusCode::BAD_REQUEST,
+                StatusCode::UNPROCESSABLE_ENTITY,
                 format!("timestamp: {seconds} is outside this runner's lifetime"),
             ))
         }
     };
     let check_string = |field: &str, value: &str| -> Result<(), ApiError> {
-        if value.is_empty() || value.len() > MAX_STRING || value.chars().any(char::is_control) {
+        if value.is_empty()
+            || value.chars().count() > MAX_STRING
+            || value.chars().any(char::is_control)
+        {
             Err(refuse(
                 &service,
                 "bad_string",

@@ -3,14 +3,15 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use runway_core::worker_config::{Schemas, WorkerConfig, WorkerConfigError};
 use runway_store::{Expect, StoreError, StoredWorkerConfig};
 use serde::Serialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::app::worker_configs::{self, EvaluateError};
 use crate::app::{AppError, Service};
@@ -18,19 +19,30 @@ use crate::clock::now;
 use crate::clock::rfc3339;
 use crate::config::worker_config::{parse, RuleDto, WorkerConfigDto};
 use crate::http::auth::{Reader, Writer};
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorBody};
+use crate::http::extract::Path;
+use crate::http::openapi::{ReadRefusals, WriteRefusals};
 
-pub fn router() -> Router<Arc<Service>> {
-    Router::new()
-        .route("/api/v1/worker-configs", get(list))
-        .route(
-            "/api/v1/worker-configs/{id}",
-            get(read).put(write).delete(remove),
-        )
-        .route("/api/v1/worker-configs/{id}/evaluate", post(evaluate))
+pub fn router() -> OpenApiRouter<Arc<Service>> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(read, write, remove))
+        .routes(routes!(evaluate))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
+struct WorkerConfigsDto {
+    worker_configs: Vec<StoredDto>,
+}
+
+/// A write's outcome: the configuration's new version (also its `ETag`).
+#[derive(Serialize, utoipa::ToSchema)]
+struct WrittenDto {
+    id: String,
+    version: i64,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
 struct StoredDto {
     id: String,
     version: i64,
@@ -84,6 +96,13 @@ fn etag(version: i64) -> (header::HeaderName, String) {
     (header::ETAG, format!("\"{version}\""))
 }
 
+/// Every stored worker configuration.
+#[utoipa::path(get, path = "/api/v1/worker-configs", tag = "worker-configs",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The worker configurations", body = WorkerConfigsDto),
+        ReadRefusals,
+    ))]
 async fn list(_: Reader, State(service): State<Arc<Service>>) -> Result<Response, ApiError> {
     let configs = service
         .store
@@ -94,9 +113,22 @@ async fn list(_: Reader, State(service): State<Arc<Service>>) -> Result<Response
         .into_iter()
         .map(stored_dto)
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Json(serde_json::json!({ "worker_configs": dtos })).into_response())
+    Ok(Json(WorkerConfigsDto {
+        worker_configs: dtos,
+    })
+    .into_response())
 }
 
+/// One worker configuration; its version is the `ETag`.
+#[utoipa::path(get, path = "/api/v1/worker-configs/{id}", tag = "worker-configs",
+    params(("id" = String, Path, description = "The worker configuration's id")),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The worker configuration", body = StoredDto,
+            headers(("etag" = String, description = "The version, for If-Match"))),
+        (status = 404, description = "No such worker configuration", body = ErrorBody),
+        ReadRefusals,
+    ))]
 async fn read(
     _: Reader,
     State(service): State<Arc<Service>>,
@@ -115,10 +147,34 @@ async fn read(
 /// Checks a configuration against the declared providers, as a 400.
 fn checked(config: &WorkerConfig, schemas: &Schemas) -> Result<(), ApiError> {
     config.check(schemas).map_err(|e: WorkerConfigError| {
-        ApiError::bad_request("invalid_worker_config", e.to_string())
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_worker_config",
+            e.to_string(),
+        )
     })
 }
 
+/// Create or replace a worker configuration, checked against the
+/// providers' schemas; `If-Match` makes it a compare-and-set.
+#[utoipa::path(put, path = "/api/v1/worker-configs/{id}", tag = "worker-configs",
+    params(
+        ("id" = String, Path, description = "The worker configuration's id"),
+        ("If-Match" = Option<String>, Header, nullable = false, pattern = r#"^(\*|(W/)?"?[0-9]{1,18}"?)$"#,
+            description = "Only if the stored version is this ETag (`\"3\"`) or `*`"),
+    ),
+    request_body = WorkerConfigDto,
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "Replaced", body = WrittenDto,
+            headers(("etag" = String, description = "The new version"))),
+        (status = 201, description = "Created", body = WrittenDto,
+            headers(("etag" = String, description = "The new version"))),
+        (status = 400, description = "Not a worker configuration, or a malformed If-Match", body = ErrorBody),
+        (status = 422, description = "The configuration does not check out: another id than the path's, an empty or repeated rule id, an undeclared condition, values the pools' providers refuse", body = ErrorBody),
+        (status = 409, description = "The version is not the one If-Match named, or a pool already has a configuration", body = ErrorBody),
+        WriteRefusals,
+    ))]
 async fn write(
     _: Writer,
     State(service): State<Arc<Service>>,
@@ -131,7 +187,8 @@ async fn write(
         .map_err(|e| ApiError::bad_request("invalid_worker_config", format!("body: {e}")))?;
     if let Some(body_id) = &dto.id {
         if body_id != &id {
-            return Err(ApiError::bad_request(
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_worker_config",
                 format!("id: the body says {body_id:?} but the path says {id:?}"),
             ));
@@ -158,14 +215,24 @@ async fn write(
     } else {
         StatusCode::CREATED
     };
-    Ok((
-        status,
-        [etag(version)],
-        Json(serde_json::json!({ "id": id, "version": version })),
-    )
-        .into_response())
+    Ok((status, [etag(version)], Json(WrittenDto { id, version })).into_response())
 }
 
+/// Delete a worker configuration; `If-Match` makes it a compare-and-set.
+#[utoipa::path(delete, path = "/api/v1/worker-configs/{id}", tag = "worker-configs",
+    params(
+        ("id" = String, Path, description = "The worker configuration's id"),
+        ("If-Match" = Option<String>, Header, nullable = false, pattern = r#"^(\*|(W/)?"?[0-9]{1,18}"?)$"#,
+            description = "Only if the stored version is this ETag (`\"3\"`) or `*`"),
+    ),
+    security(("admin_token" = [])),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "A malformed If-Match", body = ErrorBody),
+        (status = 404, description = "No such worker configuration", body = ErrorBody),
+        (status = 409, description = "The version is not the one If-Match named", body = ErrorBody),
+        WriteRefusals,
+    ))]
 async fn remove(
     _: Writer,
     State(service): State<Arc<Service>>,
@@ -188,6 +255,19 @@ async fn remove(
     }
 }
 
+/// What a worker configuration gives a runner with these condition
+/// inputs (e.g. `{"provider": "ec2", "region": "us-east-1"}`).
+#[utoipa::path(post, path = "/api/v1/worker-configs/{id}/evaluate", tag = "worker-configs",
+    params(("id" = String, Path, description = "The worker configuration's id")),
+    request_body(content = BTreeMap<String, String>, description = "The condition inputs"),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The merged values of the rules that match", body = serde_json::Value),
+        (status = 400, description = "The inputs are not an object of strings", body = ErrorBody),
+        (status = 404, description = "No such worker configuration", body = ErrorBody),
+        (status = 422, description = "The merged values do not pass the provider's schema", body = ErrorBody),
+        ReadRefusals,
+    ))]
 async fn evaluate(
     _: Reader,
     State(service): State<Arc<Service>>,
