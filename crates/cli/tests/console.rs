@@ -1,7 +1,7 @@
 //! The web console over HTTP on the real binary: login into a session
 //! cookie, what a read token sees and may do, an admin's form action with
-//! its CSRF token, a forged cross-site POST, and the live stream.
-//! (Real-browser tests are the next step: see the issue note.)
+//! its CSRF token, a forged cross-site POST, and the live stream, over
+//! plain HTTP (`browser.rs` drives the same console in Chromium).
 
 mod common;
 

@@ -11,7 +11,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{client, registration_token, runway, spawn_serve, tool, Process};
+use common::{client, registration_token, run_checker, runway, spawn_serve, tool, Process};
 use serde_json::{json, Value};
 
 const ADMIN: &str = "openapi-test-admin-token";
@@ -208,7 +208,8 @@ headers = {{ Authorization = "Bearer {runner}" }}
     );
     let config_path = dir.path().join("schemathesis.toml");
     std::fs::write(&config_path, config).expect("write the schemathesis config");
-    let output = Command::new(&schemathesis)
+    let mut command = Command::new(&schemathesis);
+    command
         .current_dir(dir.path())
         .arg("--config-file")
         .arg(&config_path)
@@ -218,16 +219,8 @@ headers = {{ Authorization = "Bearer {runner}" }}
         // are not thread-safe (seen: "AST constructor recursion depth
         // mismatch" with two).
         .args(["--workers", "1", "--request-timeout", "10"])
-        .arg("--no-color")
-        .output()
-        .expect("run schemathesis");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    eprintln!("{text}");
-    assert!(output.status.success(), "schemathesis failed:\n{text}");
+        .arg("--no-color");
+    let text = run_checker(command, "schemathesis");
     assert!(
         text.contains("34 selected / 34 total"),
         "schemathesis did not test every operation:\n{text}"

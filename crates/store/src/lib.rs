@@ -556,6 +556,16 @@ pub trait Store: Send + Sync + 'static {
 
     async fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Job>, StoreError>;
 
+    /// How long each job that started at or after `since` waited in its
+    /// queue (`started_at - enqueued_at`), with its pool: at most `limit`,
+    /// newest first. Read through the `started_at` index, so the cost
+    /// follows the window, not the history.
+    async fn queue_times(
+        &self,
+        since: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<(String, Duration)>, StoreError>;
+
     /// Live job counts (queued, provisioning, running) per (pool, state),
     /// for status pages: read through the state index, so their cost
     /// follows live work, not history.

@@ -538,6 +538,29 @@ where
         rows.into_iter().map(Job::try_from).collect()
     }
 
+    async fn queue_times(
+        &self,
+        since: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<(String, std::time::Duration)>, StoreError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT pool, started_at - enqueued_at FROM jobs \
+             WHERE started_at >= $1 AND pool IS NOT NULL \
+             ORDER BY started_at DESC LIMIT $2",
+        )
+        .bind(since.as_millis())
+        .bind(i64::from(limit))
+        .fetch_all(self.reader())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(pool, waited)| {
+                let millis = u64::try_from(waited).unwrap_or(0);
+                (pool, std::time::Duration::from_millis(millis))
+            })
+            .collect())
+    }
+
     async fn live_job_counts(&self) -> Result<Vec<JobCount>, StoreError> {
         let rows: Vec<(Option<String>, String, i64)> =
             sqlx::query_as(&format!("SELECT pool, state, COUNT(*) FROM jobs WHERE {} GROUP BY pool, state ORDER BY pool, state", crate::LIVE_JOB))

@@ -9,6 +9,7 @@ on_both_backends!(
     claim_takes_the_oldest_jobs_of_one_pool,
     claim_matches_the_core_state_machine,
     keepalive_accept_complete_by_the_holder_only,
+    queue_times_are_those_of_jobs_started_in_the_window,
     guarded_changes_in_sql_are_the_core_ones,
     decline_requeues_at_the_tail_and_excludes_the_runner,
     expired_leases_requeue_then_fail_at_max_attempts,
@@ -1124,6 +1125,47 @@ mod cases {
         assert_eq!(done.conclusion, Some(Conclusion::Success));
         assert_eq!(done.lease_deadline, None);
         assert_eq!(store.get_job(job.id).await.unwrap(), Some(done));
+    }
+
+    /// Queue time is `started_at - enqueued_at`, of the jobs started at or
+    /// after the window's start only, newest first, at most `limit`.
+    pub async fn queue_times_are_those_of_jobs_started_in_the_window(store: Arc<dyn Store>) {
+        for (n, (enqueued, started)) in [(0, 1_000), (0, 5_000), (10_000, 40_000)]
+            .iter()
+            .enumerate()
+        {
+            let job = store
+                .enqueue(&api_job(&format!("q{n}"), "default"), at(*enqueued))
+                .await
+                .unwrap()
+                .job;
+            store
+                .claim(&claim("default", 1, 1), at(*enqueued))
+                .await
+                .unwrap();
+            store
+                .accept(job.id, RunnerId(1), at(*started))
+                .await
+                .unwrap();
+            store
+                .complete(job.id, RunnerId(1), Conclusion::Success, at(*started + 1))
+                .await
+                .unwrap();
+        }
+        store
+            .enqueue(&api_job("never-started", "default"), at(0))
+            .await
+            .unwrap();
+        let secs = |n| std::time::Duration::from_secs(n);
+        assert_eq!(
+            store.queue_times(at(2_000), 10).await.unwrap(),
+            [
+                ("default".to_owned(), secs(30)),
+                ("default".to_owned(), secs(5))
+            ]
+        );
+        assert_eq!(store.queue_times(at(0), 1).await.unwrap().len(), 1);
+        assert!(store.queue_times(at(50_000), 10).await.unwrap().is_empty());
     }
 
     /// Many holders accept, heartbeat and complete at once, with an

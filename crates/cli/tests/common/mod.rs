@@ -540,3 +540,20 @@ pub fn tool(name: &str, package: &str) -> Option<std::path::PathBuf> {
     }
     found
 }
+
+/// Runs `command` (a checker from outside: schemathesis, a browser
+/// script) to its end and returns its output, stdout then stderr, after
+/// asserting it succeeded; the output is printed either way.
+pub fn run_checker(mut command: Command, what: &str) -> String {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    eprintln!("{text}");
+    assert!(output.status.success(), "{what} failed:\n{text}");
+    text
+}

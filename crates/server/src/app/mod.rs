@@ -47,6 +47,9 @@ pub struct Service {
     pub arrivals: std::sync::Mutex<Vec<(String, Timestamp)>>,
     /// The reconciler's latest plan: its wait reasons answer "why is my job waiting?".
     pub last_plan: std::sync::Mutex<Option<runway_core::planner::Plan>>,
+    /// The providers the reconciler backs off from after failures, as of
+    /// its latest round (empty on a replica that does not lead).
+    pub provider_backoffs: std::sync::Mutex<Vec<runway_core::planner::Backoff>>,
     /// The JSON event log (`[telemetry] event_log`); disabled unless set.
     pub events: crate::telemetry::events::EventLog,
     /// The GitHub API client, when `[github]` has credentials.
@@ -115,6 +118,7 @@ impl Service {
             arrivals: std::sync::Mutex::new(Vec::new()),
             events: crate::telemetry::events::EventLog::disabled(),
             last_plan: std::sync::Mutex::new(None),
+            provider_backoffs: std::sync::Mutex::new(Vec::new()),
             github: match crate::github::api::GithubClient::from_config(&config.github) {
                 Ok(client) => client.map(Arc::new),
                 Err(error) => {

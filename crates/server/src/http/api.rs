@@ -556,6 +556,11 @@ pub struct TasksDto {
         ReadRefusals,
     ))]
 async fn list_tasks(_: Reader, State(service): State<Arc<Service>>) -> Json<TasksDto> {
+    Json(tasks_dto(&service))
+}
+
+/// This replica's background workers (the API's and the console's view).
+pub(crate) fn tasks_dto(service: &Service) -> TasksDto {
     let tasks = service
         .tasks
         .snapshot()
@@ -572,14 +577,14 @@ async fn list_tasks(_: Reader, State(service): State<Arc<Service>>) -> Json<Task
             last_success_at: status.last_success_at.map(rfc3339),
         })
         .collect();
-    Json(TasksDto {
+    TasksDto {
         leading: service.is_leader(),
         tasks,
-    })
+    }
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
-struct ClusterDto {
+pub(crate) struct ClusterDto {
     /// The replica that answered.
     replica: String,
     /// The latest leader and its term (it may have died since: compare
@@ -620,20 +625,19 @@ async fn cluster(
     _: Reader,
     State(service): State<Arc<Service>>,
 ) -> Result<Json<ClusterDto>, ApiError> {
-    let store_error = |e: StoreError| ApiError::from(AppError::store(&service, "cluster", e));
+    cluster_dto(&service)
+        .await
+        .map(Json)
+        .map_err(|e| ApiError::from(AppError::store(&service, "cluster", e)))
+}
+
+/// The replicas and the leader (the API's and the console's view).
+pub(crate) async fn cluster_dto(service: &Service) -> Result<ClusterDto, StoreError> {
     let now = crate::clock::now();
-    let leader = service
-        .store
-        .leader(crate::app::background::LEAD)
-        .await
-        .map_err(store_error)?;
-    let replicas = service
-        .store
-        .replicas(now.minus(SEEN_RECENTLY))
-        .await
-        .map_err(store_error)?;
+    let leader = service.store.leader(crate::app::background::LEAD).await?;
+    let replicas = service.store.replicas(now.minus(SEEN_RECENTLY)).await?;
     let leading = leader.as_ref().map(|l| l.replica.clone());
-    Ok(Json(ClusterDto {
+    Ok(ClusterDto {
         replica: service.replica.clone(),
         leader: leader.map(|l| LeaderDto {
             replica: l.replica,
@@ -651,5 +655,5 @@ async fn cluster(
                 last_heartbeat_at: rfc3339(r.heartbeat_at),
             })
             .collect(),
-    }))
+    })
 }

@@ -53,6 +53,9 @@ pub fn router() -> Router<Arc<Service>> {
         .route("/console/runners/{id}/{action}", post(runner_action))
         .route("/console/pools/{name}/{action}", post(pool_action))
         .route("/console/audit", get(audit))
+        .route("/console/tasks", get(tasks))
+        .route("/console/cluster", get(cluster))
+        .route("/console/worker-configs", get(worker_configs))
         .route("/console/stream", get(stream))
 }
 
@@ -69,6 +72,12 @@ fn templates() -> &'static minijinja::Environment<'static> {
             ("job.html", include_str!("console/job.html")),
             ("runners.html", include_str!("console/runners.html")),
             ("audit.html", include_str!("console/audit.html")),
+            ("tasks.html", include_str!("console/tasks.html")),
+            ("cluster.html", include_str!("console/cluster.html")),
+            (
+                "worker_configs.html",
+                include_str!("console/worker_configs.html"),
+            ),
         ] {
             if let Err(error) = env.add_template(name, source) {
                 tracing::error!(%error, name, "a console template does not parse");
@@ -410,11 +419,95 @@ fn unavailable() -> Response {
         .into_response()
 }
 
+/// The window of the overview's queue times.
+const QUEUE_WINDOW: Duration = Duration::from_secs(3600);
+/// The most jobs the queue times are computed over (the newest).
+const QUEUE_SAMPLE: u32 = 50_000;
+
+/// Per pool, the jobs that started in the window and the p50 and p95 of
+/// their queue times (nearest rank).
+fn queue_percentiles(
+    times: Vec<(String, Duration)>,
+) -> std::collections::BTreeMap<String, (usize, Duration, Duration)> {
+    let mut by_pool: std::collections::BTreeMap<String, Vec<Duration>> = Default::default();
+    for (pool, waited) in times {
+        by_pool.entry(pool).or_default().push(waited);
+    }
+    by_pool
+        .into_iter()
+        .map(|(pool, mut waits)| {
+            waits.sort_unstable();
+            let rank = |q: f64| {
+                waits[((q * waits.len() as f64).ceil() as usize).clamp(1, waits.len()) - 1]
+            };
+            let stats = (waits.len(), rank(0.5), rank(0.95));
+            (pool, stats)
+        })
+        .collect()
+}
+
+/// `d` as an operator reads it: "850 ms", "42 s", "3 min 5 s", "2 h 10 min".
+fn short_duration(d: Duration) -> String {
+    let seconds = d.as_secs();
+    match seconds {
+        0 => format!("{} ms", d.as_millis()),
+        1..=59 => format!("{seconds} s"),
+        60..=3599 => format!("{} min {} s", seconds / 60, seconds % 60),
+        _ => format!("{} h {} min", seconds / 3600, seconds % 3600 / 60),
+    }
+}
+
+/// Per pool: queue times over the last hour, and the providers it may use
+/// that the reconciler backs off from.
+async fn pool_health(
+    service: &Service,
+    now: Timestamp,
+) -> Result<std::collections::BTreeMap<String, serde_json::Value>, runway_store::StoreError> {
+    let times = service
+        .store
+        .queue_times(now.minus(QUEUE_WINDOW), QUEUE_SAMPLE)
+        .await?;
+    let stats = queue_percentiles(times);
+    let backoffs = service
+        .provider_backoffs
+        .lock()
+        .map(|b| b.clone())
+        .unwrap_or_default();
+    let config = service.config();
+    Ok(config
+        .pools
+        .iter()
+        .map(|pool| {
+            let queue = stats.get(&pool.name).map(|(started, p50, p95)| {
+                json!({"started": started, "p50": short_duration(*p50), "p95": short_duration(*p95)})
+            });
+            // A pool that names no provider may use any.
+            let backing_off: Vec<serde_json::Value> = backoffs
+                .iter()
+                .filter(|b| {
+                    b.retry_at > now
+                        && (pool.providers.is_empty() || pool.providers.contains(&b.provider))
+                })
+                .map(|b| {
+                    json!({"provider": b.provider, "until": rfc3339(b.retry_at), "error": b.last_error})
+                })
+                .collect();
+            (
+                pool.name.clone(),
+                json!({"queue": queue, "backoffs": backing_off}),
+            )
+        })
+        .collect())
+}
+
 async fn overview(State(service): State<Arc<Service>>, headers: HeaderMap) -> Response {
     let Some(session) = session(&service, &headers).await else {
         return login_page(StatusCode::OK, None);
     };
     let Ok(pools) = pool_rows(&service).await else {
+        return unavailable();
+    };
+    let Ok(health) = pool_health(&service, now()).await else {
         return unavailable();
     };
     let store = match service.store.backend() {
@@ -425,7 +518,7 @@ async fn overview(State(service): State<Arc<Service>>, headers: HeaderMap) -> Re
         &session,
         "overview.html",
         "overview",
-        json!({"pools": pools, "version": env!("CARGO_PKG_VERSION"), "store": store}),
+        json!({"pools": pools, "health": health, "version": env!("CARGO_PKG_VERSION"), "store": store}),
     )
 }
 
@@ -550,22 +643,31 @@ async fn jobs(
         let more = page_jobs.len() > PAGE as usize;
         page_jobs.truncate(PAGE as usize);
         before = page_jobs.last().map(|j| j.id);
-        for job in page_jobs {
+        let fetched = page_jobs.len();
+        for (index, job) in page_jobs.into_iter().enumerate() {
             let keep = repository_filter
                 .as_ref()
                 .is_none_or(|wanted| repository(&job).as_deref() == Some(wanted.as_str()));
-            if keep && shown.len() < PAGE as usize {
+            if keep {
                 shown.push(job);
             }
+            if shown.len() == PAGE as usize {
+                // Full: an older page exists if anything is left after it.
+                let left = index + 1 < fetched || more;
+                next = left.then(|| shown.last().map(|j| j.id)).flatten();
+                break;
+            }
         }
-        if shown.len() >= PAGE as usize || !more {
-            next = more.then_some(before).flatten().or_else(|| {
-                (shown.len() >= PAGE as usize)
-                    .then(|| shown.last().map(|j| j.id))
-                    .flatten()
-            });
+        if shown.len() == PAGE as usize {
             break;
         }
+        if !more {
+            next = None;
+            break;
+        }
+        // Not full yet (a repository filter): read on, and if the bound
+        // stops us, the next page starts where reading stopped.
+        next = before;
     }
     let Ok(explained) = crate::app::explain::explain_jobs(&service, &shown).await else {
         return unavailable();
@@ -728,6 +830,119 @@ async fn audit(State(service): State<Arc<Service>>, headers: HeaderMap) -> Respo
     page(&session, "audit.html", "audit", json!({"entries": rows}))
 }
 
+async fn tasks(State(service): State<Arc<Service>>, headers: HeaderMap) -> Response {
+    let Some(session) = session(&service, &headers).await else {
+        return Redirect::to("/").into_response();
+    };
+    let tasks = crate::http::api::tasks_dto(&service);
+    page(
+        &session,
+        "tasks.html",
+        "tasks",
+        json!({"tasks": tasks, "replica": service.replica}),
+    )
+}
+
+async fn cluster(State(service): State<Arc<Service>>, headers: HeaderMap) -> Response {
+    let Some(session) = session(&service, &headers).await else {
+        return Redirect::to("/").into_response();
+    };
+    let Ok(cluster) = crate::http::api::cluster_dto(&service).await else {
+        return unavailable();
+    };
+    page(
+        &session,
+        "cluster.html",
+        "cluster",
+        json!({"cluster": cluster}),
+    )
+}
+
+#[derive(Deserialize)]
+struct EvaluateQuery {
+    /// The configuration to evaluate.
+    id: Option<String>,
+    /// Condition inputs, one `name=value` per line.
+    inputs: Option<String>,
+}
+
+/// `name=value` lines as condition inputs, or which line is not one.
+fn parse_inputs(text: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .map(|line| match line.split_once('=') {
+            Some((name, value)) if !name.trim().is_empty() => {
+                Ok((name.trim().to_owned(), value.trim().to_owned()))
+            }
+            _ => Err(format!("{line:?} is not name=value")),
+        })
+        .collect()
+}
+
+/// Every worker configuration with its rules, and one evaluated with the
+/// inputs the form gives (read-only: evaluating changes nothing).
+async fn worker_configs(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Query(query): Query<EvaluateQuery>,
+) -> Response {
+    let Some(session) = session(&service, &headers).await else {
+        return Redirect::to("/").into_response();
+    };
+    let Ok(stored) = service.store.list_worker_configs().await else {
+        return unavailable();
+    };
+    let configs: Vec<serde_json::Value> = stored
+        .iter()
+        .map(|config| {
+            let rules = crate::config::worker_config::parse(&config.body, &config.id)
+                .map(|parsed| {
+                    crate::config::worker_config::WorkerConfigDto::from_core(&parsed)
+                        .rules
+                        .into_iter()
+                        .map(|rule| {
+                            json!({
+                                "rule_id": rule.rule_id,
+                                "description": rule.description,
+                                "conditions": rule.conditions.map(|c| json!(c).to_string()).unwrap_or_else(|| "always".to_owned()),
+                                "values": rule.values.to_string(),
+                            })
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            json!({"id": config.id, "version": config.version, "pools": config.pools, "updated_at": rfc3339(config.updated_at), "rules": rules})
+        })
+        .collect();
+    let inputs_text = query.inputs.clone().unwrap_or_default();
+    let evaluation = match query.id.as_deref().filter(|id| !id.is_empty()) {
+        None => serde_json::Value::Null,
+        Some(id) => match (
+            stored.iter().find(|c| c.id == id),
+            parse_inputs(&inputs_text),
+        ) {
+            (None, _) => json!({"error": format!("no worker configuration {id:?}")}),
+            (Some(_), Err(error)) => json!({"error": error}),
+            (Some(config), Ok(inputs)) => {
+                match crate::app::worker_configs::evaluate(&service, config, &inputs) {
+                    Ok(answer) => json!({
+                        "config": serde_json::to_string_pretty(&answer["config"]).unwrap_or_default(),
+                        "applied_rules": answer["applied_rules"],
+                    }),
+                    Err(error) => json!({"error": error.to_string()}),
+                }
+            }
+        },
+    };
+    page(
+        &session,
+        "worker_configs.html",
+        "worker_configs",
+        json!({"configs": configs, "evaluation": evaluation, "chosen": query.id, "inputs": inputs_text}),
+    )
+}
+
 /// An action's refusal as a page that says why.
 fn action_refused(error: crate::app::AppError, back: &str) -> Response {
     let api: crate::http::error::ApiError = error.into();
@@ -879,4 +1094,35 @@ async fn stream(State(service): State<Arc<Service>>, headers: HeaderMap) -> Resp
     Sse::new(updates)
         .keep_alive(KeepAlive::default())
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn queue_percentiles_are_nearest_rank_per_pool() {
+        let mut times: Vec<(String, Duration)> = (1..=100).map(|n| ("a".into(), secs(n))).collect();
+        times.push(("b".into(), secs(7)));
+        let stats = queue_percentiles(times);
+        assert_eq!(stats["a"], (100, secs(50), secs(95)));
+        assert_eq!(stats["b"], (1, secs(7), secs(7)));
+        assert!(queue_percentiles(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn durations_read_as_an_operator_reads_them() {
+        for (d, text) in [
+            (Duration::from_millis(850), "850 ms"),
+            (secs(42), "42 s"),
+            (secs(185), "3 min 5 s"),
+            (secs(7800), "2 h 10 min"),
+        ] {
+            assert_eq!(short_duration(d), text);
+        }
+    }
 }

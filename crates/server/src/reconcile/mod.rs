@@ -239,6 +239,9 @@ impl Inner {
         if let Ok(mut last) = self.service.last_plan.lock() {
             *last = Some(plan.clone());
         }
+        if let Ok(mut backoffs) = self.service.provider_backoffs.lock() {
+            backoffs.clone_from(&snapshot.backoffs);
+        }
         let duration = started.elapsed().as_secs_f64();
         self.service.metrics.reconcile_duration.observe(duration);
         for pool in &plan.pools {

@@ -1,0 +1,119 @@
+//! The web console in a real browser: Debian's Chromium driven by
+//! playwright-core (npm) through `tests/browser/console.cjs`, against the
+//! real binary. A read token sees a queued job's wait reason change live
+//! when a runner boots; an admin drains a runner, pauses a pool and is
+//! asked before terminating a busy runner; a forged cross-site POST is
+//! refused; and the two screenshots of docs/ are taken on a laptop-sized
+//! screen. `.ci/run` installs Chromium and playwright-core; without them
+//! this test is skipped, except under CI, where that is a failure.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{run_checker, runway, spawn_serve, tool, Process};
+
+const ADMIN: &str = "browser-test-admin-token";
+const READ: &str = "browser-test-read-token";
+
+fn serve(dir: &Path) -> (Process, String) {
+    let port = common::free_port();
+    std::fs::write(
+        dir.join("runway.toml"),
+        format!(
+            r#"[server]
+listen = "127.0.0.1:{port}"
+admin_tokens = ["{ADMIN}"]
+read_tokens = ["{READ}"]
+
+[runner_api]
+poll_timeout = "2s"
+lease = "5s"
+
+[scaling]
+interval = "200ms"
+
+# Runners take three seconds to boot, so the console can show it.
+[[providers]]
+name = "local"
+kind = "process"
+command = ["sh", "-c", "sleep 3; exec {runway} agent --once"]
+state_dir = "processes"
+stop_grace = "2s"
+max_instances = 2
+
+[[pools]]
+name = "ci"
+labels = ["linux"]
+max_runners = 2
+providers = ["local"]
+
+# Registered runners only: no provider starts any.
+[[pools]]
+name = "gpu"
+labels = ["gpu"]
+max_runners = 0
+idle_grace = "1h"
+"#,
+            runway = common::RUNWAY,
+        ),
+    )
+    .expect("write the config");
+    let mut command = runway(dir);
+    command.args(["serve", "--config", "runway.toml"]);
+    spawn_serve(command)
+}
+
+/// Where `require("playwright-core")` resolves: `NODE_PATH` (`.ci/run`
+/// sets it to the node_modules it installs into).
+fn playwright_core() -> Option<PathBuf> {
+    let found = std::env::var_os("NODE_PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("playwright-core"))
+            .find(|dir| dir.join("package.json").is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "playwright-core is missing from NODE_PATH (.ci/run installs it)"
+        );
+        eprintln!("skipped: playwright-core is not on NODE_PATH (.ci/run installs it)");
+    }
+    found
+}
+
+#[test]
+fn the_console_in_chromium() {
+    let (Some(node), Some(chromium)) = (
+        tool("node", "Node.js"),
+        tool("chromium", "Debian's chromium package"),
+    ) else {
+        return;
+    };
+    if playwright_core().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (_server, base) = serve(dir.path());
+    let shots = dir.path().join("screenshots");
+    std::fs::create_dir_all(&shots).expect("a screenshot dir");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/console.cjs");
+    let mut command = Command::new(node);
+    command
+        .arg(&script)
+        .env("RUNWAY_URL", &base)
+        .env("ADMIN_TOKEN", ADMIN)
+        .env("READ_TOKEN", READ)
+        .env("CHROMIUM", chromium)
+        .env("SCREENSHOTS", &shots);
+    run_checker(command, "the browser test");
+    for name in ["console-overview.png", "console-jobs.png"] {
+        let png = std::fs::read(shots.join(name)).expect("a screenshot");
+        assert!(png.starts_with(b"\x89PNG"), "{name} is a PNG");
+        // Keep a copy when asked (how docs/ got its screenshots).
+        if let Some(keep) = std::env::var_os("RUNWAY_KEEP_SCREENSHOTS") {
+            std::fs::write(Path::new(&keep).join(name), &png).expect("keep the screenshot");
+        }
+    }
+}

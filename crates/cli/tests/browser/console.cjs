@@ -1,0 +1,253 @@
+// The web console in a real Chromium, driven by playwright-core
+// (crates/cli/tests/browser.rs runs this against a real `runway serve`).
+//
+//   RUNWAY_URL      the server, e.g. http://127.0.0.1:PORT
+//   ADMIN_TOKEN     an admin token of that server
+//   READ_TOKEN      a read-only token of that server
+//   CHROMIUM        the browser binary (Debian's /usr/bin/chromium)
+//   SCREENSHOTS     where to write console-overview.png and console-jobs.png
+//
+// The server has pool "ci" (a process provider that starts `runway agent
+// --once` after three seconds) and pool "gpu" (registered runners only). Each step says what it checks;
+// the first failure ends the run with a non-zero exit and its reason.
+
+"use strict";
+
+const http = require("node:http");
+const path = require("node:path");
+const { chromium } = require("playwright-core");
+
+const BASE = process.env.RUNWAY_URL;
+const ADMIN = process.env.ADMIN_TOKEN;
+const READ = process.env.READ_TOKEN;
+const LAPTOP = { width: 1366, height: 768 };
+
+function fail(message) {
+  throw new Error(message);
+}
+
+async function api(method, route, token, body) {
+  const response = await fetch(BASE + route, {
+    method,
+    headers: {
+      authorization: `Bearer ${token}`,
+      ...(body === undefined ? {} : { "content-type": "application/json" }),
+    },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  let json = null;
+  try {
+    json = JSON.parse(text);
+  } catch (_) {
+    /* not JSON */
+  }
+  return { status: response.status, json, text };
+}
+
+async function must(method, route, token, body, expected) {
+  const answer = await api(method, route, token, body);
+  if (!expected.includes(answer.status)) {
+    fail(`${method} ${route}: ${answer.status} ${answer.text}`);
+  }
+  return answer.json;
+}
+
+/// Polls `check` (an async function returning a truthy value when done)
+/// until it holds or `seconds` pass.
+async function until(what, seconds, check) {
+  const deadline = Date.now() + seconds * 1000;
+  let last;
+  while (Date.now() < deadline) {
+    try {
+      last = await check();
+      if (last) return last;
+    } catch (error) {
+      last = error.message;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  fail(`timed out after ${seconds}s waiting until ${what} (last: ${last})`);
+}
+
+async function login(browser, token) {
+  const context = await browser.newContext({ viewport: LAPTOP });
+  const page = await context.newPage();
+  await page.goto(BASE + "/");
+  await page.fill("#token", token);
+  await Promise.all([page.waitForURL(BASE + "/"), page.click("button[type=submit]")]);
+  const cookies = await context.cookies();
+  const session = cookies.find((c) => c.name === "runway_session");
+  if (!session) fail("no session cookie after login");
+  if (!session.httpOnly) fail("the session cookie is not HttpOnly");
+  if (session.sameSite !== "Strict") fail(`the session cookie is SameSite=${session.sameSite}`);
+  return { context, page };
+}
+
+async function step(name, body) {
+  process.stdout.write(`- ${name} … `);
+  await body();
+  process.stdout.write("ok\n");
+}
+
+async function main() {
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM,
+    args: ["--no-sandbox", "--disable-dev-shm-usage"],
+  });
+  try {
+    await run(browser);
+  } finally {
+    await browser.close();
+  }
+}
+
+async function run(browser) {
+  // Pool "ci" paused: its job waits, and says why.
+  await must("POST", "/api/v1/pools/ci/pause", ADMIN, undefined, [200]);
+  const job = (
+    await must("POST", "/api/v1/jobs", ADMIN, { labels: ["linux"], script: "sleep 60" }, [201])
+  ).id;
+  for (let i = 0; i < 3; i++) {
+    await must("POST", "/api/v1/jobs", ADMIN, { labels: ["gpu"], script: "true" }, [201]);
+  }
+
+  const reader = await login(browser, READ);
+  await step("a read token sees the pools and no buttons", async () => {
+    const page = reader.page;
+    if (!(await page.locator("header .who").innerText()).includes("read only")) {
+      fail("the header does not say read only");
+    }
+    if ((await page.locator("main button").count()) !== 0) fail("a read token sees buttons");
+    if ((await page.locator("td a", { hasText: "ci" }).count()) === 0) fail("pool ci is missing");
+  });
+
+  await step("a queued job's wait reason updates live when a runner boots", async () => {
+    const page = reader.page;
+    await page.goto(`${BASE}/console/jobs?pool=ci`);
+    const waiting = page.locator(`[data-live="job:${job}:waiting"]`);
+    const state = page.locator(`[data-live="job:${job}:state"]`);
+    if (!(await waiting.innerText()).includes("paused")) {
+      fail(`before: the job waits for "${await waiting.innerText()}"`);
+    }
+    // Nothing reloads the page from here: a marker on window survives
+    // only if the cells change in place (Server-Sent Events).
+    await page.evaluate(() => (window.__stayed = true));
+    await must("POST", "/api/v1/pools/ci/resume", ADMIN, undefined, [200]);
+    const seen = await until("the job waits for the runner that boots", 30, async () => {
+      const text = await waiting.innerText();
+      return /booting|being started/.test(text) ? text : null;
+    });
+    await until("the job runs on the runner that booted", 60, async () =>
+      (await state.innerText()) === "running"
+    );
+    if (!(await page.evaluate(() => window.__stayed === true))) fail("the page was reloaded");
+    process.stdout.write(`(saw "${seen}") `);
+  });
+
+  const admin = await login(browser, ADMIN);
+  let gpuRunner;
+  await step("an admin drains a runner from the runners page", async () => {
+    const token = (
+      await must("POST", "/api/v1/registration-tokens", ADMIN, { pool: "gpu" }, [201])
+    ).token;
+    const registered = await fetch(BASE + "/api/v1/runners/register", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ token, name: "gpu-runner-1", labels: ["gpu"] }),
+    });
+    if (registered.status !== 201) fail(`register: ${registered.status}`);
+    gpuRunner = (await registered.json()).runner_id;
+    const page = admin.page;
+    await page.goto(`${BASE}/console/runners`);
+    const row = page.locator("tr", { hasText: "gpu-runner-1" });
+    await Promise.all([
+      page.waitForURL(`${BASE}/console/runners`),
+      row.locator("button", { hasText: "Drain" }).click(),
+    ]);
+    const runner = await must("GET", `/api/v1/runners/${gpuRunner}`, ADMIN, undefined, [200]);
+    if (!runner.draining) fail(`runner ${gpuRunner} is not draining: ${JSON.stringify(runner)}`);
+    const audit = await must("GET", "/api/v1/audit?limit=5", ADMIN, undefined, [200]);
+    if (!audit.entries.some((e) => e.action === "runner.drain" && e.target === `runner ${gpuRunner}`)) {
+      fail(`the drain is not in the audit trail: ${JSON.stringify(audit)}`);
+    }
+  });
+
+  await step("an admin pauses a pool from the overview", async () => {
+    const page = admin.page;
+    await page.goto(`${BASE}/`);
+    const row = page.locator("tr", { has: page.locator("td a", { hasText: /^gpu$/ }) });
+    await Promise.all([page.waitForURL(`${BASE}/`), row.locator("button", { hasText: "Pause" }).click()]);
+    if ((await row.locator(".tag").innerText()) !== "paused") fail("the row does not say paused");
+    const pools = await must("GET", "/api/v1/pools", ADMIN, undefined, [200]);
+    if (!pools.pools.find((p) => p.name === "gpu").paused) fail("the API does not say paused");
+    const jobs = await must("GET", "/api/v1/jobs?pool=gpu&explain=true", ADMIN, undefined, [200]);
+    if (!jobs.jobs.every((j) => j.waiting && j.waiting.code === "pool_paused")) {
+      fail(`gpu's jobs do not wait for the pause: ${JSON.stringify(jobs.jobs.map((j) => j.waiting))}`);
+    }
+  });
+
+  await step("terminating a busy runner asks first", async () => {
+    const page = admin.page;
+    const busy = await until("a busy runner in pool ci", 30, async () => {
+      const list = await must("GET", "/api/v1/runners?pool=ci&state=busy", ADMIN, undefined, [200]);
+      return list.runners[0];
+    });
+    await page.goto(`${BASE}/console/runners`);
+    const row = page.locator("tr", { hasText: busy.name });
+    let asked = null;
+    page.once("dialog", (dialog) => {
+      asked = dialog.message();
+      dialog.dismiss();
+    });
+    await row.locator("button", { hasText: "Terminate" }).click();
+    await until("the confirmation was asked", 5, async () => asked);
+    const still = await must("GET", `/api/v1/runners/${busy.id}`, ADMIN, undefined, [200]);
+    if (still.state !== "busy") fail(`dismissed, yet the runner is ${still.state}`);
+    page.once("dialog", (dialog) => dialog.accept());
+    await Promise.all([page.waitForURL(`${BASE}/console/runners`), row.locator("button", { hasText: "Terminate" }).click()]);
+    const cancelled = await must("GET", `/api/v1/jobs/${job}`, ADMIN, undefined, [200]);
+    if (cancelled.state !== "cancelled") fail(`the busy runner's job is ${cancelled.state}`);
+  });
+
+  await step("a forged cross-site POST is refused and changes nothing", async () => {
+    // Another origin on the same machine (same site, so the session cookie
+    // goes along: the CSRF token and the Origin check must stop it).
+    const evil = http.createServer((_, response) => {
+      response.setHeader("content-type", "text/html");
+      response.end(
+        `<form id="f" method="post" action="${BASE}/console/pools/ci/pause">` +
+          `<input type="hidden" name="csrf" value="guessed"></form>` +
+          `<script>document.getElementById("f").submit()</script>`
+      );
+    });
+    await new Promise((resolve) => evil.listen(0, "127.0.0.1", resolve));
+    try {
+      const page = await admin.context.newPage();
+      const answered = page.waitForResponse((r) => r.url() === `${BASE}/console/pools/ci/pause`);
+      await page.goto(`http://127.0.0.1:${evil.address().port}/`);
+      const response = await answered;
+      if (response.status() !== 403) fail(`the forged POST got ${response.status()}`);
+      const pools = await must("GET", "/api/v1/pools", ADMIN, undefined, [200]);
+      if (pools.pools.find((p) => p.name === "ci").paused) fail("the forged POST paused ci");
+    } finally {
+      evil.close();
+    }
+  });
+
+  await step("screenshots of the console on a laptop screen", async () => {
+    const page = admin.page;
+    await page.goto(`${BASE}/`);
+    await page.screenshot({ path: path.join(process.env.SCREENSHOTS, "console-overview.png") });
+    await page.goto(`${BASE}/console/jobs`);
+    await page.screenshot({ path: path.join(process.env.SCREENSHOTS, "console-jobs.png") });
+  });
+}
+
+main().then(
+  () => process.exit(0),
+  (error) => {
+    process.stdout.write(`FAILED\n${error.stack || error}\n`);
+    process.exit(1);
+  }
+);
