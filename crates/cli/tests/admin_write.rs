@@ -331,3 +331,35 @@ fn a_paused_pool_says_so_and_a_reload_applies_a_valid_file_and_refuses_a_bad_one
     assert_eq!(audit[1]["actor"], "admin_tokens[0]");
     assert!(audit[1]["details"]["changed"].to_string().contains("pools"));
 }
+
+#[test]
+fn a_reload_that_brings_the_first_provider_starts_runners() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    std::fs::write(dir.path().join("runway.toml"), config(&listen, "")).unwrap();
+    let (_server, api) = serve(dir.path());
+    let job = api.submit("echo started by a reloaded provider");
+    wait_until("the job waits for a runner to register", 10, || {
+        api.job(job)["waiting"]["code"] == "no_provider_capacity"
+    });
+
+    // The same file with a process provider: no restart needed, the
+    // reconciler starts, a runner boots and runs the job.
+    let provider = "[scaling]\ninterval = \"200ms\"\n\
+         [[providers]]\nname = \"local\"\nkind = \"process\"\n\
+         command = [\"runway\", \"agent\", \"--once\"]\nstate_dir = \"processes\"\n\
+         stop_grace = \"2s\"\nmax_instances = 2\n";
+    std::fs::write(dir.path().join("runway.toml"), config(&listen, provider)).unwrap();
+    let (status, body) = api.post("/api/v1/config/reload", json!({}));
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        !body["restart_needed"].to_string().contains("providers"),
+        "{body}"
+    );
+    wait_until("the job completes on the new provider's runner", 60, || {
+        api.job(job)["state"] == "completed"
+    });
+    let runner = api.job(job)["runner"].as_i64().expect("a runner ran it");
+    assert_eq!(api.runner(runner)["provider"], "local");
+}

@@ -108,6 +108,7 @@ pub async fn run(
         generated_admin_token,
         context,
         reconciler: std::sync::Mutex::new(None),
+        start_reconciler: std::sync::Mutex::new(None),
     });
     service
         .install_worker_configs()
@@ -156,21 +157,26 @@ pub async fn run(
         tokio::spawn(crate::app::retention::run(service.clone(), stopped.clone())),
     ];
     if !providers.is_empty() {
-        let reconciler = Arc::new(crate::reconcile::Reconciler::new(
-            service.clone(),
-            providers,
-        ));
+        let (set, worker) = start_reconciler(&service, providers, &stopped);
         if let Some(source) = service.reload_source.get() {
             if let Ok(mut slot) = source.reconciler.lock() {
-                let set: Arc<dyn crate::app::reload::ProviderSet> = reconciler.clone();
                 *slot = Some(Arc::downgrade(&set));
             }
         }
-        workers.push(tokio::spawn(crate::reconcile::run(
-            reconciler,
-            service.config().scaling.interval,
-            stopped.clone(),
-        )));
+        workers.push(worker);
+    } else if let Some(source) = service.reload_source.get() {
+        // Started without providers: a reload that brings some starts the
+        // reconciler then (it stops with the others on shutdown).
+        // Weak: the service holds this starter; a strong reference here
+        // would keep the service alive forever.
+        let (service, stopped) = (Arc::downgrade(&service), stopped.clone());
+        let start: crate::app::reload::StartReconciler = Box::new(move |providers| {
+            let service = service.upgrade()?;
+            Some(start_reconciler(&service, providers, &stopped).0)
+        });
+        if let Ok(mut slot) = source.start_reconciler.lock() {
+            *slot = Some(start);
+        }
     }
     if let Some(client) = service.github.clone() {
         tracing::info!(
@@ -282,4 +288,25 @@ async fn controller_ids(
     let current = store.init_setting("controller_uuid", &candidate).await?;
     let legacy = legacy.filter(|id| *id != current);
     Ok((current, legacy))
+}
+
+/// The reconciler over `providers`, running until `stopped`.
+fn start_reconciler(
+    service: &Arc<Service>,
+    providers: BTreeMap<String, Arc<dyn runway_providers::Provider>>,
+    stopped: &tokio::sync::watch::Receiver<bool>,
+) -> (
+    Arc<dyn crate::app::reload::ProviderSet>,
+    tokio::task::JoinHandle<()>,
+) {
+    let reconciler = Arc::new(crate::reconcile::Reconciler::new(
+        service.clone(),
+        providers,
+    ));
+    let worker = tokio::spawn(crate::reconcile::run(
+        reconciler.clone(),
+        service.config().scaling.interval,
+        stopped.clone(),
+    ));
+    (reconciler, worker)
 }

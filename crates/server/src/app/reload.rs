@@ -41,7 +41,15 @@ pub struct ReloadSource {
     /// The reconciler whose providers a reload replaces (none when runway
     /// started without providers).
     pub reconciler: std::sync::Mutex<Option<Weak<dyn ProviderSet>>>,
+    /// Starts a reconciler with the providers a reload brings, when runway
+    /// started without any (set by `runway serve`; taken on first use).
+    pub start_reconciler: std::sync::Mutex<Option<StartReconciler>>,
 }
+
+/// Starts the reconciler with these providers and gives back what a later
+/// reload hands new providers to.
+pub type StartReconciler =
+    Box<dyn FnOnce(BTreeMap<String, Arc<dyn Provider>>) -> Option<Arc<dyn ProviderSet>> + Send>;
 
 /// What a reload did.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,13 +121,33 @@ pub async fn reload(service: &Service, actor: &str) -> Result<Reloaded, AppError
         .lock()
         .ok()
         .and_then(|reconciler| reconciler.as_ref().and_then(Weak::upgrade));
-    if reconciler.is_none() && !providers.is_empty() {
-        restart_needed.push("providers (runway started without any)".to_owned());
-    }
+    // Without a reconciler yet, the first providers start one.
+    let starter = match (&reconciler, providers.is_empty()) {
+        (None, false) => {
+            let starter = source
+                .start_reconciler
+                .lock()
+                .ok()
+                .and_then(|mut s| s.take());
+            if starter.is_none() {
+                restart_needed.push("providers (this server cannot start a reconciler)".to_owned());
+            }
+            starter
+        }
+        _ => None,
+    };
     let changed = changed_sections(&current, &next);
     service.replace_config(next);
     if let Some(reconciler) = reconciler {
         reconciler.replace_providers(providers);
+    } else if let Some(start) = starter {
+        // After the config swap: the reconciler reads the new pools.
+        if let Some(started) = start(providers) {
+            if let Ok(mut slot) = source.reconciler.lock() {
+                *slot = Some(Arc::downgrade(&started));
+            }
+            tracing::info!("the reloaded config has providers: the reconciler runs now");
+        }
     }
     service
         .install_worker_configs()
