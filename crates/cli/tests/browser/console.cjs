@@ -208,6 +208,12 @@ async function run(browser) {
     await Promise.all([page.waitForURL(`${BASE}/console/runners`), row.locator("button", { hasText: "Terminate" }).click()]);
     const cancelled = await must("GET", `/api/v1/jobs/${job}`, ADMIN, undefined, [200]);
     if (cancelled.state !== "cancelled") fail(`the busy runner's job is ${cancelled.state}`);
+    // The reader's jobs page, still open, follows the job to its end.
+    const state = reader.page.locator(`[data-live="job:${job}:state"]`);
+    await until("the reader's page shows the job cancelled", 10, async () =>
+      (await state.innerText()) === "cancelled"
+    );
+    if (!(await reader.page.evaluate(() => window.__stayed === true))) fail("the page was reloaded");
   });
 
   await step("a forged cross-site POST is refused and changes nothing", async () => {

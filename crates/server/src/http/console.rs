@@ -696,6 +696,7 @@ async fn jobs(
         "jobs",
         json!({
             "jobs": rows,
+            "followed": shown.iter().map(|j| j.id.0).collect::<Vec<_>>(),
             "next_page": next_page,
             "pool_names": config.pools.iter().map(|p| p.name.clone()).collect::<Vec<_>>(),
             "states": JobState::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
@@ -772,7 +773,7 @@ async fn job(
         &session,
         "job.html",
         "jobs",
-        json!({"job": job_row(&found, explanation.as_ref()), "events": events, "log": log}),
+        json!({"job": job_row(&found, explanation.as_ref()), "events": events, "log": log, "followed": [found.id.0]}),
     )
 }
 
@@ -1077,19 +1078,65 @@ async fn live_cells(service: &Service) -> Option<serde_json::Map<String, serde_j
     Some(cells)
 }
 
-async fn stream(State(service): State<Arc<Service>>, headers: HeaderMap) -> Response {
+#[derive(Deserialize)]
+struct StreamQuery {
+    /// The jobs the page shows (comma-separated ids): their cells follow
+    /// them after they finish too.
+    jobs: Option<String>,
+}
+
+/// The most jobs one stream follows by id (a page shows [`PAGE`]).
+const FOLLOWED: usize = 100;
+
+/// The state cells of `ids` that are no longer live (live ones are in
+/// [`live_cells`] already): a finished job's final state replaces its
+/// last live one, and it no longer waits.
+async fn followed_cells(
+    service: &Service,
+    ids: &[JobId],
+    cells: &mut serde_json::Map<String, serde_json::Value>,
+) {
+    for id in ids {
+        let key = format!("job:{id}:state");
+        if cells.contains_key(&key) {
+            continue;
+        }
+        if let Ok(Some(job)) = service.store.get_job(*id).await {
+            cells.insert(key, json!(job.state.as_str()));
+            cells.insert(format!("job:{id}:waiting"), json!(""));
+        }
+    }
+}
+
+async fn stream(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Query(query): Query<StreamQuery>,
+) -> Response {
     if session(&service, &headers).await.is_none() {
         return StatusCode::UNAUTHORIZED.into_response();
     }
-    let updates = futures_util::stream::unfold((service, true), |(service, first)| async move {
+    let followed: Vec<JobId> = query
+        .jobs
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|id| id.trim().parse().ok().map(JobId))
+        .take(FOLLOWED)
+        .collect();
+    let start = (service, followed, true);
+    let updates = futures_util::stream::unfold(start, |(service, followed, first)| async move {
         if !first {
             tokio::time::sleep(TICK).await;
         }
-        let cells = live_cells(&service).await.unwrap_or_default();
+        let mut cells = live_cells(&service).await.unwrap_or_default();
+        followed_cells(&service, &followed, &mut cells).await;
         let event = Event::default()
             .event("update")
             .data(json!({"cells": cells}).to_string());
-        Some((Ok::<_, std::convert::Infallible>(event), (service, false)))
+        Some((
+            Ok::<_, std::convert::Infallible>(event),
+            (service, followed, false),
+        ))
     });
     Sse::new(updates)
         .keep_alive(KeepAlive::default())
