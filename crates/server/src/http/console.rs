@@ -944,17 +944,33 @@ async fn worker_configs(
     )
 }
 
-/// An action's refusal as a page that says why.
-fn action_refused(error: crate::app::AppError, back: &str) -> Response {
-    let api: crate::http::error::ApiError = error.into();
-    (
-        api.status,
-        Html(format!(
-            "<!doctype html><title>Not done</title><p role=\"alert\">{}</p><p><a href=\"{back}\">Back</a></p>",
-            minijinja::HtmlEscape(&api.message)
-        )),
-    )
-        .into_response()
+/// Where an action goes once done (`Ok`: the page to show), or its
+/// refusal as a page that says why, with a link `back`.
+fn after_action(done: Result<String, crate::app::AppError>, back: &str) -> Response {
+    match done {
+        Ok(to) => Redirect::to(&to).into_response(),
+        Err(error) => {
+            let api: crate::http::error::ApiError = error.into();
+            (
+                api.status,
+                Html(format!(
+                    "<!doctype html><title>Not done</title><p role=\"alert\">{}</p><p><a href=\"{back}\">Back</a></p>",
+                    minijinja::HtmlEscape(&api.message)
+                )),
+            )
+                .into_response()
+        }
+    }
+}
+
+fn no_such_action() -> Response {
+    (StatusCode::NOT_FOUND, "no such action\n").into_response()
+}
+
+impl From<Refusal> for Response {
+    fn from(refusal: Refusal) -> Response {
+        refusal.into_response()
+    }
 }
 
 async fn job_action(
@@ -962,26 +978,16 @@ async fn job_action(
     headers: HeaderMap,
     Path((id, action)): Path<(i64, String)>,
     Form(form): Form<ActionForm>,
-) -> Response {
-    let session = match writer(&service, &headers, &form).await {
-        Ok(session) => session,
-        Err(refused) => return refused.into_response(),
-    };
+) -> Result<Response, Response> {
+    let session = writer(&service, &headers, &form).await?;
     let actor = &session.caller.name;
-    let back = format!("/console/jobs/{id}");
     let done = match action.as_str() {
-        "cancel" => admin::cancel_job(&service, actor, JobId(id), None)
-            .await
-            .map(|job| job.id),
-        "retry" => admin::retry_job(&service, actor, JobId(id))
-            .await
-            .map(|job| job.id),
-        _ => return (StatusCode::NOT_FOUND, "no such action\n").into_response(),
+        "cancel" => admin::cancel_job(&service, actor, JobId(id), None).await,
+        "retry" => admin::retry_job(&service, actor, JobId(id)).await,
+        _ => return Err(no_such_action()),
     };
-    match done {
-        Ok(job) => Redirect::to(&format!("/console/jobs/{}", job.0)).into_response(),
-        Err(error) => action_refused(error, &back),
-    }
+    let shown = done.map(|job| format!("/console/jobs/{}", job.id.0));
+    Ok(after_action(shown, &format!("/console/jobs/{id}")))
 }
 
 async fn runner_action(
@@ -989,22 +995,17 @@ async fn runner_action(
     headers: HeaderMap,
     Path((id, action)): Path<(i64, String)>,
     Form(form): Form<ActionForm>,
-) -> Response {
-    let session = match writer(&service, &headers, &form).await {
-        Ok(session) => session,
-        Err(refused) => return refused.into_response(),
-    };
+) -> Result<Response, Response> {
+    let session = writer(&service, &headers, &form).await?;
     let actor = &session.caller.name;
     let force = form.force.as_deref() == Some("true");
     let done = match action.as_str() {
         "drain" => admin::drain_runner(&service, actor, RunnerId(id)).await,
         "terminate" => admin::terminate_runner(&service, actor, RunnerId(id), force).await,
-        _ => return (StatusCode::NOT_FOUND, "no such action\n").into_response(),
+        _ => return Err(no_such_action()),
     };
-    match done {
-        Ok(_) => Redirect::to("/console/runners").into_response(),
-        Err(error) => action_refused(error, "/console/runners"),
-    }
+    let back = "/console/runners";
+    Ok(after_action(done.map(|_| back.to_owned()), back))
 }
 
 async fn pool_action(
@@ -1012,20 +1013,15 @@ async fn pool_action(
     headers: HeaderMap,
     Path((name, action)): Path<(String, String)>,
     Form(form): Form<ActionForm>,
-) -> Response {
-    let session = match writer(&service, &headers, &form).await {
-        Ok(session) => session,
-        Err(refused) => return refused.into_response(),
-    };
+) -> Result<Response, Response> {
+    let session = writer(&service, &headers, &form).await?;
     let paused = match action.as_str() {
         "pause" => true,
         "resume" => false,
-        _ => return (StatusCode::NOT_FOUND, "no such action\n").into_response(),
+        _ => return Err(no_such_action()),
     };
-    match admin::set_pool_paused(&service, &session.caller.name, &name, paused).await {
-        Ok(_) => Redirect::to("/").into_response(),
-        Err(error) => action_refused(error, "/"),
-    }
+    let done = admin::set_pool_paused(&service, &session.caller.name, &name, paused).await;
+    Ok(after_action(done.map(|_| "/".to_owned()), "/"))
 }
 
 /// What the open pages show that changes: pool counts, the state and
