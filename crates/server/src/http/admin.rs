@@ -20,7 +20,7 @@ use crate::clock::rfc3339;
 use crate::http::api::{JobDto, RunnerDto};
 use crate::http::auth::{Reader, Writer};
 use crate::http::error::{ApiError, ErrorBody};
-use crate::http::extract::{optional_json, Path, Query};
+use crate::http::extract::{cursor, optional_json, path_id, Path, Query};
 use crate::http::openapi::{ReadRefusals, WriteRefusals};
 
 pub fn router() -> OpenApiRouter<Arc<Service>> {
@@ -34,11 +34,6 @@ pub fn router() -> OpenApiRouter<Arc<Service>> {
         .routes(routes!(resume_pool))
         .routes(routes!(reload_config))
         .routes(routes!(list_audit))
-}
-
-fn path_id(id: &str, what: &str) -> Result<i64, ApiError> {
-    id.parse::<i64>()
-        .map_err(|_| ApiError::bad_request("invalid_path", format!("{id:?} is not a {what} id")))
 }
 
 #[derive(Deserialize, Default, utoipa::ToSchema)]
@@ -364,15 +359,7 @@ async fn list_audit(
     Query(query): Query<AuditQuery>,
 ) -> Result<Json<AuditPageDto>, ApiError> {
     let limit = crate::http::api::page_limit(query.limit.as_deref())?;
-    let before = match query.cursor.as_deref() {
-        None => None,
-        Some(text) => Some(text.parse::<i64>().map_err(|_| {
-            ApiError::bad_request(
-                "invalid_query",
-                format!("cursor: {text:?} is not a cursor this API gave out"),
-            )
-        })?),
-    };
+    let before = cursor(query.cursor.as_deref())?;
     let mut entries = service
         .store
         .list_audit(limit + 1, before)

@@ -21,7 +21,7 @@ use crate::app::{AppError, Service};
 use crate::clock::rfc3339;
 use crate::http::auth::Reader;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::http::extract::{Path, Query};
+use crate::http::extract::{cursor, path_id, Path, Query};
 use crate::http::openapi::{one_of, ReadRefusals};
 
 pub const DEFAULT_PAGE: u32 = 100;
@@ -184,15 +184,7 @@ async fn list_jobs(
     })?;
     let limit = page_limit(query.limit.as_deref())?;
     let explain = flag_query("explain", query.explain.as_deref())?;
-    let before = match query.cursor.as_deref() {
-        None => None,
-        Some(text) => Some(JobId(text.parse::<i64>().map_err(|_| {
-            ApiError::bad_request(
-                "invalid_query",
-                format!("cursor: {text:?} is not a cursor this API gave out"),
-            )
-        })?)),
-    };
+    let before = cursor(query.cursor.as_deref())?.map(JobId);
     let filter = JobFilter {
         state,
         pool: query.pool.filter(|p| !p.is_empty()),
@@ -243,9 +235,7 @@ async fn get_job(
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
 ) -> Result<Json<JobDto>, ApiError> {
-    let id = id
-        .parse::<i64>()
-        .map_err(|_| ApiError::bad_request("invalid_path", format!("{id:?} is not a job id")))?;
+    let id = path_id(&id, "job")?;
     let job = service
         .store
         .get_job(JobId(id))
@@ -499,9 +489,7 @@ async fn get_runner(
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
 ) -> Result<Json<RunnerDetailDto>, ApiError> {
-    let id = id
-        .parse::<i64>()
-        .map_err(|_| ApiError::bad_request("invalid_path", format!("{id:?} is not a runner id")))?;
+    let id = path_id(&id, "runner")?;
     let runner = service
         .store
         .get_runner(runway_core::RunnerId(id))

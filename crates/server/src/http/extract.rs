@@ -38,6 +38,27 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
     }
 }
 
+/// A numeric id in the path (`what`: job, runner…), or 400 `invalid_path`.
+pub fn path_id(id: &str, what: &str) -> Result<i64, ApiError> {
+    id.parse::<i64>()
+        .map_err(|_| ApiError::bad_request("invalid_path", format!("{id:?} is not a {what} id")))
+}
+
+/// A listing's `cursor=` (the `next_cursor` of the page before), or 400
+/// `invalid_query`.
+pub fn cursor(written: Option<&str>) -> Result<Option<i64>, ApiError> {
+    written
+        .map(|text| {
+            text.parse::<i64>().map_err(|_| {
+                ApiError::bad_request(
+                    "invalid_query",
+                    format!("cursor: {text:?} is not a cursor this API gave out"),
+                )
+            })
+        })
+        .transpose()
+}
+
 /// An optional JSON body: empty or `null` is `T::default()`, anything else
 /// must parse (400 `invalid_body`).
 pub fn optional_json<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {

@@ -20,7 +20,7 @@ use crate::app::{runners, AppError, Service};
 use crate::clock::rfc3339;
 use crate::http::auth::{Reader, RunnerAuth, Writer};
 use crate::http::error::{ApiError, ErrorBody};
-use crate::http::extract::{optional_json, whole, Path};
+use crate::http::extract::{optional_json, path_id, whole, Path};
 use crate::http::openapi::{HolderRefusals, ReadRefusals, RunnerRefusals, WriteRefusals};
 
 pub fn router() -> OpenApiRouter<Arc<Service>> {
@@ -41,9 +41,7 @@ fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiErro
 }
 
 fn job_id(id: &str) -> Result<JobId, ApiError> {
-    id.parse::<i64>()
-        .map(JobId)
-        .map_err(|_| ApiError::bad_request("invalid_path", format!("{id:?} is not a job id")))
+    path_id(id, "job").map(JobId)
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
