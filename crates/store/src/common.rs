@@ -17,6 +17,14 @@ pub const LIVE_JOB: &str = "state IN ('queued', 'provisioning', 'running')";
 /// 0011), kept identical so the index serves the pruner.
 pub const FINISHED_JOB: &str = "state IN ('completed', 'failed', 'cancelled', 'unroutable')";
 
+/// Each job started at or after `$1` with its pool and queue time
+/// (`started_at - enqueued_at`), newest first, at most `$2`: served by the
+/// `jobs_started_at` index (sqlite 0014, postgres 0015), so it reads the
+/// window, not the history.
+pub const QUEUE_TIMES: &str = "SELECT pool, started_at - enqueued_at FROM jobs \
+     WHERE started_at >= $1 AND pool IS NOT NULL \
+     ORDER BY started_at DESC LIMIT $2";
+
 /// An ended runner: the predicate of the `runners_ended` index.
 const ENDED_RUNNER: &str = "state IN ('terminated', 'failed', 'crashed')";
 

@@ -46,7 +46,7 @@ use runway_core::{
     RunnerId, RunnerState, RunnerTransitionError, Timestamp,
 };
 
-pub use common::{FINISHED_JOB, LIVE_JOB, LIVE_RUNNER};
+pub use common::{FINISHED_JOB, LIVE_JOB, LIVE_RUNNER, QUEUE_TIMES};
 pub use postgres::{PostgresDialect, PostgresStore};
 pub use sql::{Dialect, SqlStore};
 pub use sqlite::{SqliteDialect, SqliteStore};

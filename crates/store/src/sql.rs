@@ -543,15 +543,11 @@ where
         since: Timestamp,
         limit: u32,
     ) -> Result<Vec<(String, std::time::Duration)>, StoreError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT pool, started_at - enqueued_at FROM jobs \
-             WHERE started_at >= $1 AND pool IS NOT NULL \
-             ORDER BY started_at DESC LIMIT $2",
-        )
-        .bind(since.as_millis())
-        .bind(i64::from(limit))
-        .fetch_all(self.reader())
-        .await?;
+        let rows: Vec<(String, i64)> = sqlx::query_as(crate::QUEUE_TIMES)
+            .bind(since.as_millis())
+            .bind(i64::from(limit))
+            .fetch_all(self.reader())
+            .await?;
         Ok(rows
             .into_iter()
             .map(|(pool, waited)| {

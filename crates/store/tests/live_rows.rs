@@ -4,7 +4,7 @@
 //! the history grows. (The predicates are the store's own `LIVE_RUNNER`,
 //! `LIVE_JOB` and `FINISHED_JOB`; the indexes must match them.)
 
-use runway_store::{SqliteStore, Store, FINISHED_JOB, LIVE_JOB, LIVE_RUNNER};
+use runway_store::{SqliteStore, Store, FINISHED_JOB, LIVE_JOB, LIVE_RUNNER, QUEUE_TIMES};
 use sqlx::sqlite::SqlitePoolOptions;
 
 /// SQLite's query plan for each of `queries`, on a freshly migrated store.
@@ -84,5 +84,21 @@ async fn live_job_counts_read_only_live_states() {
             .iter()
             .any(|d| d.starts_with("SEARCH jobs USING") && d.contains("state=?")),
         "{details:?}"
+    );
+}
+
+/// The console's queue times read the last hour's started jobs through
+/// the `started_at` index, newest first, never the whole history.
+#[tokio::test]
+async fn queue_times_read_the_window_through_the_started_at_index() {
+    let query = QUEUE_TIMES.replace("$1", "0").replace("$2", "10");
+    let details = plans(&[query]).await.remove(0);
+    assert!(
+        details.iter().any(|d| d.contains("jobs_started_at")),
+        "{details:?}"
+    );
+    assert!(
+        !details.iter().any(|d| d.contains("TEMP B-TREE")),
+        "no sort of the whole set: {details:?}"
     );
 }
