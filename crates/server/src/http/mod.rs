@@ -75,10 +75,6 @@ pub fn documented() -> OpenApiRouter<Arc<Service>> {
         .merge(crate::http::runner_reports::router())
 }
 
-/// The OpenAPI document `GET /api/v1/openapi.json` serves.
-pub fn openapi_document() -> utoipa::openapi::OpenApi {
-    documented().into_openapi()
-}
 
 /// Gives every request an id (`x-request-id`: the caller's, or a new one),
 /// answers with it, and logs the request in a span that carries it.
