@@ -12,7 +12,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{run_checker, runway, spawn_serve, tool, Process};
+use common::{required, run_checker, runway, spawn_serve, tool, Process};
 
 const ADMIN: &str = "browser-test-admin-token";
 const READ: &str = "browser-test-read-token";
@@ -73,14 +73,11 @@ fn playwright_core() -> Option<PathBuf> {
             .map(|dir| dir.join("playwright-core"))
             .find(|dir| dir.join("package.json").is_file())
     });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "playwright-core is missing from NODE_PATH (.ci/run installs it)"
-        );
-        eprintln!("skipped: playwright-core is not on NODE_PATH (.ci/run installs it)");
-    }
-    found
+    required(
+        found,
+        "playwright-core",
+        "playwright-core from npm on NODE_PATH",
+    )
 }
 
 #[test]

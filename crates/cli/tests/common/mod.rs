@@ -529,6 +529,12 @@ pub fn tool(name: &str, package: &str) -> Option<std::path::PathBuf> {
             .map(|dir| dir.join(name))
             .find(|path| path.is_file())
     });
+    required(found, name, package)
+}
+
+/// `found`, or None when a test's outside tool `name` is missing — which
+/// is a failure under CI, whose `.ci/run` installs `package`.
+pub fn required<T>(found: Option<T>, name: &str, package: &str) -> Option<T> {
     if found.is_none() {
         assert!(
             std::env::var_os("CI").is_none(),

@@ -75,7 +75,6 @@ pub fn documented() -> OpenApiRouter<Arc<Service>> {
         .merge(crate::http::runner_reports::router())
 }
 
-
 /// Gives every request an id (`x-request-id`: the caller's, or a new one),
 /// answers with it, and logs the request in a span that carries it.
 pub fn with_request_ids(router: Router) -> Router {
