@@ -33,7 +33,7 @@ pub struct SimArgs {
     /// A trace: JSON lines or CSV (docs/sim.md).
     #[arg(long, value_name = "FILE", conflicts_with = "workload")]
     trace: Option<PathBuf>,
-    /// A synthetic workload: poisson, diurnal, bursty or mixed.
+    /// A synthetic workload: poisson, diurnal, bursty, mixed or monorepo.
     #[arg(long, value_name = "NAME")]
     workload: Option<String>,
     /// Days the synthetic workload spans.
@@ -92,6 +92,7 @@ pub fn setup_of(config: &Config, seed: u64) -> Setup {
                 },
                 labels: p.labels.clone(),
                 ephemeral: p.ephemeral,
+                forecast_quantile: p.forecast_quantile(),
             })
             .collect(),
         providers: providers

@@ -68,6 +68,12 @@ pub struct Exported {
     pub duration_ms: i64,
     pub labels: Vec<String>,
     pub repo: Option<String>,
+    pub run_id: Option<u64>,
+    pub workflow: Option<String>,
+    pub finished: Timestamp,
+    /// Milliseconds from the last of its run's jobs that had finished
+    /// when it was first seen (a job with `needs:`).
+    pub started_after_ms: Option<i64>,
 }
 
 /// The jobs first seen since `since` (of `pool`, if given) that ran to an
@@ -109,19 +115,42 @@ async fn read(
         }
     }
     exported.sort_by_key(|job| job.seen);
+    follow_runs(&mut exported);
     Ok((exported, skipped))
+}
+
+/// Sets `started_after_ms` on each job queued after others of its
+/// workflow run had finished: from the last of those finishes.
+fn follow_runs(jobs: &mut [Exported]) {
+    let mut finishes: std::collections::HashMap<u64, Vec<Timestamp>> =
+        std::collections::HashMap::new();
+    for job in jobs.iter() {
+        if let Some(run) = job.run_id {
+            finishes.entry(run).or_default().push(job.finished);
+        }
+    }
+    for job in jobs.iter_mut() {
+        let Some(run) = job.run_id else { continue };
+        job.started_after_ms = finishes[&run]
+            .iter()
+            .filter(|finished| **finished <= job.seen)
+            .max()
+            .map(|finished| job.seen.as_millis() - finished.as_millis());
+    }
 }
 
 fn exported_of(job: &Job) -> Option<Exported> {
     let (started, finished) = (job.started_at?, job.finished_at?);
-    let repo = serde_json::from_str::<serde_json::Value>(&job.payload)
-        .ok()
-        .and_then(|payload| payload["repository"].as_str().map(str::to_owned));
+    let facts = serde_json::from_str::<serde_json::Value>(&job.payload).unwrap_or_default();
     Some(Exported {
         seen: job.created_at,
         duration_ms: finished.as_millis() - started.as_millis(),
         labels: job.labels.clone(),
-        repo,
+        repo: facts["repository"].as_str().map(str::to_owned),
+        run_id: facts["run_id"].as_u64(),
+        workflow: facts["workflow"].as_str().map(str::to_owned),
+        finished,
+        started_after_ms: None,
     })
 }
 
@@ -138,6 +167,15 @@ fn render(jobs: &[Exported]) -> String {
         });
         if let Some(repo) = &job.repo {
             line["repo"] = repo.clone().into();
+        }
+        if let Some(run_id) = job.run_id {
+            line["run_id"] = run_id.into();
+        }
+        if let Some(workflow) = &job.workflow {
+            line["workflow"] = workflow.clone().into();
+        }
+        if let Some(after) = job.started_after_ms {
+            line["started_after"] = (after.max(0) as f64 / 1000.0).into();
         }
         text.push_str(&line.to_string());
         text.push('\n');

@@ -168,8 +168,10 @@ fn bad_input_is_one_clear_line() {
 }
 
 /// `runway trace export` round-trips: a store that served a trace exports
-/// that trace (arrivals, durations, labels, repositories; jobs that never
-/// ran left out), and `runway sim --trace` replays every job of it.
+/// that trace (arrivals, durations, labels, repositories, workflow runs;
+/// jobs that never ran left out) with how long after its run's earlier
+/// jobs each later one came, and `runway sim --trace` replays every job of
+/// it.
 #[test]
 fn a_trace_exported_from_the_store_is_the_trace_that_ran() {
     use runway_core::job::{NewJob, Route};
@@ -183,11 +185,13 @@ fn a_trace_exported_from_the_store_is_the_trace_that_ran() {
         &(0..40)
             .map(|i| {
                 format!(
-                    "{{\"arrival_s\": {}, \"duration_s\": {}, \"labels\": [\"self-hosted\", \"linux\"{}], \"repo\": \"org/r{}\"}}\n",
+                    "{{\"arrival_s\": {}, \"duration_s\": {}, \"labels\": [\"self-hosted\", \"linux\"{}], \"repo\": \"org/r{}\", \"run_id\": {}, \"workflow\": \"ci-{}\"}}\n",
                     i * 61,
                     30.5 + f64::from(i * 7 % 90),
                     if i % 3 == 0 { ", \"x64\"" } else { "" },
-                    i % 4
+                    i % 4,
+                    100 + i / 5,
+                    i % 2
                 )
             })
             .collect::<String>(),
@@ -199,6 +203,8 @@ fn a_trace_exported_from_the_store_is_the_trace_that_ran() {
         .as_millis() as i64;
     // The trace happened over the last day.
     let start = Timestamp::from_millis(now_ms - 86_400_000);
+    // When each job was first seen and finished, as stored.
+    let mut times: Vec<(Timestamp, Timestamp)> = Vec::new();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let store = SqliteStore::open(&database.display().to_string())
@@ -211,7 +217,12 @@ fn a_trace_exported_from_the_store_is_the_trace_that_ran() {
                 external_id: format!("trace-{i}"),
                 route: Route::Pool("default".to_owned()),
                 labels: job.labels.clone(),
-                payload: serde_json::json!({ "repository": job.repo }).to_string(),
+                payload: serde_json::json!({
+                    "repository": job.repo,
+                    "run_id": job.run_id,
+                    "workflow": job.workflow,
+                })
+                .to_string(),
                 max_attempts: 3,
             };
             let stored = store.enqueue(&new, seen).await.unwrap().job;
@@ -229,6 +240,7 @@ fn a_trace_exported_from_the_store_is_the_trace_that_ran() {
             assert_eq!(claimed[0].id, stored.id);
             store.accept(stored.id, runner, started).await.unwrap();
             let finished = started.plus(Duration::from_millis(job.duration_ms as u64));
+            times.push((seen, finished));
             store
                 .complete(stored.id, runner, Conclusion::Success, finished)
                 .await
@@ -268,7 +280,26 @@ fn a_trace_exported_from_the_store_is_the_trace_that_ran() {
     assert!(exported.status.success(), "{said}");
     assert!(said.contains("40 jobs exported; 1 left out"), "{said}");
     let text = std::fs::read_to_string(dir.path().join("exported.jsonl")).unwrap();
-    let trace = runway_sim::trace::parse(&text).unwrap();
+    let mut trace = runway_sim::trace::parse(&text).unwrap();
+    assert!(
+        trace
+            .iter()
+            .filter(|j| j.started_after_ms.is_some())
+            .count()
+            >= 10,
+        "{text}"
+    );
+    // A later job of a run follows the last of its run's jobs that had
+    // finished when it came.
+    for (i, job) in trace.iter_mut().enumerate() {
+        let (seen, _) = times[i];
+        let after = (0..times.len())
+            .filter(|j| original[*j].run_id == original[i].run_id && times[*j].1 <= seen)
+            .map(|j| seen.as_millis() - times[j].1.as_millis())
+            .min();
+        assert_eq!(job.started_after_ms, after, "job {i}");
+        job.started_after_ms = None;
+    }
     assert_eq!(trace, original);
 
     let replayed = sim(

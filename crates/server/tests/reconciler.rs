@@ -612,16 +612,16 @@ async fn a_predictive_pool_keeps_the_expected_arrivals_warm() {
     // Nothing seen yet: nothing warm.
     let (report, _) = reconciler.reconcile_once(at(1_000)).await.unwrap();
     assert_eq!(report.created, 0);
-    // Four jobs in each of the last three 100 s windows (taken at once by
-    // someone else: none is queued now).
-    for window in 0..3 {
-        for i in 0..4 {
-            service.job_arrived("linux", at(1_000 + window * 100 + i * 10));
-        }
+    // A job every 20 s for ten minutes (taken at once by someone else:
+    // none is queued now). The forecast looks 110 s ahead (the 100 s boot
+    // and a 10 s round): the last hour's 110 s windows held 5 or 6 jobs,
+    // so at the 0.9 quantile six are kept warm.
+    for i in 0..30 {
+        service.job_arrived("linux", at(1_000 + i * 20));
     }
-    let (report, plan) = reconciler.reconcile_once(at(1_300)).await.unwrap();
-    assert_eq!(report.created, 4, "{plan:?}");
-    assert_eq!(plan.pools[0].want, 4);
+    let (report, plan) = reconciler.reconcile_once(at(1_600)).await.unwrap();
+    assert_eq!(report.created, 6, "{plan:?}");
+    assert_eq!(plan.pools[0].want, 6);
 }
 
 /// One instance per create whose reported state the test sets; records the

@@ -36,6 +36,11 @@ impl ProviderModel {
     pub fn mean_boot(&self) -> Duration {
         Duration::from_secs_f64(((self.boot_seconds.0 + self.boot_seconds.1) / 2.0).max(0.0))
     }
+
+    /// The longest boot time.
+    pub fn longest_boot(&self) -> Duration {
+        Duration::from_secs_f64(self.boot_seconds.0.max(self.boot_seconds.1).max(0.0))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +49,10 @@ pub struct PoolModel {
     pub policy: PoolPolicy,
     pub labels: Vec<String>,
     pub ephemeral: bool,
+    /// The quantile of the forecast arrivals the predictive policy keeps
+    /// warm: the pool's `forecast_quantile`, or what its `wait_value` gives
+    /// (`runway_core::forecast::quantile_for`).
+    pub forecast_quantile: f64,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -28,12 +28,13 @@ pub fn by_name(name: &str, pools: usize) -> Result<Box<dyn Policy + Send>, Unkno
         ("runway", None) => Box::new(Runway::default()),
         ("predictive", quantile) => {
             let quantile = match quantile {
-                None => DEFAULT_QUANTILE,
-                Some(text) => text
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|q| *q > 0.0 && *q <= 1.0)
-                    .ok_or_else(unknown)?,
+                None => None,
+                Some(text) => Some(
+                    text.parse::<f64>()
+                        .ok()
+                        .filter(|q| *q > 0.0 && *q <= 1.0)
+                        .ok_or_else(unknown)?,
+                ),
             };
             Box::new(Predictive::new(pools, quantile))
         }
@@ -294,20 +295,21 @@ impl Policy for Oracle {
     }
 }
 
-pub const DEFAULT_QUANTILE: f64 = 0.9;
-
 /// predictive: runway's planner with a forecast-driven warm pool — as many
-/// idle runners as the arrivals expected within one boot time at the chosen
-/// quantile (`runway_core::forecast`, learnt online from the arrivals so
-/// far), never fewer than `min_idle`, never more than `max_runners`.
+/// idle runners as the arrivals expected within one (longest) boot time and
+/// a round, at the pool's forecast quantile (from its `wait_value`,
+/// `runway_core::forecast`; learnt online from the arrivals so far), or at
+/// the quantile `predictive:Q` names; never fewer than `min_idle`, never
+/// more than `max_runners`.
 pub struct Predictive {
-    quantile: f64,
+    /// `None`: each pool's from its `wait_value`.
+    quantile: Option<f64>,
     forecasts: Vec<Option<ArrivalForecast>>,
     inputs: Vec<PlannerInput>,
 }
 
 impl Predictive {
-    pub fn new(pools: usize, quantile: f64) -> Predictive {
+    pub fn new(pools: usize, quantile: Option<f64>) -> Predictive {
         Predictive {
             quantile,
             forecasts: vec![None; pools],
@@ -323,23 +325,25 @@ impl Predictive {
     }
 
     fn forecast(&mut self, view: &PoolView<'_>) -> &mut ArrivalForecast {
+        // A runner started now is ready within the longest boot time; the
+        // next chance to start one is a round away.
         let boot = view
             .setup
             .providers_of(view.model)
             .first()
-            .map(|p| view.setup.providers[*p].mean_boot())
+            .map(|p| view.setup.providers[*p].longest_boot())
             .unwrap_or(Duration::from_secs(150));
-        let quantile = self.quantile;
-        self.forecasts[view.index].get_or_insert_with(|| ArrivalForecast::new(boot, quantile))
+        let horizon = boot + view.setup.interval;
+        let quantile = self.quantile.unwrap_or(view.model.forecast_quantile);
+        self.forecasts[view.index].get_or_insert_with(|| ArrivalForecast::new(horizon, quantile))
     }
 }
 
 impl Policy for Predictive {
     fn name(&self) -> String {
-        if self.quantile == DEFAULT_QUANTILE {
-            "predictive".into()
-        } else {
-            format!("predictive:{}", self.quantile)
+        match self.quantile {
+            None => "predictive".into(),
+            Some(quantile) => format!("predictive:{quantile}"),
         }
     }
 

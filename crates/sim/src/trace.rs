@@ -15,6 +15,14 @@ pub struct TraceJob {
     pub duration_ms: i64,
     pub labels: Vec<String>,
     pub repo: Option<String>,
+    /// The workflow run the job belongs to (GitHub's `run_id`).
+    pub run_id: Option<u64>,
+    /// The workflow's name (GitHub's `workflow_name`).
+    pub workflow: Option<String>,
+    /// A later job of its run (one with `needs:`): it arrives this many
+    /// milliseconds after the run's earlier jobs have finished (see
+    /// `docs/sim.md`), wherever the simulation puts them.
+    pub started_after_ms: Option<i64>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -23,7 +31,7 @@ pub enum TraceError {
     Line { line: usize, message: String },
     #[error("the trace has no jobs")]
     Empty,
-    #[error("unknown workload {0:?}; one of poisson, diurnal, bursty, mixed")]
+    #[error("unknown workload {0:?}; one of poisson, diurnal, bursty, mixed, monorepo")]
     UnknownWorkload(String),
 }
 
@@ -35,7 +43,25 @@ struct JsonJob {
     labels: Vec<String>,
     #[serde(default)]
     repo: Option<String>,
+    #[serde(default)]
+    run_id: Option<u64>,
+    #[serde(default)]
+    workflow: Option<String>,
+    #[serde(default)]
+    started_after: Option<f64>,
 }
+
+/// The CSV columns, in their documented order; the first three are
+/// required, the others optional (a row may stop after any of them).
+const COLUMNS: [&str; 7] = [
+    "arrival_s",
+    "duration_s",
+    "labels",
+    "repo",
+    "run_id",
+    "workflow",
+    "started_after",
+];
 
 fn seconds(value: f64, what: &str) -> Result<i64, String> {
     if (0.0..1e12).contains(&value) {
@@ -59,24 +85,29 @@ pub fn parse(text: &str) -> Result<Vec<TraceJob>, TraceError> {
         .peekable();
     let csv = matches!(lines.peek(), Some((_, first)) if !first.starts_with('{'));
     let mut jobs = Vec::new();
+    // The line each job came from, for errors found after parsing.
+    let mut lines_of = Vec::new();
     if csv {
         let Some((line, header)) = lines.next() else {
             return Err(TraceError::Empty);
         };
         let columns: Vec<&str> = header.split(',').map(str::trim).collect();
-        if columns.len() < 3 || columns[..3] != ["arrival_s", "duration_s", "labels"] {
+        if columns.len() < 3 || columns[..] != COLUMNS[..columns.len().min(COLUMNS.len())] {
             return Err(TraceError::Line {
                 line,
-                message: "a CSV trace starts with the header arrival_s,duration_s,labels,repo"
-                    .into(),
+                message: format!(
+                    "a CSV trace starts with the header {} (the last four optional)",
+                    COLUMNS.join(",")
+                ),
             });
         }
         for (line, text) in lines {
             let fields: Vec<&str> = text.split(',').map(str::trim).collect();
             let bad = |message: String| TraceError::Line { line, message };
-            if fields.len() < 3 || fields.len() > 4 {
+            if fields.len() < 3 || fields.len() > columns.len() {
                 return Err(bad(format!(
-                    "expected 3 or 4 fields, found {}",
+                    "expected 3 to {} fields, found {}",
+                    columns.len(),
                     fields.len()
                 )));
             }
@@ -87,6 +118,24 @@ pub fn parse(text: &str) -> Result<Vec<TraceJob>, TraceError> {
                     .and_then(|v| seconds(v, what))
                     .map_err(&bad)
             };
+            let text_at = |i: usize| {
+                fields
+                    .get(i)
+                    .filter(|r| !r.is_empty())
+                    .map(|r| (*r).to_owned())
+            };
+            let run_id = match text_at(4) {
+                None => None,
+                Some(id) => Some(
+                    id.parse::<u64>()
+                        .map_err(|_| bad(format!("run_id: {id:?} is not a whole number")))?,
+                ),
+            };
+            let started_after_ms = match text_at(6) {
+                None => None,
+                Some(_) => Some(number(6, "started_after")?),
+            };
+            lines_of.push(line);
             jobs.push(TraceJob {
                 arrival_ms: number(0, "arrival_s")?,
                 duration_ms: number(1, "duration_s")?,
@@ -96,10 +145,10 @@ pub fn parse(text: &str) -> Result<Vec<TraceJob>, TraceError> {
                     .filter(|l| !l.is_empty())
                     .map(str::to_owned)
                     .collect(),
-                repo: fields
-                    .get(3)
-                    .filter(|r| !r.is_empty())
-                    .map(|r| (*r).to_owned()),
+                repo: text_at(3),
+                run_id,
+                workflow: text_at(5),
+                started_after_ms,
             });
         }
     } else {
@@ -109,16 +158,36 @@ pub fn parse(text: &str) -> Result<Vec<TraceJob>, TraceError> {
                 message: e.to_string(),
             })?;
             let bad = |message: String| TraceError::Line { line, message };
+            lines_of.push(line);
             jobs.push(TraceJob {
                 arrival_ms: seconds(job.arrival_s, "arrival_s").map_err(bad)?,
                 duration_ms: seconds(job.duration_s, "duration_s").map_err(bad)?,
                 labels: job.labels,
                 repo: job.repo,
+                run_id: job.run_id,
+                workflow: job.workflow,
+                started_after_ms: job
+                    .started_after
+                    .map(|s| seconds(s, "started_after"))
+                    .transpose()
+                    .map_err(bad)?,
             });
         }
     }
     if jobs.is_empty() {
         return Err(TraceError::Empty);
+    }
+    if let Some(line) = jobs
+        .iter()
+        .zip(&lines_of)
+        .find(|(job, _)| job.started_after_ms.is_some() && job.run_id.is_none())
+        .map(|(_, line)| *line)
+    {
+        return Err(TraceError::Line {
+            line,
+            message: "started_after needs the job's run_id (it follows its run's earlier jobs)"
+                .into(),
+        });
     }
     jobs.sort_by_key(|j| j.arrival_ms);
     Ok(jobs)
@@ -148,6 +217,10 @@ pub enum WorkloadKind {
     Bursty,
     /// A third of each, across the pools.
     Mixed,
+    /// A monorepo's CI: weekday office-hour pushes, each a workflow run
+    /// whose first job plans and then fans out 1–24 jobs (`needs:`), a
+    /// nightly batch of 40 jobs at 02:00 on weekdays, quiet weekends.
+    Monorepo,
 }
 
 impl std::str::FromStr for WorkloadKind {
@@ -158,6 +231,7 @@ impl std::str::FromStr for WorkloadKind {
             "diurnal" => Ok(WorkloadKind::Diurnal),
             "bursty" => Ok(WorkloadKind::Bursty),
             "mixed" => Ok(WorkloadKind::Mixed),
+            "monorepo" => Ok(WorkloadKind::Monorepo),
             other => Err(TraceError::UnknownWorkload(other.to_owned())),
         }
     }
@@ -177,15 +251,112 @@ fn diurnal_intensity(t: f64) -> f64 {
 
 /// The most `diurnal_intensity` reaches (for thinning).
 const DIURNAL_PEAK: f64 = 1.1;
-/// Mean of `diurnal_intensity` over a week (0.6 + 0.5 × E[max(sin, −0.8)]
-/// ≈ 0.6 + 0.5 × 0.0345, times (5 + 2 × 0.25) / 7).
-fn diurnal_mean() -> f64 {
-    // Numerically, once: a week at one-minute steps.
+/// Relative push intensity of the monorepo workload at `t` seconds:
+/// weekdays 08:00–19:00 on a hump peaking mid-afternoon with a lunch dip,
+/// a trickle at night, weekends at a twentieth of a weekday.
+fn office_intensity(t: f64) -> f64 {
+    let day = (t / DAY_S).floor() as i64;
+    let hour = (t % DAY_S) / 3600.0;
+    let office = if (8.0..19.0).contains(&hour) {
+        let hump = (PI * (hour - 8.0) / 11.0).sin();
+        if (12.0..13.0).contains(&hour) {
+            0.6 * hump
+        } else {
+            hump
+        }
+    } else {
+        0.0
+    };
+    let level = 0.02 + office;
+    if day.rem_euclid(7) >= 5 {
+        0.05 * level
+    } else {
+        level
+    }
+}
+
+/// Mean of `intensity` over a week, at one-minute steps.
+fn weekly_mean(intensity: fn(f64) -> f64) -> f64 {
     let steps = 7 * 24 * 60;
     (0..steps)
-        .map(|m| diurnal_intensity(f64::from(m) * 60.0))
+        .map(|m| intensity(f64::from(m) * 60.0))
         .sum::<f64>()
         / f64::from(steps)
+}
+
+/// Arrival times of a Poisson process whose rate follows `intensity`
+/// (mean `rate` per second over a week), by thinning.
+fn thinned(
+    rng: &mut StdRng,
+    horizon: f64,
+    rate: f64,
+    intensity: fn(f64) -> f64,
+    peak: f64,
+) -> Vec<f64> {
+    let peak_rate = rate * peak / weekly_mean(intensity);
+    let mut times = Vec::new();
+    let mut t = exponential(rng, 1.0 / peak_rate);
+    while t < horizon {
+        if rng.gen::<f64>() * peak < intensity(t) {
+            times.push(t);
+        }
+        t += exponential(rng, 1.0 / peak_rate);
+    }
+    times
+}
+
+/// The nightly batch: this many jobs at 02:00 on weekdays.
+const BATCH_JOBS: u32 = 40;
+
+/// The monorepo workload's jobs (see [`WorkloadKind::Monorepo`]).
+fn monorepo(rng: &mut StdRng, horizon: f64, jobs: f64, labels: &[Vec<String>]) -> Vec<TraceJob> {
+    let mut out = Vec::new();
+    let mut run_id = 0u64;
+    let days = (horizon / DAY_S).ceil() as i64;
+    let weekdays = (0..days).filter(|d| d % 7 < 5).count() as f64;
+    let pick = |rng: &mut StdRng| labels[rng.gen_range(0..labels.len())].clone();
+    // The nightly batch: one run, its jobs queued within two seconds.
+    for day in (0..days).filter(|d| d % 7 < 5) {
+        run_id += 1;
+        let at = day as f64 * DAY_S + 2.0 * 3600.0;
+        let pool = pick(rng);
+        for _ in 0..BATCH_JOBS {
+            let mut one = job(
+                at + rng.gen_range(0.0..2.0),
+                4.0 * duration_s(rng),
+                pool.clone(),
+            );
+            one.run_id = Some(run_id);
+            one.workflow = Some("nightly".into());
+            out.push(one);
+        }
+    }
+    // Pushes: a plan job, then a fan-out of 1–24 (most runs small).
+    // A plan job and a fan-out of 1 + ⌊24u²⌋ (capped at 24): 9.5 on average.
+    let mean_run = 1.0 + 8.5;
+    let push_rate = ((jobs - weekdays * f64::from(BATCH_JOBS)).max(0.0) / mean_run) / horizon;
+    for push in thinned(rng, horizon, push_rate, office_intensity, 1.03) {
+        run_id += 1;
+        let pool = pick(rng);
+        let plan_s = rng.gen_range(40.0..120.0);
+        let mut plan = job(push, plan_s, pool.clone());
+        plan.run_id = Some(run_id);
+        plan.workflow = Some("ci".into());
+        out.push(plan);
+        let fan_out = 1 + (24.0 * rng.gen::<f64>().powi(2)).floor().min(23.0) as u32;
+        // Without waiting, the fan-out is queued 3 s after the plan ends.
+        let after = 3.0;
+        for i in 0..fan_out {
+            let at = push + plan_s + after + f64::from(i) * 0.02;
+            let mut one = job(at, duration_s(rng), pool.clone());
+            one.run_id = Some(run_id);
+            one.workflow = Some("ci".into());
+            one.started_after_ms = Some((after * 1000.0) as i64);
+            out.push(one);
+        }
+    }
+    out.retain(|j| (j.arrival_ms as f64) < horizon * 1000.0);
+    out
 }
 
 /// A job duration: log-normal around a median of 4 minutes (most CI jobs
@@ -218,6 +389,11 @@ impl Workload {
             self.pools.clone()
         };
         let mut jobs = Vec::with_capacity(usize::try_from(self.jobs).unwrap_or(0));
+        if self.kind == WorkloadKind::Monorepo {
+            let mut jobs = monorepo(&mut rng, horizon, self.jobs as f64, &pools);
+            jobs.sort_by_key(|j| j.arrival_ms);
+            return jobs;
+        }
         let kinds: &[WorkloadKind] = match self.kind {
             WorkloadKind::Mixed => &[
                 WorkloadKind::Poisson,
@@ -238,7 +414,7 @@ impl Workload {
             };
             let rate = share / horizon; // jobs per second, on average
             match kind {
-                WorkloadKind::Poisson | WorkloadKind::Mixed => {
+                WorkloadKind::Poisson | WorkloadKind::Mixed | WorkloadKind::Monorepo => {
                     let mut t = exponential(&mut rng, 1.0 / rate);
                     while t < horizon {
                         let labels = pool_of(&mut rng);
@@ -249,7 +425,7 @@ impl Workload {
                 WorkloadKind::Diurnal => {
                     // Thinning: candidates at the peak rate, kept in
                     // proportion to the intensity at their time.
-                    let mean = diurnal_mean();
+                    let mean = weekly_mean(diurnal_intensity);
                     let peak_rate = rate * DIURNAL_PEAK / mean;
                     let mut t = exponential(&mut rng, 1.0 / peak_rate);
                     while t < horizon {
@@ -262,7 +438,7 @@ impl Workload {
                 }
                 WorkloadKind::Bursty => {
                     // Bursts of 2..=16 jobs (mean 9), on the daily cycle.
-                    let mean = diurnal_mean();
+                    let mean = weekly_mean(diurnal_intensity);
                     let burst_rate = rate / 9.0;
                     let peak_rate = burst_rate * DIURNAL_PEAK / mean;
                     let mut t = exponential(&mut rng, 1.0 / peak_rate);
@@ -292,6 +468,9 @@ fn job(arrival_s: f64, duration_s: f64, labels: Vec<String>) -> TraceJob {
         duration_ms: (duration_s * 1000.0).round() as i64,
         labels,
         repo: None,
+        run_id: None,
+        workflow: None,
+        started_after_ms: None,
     }
 }
 
@@ -308,6 +487,63 @@ mod tests {
         assert_eq!(from_json[0].arrival_ms, 3_000, "sorted by arrival");
         assert_eq!(from_json[1].labels, ["self-hosted", "large"]);
         assert_eq!(from_json[1].repo.as_deref(), Some("org/x"));
+    }
+
+    #[test]
+    fn workflow_runs_are_read_from_json_and_csv() {
+        let json = "{\"arrival_s\": 1, \"duration_s\": 60, \"labels\": [\"a\"], \"run_id\": 7, \"workflow\": \"ci\"}\n{\"arrival_s\": 70, \"duration_s\": 30, \"labels\": [\"a\"], \"run_id\": 7, \"workflow\": \"ci\", \"started_after\": 4.5}\n";
+        let csv = "arrival_s,duration_s,labels,repo,run_id,workflow,started_after\n1,60,a,,7,ci\n70,30,a,,7,ci,4.5\n";
+        let jobs = parse(json).unwrap();
+        assert_eq!(jobs, parse(csv).unwrap());
+        assert_eq!(jobs[1].run_id, Some(7));
+        assert_eq!(jobs[1].workflow.as_deref(), Some("ci"));
+        assert_eq!(jobs[1].started_after_ms, Some(4_500));
+        assert_eq!(jobs[0].started_after_ms, None);
+        assert_eq!(
+            parse("{\"arrival_s\": 1, \"duration_s\": 1, \"labels\": [], \"started_after\": 2}")
+                .unwrap_err()
+                .to_string(),
+            "line 1: started_after needs the job's run_id (it follows its run's earlier jobs)"
+        );
+        assert!(parse("arrival_s,duration_s,labels,repo,run_id\n1,1,a,,x\n")
+            .unwrap_err()
+            .to_string()
+            .contains("run_id"));
+    }
+
+    #[test]
+    fn the_monorepo_workload_has_a_weekday_batch_and_quiet_weekends() {
+        let jobs = Workload {
+            kind: WorkloadKind::Monorepo,
+            days: 14,
+            jobs: 20_000,
+            seed: 2,
+            pools: vec![],
+        }
+        .generate();
+        let nightly = |day: i64| {
+            jobs.iter()
+                .filter(|j| j.workflow.as_deref() == Some("nightly"))
+                .filter(|j| j.arrival_ms / 86_400_000 == day)
+                .count()
+        };
+        assert_eq!(nightly(0), BATCH_JOBS as usize, "Monday");
+        assert_eq!(nightly(5), 0, "Saturday");
+        let on = |day: i64| {
+            jobs.iter()
+                .filter(|j| j.arrival_ms / 86_400_000 == day)
+                .count()
+        };
+        assert!(
+            on(2) > 5 * on(6),
+            "a Wednesday {} vs a Sunday {}",
+            on(2),
+            on(6)
+        );
+        // A push's fan-out follows its plan job.
+        assert!(jobs
+            .iter()
+            .any(|j| j.started_after_ms.is_some() && j.run_id.is_some()));
     }
 
     #[test]
@@ -334,7 +570,7 @@ mod tests {
 
     #[test]
     fn workloads_are_seeded_and_about_the_size_asked() {
-        for kind in ["poisson", "diurnal", "bursty", "mixed"] {
+        for kind in ["poisson", "diurnal", "bursty", "mixed", "monorepo"] {
             let workload = Workload {
                 kind: kind.parse().unwrap(),
                 days: 7,

@@ -496,11 +496,16 @@ pub struct PoolConfig {
     #[serde(default = "pool_defaults::ephemeral")]
     pub ephemeral: bool,
     /// `runway` (keep `min_idle` warm) or `predictive` (keep warm as many
-    /// runners as the arrivals expected within one boot time, at
-    /// `forecast_quantile`; never fewer than `min_idle`). docs/sim.md.
+    /// runners as the arrivals expected within one boot time and a round,
+    /// at the forecast quantile; never fewer than `min_idle`). docs/sim.md.
     #[serde(default)]
     pub policy: ScalingPolicy,
-    /// The predictive policy's quantile (default 0.9).
+    /// What a minute of a job's wait is worth in minutes of a runner (its
+    /// price): the predictive policy keeps warm what balances the two
+    /// (`runway_core::forecast::quantile_for`). Default 1.75.
+    #[serde(default = "pool_defaults::wait_value")]
+    pub wait_value: f64,
+    /// The predictive policy's quantile, overriding what `wait_value` gives.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forecast_quantile: Option<f64>,
     /// A GitHub pool: its runners are just-in-time GitHub runners and are
@@ -528,6 +533,9 @@ mod pool_defaults {
     pub fn ephemeral() -> bool {
         true
     }
+    pub fn wait_value() -> f64 {
+        runway_core::forecast::DEFAULT_WAIT_VALUE
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
@@ -537,9 +545,6 @@ pub enum ScalingPolicy {
     Runway,
     Predictive,
 }
-
-/// The predictive policy's quantile when the file gives none.
-pub const DEFAULT_FORECAST_QUANTILE: f64 = 0.9;
 
 impl PoolConfig {
     /// A pool with every default and these labels.
@@ -555,15 +560,22 @@ impl PoolConfig {
             providers: Vec::new(),
             ephemeral: pool_defaults::ephemeral(),
             policy: ScalingPolicy::Runway,
+            wait_value: pool_defaults::wait_value(),
             forecast_quantile: None,
             github: None,
         }
     }
 
+    /// The quantile of the forecast arrivals the predictive policy keeps
+    /// warm: `forecast_quantile`, or what `wait_value` gives.
+    pub fn forecast_quantile(&self) -> f64 {
+        self.forecast_quantile
+            .unwrap_or_else(|| runway_core::forecast::quantile_for(self.wait_value))
+    }
+
     /// The forecast quantile of a predictive pool; `None` for the others.
     pub fn predictive_quantile(&self) -> Option<f64> {
-        (self.policy == ScalingPolicy::Predictive)
-            .then(|| self.forecast_quantile.unwrap_or(DEFAULT_FORECAST_QUANTILE))
+        (self.policy == ScalingPolicy::Predictive).then(|| self.forecast_quantile())
     }
 }
 
@@ -904,8 +916,14 @@ impl Config {
                     ));
                 }
             }
-            if pool.policy == ScalingPolicy::Predictive {
-                pool.forecast_quantile = pool.predictive_quantile();
+            if !(pool.wait_value.is_finite() && pool.wait_value > 0.0) {
+                return Err((
+                    format!("pools[{i}].wait_value"),
+                    format!(
+                        "{} is not a positive number (minutes of a runner a minute of waiting is worth)",
+                        pool.wait_value
+                    ),
+                ));
             }
         }
         Ok(())
@@ -1513,6 +1531,7 @@ mod tests {
                 providers = []
                 ephemeral = true
                 policy = "runway"
+                wait_value = 1.75
             "#]],
         );
     }
@@ -1621,6 +1640,12 @@ mod tests {
             "[server]\ndatabase = \"mysql://x\"\n",
             expect![[
                 r#"error: [server] database: unsupported database URL scheme "mysql"; use sqlite://PATH or postgres://USER@HOST/DB"#
+            ]],
+        );
+        check(
+            "[[pools]]\nname = \"a\"\nlabels = [\"x\"]\npolicy = \"predictive\"\nwait_value = 0\n",
+            expect![[
+                r#"error: config runway.toml: pools[0].wait_value: 0 is not a positive number (minutes of a runner a minute of waiting is worth)"#
             ]],
         );
         check(
@@ -1781,6 +1806,7 @@ mod tests {
                 providers = []
                 ephemeral = true
                 policy = "runway"
+                wait_value = 1.75
             "#]],
         );
         let config = Config::parse(

@@ -155,8 +155,9 @@ impl Reconciler {
         service: Arc<Service>,
         providers: BTreeMap<String, Arc<dyn Provider>>,
     ) -> Reconciler {
-        // A predictive pool's forecast looks one boot time ahead: its first
-        // provider's (or the first provider's) mean boot time.
+        // A predictive pool's forecast looks one boot time and a round
+        // ahead: its first provider's (or the first provider's) longest
+        // boot time, and the scaling interval.
         let config = service.config();
         let forecasts = config
             .pools
@@ -168,9 +169,12 @@ impl Reconciler {
                     .first()
                     .or_else(|| providers.keys().next())
                     .and_then(|name| config.providers.iter().find(|p| &p.name == name))
-                    .map(|p| Duration::from_secs_f64((p.boot_seconds.0 + p.boot_seconds.1) / 2.0))
+                    .map(|p| {
+                        Duration::from_secs_f64(p.boot_seconds.0.max(p.boot_seconds.1).max(0.0))
+                    })
                     .unwrap_or(Duration::from_secs(150));
-                Some((pool.name.clone(), ArrivalForecast::new(boot, quantile)))
+                let horizon = boot + config.scaling.interval;
+                Some((pool.name.clone(), ArrivalForecast::new(horizon, quantile)))
             })
             .collect();
         Reconciler {
@@ -807,7 +811,8 @@ impl Inner {
     }
 
     /// How many idle runners `pool` keeps warm: `min_idle`, or with the
-    /// predictive policy the arrivals expected within one boot time.
+    /// predictive policy the arrivals expected within one boot time and a
+    /// round.
     fn warm(&self, pool: &PoolConfig, now: Timestamp) -> u32 {
         let expected = self
             .forecasts
