@@ -115,18 +115,13 @@ impl ArrivalForecast {
         }
     }
 
-    pub fn quantile(&self) -> f64 {
-        self.quantile
-    }
-
     fn bucket(at: Timestamp) -> i64 {
         at.as_millis().div_euclid(BUCKET_MILLIS)
     }
 
-    /// Buckets kept: the longest lag, its neighbourhood and the hour
-    /// before it.
+    /// Buckets kept: the longest lag and its neighbourhood.
     fn keep(&self) -> i64 {
-        WEEKS * WEEK_MILLIS / BUCKET_MILLIS + AROUND + BUCKETS_PER_HOUR + self.horizon + 1
+        WEEKS * WEEK_MILLIS / BUCKET_MILLIS + AROUND + self.horizon + 1
     }
 
     /// Counts one arrival at `at`. Arrivals should come in time order; one
