@@ -23,6 +23,12 @@
 //!   the same minute on the same days. Expected on top of the rate, from
 //!   one horizon before its minute until it has arrived.
 //!
+//! - **Workflow runs in progress** ([`runs`]): when the first jobs of a run
+//!   have arrived, its later jobs (`needs:`) are expected as its
+//!   workflow's recent runs brought them. These jobs are known to be
+//!   coming, so the warm pool is never smaller than them: the forecast is
+//!   the larger of the two parts above and these.
+//!
 //! The quantile is what the pool's operator pays for: [`quantile_for`]
 //! turns the value of a minute of a job's wait, in minutes of a runner,
 //! into the quantile that balances expected idle cost against expected
@@ -34,6 +40,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::time::Timestamp;
+
+mod runs;
 
 const BUCKET_MILLIS: i64 = 10_000;
 const DAY_MILLIS: i64 = 86_400_000;
@@ -86,15 +94,19 @@ pub struct ArrivalForecast {
     first: i64,
     /// `totals[i]`: arrivals in buckets `first ..= first + i`.
     totals: VecDeque<u64>,
+    runs: runs::Runs,
 }
 
 /// What a forecast says about the window starting now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Expected {
-    /// Jobs expected in the window, at the quantile.
+    /// Jobs expected in the window: the larger of the recurring rate at
+    /// the quantile with the batches, and the runs' later jobs.
     pub jobs: u32,
-    /// Of those, how many come in a recognised scheduled batch.
+    /// Of the first, how many come in a recognised scheduled batch.
     pub batch: u32,
+    /// Later jobs of workflow runs in progress expected in the window.
+    pub following: u32,
 }
 
 impl ArrivalForecast {
@@ -112,6 +124,7 @@ impl ArrivalForecast {
             },
             first: 0,
             totals: VecDeque::new(),
+            runs: runs::Runs::default(),
         }
     }
 
@@ -122,6 +135,15 @@ impl ArrivalForecast {
     /// Buckets kept: the longest lag and its neighbourhood.
     fn keep(&self) -> i64 {
         WEEKS * WEEK_MILLIS / BUCKET_MILLIS + AROUND + self.horizon + 1
+    }
+
+    /// Counts one arrival at `at` of a job of workflow run `run` (its id
+    /// and workflow name, when known).
+    pub fn observe_job(&mut self, at: Timestamp, run: Option<(u64, &str)>) {
+        let later = run.is_some_and(|(id, workflow)| self.runs.observe(id, workflow, at));
+        if !later {
+            self.observe(at);
+        }
     }
 
     /// Counts one arrival at `at`. Arrivals should come in time order; one
@@ -253,7 +275,11 @@ impl ArrivalForecast {
     /// scheduled batch.
     pub fn explain(&self, now: Timestamp) -> Expected {
         if self.totals.is_empty() {
-            return Expected { jobs: 0, batch: 0 };
+            return Expected {
+                jobs: 0,
+                batch: 0,
+                following: 0,
+            };
         }
         let current = Self::bucket(now);
         let h = self.horizon;
@@ -286,11 +312,17 @@ impl ArrivalForecast {
         }
         let rate = self.at_quantile(&mut sample);
         let batch = self.batch(&lags, current);
-        let jobs = rate + batch;
+        let following = self
+            .runs
+            .expected(now, self.horizon * BUCKET_MILLIS, self.quantile);
+        let jobs = u32::try_from(rate + batch)
+            .unwrap_or(u32::MAX)
+            .saturating_add(following);
 
         Expected {
-            jobs: u32::try_from(jobs).unwrap_or(u32::MAX),
+            jobs,
             batch: u32::try_from(batch).unwrap_or(u32::MAX),
+            following,
         }
     }
 }

@@ -579,12 +579,10 @@ async fn self_registering_runners_adopt_their_record_and_orphans_are_deleted() {
     }
 }
 
-#[tokio::test]
-async fn a_predictive_pool_keeps_the_expected_arrivals_warm() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut pool = linux_pool(0, 10);
+/// A service and reconciler for one predictive pool on a `sim` provider
+/// that boots in 100 s.
+async fn predictive(dir: &tempfile::TempDir, mut pool: PoolConfig) -> (Arc<Service>, Reconciler) {
     pool.policy = runway_server::config::ScalingPolicy::Predictive;
-    pool.forecast_quantile = Some(0.9);
     pool.providers = vec!["sim".into()];
     let store = common::sqlite_store(&dir.path().join("runway.db")).await;
     let provider = runway_server::config::ProviderConfig {
@@ -608,6 +606,15 @@ async fn a_predictive_pool_keeps_the_expected_arrivals_warm() {
     let providers: BTreeMap<String, Arc<dyn Provider>> =
         BTreeMap::from([("sim".to_owned(), Arc::new(sim) as Arc<dyn Provider>)]);
     let reconciler = Reconciler::new(service.clone(), providers);
+    (service, reconciler)
+}
+
+#[tokio::test]
+async fn a_predictive_pool_keeps_the_expected_arrivals_warm() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut pool = linux_pool(0, 10);
+    pool.forecast_quantile = Some(0.9);
+    let (service, reconciler) = predictive(&dir, pool).await;
     let at = |s: i64| Timestamp::from_millis(s * 1_000);
     // Nothing seen yet: nothing warm.
     let (report, _) = reconciler.reconcile_once(at(1_000)).await.unwrap();
@@ -617,11 +624,50 @@ async fn a_predictive_pool_keeps_the_expected_arrivals_warm() {
     // and a 10 s round): the last hour's 110 s windows held 5 or 6 jobs,
     // so at the 0.9 quantile six are kept warm.
     for i in 0..30 {
-        service.job_arrived("linux", at(1_000 + i * 20));
+        service.job_arrived("linux", at(1_000 + i * 20), None);
     }
     let (report, plan) = reconciler.reconcile_once(at(1_600)).await.unwrap();
     assert_eq!(report.created, 6, "{plan:?}");
     assert_eq!(plan.pools[0].want, 6);
+}
+
+/// A predictive pool learns a workflow's fan-out from the runs it saw
+/// (GitHub's `run_id` and `workflow_name`) and, when a new run's first job
+/// arrives, boots for the jobs that will follow it; `GET /api/v1/pools`'s
+/// `warm` says so.
+#[tokio::test]
+async fn a_predictive_pool_boots_for_the_jobs_a_workflow_run_will_bring() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = linux_pool(0, 20);
+    let (service, reconciler) = predictive(&dir, pool).await;
+    let at = |s: i64| Timestamp::from_millis(s * 1_000);
+    // Five runs of `ci`, two hours apart: a plan job, then six jobs 90 s
+    // later (taken at once by someone else: none is queued now). Another
+    // workflow's runs bring nothing after their first jobs.
+    for run in 0..5u64 {
+        let start = run as i64 * 7_200;
+        service.job_arrived("linux", at(start), Some((run, "ci")));
+        for _ in 0..6 {
+            service.job_arrived("linux", at(start + 90), Some((run, "ci")));
+        }
+        service.job_arrived("linux", at(start + 600), Some((100 + run, "lint")));
+    }
+    let (report, _) = reconciler.reconcile_once(at(5 * 7_200 - 10)).await.unwrap();
+    assert_eq!(report.created, 0, "nothing is coming");
+    // A new run's plan job: its six followers are expected within the
+    // 110 s horizon (the 100 s boot and a round).
+    service.job_arrived("linux", at(5 * 7_200), Some((7, "ci")));
+    let (report, plan) = reconciler.reconcile_once(at(5 * 7_200 + 1)).await.unwrap();
+    assert_eq!(report.created, 6, "{plan:?}");
+    let warm = service.warm.lock().unwrap()["linux"];
+    assert_eq!((warm.target, warm.forecast.following), (6, 6));
+    // Once they have arrived, nothing more is expected of the run.
+    for _ in 0..6 {
+        service.job_arrived("linux", at(5 * 7_200 + 90), Some((7, "ci")));
+    }
+    reconciler.reconcile_once(at(5 * 7_200 + 91)).await.unwrap();
+    let warm = service.warm.lock().unwrap()["linux"];
+    assert_eq!(warm.forecast.following, 0);
 }
 
 /// One instance per create whose reported state the test sets; records the

@@ -8,6 +8,12 @@
 //! (`max_instances`) and a price per hour. A ready runner takes the oldest
 //! queued job of its pool at once (as a long-polling runner does); an
 //! ephemeral runner is deleted when its job is done.
+//!
+//! A job marked `started_after` in a workflow run arrives `started_after`
+//! after the jobs of its run that had ended before it in the trace have
+//! ended here — wherever this simulation put them — so a run whose first
+//! job waited for a runner also queues its later jobs later, as GitHub does
+//! with `needs:`. Every other job arrives at its trace time.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, VecDeque};
@@ -219,7 +225,7 @@ pub trait Policy {
     fn foresee(&mut self, _arrivals: &[Vec<i64>]) {}
 
     /// Every arrival, in time order (what a forecast learns from).
-    fn observe_arrival(&mut self, _pool: usize, _now: i64) {}
+    fn observe_arrival(&mut self, _pool: usize, _job: &TraceJob, _now: i64) {}
 
     /// Reacts to arrivals in `view`'s pool (`queued`: a job of the pool is
     /// waiting). Like `runway serve`'s reconciler woken by an arrival, it
@@ -252,8 +258,8 @@ impl<P: Policy + ?Sized> Policy for Box<P> {
     fn decide(&mut self, view: &PoolView<'_>, now: i64) -> Decision {
         (**self).decide(view, now)
     }
-    fn observe_arrival(&mut self, pool: usize, now: i64) {
-        (**self).observe_arrival(pool, now)
+    fn observe_arrival(&mut self, pool: usize, job: &TraceJob, now: i64) {
+        (**self).observe_arrival(pool, job, now)
     }
     fn on_arrival(&mut self, view: &PoolView<'_>, queued: bool, now: i64) -> Decision {
         (**self).on_arrival(view, queued, now)
@@ -299,6 +305,11 @@ enum Event {
     Finish {
         pool: usize,
         runner: u64,
+        job: usize,
+    },
+    /// A later job of a workflow run, released by its earlier jobs' end.
+    Arrive {
+        job: usize,
     },
     Delayed {
         pool: usize,
@@ -308,6 +319,105 @@ enum Event {
     React {
         pool: usize,
     },
+}
+
+/// The workflow runs of a trace. A `started_after` job follows the jobs
+/// of its run that, in the trace, had ended before it arrived: it arrives
+/// `started_after` after the last of them ends here. Those jobs are a
+/// prefix of the run's jobs in order of trace end, so a run is a pointer
+/// into that order (how far all have ended) and its followers sorted by
+/// how long a prefix they wait for.
+#[derive(Default)]
+struct Runs {
+    /// Per job: its run and its place in the run's end order.
+    place: Vec<Option<(usize, usize)>>,
+    /// Per job: whether it waits for earlier jobs of its run.
+    follows: Vec<bool>,
+    runs: Vec<Run>,
+}
+
+#[derive(Default)]
+struct Run {
+    /// Per job of the run, in order of trace end: whether it has ended.
+    ended: Vec<bool>,
+    /// The first `done` jobs in end order have ended.
+    done: usize,
+    /// (jobs in end order it waits for, job), sorted; `next` is the first
+    /// not yet released.
+    followers: Vec<(usize, usize)>,
+    next: usize,
+}
+
+impl Runs {
+    fn of(jobs: &[TraceJob]) -> Runs {
+        let mut members: std::collections::HashMap<u64, Vec<usize>> =
+            std::collections::HashMap::new();
+        for (index, job) in jobs.iter().enumerate() {
+            if let Some(run) = job.run_id {
+                members.entry(run).or_default().push(index);
+            }
+        }
+        let mut runs = Runs {
+            place: vec![None; jobs.len()],
+            follows: vec![false; jobs.len()],
+            runs: Vec::with_capacity(members.len()),
+        };
+        let mut members: Vec<Vec<usize>> = members.into_values().collect();
+        members.sort_unstable_by_key(|m| m[0]);
+        for mut member in members {
+            let key = |i: &usize| {
+                let job = &jobs[*i];
+                (job.arrival_ms + job.duration_ms.max(0), job.arrival_ms, *i)
+            };
+            member.sort_unstable_by_key(key);
+            let id = runs.runs.len();
+            let mut run = Run {
+                ended: vec![false; member.len()],
+                ..Run::default()
+            };
+            for (order, &index) in member.iter().enumerate() {
+                runs.place[index] = Some((id, order));
+                let job = &jobs[index];
+                if job.started_after_ms.is_none() {
+                    continue;
+                }
+                // Ended before it arrived: an earlier end, or the same end
+                // by a job that arrived earlier (never itself).
+                let waits_for = member.partition_point(|k| {
+                    let (end, arrival, _) = key(k);
+                    (end, arrival) < (job.arrival_ms, job.arrival_ms)
+                });
+                if waits_for > 0 {
+                    runs.follows[index] = true;
+                    run.followers.push((waits_for, index));
+                }
+            }
+            run.followers.sort_unstable();
+            runs.runs.push(run);
+        }
+        runs
+    }
+
+    /// `job` has ended: the following jobs its end releases.
+    fn finished(&mut self, job: usize) -> Vec<usize> {
+        let Some((id, order)) = self.place[job] else {
+            return Vec::new();
+        };
+        let run = &mut self.runs[id];
+        run.ended[order] = true;
+        while run.done < run.ended.len() && run.ended[run.done] {
+            run.done += 1;
+        }
+        let mut released = Vec::new();
+        while let Some(&(waits_for, follower)) = run.followers.get(run.next) {
+            if waits_for > run.done {
+                break;
+            }
+            released.push(follower);
+            run.next += 1;
+        }
+        released
+    }
 }
 
 /// Arrival-triggered reactions run at most this often per pool.
@@ -335,6 +445,7 @@ struct World<'a> {
     next_runner: u64,
     rng: StdRng,
     started: Vec<bool>,
+    runs: Runs,
     out: Outcome,
     remaining: u64,
     /// Timeline samples are thinned to about this many.
@@ -442,7 +553,14 @@ impl World<'_> {
             self.started[queued.job] = true;
             self.out.queue_ms.push(now - queued.arrival_ms);
             let duration = self.jobs[queued.job].duration_ms;
-            self.push(now + duration, Event::Finish { pool, runner: id });
+            self.push(
+                now + duration,
+                Event::Finish {
+                    pool,
+                    runner: id,
+                    job: queued.job,
+                },
+            );
         }
     }
 
@@ -460,6 +578,49 @@ impl World<'_> {
         let decision = policy.on_arrival(&self.view(pool), queued, now);
         self.apply(pool, decision, now);
         self.dispatch(pool, now);
+    }
+
+    /// A job arrives at `now`: queued in its pool (or, unroutable, over at
+    /// once), offered to an idle runner, and shown to the policy.
+    fn arrive(
+        &mut self,
+        policy: &mut dyn Policy,
+        routes: &[Option<usize>],
+        index: usize,
+        now: i64,
+    ) {
+        let Some(pool) = routes[index] else {
+            self.release(index, now);
+            return;
+        };
+        self.pools[pool].queued.push_back(QueuedJob {
+            job: index,
+            arrival_ms: now,
+        });
+        self.dispatch(pool, now);
+        policy.observe_arrival(pool, &self.jobs[index], now);
+        let state = &self.pools[pool];
+        match state.last_reaction_ms {
+            Some(last) if now - last < REACTION_GAP_MS => {
+                if !state.reaction_scheduled {
+                    self.pools[pool].reaction_scheduled = true;
+                    self.push(last + REACTION_GAP_MS, Event::React { pool });
+                }
+            }
+            _ => self.react(policy, pool, now),
+        }
+        if let Some(delay) = policy.arrival_delay_ms() {
+            self.push(now + delay, Event::Delayed { pool, job: index });
+        }
+    }
+
+    /// `job` is over: the later jobs of its run it was the last to hold
+    /// back arrive `started_after` from now.
+    fn release(&mut self, job: usize, now: i64) {
+        for following in self.runs.finished(job) {
+            let after = self.jobs[following].started_after_ms.unwrap_or(0).max(0);
+            self.push(now + after, Event::Arrive { job: following });
+        }
     }
 
     fn sample(&mut self, now: i64) {
@@ -527,6 +688,7 @@ pub fn run_counting(
         next_runner: 1,
         rng: StdRng::seed_from_u64(setup.seed),
         started: vec![false; jobs.len()],
+        runs: Runs::of(jobs),
         out: Outcome {
             policy: policy.name(),
             jobs: 0,
@@ -552,6 +714,9 @@ pub fn run_counting(
         .max(1);
     let mut next_tick = 0i64;
     let mut next_job = 0usize;
+    while next_job < jobs.len() && world.runs.follows[next_job] {
+        next_job += 1;
+    }
     let mut now = 0i64;
     // A policy that never serves a pool must not run forever: a week after
     // the last arrival, what has not started is given up.
@@ -584,7 +749,8 @@ pub fn run_counting(
                         world.dispatch(pool, now);
                     }
                 }
-                Event::Finish { pool, runner } => {
+                Event::Finish { pool, runner, job } => {
+                    world.release(job, now);
                     world.remaining -= 1;
                     world.out.jobs += 1;
                     world.out.end_ms = now;
@@ -597,6 +763,10 @@ pub fn run_counting(
                         world.become_idle(pool, runner, now);
                         world.dispatch(pool, now);
                     }
+                }
+                Event::Arrive { job } => {
+                    world.arrive(policy, &routes, job, now);
+                    arrived.fetch_add(1, Ordering::Relaxed);
                 }
                 Event::React { pool } => {
                     world.pools[pool].reaction_scheduled = false;
@@ -617,29 +787,11 @@ pub fn run_counting(
         if next_arrival == Some(now) {
             let index = next_job;
             next_job += 1;
+            while next_job < jobs.len() && world.runs.follows[next_job] {
+                next_job += 1;
+            }
+            world.arrive(policy, &routes, index, now);
             arrived.fetch_add(1, Ordering::Relaxed);
-            let Some(pool) = routes[index] else {
-                continue;
-            };
-            world.pools[pool].queued.push_back(QueuedJob {
-                job: index,
-                arrival_ms: now,
-            });
-            world.dispatch(pool, now);
-            policy.observe_arrival(pool, now);
-            let state = &world.pools[pool];
-            match state.last_reaction_ms {
-                Some(last) if now - last < REACTION_GAP_MS => {
-                    if !state.reaction_scheduled {
-                        world.pools[pool].reaction_scheduled = true;
-                        world.push(last + REACTION_GAP_MS, Event::React { pool });
-                    }
-                }
-                _ => world.react(policy, pool, now),
-            }
-            if let Some(delay) = policy.arrival_delay_ms() {
-                world.push(now + delay, Event::Delayed { pool, job: index });
-            }
             continue;
         }
         // A reconcile tick.

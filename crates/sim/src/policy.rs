@@ -12,6 +12,7 @@ use runway_core::planner::{decide, Action, Offer, PoolSnapshot, RunnerView, Snap
 use runway_core::{RunnerId, RunnerState, Timestamp};
 
 use crate::engine::{Decision, Policy, PoolView, RunnerPhase};
+use crate::trace::TraceJob;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("unknown policy {0:?}; one of oracle, runway, predictive[:QUANTILE], static:N, arc, taskcluster, lambda, gitlab, reactive-prespawn")]
@@ -352,12 +353,15 @@ impl Policy for Predictive {
         runway_decision(input_of(&mut self.inputs, view.index), view, warm, now)
     }
 
-    fn observe_arrival(&mut self, pool: usize, now: i64) {
+    fn observe_arrival(&mut self, pool: usize, job: &TraceJob, now: i64) {
         // Forecasts are made on the first decision for a pool (they need its
         // boot time); arrivals before that are not lost, as a pool is
         // decided for at the very first tick.
         if let Some(Some(forecast)) = self.forecasts.get_mut(pool) {
-            forecast.observe(Timestamp::from_millis(now));
+            let run = job
+                .run_id
+                .map(|id| (id, job.workflow.as_deref().unwrap_or_default()));
+            forecast.observe_job(Timestamp::from_millis(now), run);
         }
     }
 

@@ -144,8 +144,8 @@ impl<P: Policy> Policy for Watch<P> {
         self.most = self.most.max(view.runners.len() as u32);
         self.inner.decide(view, now)
     }
-    fn observe_arrival(&mut self, pool: usize, now: i64) {
-        self.inner.observe_arrival(pool, now)
+    fn observe_arrival(&mut self, pool: usize, job: &TraceJob, now: i64) {
+        self.inner.observe_arrival(pool, job, now)
     }
     fn foresee(&mut self, arrivals: &[Vec<i64>]) {
         self.inner.foresee(arrivals)
@@ -338,4 +338,104 @@ fn predictive_pays_for_itself_on_a_month_of_the_monorepo_workload() {
         "predictive waits {wait:.3}× at {cost:.3}× the cost"
     );
     assert!(predictive.queue_p95_s <= reactive.queue_p95_s);
+}
+
+fn run_job(arrival_s: f64, duration_s: f64, run: u64, started_after_s: Option<f64>) -> TraceJob {
+    TraceJob {
+        arrival_ms: (arrival_s * 1000.0) as i64,
+        duration_ms: (duration_s * 1000.0) as i64,
+        labels: vec!["self-hosted".into(), "linux".into()],
+        repo: None,
+        run_id: Some(run),
+        workflow: Some("ci".into()),
+        started_after_ms: started_after_s.map(|s| (s * 1000.0) as i64),
+    }
+}
+
+/// A plan job of 60 s and, 3 s after it ends, a fan-out of three (queued
+/// a few milliseconds apart, as GitHub queues a matrix), then one job that
+/// needs the fan-out and one that needs nothing.
+fn planned_run() -> Vec<TraceJob> {
+    vec![
+        run_job(0.0, 60.0, 1, None),
+        run_job(63.0, 30.0, 1, Some(3.0)),
+        run_job(63.02, 30.0, 1, Some(3.0)),
+        run_job(63.04, 30.0, 1, Some(3.0)),
+        run_job(95.0, 10.0, 1, Some(1.96)),
+        run_job(70.0, 10.0, 1, None),
+    ]
+}
+
+#[test]
+fn a_runs_later_jobs_arrive_when_its_earlier_jobs_end_here() {
+    // Runners boot in 100 s; the reactive policy boots one per job.
+    let outcome = run(
+        &setup(50, (100.0, 100.0)),
+        &planned_run(),
+        by_name("runway", 1).unwrap().as_mut(),
+    );
+    assert_eq!((outcome.jobs, outcome.unfinished), (6, 0));
+    // The plan waits 100 s and ends at 160; the fan-out arrives at 163 (not
+    // at its trace time, 63), the three together (not one after another).
+    // The first wakes the planner; the other two, in the same second, wake
+    // it a second later (as in runway serve): they wait a boot and a
+    // second and end at 294. The last job arrives 1.96 s later, waits a
+    // boot and ends at 405.96. The job that needs nothing arrives at its
+    // trace time, 70 s.
+    assert_eq!(outcome.end_ms, 405_960);
+    assert_eq!(
+        outcome.queue_ms,
+        vec![100_000, 100_000, 100_000, 100_000, 101_000, 101_000]
+    );
+}
+
+#[test]
+fn a_run_served_without_waiting_keeps_its_trace_times() {
+    let outcome = run(
+        &setup(50, (0.0, 0.0)),
+        &planned_run(),
+        by_name("runway", 1).unwrap().as_mut(),
+    );
+    // Only the planner's one-second gap between reactions: two of the
+    // fan-out's three wait for the second reaction.
+    assert_eq!(outcome.queue_ms, vec![0, 0, 0, 0, 1_000, 1_000]);
+    assert_eq!(outcome.end_ms, 105_960);
+}
+
+#[test]
+fn the_predictive_policy_boots_for_a_runs_later_jobs_while_its_first_runs() {
+    // Twenty runs of the same workflow two hours apart, each a plan job of
+    // 120 s and a fan-out of eight: once the workflow has been learnt, the
+    // fan-out finds runners booted while its plan job ran.
+    let mut jobs = Vec::new();
+    for run in 0..20u64 {
+        let start = run as f64 * 7_200.0;
+        jobs.push(run_job(start, 120.0, run, None));
+        for i in 0..8 {
+            jobs.push(run_job(
+                start + 123.0 + f64::from(i) * 0.01,
+                60.0,
+                run,
+                Some(3.0),
+            ));
+        }
+    }
+    let mut setup = setup(50, (100.0, 100.0));
+    setup.seed = 1;
+    let outcomes = compare(
+        &setup,
+        &jobs,
+        &["runway".to_owned(), "predictive".to_owned()],
+    )
+    .unwrap();
+    let (reactive, predictive) = (&outcomes[0], &outcomes[1]);
+    // Reactive: every job waits a boot.
+    assert!(reactive.queue_ms.iter().all(|q| *q >= 100_000));
+    // Predictive: the fan-outs of the last runs wait for nothing.
+    let served_at_once = predictive.queue_ms.iter().filter(|q| **q == 0).count();
+    assert!(
+        served_at_once >= 8 * 15,
+        "{served_at_once} of {} jobs served at once",
+        jobs.len()
+    );
 }

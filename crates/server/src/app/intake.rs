@@ -188,10 +188,13 @@ fn new_job(service: &Service, payload: &WorkflowJob, route: Route) -> NewJob {
     }
 }
 
-fn count_new_job(service: &Service, job: &Job) {
+fn count_new_job(service: &Service, job: &Job, payload: &WorkflowJob) {
     match &job.pool {
         Some(pool) => {
-            service.job_arrived(pool, job.enqueued_at);
+            let run = payload
+                .run_id
+                .map(|id| (id, payload.workflow.as_deref().unwrap_or_default()));
+            service.job_arrived(pool, job.enqueued_at, run);
             service
                 .metrics
                 .jobs_routed
@@ -238,7 +241,7 @@ async fn queued(
             &enqueued.job,
         ));
     }
-    count_new_job(service, &enqueued.job);
+    count_new_job(service, &enqueued.job, payload);
     Ok(Applied::for_job(outcome, &enqueued.job))
 }
 
@@ -291,7 +294,7 @@ async fn apply(
                 .await
                 .map_err(|e| AppError::store(service, "enqueue", e))?;
             if enqueued.created {
-                count_new_job(service, &enqueued.job);
+                count_new_job(service, &enqueued.job, payload);
             }
             enqueued.job
         }

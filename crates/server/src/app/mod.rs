@@ -30,6 +30,24 @@ use crate::config::worker_config::WorkerConfigDto;
 use crate::config::Config;
 use crate::telemetry::metrics::Metrics;
 
+/// A predictive pool's warm pool as the reconciler last sized it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Warm {
+    /// Idle runners kept: the forecast, within `min_idle` and `max_runners`.
+    pub target: u32,
+    pub forecast: runway_core::forecast::Expected,
+    pub at: Timestamp,
+}
+
+/// A job routed to a pool, as the predictive policy learns from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arrival {
+    pub pool: String,
+    pub at: Timestamp,
+    /// Its workflow run's id and workflow name, when known.
+    pub run: Option<(u64, String)>,
+}
+
 pub struct Service {
     /// The running configuration; `reload` swaps it whole
     /// (`Service::config` hands out the current one).
@@ -42,11 +60,14 @@ pub struct Service {
     /// Asks the reconciler for a round now (a job arrived, a runner ended);
     /// a request made while a round runs gives exactly one more round.
     pub reconcile_wanted: tokio::sync::Notify,
-    /// Jobs routed to a pool since the reconciler last looked: (pool, when),
-    /// what the predictive policy learns from. Bounded.
-    pub arrivals: std::sync::Mutex<Vec<(String, Timestamp)>>,
+    /// Jobs routed to a pool since the reconciler last looked, what the
+    /// predictive policy learns from. Bounded.
+    pub arrivals: std::sync::Mutex<Vec<Arrival>>,
     /// The reconciler's latest plan: its wait reasons answer "why is my job waiting?".
     pub last_plan: std::sync::Mutex<Option<runway_core::planner::Plan>>,
+    /// Per predictive pool, the warm pool the reconciler last sized and the
+    /// forecast it came from.
+    pub warm: std::sync::Mutex<std::collections::BTreeMap<String, Warm>>,
     /// The providers the reconciler backs off from after failures, as of
     /// its latest round (empty on a replica that does not lead).
     pub provider_backoffs: std::sync::Mutex<Vec<runway_core::planner::Backoff>>,
@@ -118,6 +139,7 @@ impl Service {
             arrivals: std::sync::Mutex::new(Vec::new()),
             events: crate::telemetry::events::EventLog::disabled(),
             last_plan: std::sync::Mutex::new(None),
+            warm: std::sync::Mutex::new(std::collections::BTreeMap::new()),
             provider_backoffs: std::sync::Mutex::new(Vec::new()),
             github: match crate::github::api::GithubClient::from_config(&config.github) {
                 Ok(client) => client.map(Arc::new),
@@ -260,14 +282,19 @@ impl Service {
         }
     }
 
-    /// A job was routed to `pool` at `at`: wake the reconciler, and remember
+    /// A job was routed to `pool` at `at` (of workflow run `run`, its id
+    /// and workflow name, when known): wake the reconciler, and remember
     /// the arrival for the predictive policy.
-    pub fn job_arrived(&self, pool: &str, at: Timestamp) {
+    pub fn job_arrived(&self, pool: &str, at: Timestamp, run: Option<(u64, &str)>) {
         if let Ok(mut arrivals) = self.arrivals.lock() {
             if arrivals.len() >= MAX_PENDING_ARRIVALS {
                 arrivals.remove(0); // Only if no reconciler drains them.
             }
-            arrivals.push((pool.to_owned(), at));
+            arrivals.push(Arrival {
+                pool: pool.to_owned(),
+                at,
+                run: run.map(|(id, workflow)| (id, workflow.to_owned())),
+            });
         }
         self.want_reconcile();
     }

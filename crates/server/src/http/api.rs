@@ -309,6 +309,27 @@ pub struct PoolDto {
     /// An operator paused it: no runner is started for it.
     #[serde(default)]
     pub paused: bool,
+    /// A predictive pool's warm pool, as the reconciler last sized it
+    /// (absent for other pools, and before the first round).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<WarmDto>,
+}
+
+/// How many idle runners a predictive pool keeps, and why.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
+pub struct WarmDto {
+    /// Idle runners kept: the forecast, within min_idle and max_runners.
+    pub target: u32,
+    /// Jobs expected within one boot time and a round: the recurring rate
+    /// at the pool's quantile, the scheduled batches and the later jobs of
+    /// workflow runs in progress.
+    pub expected: u32,
+    /// Of those, jobs of a recognised scheduled batch.
+    pub batch: u32,
+    /// Of those, later jobs of workflow runs in progress.
+    pub following: u32,
+    /// When it was sized.
+    pub at: String,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
@@ -342,6 +363,7 @@ async fn list_pools(
         .paused_pools()
         .await
         .map_err(|e| store_error(&service, "paused_pools", e))?;
+    let warm = service.warm.lock().map(|w| w.clone()).unwrap_or_default();
     let pools = service
         .config()
         .pools
@@ -370,6 +392,13 @@ async fn list_pools(
                 jobs,
                 runners: by_state,
                 paused: paused.iter().any(|p| p.pool == pool.name),
+                warm: warm.get(&pool.name).map(|w| WarmDto {
+                    target: w.target,
+                    expected: w.forecast.jobs,
+                    batch: w.forecast.batch,
+                    following: w.forecast.following,
+                    at: rfc3339(w.at),
+                }),
             }
         })
         .collect();

@@ -814,13 +814,26 @@ impl Inner {
     /// predictive policy the arrivals expected within one boot time and a
     /// round.
     fn warm(&self, pool: &PoolConfig, now: Timestamp) -> u32 {
-        let expected = self
+        let forecast = self
             .forecasts
             .lock()
             .ok()
-            .and_then(|forecasts| forecasts.get(&pool.name).map(|f| f.expected(now)))
-            .unwrap_or(0);
-        expected.max(pool.min_idle).min(pool.max_runners)
+            .and_then(|forecasts| forecasts.get(&pool.name).map(|f| f.explain(now)));
+        let Some(forecast) = forecast else {
+            return pool.min_idle.min(pool.max_runners);
+        };
+        let target = forecast.jobs.max(pool.min_idle).min(pool.max_runners);
+        if let Ok(mut warm) = self.service.warm.lock() {
+            warm.insert(
+                pool.name.clone(),
+                crate::app::Warm {
+                    target,
+                    forecast,
+                    at: now,
+                },
+            );
+        }
+        target
     }
 
     /// Feeds the arrivals since the last round to the forecasts.
@@ -829,13 +842,14 @@ impl Inner {
             Ok(mut pending) => std::mem::take(&mut *pending),
             Err(_) => return,
         };
-        arrivals.sort_by_key(|(_, at)| *at);
+        arrivals.sort_by_key(|arrival| arrival.at);
         let Ok(mut forecasts) = self.forecasts.lock() else {
             return;
         };
-        for (pool, at) in arrivals {
-            if let Some(forecast) = forecasts.get_mut(&pool) {
-                forecast.observe(at);
+        for arrival in arrivals {
+            if let Some(forecast) = forecasts.get_mut(&arrival.pool) {
+                let run = arrival.run.as_ref().map(|(id, w)| (*id, w.as_str()));
+                forecast.observe_job(arrival.at, run);
             }
         }
     }
