@@ -66,6 +66,11 @@ const BATCH_SLOT: i64 = 2;
 /// pool does not say.
 pub const DEFAULT_WAIT_VALUE: f64 = 1.75;
 
+/// How far back the forecast reads: four weeks, and an hour for the
+/// neighbourhood of the oldest lag. A store's arrivals within it are what a
+/// restarted forecast is seeded with.
+pub const HISTORY: Duration = Duration::from_secs((WEEKS * WEEK_MILLIS / 1000 + 3_600) as u64);
+
 /// The quantile at which a warm pool balances idling against waiting, when
 /// a minute of a job's wait is worth `wait_value` minutes of a runner.
 ///

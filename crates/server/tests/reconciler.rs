@@ -609,6 +609,41 @@ async fn predictive(dir: &tempfile::TempDir, mut pool: PoolConfig) -> (Arc<Servi
     (service, reconciler)
 }
 
+/// A job routed to `linux` at `at` (a GitHub job of workflow run `run`, if
+/// given) and taken at once by someone else: in the store, none queued.
+async fn arrived(service: &Service, at: Timestamp, run: Option<(u64, &str)>) {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (source, payload) = match run {
+        Some((run, workflow)) => (
+            JobSource::Github,
+            serde_json::json!({ "run_id": run, "workflow": workflow }).to_string(),
+        ),
+        None => (JobSource::Api, "{}".to_owned()),
+    };
+    let job = service
+        .store
+        .enqueue(
+            &NewJob {
+                source,
+                external_id: format!("arrived-{id}"),
+                route: Route::Pool("linux".into()),
+                labels: vec!["linux".into()],
+                payload,
+                max_attempts: 3,
+            },
+            at,
+        )
+        .await
+        .unwrap()
+        .job;
+    let cancel = runway_core::job::JobEvent::Cancel {
+        reason: "taken elsewhere".into(),
+    };
+    let done = job.apply(&cancel, at).unwrap();
+    assert!(service.store.replace_job(&job, &done).await.unwrap());
+}
+
 #[tokio::test]
 async fn a_predictive_pool_keeps_the_expected_arrivals_warm() {
     let dir = tempfile::tempdir().unwrap();
@@ -624,7 +659,7 @@ async fn a_predictive_pool_keeps_the_expected_arrivals_warm() {
     // and a 10 s round): the last hour's 110 s windows held 5 or 6 jobs,
     // so at the 0.9 quantile six are kept warm.
     for i in 0..30 {
-        service.job_arrived("linux", at(1_000 + i * 20), None);
+        arrived(&service, at(1_000 + i * 20), None).await;
     }
     let (report, plan) = reconciler.reconcile_once(at(1_600)).await.unwrap();
     assert_eq!(report.created, 6, "{plan:?}");
@@ -632,42 +667,77 @@ async fn a_predictive_pool_keeps_the_expected_arrivals_warm() {
 }
 
 /// A predictive pool learns a workflow's fan-out from the runs it saw
-/// (GitHub's `run_id` and `workflow_name`) and, when a new run's first job
+/// (GitHub's `run_id` and `workflow_name`, read from the store each round,
+/// whichever replica took the job in) and, when a new run's first job
 /// arrives, boots for the jobs that will follow it; `GET /api/v1/pools`'s
 /// `warm` says so.
 #[tokio::test]
 async fn a_predictive_pool_boots_for_the_jobs_a_workflow_run_will_bring() {
     let dir = tempfile::tempdir().unwrap();
-    let pool = linux_pool(0, 20);
-    let (service, reconciler) = predictive(&dir, pool).await;
+    let (service, reconciler) = predictive(&dir, linux_pool(0, 20)).await;
     let at = |s: i64| Timestamp::from_millis(s * 1_000);
+    reconciler.reconcile_once(at(0)).await.unwrap();
     // Five runs of `ci`, two hours apart: a plan job, then six jobs 90 s
-    // later (taken at once by someone else: none is queued now). Another
-    // workflow's runs bring nothing after their first jobs.
+    // later. Another workflow's runs bring nothing after their first jobs.
     for run in 0..5u64 {
         let start = run as i64 * 7_200;
-        service.job_arrived("linux", at(start), Some((run, "ci")));
+        arrived(&service, at(start), Some((run, "ci"))).await;
         for _ in 0..6 {
-            service.job_arrived("linux", at(start + 90), Some((run, "ci")));
+            arrived(&service, at(start + 90), Some((run, "ci"))).await;
         }
-        service.job_arrived("linux", at(start + 600), Some((100 + run, "lint")));
+        arrived(&service, at(start + 600), Some((100 + run, "lint"))).await;
     }
     let (report, _) = reconciler.reconcile_once(at(5 * 7_200 - 10)).await.unwrap();
     assert_eq!(report.created, 0, "nothing is coming");
     // A new run's plan job: its six followers are expected within the
     // 110 s horizon (the 100 s boot and a round).
-    service.job_arrived("linux", at(5 * 7_200), Some((7, "ci")));
+    arrived(&service, at(5 * 7_200), Some((7, "ci"))).await;
     let (report, plan) = reconciler.reconcile_once(at(5 * 7_200 + 1)).await.unwrap();
     assert_eq!(report.created, 6, "{plan:?}");
     let warm = service.warm.lock().unwrap()["linux"];
     assert_eq!((warm.target, warm.forecast.following), (6, 6));
     // Once they have arrived, nothing more is expected of the run.
     for _ in 0..6 {
-        service.job_arrived("linux", at(5 * 7_200 + 90), Some((7, "ci")));
+        arrived(&service, at(5 * 7_200 + 90), Some((7, "ci"))).await;
     }
     reconciler.reconcile_once(at(5 * 7_200 + 91)).await.unwrap();
     let warm = service.warm.lock().unwrap()["linux"];
     assert_eq!(warm.forecast.following, 0);
+}
+
+/// A restarted runway (or a new leader) does not start its forecast from
+/// nothing: the first round reads the predictive pools' jobs of the last
+/// four weeks from the store, with their workflow runs; jobs older than
+/// that are not read.
+#[tokio::test]
+async fn a_new_leader_seeds_its_forecast_from_the_jobs_in_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let (service, reconciler) = predictive(&dir, linux_pool(0, 20)).await;
+    let at = |s: i64| Timestamp::from_millis(s * 1_000);
+    let week = 7 * 86_400;
+    // Long ago, a workflow whose runs brought twenty jobs each.
+    for run in 0..5u64 {
+        let start = run as i64 * 7_200;
+        arrived(&service, at(start), Some((run, "ci"))).await;
+        for _ in 0..20 {
+            arrived(&service, at(start + 90), Some((run, "ci"))).await;
+        }
+    }
+    // Within the last four weeks, its runs bring six.
+    let recent = 5 * week;
+    for run in 10..15u64 {
+        let start = recent + run as i64 * 7_200;
+        arrived(&service, at(start), Some((run, "ci"))).await;
+        for _ in 0..6 {
+            arrived(&service, at(start + 90), Some((run, "ci"))).await;
+        }
+    }
+    let start = recent + 15 * 7_200;
+    arrived(&service, at(start), Some((15, "ci"))).await;
+    let (report, plan) = reconciler.reconcile_once(at(start + 1)).await.unwrap();
+    let warm = service.warm.lock().unwrap()["linux"];
+    assert_eq!(warm.forecast.following, 6, "{warm:?}");
+    assert_eq!(report.created, 6, "{plan:?}");
 }
 
 /// One instance per create whose reported state the test sets; records the

@@ -154,6 +154,10 @@ pub struct JobFilter {
     pub newest_first: bool,
     /// Only jobs with an id below this one: the cursor of a newest-first listing.
     pub before: Option<JobId>,
+    /// Only jobs with an id above this one: what is new since a listing
+    /// (ids follow insertion; on PostgreSQL a transaction that commits
+    /// late can land below an id already read).
+    pub after: Option<JobId>,
 }
 
 /// One webhook delivery, recorded for deduplication and analysis.

@@ -515,6 +515,7 @@ where
         sql.and_if(state.is_some(), "state =")
             .and_if(filter.pool.is_some(), "pool =")
             .and_if(filter.before.is_some(), "id <")
+            .and_if(filter.after.is_some(), "id >")
             .then(if filter.newest_first {
                 " ORDER BY id DESC"
             } else {
@@ -530,6 +531,9 @@ where
         }
         if let Some(before) = filter.before {
             query = query.bind(before.0);
+        }
+        if let Some(after) = filter.after {
+            query = query.bind(after.0);
         }
         if let Some(limit) = filter.limit {
             query = query.bind(i64::from(limit));

@@ -1474,6 +1474,25 @@ mod cases {
             .await
             .unwrap();
         assert_eq!(first_two.len(), 2);
+        // A window of ids, newest first: what came after one listing.
+        let all = store
+            .list_jobs(&JobFilter {
+                newest_first: true,
+                ..JobFilter::default()
+            })
+            .await
+            .unwrap();
+        let between = store
+            .list_jobs(&JobFilter {
+                newest_first: true,
+                after: Some(all[3].id),
+                before: Some(all[0].id),
+                ..JobFilter::default()
+            })
+            .await
+            .unwrap();
+        let names: Vec<&str> = between.iter().map(|j| j.external_id.as_str()).collect();
+        assert_eq!(names, ["j2", "j1"]);
     }
 
     /// `replace_job_and_runner` writes both rows only if both versions

@@ -102,3 +102,27 @@ async fn queue_times_read_the_window_through_the_started_at_index() {
         "no sort of the whole set: {details:?}"
     );
 }
+
+/// The predictive forecasts read each round the jobs new since the last
+/// (`JobFilter::after`, newest first): a range of the id key, whatever
+/// the history below it, with or without a pool.
+#[tokio::test]
+async fn jobs_new_since_a_listing_are_a_range_of_the_id_key() {
+    let filters = ["", " AND pool = 'p'"];
+    let queries: Vec<String> = filters
+        .iter()
+        .map(|f| format!("SELECT id FROM jobs WHERE 1 = 1{f} AND id > 5 ORDER BY id DESC LIMIT 10"))
+        .collect();
+    for (pool_filter, details) in filters.iter().zip(plans(&queries).await) {
+        assert!(
+            details
+                .iter()
+                .any(|d| d.starts_with("SEARCH jobs USING INTEGER PRIMARY KEY")),
+            "{pool_filter:?}: {details:?}"
+        );
+        assert!(
+            !details.iter().any(|d| d.contains("TEMP B-TREE")),
+            "{pool_filter:?}: no sort: {details:?}"
+        );
+    }
+}

@@ -177,7 +177,7 @@ pub async fn retry_job(service: &Service, actor: &str, id: JobId) -> Result<Job,
         .await
         .map_err(|e| AppError::store(service, "enqueue", e))?;
     service.wake_runners();
-    service.job_arrived(&pool, enqueued.job.enqueued_at, None);
+    service.job_arrived();
     audit(
         service,
         actor,

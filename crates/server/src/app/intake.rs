@@ -188,13 +188,10 @@ fn new_job(service: &Service, payload: &WorkflowJob, route: Route) -> NewJob {
     }
 }
 
-fn count_new_job(service: &Service, job: &Job, payload: &WorkflowJob) {
+fn count_new_job(service: &Service, job: &Job) {
     match &job.pool {
         Some(pool) => {
-            let run = payload
-                .run_id
-                .map(|id| (id, payload.workflow.as_deref().unwrap_or_default()));
-            service.job_arrived(pool, job.enqueued_at, run);
+            service.job_arrived();
             service
                 .metrics
                 .jobs_routed
@@ -241,7 +238,7 @@ async fn queued(
             &enqueued.job,
         ));
     }
-    count_new_job(service, &enqueued.job, payload);
+    count_new_job(service, &enqueued.job);
     Ok(Applied::for_job(outcome, &enqueued.job))
 }
 
@@ -294,7 +291,7 @@ async fn apply(
                 .await
                 .map_err(|e| AppError::store(service, "enqueue", e))?;
             if enqueued.created {
-                count_new_job(service, &enqueued.job, payload);
+                count_new_job(service, &enqueued.job);
             }
             enqueued.job
         }

@@ -106,7 +106,7 @@ pub async fn submit(service: &Service, request: Submission) -> Result<Submitted,
             .get_or_create(&PoolLabel { pool: pool.clone() })
             .inc();
         service.wake_runners();
-        service.job_arrived(&pool, enqueued.job.enqueued_at, None);
+        service.job_arrived();
     }
     Ok(Submitted {
         job: enqueued.job,

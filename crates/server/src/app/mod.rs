@@ -39,15 +39,6 @@ pub struct Warm {
     pub at: Timestamp,
 }
 
-/// A job routed to a pool, as the predictive policy learns from it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Arrival {
-    pub pool: String,
-    pub at: Timestamp,
-    /// Its workflow run's id and workflow name, when known.
-    pub run: Option<(u64, String)>,
-}
-
 pub struct Service {
     /// The running configuration; `reload` swaps it whole
     /// (`Service::config` hands out the current one).
@@ -60,9 +51,6 @@ pub struct Service {
     /// Asks the reconciler for a round now (a job arrived, a runner ended);
     /// a request made while a round runs gives exactly one more round.
     pub reconcile_wanted: tokio::sync::Notify,
-    /// Jobs routed to a pool since the reconciler last looked, what the
-    /// predictive policy learns from. Bounded.
-    pub arrivals: std::sync::Mutex<Vec<Arrival>>,
     /// The reconciler's latest plan: its wait reasons answer "why is my job waiting?".
     pub last_plan: std::sync::Mutex<Option<runway_core::planner::Plan>>,
     /// Per predictive pool, the warm pool the reconciler last sized and the
@@ -108,9 +96,6 @@ pub struct Service {
     pub reload_source: std::sync::OnceLock<crate::app::reload::ReloadSource>,
 }
 
-/// Arrivals kept for a reconciler that has not drained them.
-const MAX_PENDING_ARRIVALS: usize = 100_000;
-
 impl Service {
     /// Opens the configured store (applying migrations) and builds the root.
     pub async fn open(config: Config) -> Result<Service, StoreError> {
@@ -136,7 +121,6 @@ impl Service {
             evaluations: EvaluationCache::default(),
             job_available: tokio::sync::Notify::new(),
             reconcile_wanted: tokio::sync::Notify::new(),
-            arrivals: std::sync::Mutex::new(Vec::new()),
             events: crate::telemetry::events::EventLog::disabled(),
             last_plan: std::sync::Mutex::new(None),
             warm: std::sync::Mutex::new(std::collections::BTreeMap::new()),
@@ -282,20 +266,9 @@ impl Service {
         }
     }
 
-    /// A job was routed to `pool` at `at` (of workflow run `run`, its id
-    /// and workflow name, when known): wake the reconciler, and remember
-    /// the arrival for the predictive policy.
-    pub fn job_arrived(&self, pool: &str, at: Timestamp, run: Option<(u64, &str)>) {
-        if let Ok(mut arrivals) = self.arrivals.lock() {
-            if arrivals.len() >= MAX_PENDING_ARRIVALS {
-                arrivals.remove(0); // Only if no reconciler drains them.
-            }
-            arrivals.push(Arrival {
-                pool: pool.to_owned(),
-                at,
-                run: run.map(|(id, workflow)| (id, workflow.to_owned())),
-            });
-        }
+    /// A job was routed to a pool: wake the reconciler. (The predictive
+    /// policy learns arrivals from the store, where every replica's land.)
+    pub fn job_arrived(&self) {
         self.want_reconcile();
     }
 

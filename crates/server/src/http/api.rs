@@ -192,6 +192,7 @@ async fn list_jobs(
         limit: Some(limit + 1),
         newest_first: true,
         before,
+        after: None,
     };
     let mut jobs = service
         .store

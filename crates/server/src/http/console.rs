@@ -636,6 +636,7 @@ async fn jobs(
             limit: Some(PAGE + 1),
             newest_first: true,
             before,
+            after: None,
         };
         let Ok(mut page_jobs) = service.store.list_jobs(&filter).await else {
             return unavailable();

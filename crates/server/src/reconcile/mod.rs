@@ -113,8 +113,11 @@ struct Inner {
     /// Reliability learnt from each provider's create outcomes; an offer
     /// counts with the lower of this and what the provider declares.
     reliability: Mutex<BTreeMap<String, f64>>,
-    /// The predictive pools' arrival forecasts, learnt since start-up.
+    /// The predictive pools' arrival forecasts: fed the store's last four
+    /// weeks at the first round, then each round the jobs new since.
     forecasts: Mutex<BTreeMap<String, ArrivalForecast>>,
+    /// The newest job the forecasts have been fed (`None`: not seeded).
+    learnt: Mutex<Option<JobId>>,
     /// GitHub pools whose JIT requests failed: (consecutive failures, no
     /// new runner before). A refusing GitHub is asked again after a backoff,
     /// not every round.
@@ -186,6 +189,7 @@ impl Reconciler {
                 health: Mutex::new(BTreeMap::new()),
                 reliability: Mutex::new(BTreeMap::new()),
                 forecasts: Mutex::new(forecasts),
+                learnt: Mutex::new(None),
                 jit_backoff: Mutex::new(BTreeMap::new()),
             }),
         }
@@ -230,7 +234,7 @@ impl Inner {
         let started = Instant::now();
         let mut report = Report::default();
         self.observe(now, &mut report).await?;
-        self.learn_arrivals();
+        self.learn_arrivals(now).await?;
         let snapshot = self.snapshot(now).await?;
         let plan = plan(&snapshot, now);
         let tasks = plan
@@ -836,22 +840,83 @@ impl Inner {
         target
     }
 
-    /// Feeds the arrivals since the last round to the forecasts.
-    fn learn_arrivals(&self) {
-        let mut arrivals = match self.service.arrivals.lock() {
-            Ok(mut pending) => std::mem::take(&mut *pending),
-            Err(_) => return,
+    /// Feeds the predictive forecasts the jobs routed to their pools since
+    /// the last round, read from the store (so a leader learns every
+    /// replica's arrivals, not only its own intake's), with GitHub's
+    /// workflow runs. At the first round — a start, a new leader — the
+    /// store's last four weeks, so a restart does not forget what a pool's
+    /// weeks look like. Newest first through the id index, a page at a
+    /// time, down to the last job fed: a round reads only what is new. A
+    /// PostgreSQL transaction that commits after a later id was read is
+    /// missed: one arrival short in a statistical forecast.
+    async fn learn_arrivals(&self, now: Timestamp) -> Result<(), StoreError> {
+        const PAGE: u32 = 1_000;
+        let pools: Vec<String> = match self.forecasts.lock() {
+            Ok(forecasts) => forecasts.keys().cloned().collect(),
+            Err(_) => return Ok(()),
         };
-        arrivals.sort_by_key(|arrival| arrival.at);
-        let Ok(mut forecasts) = self.forecasts.lock() else {
-            return;
-        };
-        for arrival in arrivals {
-            if let Some(forecast) = forecasts.get_mut(&arrival.pool) {
-                let run = arrival.run.as_ref().map(|(id, w)| (*id, w.as_str()));
-                forecast.observe_job(arrival.at, run);
+        if pools.is_empty() {
+            return Ok(());
+        }
+        let after = self.learnt.lock().ok().and_then(|learnt| *learnt);
+        let since = now.minus(runway_core::forecast::HISTORY);
+        let mut seen = Vec::new();
+        let mut newest = after;
+        let mut before = None;
+        'pages: loop {
+            let page = self
+                .store()
+                .list_jobs(&runway_store::JobFilter {
+                    pool: (pools.len() == 1).then(|| pools[0].clone()),
+                    before,
+                    after,
+                    newest_first: true,
+                    limit: Some(PAGE),
+                    ..runway_store::JobFilter::default()
+                })
+                .await?;
+            let Some(last) = page.last() else { break };
+            before = Some(last.id);
+            newest = newest.max(page.first().map(|job| job.id));
+            for job in &page {
+                // Ids follow first sight: the rest is older.
+                if job.created_at < since {
+                    break 'pages;
+                }
+                let Some(pool) = job.pool.as_ref().filter(|p| pools.contains(p)) else {
+                    continue;
+                };
+                let run = (job.source == runway_core::JobSource::Github)
+                    .then(|| serde_json::from_str::<serde_json::Value>(&job.payload).ok())
+                    .flatten()
+                    .and_then(|facts| {
+                        let id = facts["run_id"].as_u64()?;
+                        Some((
+                            id,
+                            facts["workflow"].as_str().unwrap_or_default().to_owned(),
+                        ))
+                    });
+                seen.push((job.created_at, pool.clone(), run));
+            }
+            if page.len() < PAGE as usize {
+                break;
             }
         }
+        seen.sort_by_key(|(at, _, _)| *at);
+        if let Ok(mut forecasts) = self.forecasts.lock() {
+            for (at, pool, run) in &seen {
+                if let Some(forecast) = forecasts.get_mut(pool) {
+                    forecast.observe_job(*at, run.as_ref().map(|(id, w)| (*id, w.as_str())));
+                }
+            }
+        }
+        if after.is_none() {
+            tracing::info!(pools = ?pools, jobs = seen.len(), "predictive forecasts seeded from the store");
+        }
+        if let Ok(mut learnt) = self.learnt.lock() {
+            *learnt = Some(newest.unwrap_or(JobId(0)));
+        }
+        Ok(())
     }
 
     async fn snapshot(&self, now: Timestamp) -> Result<Snapshot, StoreError> {
