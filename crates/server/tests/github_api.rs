@@ -149,7 +149,7 @@ async fn failed_deliveries_are_listed_page_by_page_and_redelivered() {
     let mut cursor = None;
     loop {
         let page = client
-            .list_failed_deliveries(&metrics, &hook, cursor.as_deref())
+            .list_deliveries(&metrics, &hook, cursor.as_deref())
             .await
             .unwrap();
         seen.extend(page.deliveries.iter().map(|d| d.guid.clone()));
@@ -217,7 +217,7 @@ async fn an_app_mints_installation_tokens_and_signs_its_own_requests() {
     }
     // The App's own hook is called with the App's JWT, not the installation token.
     client
-        .list_failed_deliveries(&metrics, &Hook::App, None)
+        .list_deliveries(&metrics, &Hook::App, None)
         .await
         .unwrap();
     assert_eq!(

@@ -301,7 +301,7 @@ async fn each_demand_gets_a_jit_runner_and_a_scale_down_racing_a_job_start_keeps
 async fn a_dropped_queued_webhook_is_redelivered_once() {
     let h = Harness::start(4_000, |_| {}).await;
     h.fake.queue_job(201, &labels());
-    assert_eq!(h.fake.deliver(201, "queued", true).await, 504, "dropped");
+    assert_eq!(h.fake.deliver(201, "queued", true).await, 0, "dropped");
     // Delivered fine: nothing to heal.
     h.fake.queue_job(202, &labels());
     assert_eq!(h.fake.deliver(202, "queued", false).await, 202);
@@ -309,7 +309,7 @@ async fn a_dropped_queued_webhook_is_redelivered_once() {
     // has it, so no redelivery is needed.
     h.fake.queue_job(203, &labels());
     h.fake.deliver(203, "queued", false).await;
-    h.fake.lock().deliveries.last_mut().unwrap().status_code = 504;
+    h.fake.lock().deliveries.last_mut().unwrap().status_code = 0;
     assert!(h.job(201).await.is_none());
 
     let now = runway_server::clock::now();
@@ -473,32 +473,42 @@ async fn a_refusing_github_is_asked_again_after_a_backoff_not_every_round() {
     assert_eq!(h.fake.calls_starting(jit), 2);
 }
 
-#[tokio::test]
-async fn a_redelivery_is_asked_for_once_even_after_a_restart() {
-    let h = Harness::start(4_000, |_| {}).await;
-    h.fake.queue_job(701, &labels());
-    h.fake.deliver(701, "queued", true).await;
-    // runway is unreachable for the redelivery too.
-    let url = h.fake.lock().webhook_url.take();
-    let now = runway_server::clock::now();
-    let report = h.healer.redeliver_once(&hook(), now).await.unwrap();
-    assert_eq!(report.redelivered, 1);
-    let redelivery_failed = || {
+/// Waits (polling, with a deadline) until GitHub has made `n` failed
+/// redelivery attempts.
+async fn wait_for_failed_redeliveries(h: &Harness, n: usize) {
+    let failed = || {
         h.fake
             .lock()
             .deliveries
             .iter()
-            .any(|d| d.redelivery && d.status_code == 504)
+            .filter(|d| d.redelivery && d.status_code == 0)
+            .count()
     };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !redelivery_failed() {
+    while failed() < n {
         assert!(Instant::now() < deadline, "the redelivery never happened");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    h.fake.lock().webhook_url = url;
+}
 
-    // A restarted runway (a new healer) that looks back over the same
-    // deliveries does not ask again: the request is remembered in the store.
+/// A redelivery that fails too (runway still down) is asked for again at
+/// the next pass — once per failed attempt, also across a restart and
+/// while GitHub has not made the redelivery yet — until one gets through.
+#[tokio::test]
+async fn a_failed_redelivery_is_asked_again_until_one_gets_through() {
+    let h = Harness::start(4_000, |_| {}).await;
+    h.fake.queue_job(701, &labels());
+    h.fake.deliver(701, "queued", true).await;
+    // runway is unreachable for the redeliveries too.
+    let url = h.fake.lock().webhook_url.take();
+    h.fake.lock().hold_redeliveries = true;
+    let now = runway_server::clock::now();
+    let report = h.healer.redeliver_once(&hook(), now).await.unwrap();
+    assert_eq!(report.redelivered, 1);
+    // Not made yet: a second pass, and a restarted runway (a new healer)
+    // looking back over the same deliveries, ask nothing more.
+    let report = h.healer.redeliver_once(&hook(), now).await.unwrap();
+    assert_eq!(report.redelivered, 0, "{report:?}");
     h.service
         .store
         .put_setting("github.deliveries.orgs/octo-org/hooks/9.checked_until", "0")
@@ -508,11 +518,95 @@ async fn a_redelivery_is_asked_for_once_even_after_a_restart() {
     let restarted = Healer::new(h.service.clone(), client);
     let report = restarted.redeliver_once(&hook(), now).await.unwrap();
     assert_eq!(report.redelivered, 0, "{report:?}");
+    // The redelivery fails too: asked again, once.
+    h.fake.release_redeliveries().await;
+    wait_for_failed_redeliveries(&h, 1).await;
+    let report = restarted.redeliver_once(&hook(), now).await.unwrap();
+    assert_eq!(report.redelivered, 1, "{report:?}");
+    let report = h.healer.redeliver_once(&hook(), now).await.unwrap();
+    assert_eq!(report.redelivered, 0, "asked already: {report:?}");
+
+    // runway is back: that redelivery gets through, and nothing more is
+    // asked.
+    h.fake.lock().webhook_url = url;
+    h.fake.release_redeliveries().await;
+    assert_eq!(h.wait_for_job(701).await.state, JobState::Queued);
+    let report = restarted.redeliver_once(&hook(), now).await.unwrap();
+    assert_eq!(report.redelivered, 0, "{report:?}");
     assert_eq!(
         h.fake
             .calls_starting("POST /orgs/octo-org/hooks/9/deliveries/"),
-        1
+        2
     );
+}
+
+/// An event runway never takes is not asked for forever.
+#[tokio::test]
+async fn a_delivery_that_keeps_failing_is_given_up_after_its_asks() {
+    let h = Harness::start(4_000, |_| {}).await;
+    h.fake.queue_job(702, &labels());
+    h.fake.deliver(702, "queued", true).await;
+    h.fake.lock().webhook_url = None;
+    let now = runway_server::clock::now();
+    for n in 1..=runway_server::reconcile::heal::MAX_ASKS as usize {
+        let report = h.healer.redeliver_once(&hook(), now).await.unwrap();
+        assert_eq!(report.redelivered, 1, "ask {n}: {report:?}");
+        wait_for_failed_redeliveries(&h, n).await;
+    }
+    let report = h.healer.redeliver_once(&hook(), now).await.unwrap();
+    assert_eq!(report.redelivered, 0, "{report:?}");
+}
+
+/// A delivery runway never answered (down: GitHub records no status code)
+/// is not among what `status=failure` lists (400–599), yet it is the one
+/// to redeliver; one answered with a 502 by a proxy too.
+#[tokio::test]
+async fn unanswered_and_refused_deliveries_are_both_redelivered() {
+    let h = Harness::start(4_000, |_| {}).await;
+    h.fake.queue_job(801, &labels());
+    assert_eq!(h.fake.deliver(801, "queued", true).await, 0);
+    // A proxy in front of runway answered 502; runway never saw it.
+    h.fake.queue_job(802, &labels());
+    h.fake.deliver(802, "queued", true).await;
+    h.fake.lock().deliveries.last_mut().unwrap().status_code = 502;
+    let report = h
+        .healer
+        .redeliver_once(&hook(), runway_server::clock::now())
+        .await
+        .unwrap();
+    assert_eq!((report.failed, report.redelivered), (2, 2), "{report:?}");
+    h.wait_for_job(801).await;
+    h.wait_for_job(802).await;
+}
+
+/// A lost delivery behind more newer failed deliveries (of other events)
+/// than one pass reads is reached by the next passes, which go on down
+/// from where the last stopped.
+#[tokio::test]
+async fn a_lost_delivery_behind_many_newer_failures_is_reached() {
+    let h = Harness::start(4_000, |_| {}).await;
+    h.fake.queue_job(901, &labels());
+    h.fake.deliver(901, "queued", true).await;
+    // The fake lists two per page; a pass reads ten pages: 45 newer
+    // failures of another event are more than two passes.
+    h.fake.record_deliveries("push", 45, 400);
+    let now = runway_server::clock::now();
+    let mut asked = 0;
+    for _ in 0..3 {
+        asked += h
+            .healer
+            .redeliver_once(&hook(), now)
+            .await
+            .unwrap()
+            .redelivered;
+    }
+    assert_eq!(asked, 1);
+    h.wait_for_job(901).await;
+    // Later passes (the last minute read again) ask nothing more.
+    for _ in 0..3 {
+        let report = h.healer.redeliver_once(&hook(), now).await.unwrap();
+        assert_eq!(report.redelivered, 0, "{report:?}");
+    }
 }
 
 #[tokio::test]

@@ -86,9 +86,30 @@ pub struct Delivery {
     pub guid: String,
     pub delivered_at: String,
     pub redelivery: bool,
+    /// `OK`, or what went wrong ("Invalid HTTP Response: 503", a timeout).
+    #[serde(default)]
+    pub status: String,
+    /// The HTTP status runway answered with; 0 or absent when it did not
+    /// answer at all.
+    #[serde(default)]
     pub status_code: u16,
     pub event: String,
     pub action: Option<String>,
+}
+
+impl Delivery {
+    /// Whether this attempt failed: GitHub's documented rule is a `status`
+    /// other than `OK` (which also covers an attempt runway never
+    /// answered, whose `status_code` is outside the 400–599 range the
+    /// `status=failure` filter selects); without a `status`, an answer
+    /// outside 2xx–3xx.
+    pub fn failed(&self) -> bool {
+        if self.status.is_empty() {
+            !(200..400).contains(&self.status_code)
+        } else {
+            !self.status.eq_ignore_ascii_case("OK")
+        }
+    }
 }
 
 /// One page of deliveries, newest first, and the cursor of the next.
@@ -563,15 +584,17 @@ impl GithubClient {
         }
     }
 
-    /// One page (up to 100, newest first) of the hook's failed deliveries,
-    /// from `cursor` on.
-    pub async fn list_failed_deliveries(
+    /// One page (up to 100, newest first) of the hook's deliveries, from
+    /// `cursor` on. Unfiltered: `status=failure` selects answers in the
+    /// 400–599 range only, which leaves out a delivery runway never
+    /// answered (down, timed out) — the one that most needs redelivering.
+    pub async fn list_deliveries(
         &self,
         metrics: &Metrics,
         hook: &Hook,
         cursor: Option<&str>,
     ) -> Result<DeliveryPage, GithubError> {
-        let mut path = format!("{}?per_page=100&status=failure", hook.deliveries_path());
+        let mut path = format!("{}?per_page=100", hook.deliveries_path());
         if let Some(cursor) = cursor {
             path.push_str("&cursor=");
             path.push_str(cursor);

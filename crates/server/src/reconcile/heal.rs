@@ -5,9 +5,17 @@
 //!   recheck_after` is looked up (`GET …/actions/jobs/{id}`); if it started,
 //!   finished or was cancelled, the store is corrected exactly as the lost
 //!   webhook would have done, and the job stops creating demand;
-//! - **redelivery**: every `[github] redeliver_interval` the hook's failed
-//!   `workflow_job` deliveries since the last look are listed and each is
-//!   redelivered once, unless runway has that delivery after all.
+//! - **redelivery**: every `[github] redeliver_interval` the hook's
+//!   deliveries since the last look are listed (all of them: GitHub's
+//!   `status=failure` filter leaves out the attempts runway never
+//!   answered), and each `workflow_job` event whose newest attempt failed
+//!   is redelivered, unless runway has that delivery after all. A pass
+//!   reads at most [`MAX_DELIVERY_PAGES`] pages and the next pass goes on
+//!   from where it stopped, so a lost delivery behind any number of newer
+//!   ones is reached. A redelivery that fails too is asked again (once per
+//!   failed attempt, at most [`MAX_ASKS`] times per event, never for an
+//!   attempt older than GitHub keeps), so one more outage does not lose
+//!   the job.
 //!
 //! Both spend the request budget at the lowest priorities, so JIT configs
 //! and deregistrations always come first.
@@ -35,6 +43,11 @@ const OVERLAP: Duration = Duration::from_secs(60);
 /// How long a redelivery request is remembered: longer than GitHub keeps
 /// deliveries (three days).
 const REMEMBER: Duration = Duration::from_secs(7 * 24 * 3600);
+/// GitHub keeps deliveries this long: an older attempt is not redelivered.
+const MAX_AGE: Duration = Duration::from_secs(3 * 24 * 3600);
+/// Redeliveries asked for one event at most: an event runway keeps
+/// refusing (a wrong secret, say) is not asked for forever.
+pub const MAX_ASKS: u32 = 5;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RecheckReport {
@@ -190,32 +203,50 @@ impl Healer {
         format!("github.deliveries.{hook}.checked_until")
     }
 
-    /// One pass over `hook`'s failed deliveries since the last pass.
+    fn walk_key(hook: &Hook) -> String {
+        format!("github.deliveries.{hook}.walk")
+    }
+
+    /// One pass over `hook`'s deliveries: from the newest down to the last
+    /// pass's newest, or, when the last pass stopped at the page cap, on
+    /// down from where it stopped.
     pub async fn redeliver_once(
         &self,
         hook: &Hook,
         now: Timestamp,
     ) -> Result<RedeliverReport, StoreError> {
         let store = &self.store();
-        let key = Healer::cursor_key(hook);
-        let checked_until = store
-            .get_setting(&key)
+        let walk_key = Healer::walk_key(hook);
+        let walk = store
+            .get_setting(&walk_key)
             .await?
-            .and_then(|text| text.parse::<i64>().ok())
-            .map(Timestamp::from_millis);
-        let since = match checked_until {
-            Some(until) => until.minus(OVERLAP),
-            None => now.minus(FIRST_LOOK_BACK),
+            .and_then(|text| serde_json::from_str::<Walk>(&text).ok());
+        let mut walk = match walk {
+            Some(walk) => walk,
+            None => {
+                let checked_until = store
+                    .get_setting(&Healer::cursor_key(hook))
+                    .await?
+                    .and_then(|text| text.parse::<i64>().ok());
+                let since = match checked_until {
+                    Some(until) => until - OVERLAP.as_millis() as i64,
+                    None => now.minus(FIRST_LOOK_BACK).as_millis(),
+                };
+                Walk {
+                    since,
+                    newest: checked_until.unwrap_or(since),
+                    cursor: None,
+                }
+            }
         };
-        let mut newest = checked_until.unwrap_or(since);
-        let mut candidates: Vec<Delivery> = Vec::new();
+        // Newest first: the first attempt seen of an event is its newest.
+        let mut newest_attempts: Vec<Delivery> = Vec::new();
         let mut guids = BTreeSet::new();
-        let mut cursor: Option<String> = None;
         let mut complete = false;
         for _ in 0..MAX_DELIVERY_PAGES {
             let page = match self
                 .client
-                .list_failed_deliveries(&self.service.metrics, hook, cursor.as_deref())
+                .list_deliveries(&self.service.metrics, hook, walk.cursor.as_deref())
                 .await
             {
                 Ok(page) => page,
@@ -229,21 +260,17 @@ impl Healer {
                 let Some(at) = parse_time(&delivery.delivered_at) else {
                     continue;
                 };
-                if at <= since {
+                if at.as_millis() <= walk.since {
                     reached_old = true;
-                    break; // Newest first: the rest were seen before.
+                    break; // The rest were seen by an earlier walk.
                 }
-                newest = newest.max(at);
-                let failed = !(200..400).contains(&delivery.status_code);
-                if delivery.event != "workflow_job" || delivery.redelivery || !failed {
-                    continue;
-                }
-                if guids.insert(delivery.guid.clone()) {
-                    candidates.push(delivery);
+                walk.newest = walk.newest.max(at.as_millis());
+                if delivery.event == "workflow_job" && guids.insert(delivery.guid.clone()) {
+                    newest_attempts.push(delivery);
                 }
             }
             match page.next_cursor {
-                Some(next) if !reached_old => cursor = Some(next),
+                Some(next) if !reached_old => walk.cursor = Some(next),
                 _ => {
                     complete = true;
                     break;
@@ -251,46 +278,117 @@ impl Healer {
             }
         }
         let mut report = RedeliverReport::default();
-        let mut all_done = complete;
+        let mut all_done = true;
         // Oldest first: a job's `queued` before its `completed`.
-        for delivery in candidates.iter().rev() {
-            if store.delivery_seen(&delivery.guid).await? {
-                continue; // It reached runway after all.
-            }
-            // Once each, across restarts and replicas sharing the store.
-            let once = format!("github.redeliver.{hook}.{}", delivery.id);
-            let forget_before = now.minus(REMEMBER);
-            if !store.claim_once(&once, now, forget_before).await? {
+        for delivery in newest_attempts.iter().rev() {
+            if !delivery.failed() {
                 continue;
             }
+            let too_old =
+                parse_time(&delivery.delivered_at).is_none_or(|at| at < now.minus(MAX_AGE));
+            if too_old || store.delivery_seen(&delivery.guid).await? {
+                continue; // Gone from GitHub, or it reached runway after all.
+            }
             report.failed += 1;
-            match self
-                .client
-                .redeliver(&self.service.metrics, hook, delivery.id)
-                .await
-            {
-                Ok(()) => {
-                    self.service.metrics.github_redeliveries.inc();
-                    report.redelivered += 1;
-                    tracing::info!(%hook, delivery = delivery.id, guid = %delivery.guid, action = ?delivery.action, "asked GitHub to redeliver a failed webhook");
-                }
-                Err(error) => {
+            match self.ask(hook, delivery, now).await? {
+                Asked::Now => report.redelivered += 1,
+                Asked::Before | Asked::Enough => {}
+                Asked::Failed { budget } => {
                     all_done = false;
-                    store.forget_once(&once).await?; // Not done: ask again next time.
-                    tracing::warn!(%hook, delivery = delivery.id, %error, "cannot redeliver; next interval");
-                    if matches!(error, GithubError::Budget { .. }) {
+                    if budget {
                         break;
                     }
                 }
             }
         }
-        if all_done {
+        if !all_done {
+            // Read this stretch again next time; what was asked is not
+            // asked again.
+            return Ok(report);
+        }
+        if complete {
             store
-                .put_setting(&key, &newest.as_millis().to_string())
+                .put_setting(&Healer::cursor_key(hook), &walk.newest.to_string())
                 .await?;
+            store.put_setting(&walk_key, "").await?; // No walk under way.
+        } else {
+            let text = serde_json::to_string(&walk).unwrap_or_default();
+            store.put_setting(&walk_key, &text).await?;
         }
         Ok(report)
     }
+
+    /// Asks GitHub to redeliver the event of `attempt`, its newest failed
+    /// attempt: once per failed attempt, across restarts and replicas
+    /// sharing the store, and at most [`MAX_ASKS`] times per event.
+    async fn ask(
+        &self,
+        hook: &Hook,
+        attempt: &Delivery,
+        now: Timestamp,
+    ) -> Result<Asked, StoreError> {
+        let store = &self.store();
+        let forget_before = now.minus(REMEMBER);
+        let once = format!("github.redeliver.{hook}.{}", attempt.id);
+        if !store.claim_once(&once, now, forget_before).await? {
+            return Ok(Asked::Before);
+        }
+        let mut slot = None;
+        for n in 0..MAX_ASKS {
+            let key = format!("github.redeliver.{hook}.{}.{n}", attempt.guid);
+            if store.claim_once(&key, now, forget_before).await? {
+                slot = Some(key);
+                break;
+            }
+        }
+        let Some(slot) = slot else {
+            tracing::warn!(%hook, guid = %attempt.guid, asks = MAX_ASKS, "webhook delivery still failing after its redeliveries; given up (the re-check still corrects its job)");
+            return Ok(Asked::Enough);
+        };
+        match self
+            .client
+            .redeliver(&self.service.metrics, hook, attempt.id)
+            .await
+        {
+            Ok(()) => {
+                self.service.metrics.github_redeliveries.inc();
+                tracing::info!(%hook, delivery = attempt.id, guid = %attempt.guid, action = ?attempt.action, "asked GitHub to redeliver a failed webhook");
+                Ok(Asked::Now)
+            }
+            Err(error) => {
+                // Not done: ask again next time.
+                store.forget_once(&slot).await?;
+                store.forget_once(&once).await?;
+                tracing::warn!(%hook, delivery = attempt.id, %error, "cannot redeliver; next interval");
+                Ok(Asked::Failed {
+                    budget: matches!(error, GithubError::Budget { .. }),
+                })
+            }
+        }
+    }
+}
+
+/// Where a walk down the delivery list stands: deliveries newer than
+/// `since` are its window; `cursor` is the next page to read (`None`: the
+/// newest); `newest` the newest delivery time seen.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Walk {
+    since: i64,
+    newest: i64,
+    cursor: Option<String>,
+}
+
+enum Asked {
+    Now,
+    /// This attempt was asked for already.
+    Before,
+    /// The event was asked for [`MAX_ASKS`] times.
+    Enough,
+    /// GitHub refused or could not be asked (`budget`: the request budget
+    /// said wait).
+    Failed {
+        budget: bool,
+    },
 }
 
 /// How often queued jobs are looked at: often enough that a job is

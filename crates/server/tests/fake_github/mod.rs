@@ -166,9 +166,22 @@ pub struct FakeDelivery {
     pub guid: String,
     pub delivered_at: String,
     pub redelivery: bool,
+    /// runway's answer; 0 when it gave none (down, timed out).
     pub status_code: u16,
+    pub event: String,
     pub action: String,
     pub body: Vec<u8>,
+}
+
+impl FakeDelivery {
+    /// GitHub's `status`: `OK` for a 2xx or 3xx answer.
+    fn status(&self) -> String {
+        match self.status_code {
+            0 => "timed out".to_owned(),
+            200..=399 => "OK".to_owned(),
+            code => format!("Invalid HTTP Response: {code}"),
+        }
+    }
 }
 
 pub enum Auth {
@@ -201,6 +214,10 @@ pub struct Fake {
     pub secondary_limited: u32,
     /// Refuse JIT configurations with this status (a missing permission).
     pub refuse_jit: Option<StatusCode>,
+    /// Accept redelivery requests but hold the redeliveries until
+    /// `FakeGithub::release_redeliveries`.
+    pub hold_redeliveries: bool,
+    held: Vec<(String, String, Vec<u8>)>,
     /// How long the installation tokens it mints live (GitHub: an hour).
     pub token_lifetime: Duration,
     /// How often the runner downloads were listed.
@@ -247,6 +264,8 @@ impl FakeGithub {
             runner_tarball: None,
             base_url: String::new(),
             next_runner: 23,
+            hold_redeliveries: false,
+            held: Vec::new(),
             next_delivery: 1000,
         }));
         let router = Router::new().fallback(handle).with_state(state.clone());
@@ -355,12 +374,41 @@ impl FakeGithub {
     }
 
     /// GitHub delivers (or, with `drop`, fails to deliver) job `id`'s
-    /// `action` webhook. Returns runway's status (0 when dropped).
+    /// `action` webhook. Returns runway's status (0 when dropped: no
+    /// answer, as when runway is down).
     pub async fn deliver(&self, id: u64, action: &str, drop: bool) -> u16 {
         let body = self.webhook(id, action);
         let guid = format!("guid-{id}-{action}");
         self.send_delivery(guid, action.to_owned(), body, false, drop)
             .await
+    }
+
+    /// Makes the redeliveries held so far (`hold_redeliveries`).
+    pub async fn release_redeliveries(&self) {
+        let held = std::mem::take(&mut self.lock().held);
+        for (guid, action, body) in held {
+            send_delivery(&self.state, guid, action, body, true, false).await;
+        }
+    }
+
+    /// `n` deliveries of `event` that runway answered with `status_code`
+    /// (0: no answer), recorded as GitHub lists them, newest last.
+    pub fn record_deliveries(&self, event: &str, n: usize, status_code: u16) {
+        let mut fake = self.lock();
+        for _ in 0..n {
+            fake.next_delivery += 1;
+            let id = fake.next_delivery;
+            fake.deliveries.push(FakeDelivery {
+                id,
+                guid: format!("guid-{event}-{id}"),
+                delivered_at: now_rfc3339(Duration::ZERO),
+                redelivery: false,
+                status_code,
+                event: event.to_owned(),
+                action: String::new(),
+                body: b"{}".to_vec(),
+            });
+        }
     }
 
     async fn send_delivery(
@@ -401,8 +449,8 @@ async fn send_delivery(
                 Err(_) => 502,
             }
         }
-        // A delivery that never reached runway (GitHub shows a timeout).
-        _ => 504,
+        // A delivery that never reached runway: no answer at all.
+        _ => 0,
     };
     let mut fake = state.lock().unwrap();
     fake.next_delivery += 1;
@@ -413,6 +461,7 @@ async fn send_delivery(
         delivered_at: now_rfc3339(Duration::ZERO),
         redelivery,
         status_code,
+        event: "workflow_job".to_owned(),
         action,
         body,
     });
@@ -707,6 +756,7 @@ async fn handle(
                     "org" => "orgs/list-webhook-deliveries",
                     _ => "repos/list-webhook-deliveries",
                 };
+                // As documented: `failure` is a status code of 400–599.
                 let failures_only = query.contains("status=failure");
                 // Newest first, two per page, so callers must follow the
                 // Link header.
@@ -714,7 +764,7 @@ async fn handle(
                     .deliveries
                     .iter()
                     .rev()
-                    .filter(|d| !failures_only || d.status_code >= 400)
+                    .filter(|d| !failures_only || (400..=599).contains(&d.status_code))
                     .cloned()
                     .collect();
                 let start: usize = query
@@ -730,8 +780,8 @@ async fn handle(
                         json!({
                             "id": d.id, "guid": d.guid, "delivered_at": d.delivered_at,
                             "redelivery": d.redelivery, "duration": 0.1,
-                            "status": if d.status_code < 400 { "OK" } else { "Failed" },
-                            "status_code": d.status_code, "event": "workflow_job",
+                            "status": d.status(),
+                            "status_code": d.status_code, "event": d.event,
                             "action": d.action, "installation_id": 123,
                             "repository_id": 456, "throttled_at": null,
                         })
@@ -756,7 +806,12 @@ async fn handle(
                 let id: u64 = id.parse().unwrap_or(0);
                 match fake.deliveries.iter().find(|d| d.id == id).cloned() {
                     Some(original) => {
-                        redeliver = Some((original.guid, original.action, original.body));
+                        let again = (original.guid, original.action, original.body);
+                        if fake.hold_redeliveries {
+                            fake.held.push(again);
+                        } else {
+                            redeliver = Some(again);
+                        }
                         answer(&mut fake, operation, StatusCode::ACCEPTED, json!({}))
                     }
                     None => answer(
