@@ -228,7 +228,8 @@ async fn each_demand_gets_a_jit_runner_and_a_scale_down_racing_a_job_start_keeps
     let (a, b) = (requests[0].name.clone(), requests[1].name.clone());
     assert_eq!(h.runner(&a).await.state, RunnerState::Idle);
 
-    // Job 101 runs on A and ends: A (ephemeral) goes, deregistered first.
+    // Job 101 runs on A and ends: A goes (GitHub removed it already: a JIT
+    // runner runs one job).
     h.fake.start_job(101, &a);
     assert_eq!(h.fake.deliver(101, "in_progress", false).await, 202);
     h.fake.complete_job(101, "success");
@@ -294,6 +295,42 @@ async fn each_demand_gets_a_jit_runner_and_a_scale_down_racing_a_job_start_keeps
     h.reconcile().await;
     assert_eq!(h.instance_names().await, Vec::<String>::new());
     assert_eq!(h.runner(&b).await.state, RunnerState::Terminated);
+    assert_eq!(h.fake.invalid(), Vec::<String>::new());
+}
+
+/// With the request budget too low for deregistrations (inside their
+/// reserve), a just-in-time runner whose job is over is not kept waiting
+/// for one — GitHub removes it by itself — so it never holds the pool's
+/// capacity from the next job.
+#[tokio::test]
+async fn a_finished_jit_runner_never_holds_capacity_while_the_budget_is_low() {
+    // 200 of 5,000 left: JIT configurations go out, deregistrations wait.
+    let h = Harness::start(200, |config| config.pools[0].max_runners = 1).await;
+    h.fake.queue_job(111, &labels());
+    assert_eq!(h.fake.deliver(111, "queued", false).await, 202);
+    assert_eq!(h.reconcile().await.created, 1);
+    h.reconcile().await;
+    let a = h.provider.requests.lock().unwrap()[0].name.clone();
+    assert_eq!(h.runner(&a).await.state, RunnerState::Idle);
+    h.fake.start_job(111, &a);
+    assert_eq!(h.fake.deliver(111, "in_progress", false).await, 202);
+    h.fake.complete_job(111, "success");
+    assert_eq!(h.fake.deliver(111, "completed", false).await, 202);
+    // The next job: A's place is free within two rounds.
+    h.fake.queue_job(112, &labels());
+    assert_eq!(h.fake.deliver(112, "queued", false).await, 202);
+    let mut created = 0;
+    for _ in 0..2 {
+        created += h.reconcile().await.created;
+    }
+    assert_eq!(created, 1, "a runner for job 112");
+    assert_eq!(h.runner(&a).await.state, RunnerState::Terminated);
+    assert!(!h.instance_names().await.contains(&a));
+    assert_eq!(
+        h.fake
+            .calls_starting("DELETE /orgs/octo-org/actions/runners/"),
+        0
+    );
     assert_eq!(h.fake.invalid(), Vec::<String>::new());
 }
 

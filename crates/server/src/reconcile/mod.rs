@@ -499,7 +499,13 @@ impl Inner {
                 tasks.extend(self.spawn(Some(runner.id), async move {
                     let mut report = Report::default();
                     if let Some(github) = this.github_pool(&runner.pool) {
-                        if !this.release(&github, &runner, now, &mut report).await? {
+                        if runner.busy_at.is_some() {
+                            // A just-in-time runner runs one job, and GitHub
+                            // removes it when that job is over: asking again
+                            // would only wait on the request budget while the
+                            // finished runner holds the pool's capacity.
+                            this.store().set_runner_external_id(runner.id, "").await?;
+                        } else if !this.release(&github, &runner, now, &mut report).await? {
                             return Ok(report);
                         }
                     }
