@@ -740,6 +740,41 @@ async fn a_new_leader_seeds_its_forecast_from_the_jobs_in_the_store() {
     assert_eq!(report.created, 6, "{plan:?}");
 }
 
+/// A pool made predictive by a config reload gets its forecast at the
+/// next round, seeded from the store; made reactive again, it keeps only
+/// `min_idle`.
+#[tokio::test]
+async fn a_reload_that_makes_a_pool_predictive_takes_effect_at_the_next_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let (service, reconciler) = predictive(&dir, linux_pool(0, 20)).await;
+    let reactive = || {
+        let mut config = (*service.config()).clone();
+        config.pools[0].policy = runway_server::config::ScalingPolicy::Runway;
+        config
+    };
+    service.replace_config(reactive());
+    let at = |s: i64| Timestamp::from_millis(s * 1_000);
+    // A job every 20 s for ten minutes, while the pool is reactive.
+    for i in 0..30 {
+        arrived(&service, at(1_000 + i * 20), None).await;
+    }
+    let (report, _) = reconciler.reconcile_once(at(1_600)).await.unwrap();
+    assert_eq!(report.created, 0);
+    assert!(service.warm.lock().unwrap().get("linux").is_none());
+    // Made predictive (the 0.9 quantile): the history is read at once.
+    let mut predictive = reactive();
+    predictive.pools[0].policy = runway_server::config::ScalingPolicy::Predictive;
+    predictive.pools[0].forecast_quantile = Some(0.9);
+    service.replace_config(predictive);
+    let (report, plan) = reconciler.reconcile_once(at(1_601)).await.unwrap();
+    assert_eq!(report.created, 6, "{plan:?}");
+    assert_eq!(service.warm.lock().unwrap()["linux"].target, 6);
+    // Reactive again: no warm pool to show.
+    service.replace_config(reactive());
+    reconciler.reconcile_once(at(1_602)).await.unwrap();
+    assert!(service.warm.lock().unwrap().get("linux").is_none());
+}
+
 /// One instance per create whose reported state the test sets; records the
 /// instances it was asked to start.
 #[derive(Default)]

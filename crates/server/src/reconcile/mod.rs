@@ -113,15 +113,24 @@ struct Inner {
     /// Reliability learnt from each provider's create outcomes; an offer
     /// counts with the lower of this and what the provider declares.
     reliability: Mutex<BTreeMap<String, f64>>,
-    /// The predictive pools' arrival forecasts: fed the store's last four
-    /// weeks at the first round, then each round the jobs new since.
-    forecasts: Mutex<BTreeMap<String, ArrivalForecast>>,
-    /// The newest job the forecasts have been fed (`None`: not seeded).
-    learnt: Mutex<Option<JobId>>,
+    /// The predictive pools' arrival forecasts, each with the newest job
+    /// it has been fed: the store's last four weeks at its first round (a
+    /// start, a new leader, a pool made predictive by a reload), then each
+    /// round the jobs new since.
+    forecasts: Mutex<BTreeMap<String, Learning>>,
     /// GitHub pools whose JIT requests failed: (consecutive failures, no
     /// new runner before). A refusing GitHub is asked again after a backoff,
     /// not every round.
     jit_backoff: Mutex<BTreeMap<String, (u32, Timestamp)>>,
+}
+
+/// A predictive pool's forecast, the settings it was made with, and the
+/// newest job it has been fed (`None`: not seeded yet).
+struct Learning {
+    forecast: ArrivalForecast,
+    horizon: Duration,
+    quantile: f64,
+    newest: Option<JobId>,
 }
 
 /// A runner a task works on, until dropped.
@@ -158,28 +167,6 @@ impl Reconciler {
         service: Arc<Service>,
         providers: BTreeMap<String, Arc<dyn Provider>>,
     ) -> Reconciler {
-        // A predictive pool's forecast looks one boot time and a round
-        // ahead: its first provider's (or the first provider's) longest
-        // boot time, and the scaling interval.
-        let config = service.config();
-        let forecasts = config
-            .pools
-            .iter()
-            .filter_map(|pool| {
-                let quantile = pool.predictive_quantile()?;
-                let boot = pool
-                    .providers
-                    .first()
-                    .or_else(|| providers.keys().next())
-                    .and_then(|name| config.providers.iter().find(|p| &p.name == name))
-                    .map(|p| {
-                        Duration::from_secs_f64(p.boot_seconds.0.max(p.boot_seconds.1).max(0.0))
-                    })
-                    .unwrap_or(Duration::from_secs(150));
-                let horizon = boot + config.scaling.interval;
-                Some((pool.name.clone(), ArrivalForecast::new(horizon, quantile)))
-            })
-            .collect();
         Reconciler {
             inner: Arc::new(Inner {
                 service,
@@ -188,8 +175,7 @@ impl Reconciler {
                 in_flight: Mutex::new(std::collections::BTreeSet::new()),
                 health: Mutex::new(BTreeMap::new()),
                 reliability: Mutex::new(BTreeMap::new()),
-                forecasts: Mutex::new(forecasts),
-                learnt: Mutex::new(None),
+                forecasts: Mutex::new(BTreeMap::new()),
                 jit_backoff: Mutex::new(BTreeMap::new()),
             }),
         }
@@ -828,8 +814,11 @@ impl Inner {
             .forecasts
             .lock()
             .ok()
-            .and_then(|forecasts| forecasts.get(&pool.name).map(|f| f.explain(now)));
+            .and_then(|forecasts| forecasts.get(&pool.name).map(|f| f.forecast.explain(now)));
         let Some(forecast) = forecast else {
+            if let Ok(mut warm) = self.service.warm.lock() {
+                warm.remove(&pool.name); // Not (or no longer) predictive.
+            }
             return pool.min_idle.min(pool.max_runners);
         };
         let target = forecast.jobs.max(pool.min_idle).min(pool.max_runners);
@@ -846,25 +835,91 @@ impl Inner {
         target
     }
 
-    /// Feeds the predictive forecasts the jobs routed to their pools since
+    /// A predictive pool's forecast settings: it looks one boot time and a
+    /// round ahead (its first provider's, or the first provider's, longest
+    /// boot time and the scaling interval), at the pool's quantile.
+    fn forecast_settings(&self, pool: &PoolConfig) -> Option<(Duration, f64)> {
+        let quantile = pool.predictive_quantile()?;
+        let config = self.service.config();
+        let first = self.providers().by_name.keys().next().cloned();
+        let boot = pool
+            .providers
+            .first()
+            .cloned()
+            .or(first)
+            .and_then(|name| config.providers.iter().find(|p| p.name == name))
+            .map(|p| Duration::from_secs_f64(p.boot_seconds.0.max(p.boot_seconds.1).max(0.0)))
+            .unwrap_or(Duration::from_secs(150));
+        Some((boot + config.scaling.interval, quantile))
+    }
+
+    /// Feeds each predictive pool's forecast the jobs routed to it since
     /// the last round, read from the store (so a leader learns every
     /// replica's arrivals, not only its own intake's), with GitHub's
-    /// workflow runs. At the first round — a start, a new leader — the
-    /// store's last four weeks, so a restart does not forget what a pool's
-    /// weeks look like. Newest first through the id index, a page at a
-    /// time, down to the last job fed: a round reads only what is new. A
-    /// PostgreSQL transaction that commits after a later id was read is
-    /// missed: one arrival short in a statistical forecast.
+    /// workflow runs. A pool's first round — a start, a new leader, a pool
+    /// made predictive (or retuned) by a reload — reads the store's last
+    /// four weeks, so a restart does not forget what a pool's weeks look
+    /// like. Newest first through the id index, a page at a time, down to
+    /// the last job fed: a round reads only what is new. A PostgreSQL
+    /// transaction that commits after a later id was read is missed: one
+    /// arrival short in a statistical forecast.
     async fn learn_arrivals(&self, now: Timestamp) -> Result<(), StoreError> {
-        const PAGE: u32 = 1_000;
-        let pools: Vec<String> = match self.forecasts.lock() {
-            Ok(forecasts) => forecasts.keys().cloned().collect(),
+        let wanted: BTreeMap<String, (Duration, f64)> = self
+            .service
+            .config()
+            .pools
+            .iter()
+            .filter_map(|pool| Some((pool.name.clone(), self.forecast_settings(pool)?)))
+            .collect();
+        let cursors: Vec<(String, Option<JobId>)> = match self.forecasts.lock() {
+            Ok(mut forecasts) => {
+                forecasts.retain(|pool, learning| {
+                    wanted.get(pool) == Some(&(learning.horizon, learning.quantile))
+                });
+                for (pool, (horizon, quantile)) in &wanted {
+                    forecasts.entry(pool.clone()).or_insert_with(|| Learning {
+                        forecast: ArrivalForecast::new(*horizon, *quantile),
+                        horizon: *horizon,
+                        quantile: *quantile,
+                        newest: None,
+                    });
+                }
+                forecasts
+                    .iter()
+                    .map(|(pool, learning)| (pool.clone(), learning.newest))
+                    .collect()
+            }
             Err(_) => return Ok(()),
         };
-        if pools.is_empty() {
-            return Ok(());
+        for (pool, after) in cursors {
+            let (seen, newest) = self.new_jobs(&pool, after, now).await?;
+            if let Ok(mut forecasts) = self.forecasts.lock() {
+                if let Some(learning) = forecasts.get_mut(&pool) {
+                    for (at, run) in &seen {
+                        let run = run.as_ref().map(|(id, w)| (*id, w.as_str()));
+                        learning.forecast.observe_job(*at, run);
+                    }
+                    learning.newest = Some(newest.unwrap_or(JobId(0)));
+                }
+            }
+            if after.is_none() {
+                tracing::info!(pool = %pool, jobs = seen.len(), "predictive forecast seeded from the store");
+            }
         }
-        let after = self.learnt.lock().ok().and_then(|learnt| *learnt);
+        Ok(())
+    }
+
+    /// The jobs routed to `pool` after job `after` (`None`: within the
+    /// forecast's history), oldest first, with their workflow runs; and
+    /// the newest id read.
+    #[allow(clippy::type_complexity)]
+    async fn new_jobs(
+        &self,
+        pool: &str,
+        after: Option<JobId>,
+        now: Timestamp,
+    ) -> Result<(Vec<(Timestamp, Option<(u64, String)>)>, Option<JobId>), StoreError> {
+        const PAGE: u32 = 1_000;
         let since = now.minus(runway_core::forecast::HISTORY);
         let mut seen = Vec::new();
         let mut newest = after;
@@ -873,7 +928,7 @@ impl Inner {
             let page = self
                 .store()
                 .list_jobs(&runway_store::JobFilter {
-                    pool: (pools.len() == 1).then(|| pools[0].clone()),
+                    pool: Some(pool.to_owned()),
                     before,
                     after,
                     newest_first: true,
@@ -889,9 +944,6 @@ impl Inner {
                 if job.created_at < since {
                     break 'pages;
                 }
-                let Some(pool) = job.pool.as_ref().filter(|p| pools.contains(p)) else {
-                    continue;
-                };
                 let run = (job.source == runway_core::JobSource::Github)
                     .then(|| serde_json::from_str::<serde_json::Value>(&job.payload).ok())
                     .flatten()
@@ -902,27 +954,14 @@ impl Inner {
                             facts["workflow"].as_str().unwrap_or_default().to_owned(),
                         ))
                     });
-                seen.push((job.created_at, pool.clone(), run));
+                seen.push((job.created_at, run));
             }
             if page.len() < PAGE as usize {
                 break;
             }
         }
-        seen.sort_by_key(|(at, _, _)| *at);
-        if let Ok(mut forecasts) = self.forecasts.lock() {
-            for (at, pool, run) in &seen {
-                if let Some(forecast) = forecasts.get_mut(pool) {
-                    forecast.observe_job(*at, run.as_ref().map(|(id, w)| (*id, w.as_str())));
-                }
-            }
-        }
-        if after.is_none() {
-            tracing::info!(pools = ?pools, jobs = seen.len(), "predictive forecasts seeded from the store");
-        }
-        if let Ok(mut learnt) = self.learnt.lock() {
-            *learnt = Some(newest.unwrap_or(JobId(0)));
-        }
-        Ok(())
+        seen.sort_by_key(|(at, _)| *at);
+        Ok((seen, newest))
     }
 
     async fn snapshot(&self, now: Timestamp) -> Result<Snapshot, StoreError> {
