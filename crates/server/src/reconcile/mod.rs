@@ -928,7 +928,11 @@ impl Inner {
             let page = self
                 .store()
                 .list_jobs(&runway_store::JobFilter {
-                    pool: Some(pool.to_owned()),
+                    // Seeding walks every pool's jobs down to the history's
+                    // start (a pool filter could scan the whole table for a
+                    // pool with none); after a cursor, the id range bounds
+                    // the read.
+                    pool: after.map(|_| pool.to_owned()),
                     before,
                     after,
                     newest_first: true,
@@ -943,6 +947,9 @@ impl Inner {
                 // Ids follow first sight: the rest is older.
                 if job.created_at < since {
                     break 'pages;
+                }
+                if job.pool.as_deref() != Some(pool) {
+                    continue;
                 }
                 let run = (job.source == runway_core::JobSource::Github)
                     .then(|| serde_json::from_str::<serde_json::Value>(&job.payload).ok())
