@@ -5,6 +5,7 @@ mod admin;
 mod agent;
 mod bench;
 mod secrets;
+mod seed_bench;
 mod sim;
 mod soak;
 mod trace;
@@ -105,6 +106,9 @@ enum BenchCommand {
     /// What a long history costs: a server on an empty store against one
     /// with a million finished jobs, ended runners and deliveries.
     Soak(soak::SoakArgs),
+    /// What a predictive pool's first read of a long history costs the
+    /// reconciler's rounds (an in-process reconciler on a scratch store).
+    ForecastSeed(seed_bench::SeedArgs),
 }
 
 #[derive(Subcommand)]
@@ -293,6 +297,7 @@ async fn run(prepared: Prepared) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Longpoll(args)) => bench::longpoll(args).await?,
         Command::Bench(BenchCommand::Drain(args)) => bench::drain(args).await?,
         Command::Bench(BenchCommand::Soak(args)) => soak::soak(args).await?,
+        Command::Bench(BenchCommand::ForecastSeed(args)) => seed_bench::forecast_seed(args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -130,8 +130,60 @@ struct Learning {
     forecast: ArrivalForecast,
     horizon: Duration,
     quantile: f64,
-    newest: Option<JobId>,
+    /// `Some` while the store's history is still being read: the forecast
+    /// is not used until it is complete.
+    seed: Option<Seed>,
+    /// The newest job fed (once seeded).
+    newest: JobId,
 }
+
+/// A forecast's first read of the store's history, newest first, a
+/// bounded number of pages a round, kept compact (a few words a job)
+/// until it reaches the history's start and is fed in time order.
+#[derive(Default)]
+struct Seed {
+    /// The next page ends below this id (`None`: the newest).
+    before: Option<JobId>,
+    /// The newest id when the read began: later jobs are read after it.
+    newest: Option<JobId>,
+    done: bool,
+    /// (created at, (run id, workflow index)) of the pool's jobs.
+    jobs: Vec<(Timestamp, Option<(u64, u32)>)>,
+    workflows: Vec<String>,
+}
+
+impl Seed {
+    fn workflow(&mut self, name: &str) -> u32 {
+        match self.workflows.iter().position(|w| w == name) {
+            Some(i) => i as u32,
+            None => {
+                self.workflows.push(name.to_owned());
+                (self.workflows.len() - 1) as u32
+            }
+        }
+    }
+}
+
+/// Jobs read a page at a time.
+const JOB_PAGE: u32 = 1_000;
+
+/// A GitHub job's workflow run (id and workflow name), from the facts
+/// intake stored with it.
+fn run_of(job: &runway_core::Job) -> Option<(u64, String)> {
+    if job.source != runway_core::JobSource::Github {
+        return None;
+    }
+    let facts = serde_json::from_str::<serde_json::Value>(&job.payload).ok()?;
+    let id = facts["run_id"].as_u64()?;
+    Some((
+        id,
+        facts["workflow"].as_str().unwrap_or_default().to_owned(),
+    ))
+}
+
+/// A seed reads at most this many pages of 1,000 jobs a round, so a long
+/// history spreads over rounds instead of holding one up.
+const SEED_PAGES: usize = 20;
 
 /// A runner a task works on, until dropped.
 struct WorkingOn {
@@ -810,11 +862,13 @@ impl Inner {
     /// predictive policy the arrivals expected within one boot time and a
     /// round.
     fn warm(&self, pool: &PoolConfig, now: Timestamp) -> u32 {
-        let forecast = self
-            .forecasts
-            .lock()
-            .ok()
-            .and_then(|forecasts| forecasts.get(&pool.name).map(|f| f.forecast.explain(now)));
+        let forecast = self.forecasts.lock().ok().and_then(|forecasts| {
+            let learning = forecasts.get(&pool.name)?;
+            learning
+                .seed
+                .is_none()
+                .then(|| learning.forecast.explain(now))
+        });
         let Some(forecast) = forecast else {
             if let Ok(mut warm) = self.service.warm.lock() {
                 warm.remove(&pool.name); // Not (or no longer) predictive.
@@ -856,11 +910,13 @@ impl Inner {
     /// Feeds each predictive pool's forecast the jobs routed to it since
     /// the last round, read from the store (so a leader learns every
     /// replica's arrivals, not only its own intake's), with GitHub's
-    /// workflow runs. A pool's first round — a start, a new leader, a pool
-    /// made predictive (or retuned) by a reload — reads the store's last
+    /// workflow runs. A new forecast — a start, a new leader, a pool made
+    /// predictive (or retuned) by a reload — first reads the store's last
     /// four weeks, so a restart does not forget what a pool's weeks look
-    /// like. Newest first through the id index, a page at a time, down to
-    /// the last job fed: a round reads only what is new. A PostgreSQL
+    /// like: at most [`SEED_PAGES`] pages a round, so a long history
+    /// spreads over rounds (the pool keeps `min_idle` until it is read)
+    /// instead of holding one up. Then, newest first through the id index
+    /// down to the last job fed, a round reads only what is new. A PostgreSQL
     /// transaction that commits after a later id was read is missed: one
     /// arrival short in a statistical forecast.
     async fn learn_arrivals(&self, now: Timestamp) -> Result<(), StoreError> {
@@ -871,7 +927,7 @@ impl Inner {
             .iter()
             .filter_map(|pool| Some((pool.name.clone(), self.forecast_settings(pool)?)))
             .collect();
-        let cursors: Vec<(String, Option<JobId>)> = match self.forecasts.lock() {
+        let pools: Vec<String> = match self.forecasts.lock() {
             Ok(mut forecasts) => {
                 forecasts.retain(|pool, learning| {
                     wanted.get(pool) == Some(&(learning.horizon, learning.quantile))
@@ -881,89 +937,134 @@ impl Inner {
                         forecast: ArrivalForecast::new(*horizon, *quantile),
                         horizon: *horizon,
                         quantile: *quantile,
-                        newest: None,
+                        seed: Some(Seed::default()),
+                        newest: JobId(0),
                     });
                 }
-                forecasts
-                    .iter()
-                    .map(|(pool, learning)| (pool.clone(), learning.newest))
-                    .collect()
+                forecasts.keys().cloned().collect()
             }
             Err(_) => return Ok(()),
         };
-        for (pool, after) in cursors {
-            let (seen, newest) = self.new_jobs(&pool, after, now).await?;
+        for pool in pools {
+            let seed = self
+                .forecasts
+                .lock()
+                .ok()
+                .and_then(|mut f| f.get_mut(&pool).and_then(|l| l.seed.take()));
+            if let Some(seed) = seed {
+                let seed = self.read_history(&pool, seed, now).await?;
+                let Ok(mut forecasts) = self.forecasts.lock() else {
+                    return Ok(());
+                };
+                let Some(learning) = forecasts.get_mut(&pool) else {
+                    continue;
+                };
+                if !seed.done {
+                    learning.seed = Some(seed);
+                    continue;
+                }
+                for (at, run) in seed.jobs.iter().rev() {
+                    let run = run.map(|(id, w)| (id, seed.workflows[w as usize].as_str()));
+                    learning.forecast.observe_job(*at, run);
+                }
+                learning.newest = seed.newest.unwrap_or(JobId(0));
+                tracing::info!(pool = %pool, jobs = seed.jobs.len(), "predictive forecast seeded from the store");
+            }
+            let after = match self.forecasts.lock() {
+                Ok(forecasts) => match forecasts.get(&pool) {
+                    Some(learning) => learning.newest,
+                    None => continue,
+                },
+                Err(_) => return Ok(()),
+            };
+            let (seen, newest) = self.jobs_after(&pool, after).await?;
             if let Ok(mut forecasts) = self.forecasts.lock() {
                 if let Some(learning) = forecasts.get_mut(&pool) {
                     for (at, run) in &seen {
                         let run = run.as_ref().map(|(id, w)| (*id, w.as_str()));
                         learning.forecast.observe_job(*at, run);
                     }
-                    learning.newest = Some(newest.unwrap_or(JobId(0)));
+                    learning.newest = newest;
                 }
-            }
-            if after.is_none() {
-                tracing::info!(pool = %pool, jobs = seen.len(), "predictive forecast seeded from the store");
             }
         }
         Ok(())
     }
 
-    /// The jobs routed to `pool` after job `after` (`None`: within the
-    /// forecast's history), oldest first, with their workflow runs; and
-    /// the newest id read.
-    #[allow(clippy::type_complexity)]
-    async fn new_jobs(
+    /// Reads up to [`SEED_PAGES`] more pages of `pool`'s history into
+    /// `seed`, newest first, down to the forecast's history start. Walks
+    /// every pool's jobs (the window of ids bounds it; a pool filter could
+    /// scan the whole table for a pool with no jobs) and keeps the pool's.
+    async fn read_history(
         &self,
         pool: &str,
-        after: Option<JobId>,
+        mut seed: Seed,
         now: Timestamp,
-    ) -> Result<(Vec<(Timestamp, Option<(u64, String)>)>, Option<JobId>), StoreError> {
-        const PAGE: u32 = 1_000;
+    ) -> Result<Seed, StoreError> {
         let since = now.minus(runway_core::forecast::HISTORY);
-        let mut seen = Vec::new();
-        let mut newest = after;
-        let mut before = None;
-        'pages: loop {
+        for _ in 0..SEED_PAGES {
             let page = self
                 .store()
                 .list_jobs(&runway_store::JobFilter {
-                    // Seeding walks every pool's jobs down to the history's
-                    // start (a pool filter could scan the whole table for a
-                    // pool with none); after a cursor, the id range bounds
-                    // the read.
-                    pool: after.map(|_| pool.to_owned()),
-                    before,
-                    after,
+                    before: seed.before,
                     newest_first: true,
-                    limit: Some(PAGE),
+                    limit: Some(JOB_PAGE),
+                    ..runway_store::JobFilter::default()
+                })
+                .await?;
+            let Some(last) = page.last() else {
+                seed.done = true;
+                return Ok(seed);
+            };
+            seed.before = Some(last.id);
+            seed.newest = seed.newest.max(page.first().map(|job| job.id));
+            for job in &page {
+                // Ids follow first sight: the rest is older.
+                if job.created_at < since {
+                    seed.done = true;
+                    return Ok(seed);
+                }
+                if job.pool.as_deref() == Some(pool) {
+                    let run = run_of(job).map(|(id, w)| (id, seed.workflow(&w)));
+                    seed.jobs.push((job.created_at, run));
+                }
+            }
+            if page.len() < JOB_PAGE as usize {
+                seed.done = true;
+                return Ok(seed);
+            }
+        }
+        Ok(seed)
+    }
+
+    /// `pool`'s jobs after job `after`, oldest first, with their workflow
+    /// runs, and the newest id read: a range of the id key.
+    #[allow(clippy::type_complexity)]
+    async fn jobs_after(
+        &self,
+        pool: &str,
+        after: JobId,
+    ) -> Result<(Vec<(Timestamp, Option<(u64, String)>)>, JobId), StoreError> {
+        let mut seen = Vec::new();
+        let mut newest = after;
+        let mut before = None;
+        loop {
+            let page = self
+                .store()
+                .list_jobs(&runway_store::JobFilter {
+                    pool: Some(pool.to_owned()),
+                    before,
+                    after: Some(after),
+                    newest_first: true,
+                    limit: Some(JOB_PAGE),
                     ..runway_store::JobFilter::default()
                 })
                 .await?;
             let Some(last) = page.last() else { break };
             before = Some(last.id);
-            newest = newest.max(page.first().map(|job| job.id));
-            for job in &page {
-                // Ids follow first sight: the rest is older.
-                if job.created_at < since {
-                    break 'pages;
-                }
-                if job.pool.as_deref() != Some(pool) {
-                    continue;
-                }
-                let run = (job.source == runway_core::JobSource::Github)
-                    .then(|| serde_json::from_str::<serde_json::Value>(&job.payload).ok())
-                    .flatten()
-                    .and_then(|facts| {
-                        let id = facts["run_id"].as_u64()?;
-                        Some((
-                            id,
-                            facts["workflow"].as_str().unwrap_or_default().to_owned(),
-                        ))
-                    });
-                seen.push((job.created_at, run));
-            }
-            if page.len() < PAGE as usize {
+            newest = newest.max(page[0].id);
+            seen.extend(page.iter().map(|job| (job.created_at, run_of(job))));
+            if page.len() < JOB_PAGE as usize {
                 break;
             }
         }
