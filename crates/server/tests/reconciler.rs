@@ -775,6 +775,50 @@ async fn a_reload_that_makes_a_pool_predictive_takes_effect_at_the_next_round() 
     assert!(service.warm.lock().unwrap().get("linux").is_none());
 }
 
+/// A history longer than one round reads (20,000 jobs) is read over
+/// several rounds; the pool acts on the forecast only once all of it is
+/// in, including its oldest jobs.
+#[tokio::test]
+async fn a_long_history_is_read_over_rounds_before_the_forecast_is_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut pool = linux_pool(0, 10);
+    pool.forecast_quantile = Some(0.9);
+    let (service, reconciler) = predictive(&dir, pool).await;
+    let at = |s: i64| Timestamp::from_millis(s * 1_000);
+    // The pool's jobs come first (a job every 20 s for ten minutes), then
+    // 25,000 newer jobs no pool took.
+    for i in 0..30 {
+        arrived(&service, at(1_000 + i * 20), None).await;
+    }
+    let others: Vec<NewJob> = (0..5_000)
+        .map(|i| NewJob {
+            route: Route::Unroutable {
+                reason: "no pool".into(),
+            },
+            ..job(i)
+        })
+        .collect();
+    for batch in 0..5 {
+        let renamed: Vec<NewJob> = others
+            .iter()
+            .map(|j| NewJob {
+                external_id: format!("{}-{batch}", j.external_id),
+                ..j.clone()
+            })
+            .collect();
+        service
+            .store
+            .enqueue_many(&renamed, at(1_599))
+            .await
+            .unwrap();
+    }
+    let (report, _) = reconciler.reconcile_once(at(1_600)).await.unwrap();
+    assert_eq!(report.created, 0, "still reading");
+    assert!(service.warm.lock().unwrap().get("linux").is_none());
+    let (report, plan) = reconciler.reconcile_once(at(1_601)).await.unwrap();
+    assert_eq!(report.created, 6, "{plan:?}");
+}
+
 /// One instance per create whose reported state the test sets; records the
 /// instances it was asked to start.
 #[derive(Default)]
