@@ -83,16 +83,95 @@ pub fn action_of(body: &[u8]) -> Option<String> {
     value.get("action")?.as_str().map(str::to_owned)
 }
 
+/// The top level of a `workflow_job` body, read shallowly: only the three
+/// members runway reads are kept; the rest (GitHub's `repository`,
+/// `sender`, `organization` objects, most of a 7–13 kB body) is skipped
+/// without building it.
+#[derive(serde::Deserialize)]
+struct Root {
+    #[serde(default, deserialize_with = "present")]
+    action: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    workflow_job: Option<Value>,
+    #[serde(default)]
+    repository: RepositoryName,
+}
+
+/// A member that is there, even as `null` (which `Option` would take for
+/// absent).
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    <Value as serde::Deserialize>::deserialize(deserializer).map(Some)
+}
+
+/// `repository.full_name` if `repository` is an object (anything else is
+/// tolerated and means no name), its other members skipped.
+#[derive(Default)]
+struct RepositoryName(Option<Value>);
+
+impl<'de> serde::Deserialize<'de> for RepositoryName {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = RepositoryName;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<RepositoryName, A::Error> {
+                let mut name = None;
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if key == "full_name" {
+                        name = Some(map.next_value::<Value>()?);
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(RepositoryName(name))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<RepositoryName, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(RepositoryName(None))
+            }
+            fn visit_unit<E>(self) -> Result<RepositoryName, E> {
+                Ok(RepositoryName(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<RepositoryName, E> {
+                Ok(RepositoryName(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<RepositoryName, E> {
+                Ok(RepositoryName(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<RepositoryName, E> {
+                Ok(RepositoryName(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<RepositoryName, E> {
+                Ok(RepositoryName(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<RepositoryName, E> {
+                Ok(RepositoryName(None))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
 impl WorkflowJob {
     pub fn parse(body: &[u8]) -> Result<WorkflowJob, PayloadError> {
-        let root: Value =
+        // A struct would also be read from an array: only an object is one.
+        if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(match serde_json::from_slice::<Value>(body) {
+                Ok(_) => PayloadError::NotJson("the top level must be an object".into()),
+                Err(e) => PayloadError::NotJson(e.to_string()),
+            });
+        }
+        let root: Root =
             serde_json::from_slice(body).map_err(|e| PayloadError::NotJson(e.to_string()))?;
-        let Value::Object(root) = root else {
-            return Err(PayloadError::NotJson(
-                "the top level must be an object".into(),
-            ));
-        };
-        let action = match root.get("action") {
+        let action = match root.action.as_ref() {
             Some(Value::String(action)) => action.clone(),
             None => return Err(field("action", "is missing")),
             Some(other) => {
@@ -102,7 +181,7 @@ impl WorkflowJob {
                 ))
             }
         };
-        let job = match root.get("workflow_job") {
+        let job = match root.workflow_job.as_ref() {
             Some(Value::Object(job)) => job,
             None => return Err(field("workflow_job", "is missing")),
             Some(other) => {
@@ -153,12 +232,7 @@ impl WorkflowJob {
                 ))
             }
         };
-        let repository = match root.get("repository") {
-            Some(Value::Object(repo)) => {
-                optional_string(repo.get("full_name"), "repository.full_name")?
-            }
-            _ => None,
-        };
+        let repository = optional_string(root.repository.0.as_ref(), "repository.full_name")?;
         Ok(WorkflowJob {
             action,
             job_id,
@@ -173,5 +247,107 @@ impl WorkflowJob {
             started_at: optional_time(job.get("started_at"), "workflow_job.started_at")?,
             completed_at: optional_time(job.get("completed_at"), "workflow_job.completed_at")?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixtures() -> Vec<(String, Vec<u8>)> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/fixtures/github/webhooks");
+        let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+            .expect("the shared fixtures")
+            .filter_map(|entry| {
+                let path = entry.ok()?.path();
+                let name = path.file_name()?.to_str()?.to_owned();
+                name.starts_with("workflow_job.")
+                    .then(|| (name, std::fs::read(&path).expect("readable")))
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// The shallow read finds what a full parse of GitHub's own examples
+    /// holds, field by field.
+    #[test]
+    fn github_examples_read_as_a_full_parse_reads_them() {
+        let files = fixtures();
+        assert!(files.len() >= 5, "{files:?}");
+        for (name, body) in files {
+            let full: Value = serde_json::from_slice(&body).unwrap();
+            let job = WorkflowJob::parse(&body).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let w = &full["workflow_job"];
+            assert_eq!(job.action, full["action"].as_str().unwrap(), "{name}");
+            assert_eq!(job.job_id, w["id"].as_u64().unwrap(), "{name}");
+            assert_eq!(job.run_id, w["run_id"].as_u64(), "{name}");
+            assert_eq!(
+                job.workflow.as_deref(),
+                w["workflow_name"].as_str(),
+                "{name}"
+            );
+            assert_eq!(
+                job.runner_name.as_deref(),
+                w["runner_name"].as_str(),
+                "{name}"
+            );
+            assert_eq!(
+                job.repository.as_deref(),
+                full["repository"]["full_name"].as_str(),
+                "{name}"
+            );
+            let labels: Vec<&str> = w["labels"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l.as_str().unwrap())
+                .collect();
+            assert_eq!(job.labels, labels, "{name}");
+        }
+    }
+
+    #[test]
+    fn odd_shapes_get_the_same_answers_as_before() {
+        let cases: [(&str, Result<Option<&str>, &str>); 7] = [
+            (r#"[1]"#, Err("the top level must be an object")),
+            (
+                r#"{"action":null,"workflow_job":{"id":1,"labels":[]}}"#,
+                Err("action: must be a string, not null"),
+            ),
+            (
+                r#"{"action":"queued","workflow_job":null}"#,
+                Err("workflow_job: must be an object, not null"),
+            ),
+            (
+                r#"{"action":"queued","workflow_job":{"id":1,"labels":[]},"repository":"x"}"#,
+                Ok(None),
+            ),
+            (
+                r#"{"action":"queued","workflow_job":{"id":1,"labels":[]},"repository":null}"#,
+                Ok(None),
+            ),
+            (
+                r#"{"action":"queued","workflow_job":{"id":1,"labels":[]},"repository":{"id":5,"owner":{"login":"o"},"full_name":"o/r"}}"#,
+                Ok(Some("o/r")),
+            ),
+            (
+                r#"{"action":"queued","workflow_job":{"id":1,"labels":[]},"repository":{"full_name":7}}"#,
+                Err("repository.full_name: must be a string, not a number"),
+            ),
+        ];
+        for (body, want) in cases {
+            let got = WorkflowJob::parse(body.as_bytes());
+            match (want, got) {
+                (Ok(repository), Ok(job)) => {
+                    assert_eq!(job.repository.as_deref(), repository, "{body}")
+                }
+                (Err(message), Err(error)) => {
+                    assert!(error.to_string().contains(message), "{body}: {error}")
+                }
+                (want, got) => panic!("{body}: want {want:?}, got {got:?}"),
+            }
+        }
     }
 }
