@@ -83,80 +83,111 @@ pub fn action_of(body: &[u8]) -> Option<String> {
     value.get("action")?.as_str().map(str::to_owned)
 }
 
-/// The top level of a `workflow_job` body, read shallowly: only the three
+/// The top level of a `workflow_job` body, read shallowly: only the
 /// members runway reads are kept; the rest (GitHub's `repository`,
-/// `sender`, `organization` objects, most of a 7–13 kB body) is skipped
-/// without building it.
+/// `sender`, `organization` objects, a job's `steps`: most of a 7–13 kB
+/// body) is skipped without building it.
 #[derive(serde::Deserialize)]
 struct Root {
     #[serde(default, deserialize_with = "present")]
     action: Option<Value>,
     #[serde(default, deserialize_with = "present")]
-    workflow_job: Option<Value>,
-    #[serde(default)]
-    repository: RepositoryName,
+    workflow_job: Option<Shallow<JobMembers>>,
+    #[serde(default, deserialize_with = "present")]
+    repository: Option<Shallow<RepositoryMembers>>,
 }
 
 /// A member that is there, even as `null` (which `Option` would take for
 /// absent).
-fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
-    <Value as serde::Deserialize>::deserialize(deserializer).map(Some)
+fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
 }
 
-/// `repository.full_name` if `repository` is an object (anything else is
-/// tolerated and means no name), its other members skipped.
-#[derive(Default)]
-struct RepositoryName(Option<Value>);
+/// Which members of an object are kept.
+trait Members {
+    const KEYS: &'static [&'static str];
+}
 
-impl<'de> serde::Deserialize<'de> for RepositoryName {
+struct JobMembers;
+impl Members for JobMembers {
+    const KEYS: &'static [&'static str] = &[
+        "id",
+        "labels",
+        "run_id",
+        "name",
+        "runner_name",
+        "conclusion",
+        "workflow_name",
+        "created_at",
+        "started_at",
+        "completed_at",
+    ];
+}
+
+struct RepositoryMembers;
+impl Members for RepositoryMembers {
+    const KEYS: &'static [&'static str] = &["full_name"];
+}
+
+/// An object with only the members `M` names, or what else the value was.
+enum Shallow<M> {
+    Object(serde_json::Map<String, Value>, std::marker::PhantomData<M>),
+    Other(&'static str),
+}
+
+impl<'de, M: Members> serde::Deserialize<'de> for Shallow<M> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = RepositoryName;
+        struct Visitor<M>(std::marker::PhantomData<M>);
+        impl<'de, M: Members> serde::de::Visitor<'de> for Visitor<M> {
+            type Value = Shallow<M>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("any JSON value")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
                 mut map: A,
-            ) -> Result<RepositoryName, A::Error> {
-                let mut name = None;
+            ) -> Result<Shallow<M>, A::Error> {
+                let mut kept = serde_json::Map::new();
                 while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                    if key == "full_name" {
-                        name = Some(map.next_value::<Value>()?);
+                    if M::KEYS.contains(&key.as_ref()) {
+                        kept.insert(key.into_owned(), map.next_value::<Value>()?);
                     } else {
                         map.next_value::<serde::de::IgnoredAny>()?;
                     }
                 }
-                Ok(RepositoryName(name))
+                Ok(Shallow::Object(kept, std::marker::PhantomData))
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(
                 self,
                 mut seq: A,
-            ) -> Result<RepositoryName, A::Error> {
+            ) -> Result<Shallow<M>, A::Error> {
                 while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-                Ok(RepositoryName(None))
+                Ok(Shallow::Other("an array"))
             }
-            fn visit_unit<E>(self) -> Result<RepositoryName, E> {
-                Ok(RepositoryName(None))
+            fn visit_unit<E>(self) -> Result<Shallow<M>, E> {
+                Ok(Shallow::Other("null"))
             }
-            fn visit_bool<E>(self, _: bool) -> Result<RepositoryName, E> {
-                Ok(RepositoryName(None))
+            fn visit_bool<E>(self, _: bool) -> Result<Shallow<M>, E> {
+                Ok(Shallow::Other("a boolean"))
             }
-            fn visit_i64<E>(self, _: i64) -> Result<RepositoryName, E> {
-                Ok(RepositoryName(None))
+            fn visit_i64<E>(self, _: i64) -> Result<Shallow<M>, E> {
+                Ok(Shallow::Other("a number"))
             }
-            fn visit_u64<E>(self, _: u64) -> Result<RepositoryName, E> {
-                Ok(RepositoryName(None))
+            fn visit_u64<E>(self, _: u64) -> Result<Shallow<M>, E> {
+                Ok(Shallow::Other("a number"))
             }
-            fn visit_f64<E>(self, _: f64) -> Result<RepositoryName, E> {
-                Ok(RepositoryName(None))
+            fn visit_f64<E>(self, _: f64) -> Result<Shallow<M>, E> {
+                Ok(Shallow::Other("a number"))
             }
-            fn visit_str<E>(self, _: &str) -> Result<RepositoryName, E> {
-                Ok(RepositoryName(None))
+            fn visit_str<E>(self, _: &str) -> Result<Shallow<M>, E> {
+                Ok(Shallow::Other("a string"))
             }
         }
-        deserializer.deserialize_any(Visitor)
+        deserializer.deserialize_any(Visitor(std::marker::PhantomData))
     }
 }
 
@@ -181,13 +212,13 @@ impl WorkflowJob {
                 ))
             }
         };
-        let job = match root.workflow_job.as_ref() {
-            Some(Value::Object(job)) => job,
+        let job = match &root.workflow_job {
+            Some(Shallow::Object(job, _)) => job,
             None => return Err(field("workflow_job", "is missing")),
-            Some(other) => {
+            Some(Shallow::Other(kind)) => {
                 return Err(field(
                     "workflow_job",
-                    format!("must be an object, not {}", kind(other)),
+                    format!("must be an object, not {kind}"),
                 ))
             }
         };
@@ -232,7 +263,12 @@ impl WorkflowJob {
                 ))
             }
         };
-        let repository = optional_string(root.repository.0.as_ref(), "repository.full_name")?;
+        let repository = match &root.repository {
+            Some(Shallow::Object(repository, _)) => {
+                optional_string(repository.get("full_name"), "repository.full_name")?
+            }
+            _ => None,
+        };
         Ok(WorkflowJob {
             action,
             job_id,
@@ -310,7 +346,11 @@ mod tests {
 
     #[test]
     fn odd_shapes_get_the_same_answers_as_before() {
-        let cases: [(&str, Result<Option<&str>, &str>); 7] = [
+        let cases: [(&str, Result<Option<&str>, &str>); 8] = [
+            (
+                r#"{"action":"queued","workflow_job":"x"}"#,
+                Err("workflow_job: must be an object, not a string"),
+            ),
             (r#"[1]"#, Err("the top level must be an object")),
             (
                 r#"{"action":null,"workflow_job":{"id":1,"labels":[]}}"#,
