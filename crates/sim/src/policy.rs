@@ -261,7 +261,7 @@ impl Policy for Oracle {
             .setup
             .providers_of(view.model)
             .iter()
-            .map(|&p| (view.setup.providers[p].boot_seconds.1 * 1000.0).ceil() as i64)
+            .map(|&p| view.setup.providers[p].longest_boot().as_millis() as i64)
             .max()
             .unwrap_or(0);
         let interval_ms = i64::try_from(view.setup.interval.as_millis()).unwrap_or(10_000);
