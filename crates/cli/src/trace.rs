@@ -141,14 +141,14 @@ fn follow_runs(jobs: &mut [Exported]) {
 
 fn exported_of(job: &Job) -> Option<Exported> {
     let (started, finished) = (job.started_at?, job.finished_at?);
-    let facts = serde_json::from_str::<serde_json::Value>(&job.payload).unwrap_or_default();
+    let facts = runway_server::app::intake::GithubFacts::parse(&job.payload);
     Some(Exported {
         seen: job.created_at,
         duration_ms: finished.as_millis() - started.as_millis(),
         labels: job.labels.clone(),
-        repo: facts["repository"].as_str().map(str::to_owned),
-        run_id: facts["run_id"].as_u64(),
-        workflow: facts["workflow"].as_str().map(str::to_owned),
+        repo: facts.repository,
+        run_id: facts.run_id,
+        workflow: facts.workflow,
         finished,
         started_after_ms: None,
     })

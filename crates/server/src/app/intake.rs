@@ -140,23 +140,59 @@ fn delivery_record(
     })
 }
 
+/// The facts kept with a GitHub job (its stored `payload`): written at
+/// intake, read by the re-check, the predictive forecast and `runway trace
+/// export`. Absent facts are left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GithubFacts {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_at_ms: Option<i64>,
+}
+
+impl GithubFacts {
+    fn of(payload: &WorkflowJob) -> GithubFacts {
+        GithubFacts {
+            repository: payload.repository.clone(),
+            workflow: payload.workflow.clone(),
+            name: payload.name.clone(),
+            run_id: payload.run_id,
+            created_at_ms: payload.created_at.map(|t| t.as_millis()),
+        }
+    }
+
+    /// The facts in a stored payload, each read on its own: one of the
+    /// wrong type, or a payload that is not JSON, is taken as absent.
+    pub fn parse(payload: &str) -> GithubFacts {
+        let facts: serde_json::Value =
+            serde_json::from_str(payload).unwrap_or(serde_json::Value::Null);
+        let text = |key: &str| facts[key].as_str().map(str::to_owned);
+        GithubFacts {
+            repository: text("repository"),
+            workflow: text("workflow"),
+            name: text("name"),
+            run_id: facts["run_id"].as_u64(),
+            created_at_ms: facts["created_at_ms"].as_i64(),
+        }
+    }
+
+    /// Its workflow run: the id, and the workflow's name (empty when
+    /// unknown).
+    pub fn run(&self) -> Option<(u64, String)> {
+        Some((self.run_id?, self.workflow.clone().unwrap_or_default()))
+    }
+}
+
 /// Source-specific facts kept with a GitHub job.
 fn github_payload(payload: &WorkflowJob) -> String {
-    let mut facts = serde_json::Map::new();
-    let mut put = |key: &str, value: Option<serde_json::Value>| {
-        if let Some(value) = value {
-            facts.insert(key.to_owned(), value);
-        }
-    };
-    put("repository", payload.repository.clone().map(Into::into));
-    put("workflow", payload.workflow.clone().map(Into::into));
-    put("name", payload.name.clone().map(Into::into));
-    put("run_id", payload.run_id.map(Into::into));
-    put(
-        "created_at_ms",
-        payload.created_at.map(|t| t.as_millis().into()),
-    );
-    serde_json::Value::Object(facts).to_string()
+    serde_json::to_string(&GithubFacts::of(payload)).unwrap_or_else(|_| "{}".to_owned())
 }
 
 /// Routes a job seen for the first time. `None` for a GitHub-hosted job.
@@ -537,5 +573,26 @@ async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Ti
             ),
             now,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What intake writes is what the re-check, the forecast and the trace
+    /// export read back; a wrong-typed fact reads as absent, not as none.
+    #[test]
+    fn github_facts_read_back_what_intake_wrote() {
+        let body = br#"{"action":"queued","workflow_job":{"id":9,"run_id":77,"name":"build","labels":["x"],
+            "workflow_name":"ci","created_at":"2026-11-25T08:00:00Z"},"repository":{"full_name":"o/r"}}"#;
+        let payload = WorkflowJob::parse(body).unwrap();
+        let facts = GithubFacts::parse(&github_payload(&payload));
+        assert_eq!(facts, GithubFacts::of(&payload));
+        assert_eq!(facts.run(), Some((77, "ci".to_owned())));
+        assert_eq!(facts.repository.as_deref(), Some("o/r"));
+        let odd = GithubFacts::parse(r#"{"run_id":"x","repository":"o/r"}"#);
+        assert_eq!((odd.run_id, odd.repository.as_deref()), (None, Some("o/r")));
+        assert_eq!(GithubFacts::parse("not json"), GithubFacts::default());
     }
 }

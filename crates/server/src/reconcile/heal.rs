@@ -127,10 +127,9 @@ impl Healer {
         };
         let mut report = RecheckReport::default();
         for (index, job) in due.iter().enumerate() {
-            let facts: serde_json::Value =
-                serde_json::from_str(&job.payload).unwrap_or(serde_json::Value::Null);
+            let facts = crate::app::intake::GithubFacts::parse(&job.payload);
             let (Some(repository), Ok(github_id)) =
-                (facts["repository"].as_str(), job.external_id.parse::<u64>())
+                (facts.repository.as_deref(), job.external_id.parse::<u64>())
             else {
                 continue; // Nothing to look it up by.
             };
@@ -165,14 +164,14 @@ impl Healer {
             let observed = WorkflowJob {
                 action: action.as_str().to_owned(),
                 job_id: github_id,
-                run_id: facts["run_id"].as_u64(),
-                name: facts["name"].as_str().map(str::to_owned),
+                run_id: facts.run_id,
+                name: facts.name.clone(),
                 labels: job.labels.clone(),
                 runner_name: status.runner_name.clone().filter(|n| !n.is_empty()),
                 conclusion: status.conclusion.clone(),
                 repository: Some(repository.to_owned()),
-                workflow: facts["workflow"].as_str().map(str::to_owned),
-                created_at: facts["created_at_ms"].as_i64().map(Timestamp::from_millis),
+                workflow: facts.workflow.clone(),
+                created_at: facts.created_at_ms.map(Timestamp::from_millis),
                 started_at: status.started_at.as_deref().and_then(parse_time),
                 completed_at: status.completed_at.as_deref().and_then(parse_time),
             };

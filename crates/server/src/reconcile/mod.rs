@@ -173,12 +173,7 @@ fn run_of(job: &runway_core::Job) -> Option<(u64, String)> {
     if job.source != runway_core::JobSource::Github {
         return None;
     }
-    let facts = serde_json::from_str::<serde_json::Value>(&job.payload).ok()?;
-    let id = facts["run_id"].as_u64()?;
-    Some((
-        id,
-        facts["workflow"].as_str().unwrap_or_default().to_owned(),
-    ))
+    crate::app::intake::GithubFacts::parse(&job.payload).run()
 }
 
 /// A seed reads at most this many pages of 1,000 jobs a round, so a long
