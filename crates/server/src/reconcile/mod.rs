@@ -150,17 +150,17 @@ struct Seed {
     /// (created at, (run id, workflow index)) of the pool's jobs.
     jobs: Vec<(Timestamp, Option<(u64, u32)>)>,
     workflows: Vec<String>,
+    /// Index of each name in `workflows`.
+    workflow_index: std::collections::HashMap<String, u32>,
 }
 
 impl Seed {
-    fn workflow(&mut self, name: &str) -> u32 {
-        match self.workflows.iter().position(|w| w == name) {
-            Some(i) => i as u32,
-            None => {
-                self.workflows.push(name.to_owned());
-                (self.workflows.len() - 1) as u32
-            }
-        }
+    fn workflow(&mut self, name: String) -> u32 {
+        let next = self.workflows.len() as u32;
+        *self.workflow_index.entry(name).or_insert_with_key(|name| {
+            self.workflows.push(name.clone());
+            next
+        })
     }
 }
 
@@ -1020,7 +1020,7 @@ impl Inner {
                     return Ok(seed);
                 }
                 if job.pool.as_deref() == Some(pool) {
-                    let run = run_of(job).map(|(id, w)| (id, seed.workflow(&w)));
+                    let run = run_of(job).map(|(id, w)| (id, seed.workflow(w)));
                     seed.jobs.push((job.created_at, run));
                 }
             }
