@@ -191,6 +191,14 @@ pub async fn run(
             stopped.clone(),
         )));
     }
+    if let Some(client) = service.github.clone() {
+        // Scale-set pools: one message-queue listener each, on the leader.
+        workers.push(tokio::spawn(crate::reconcile::scale_set::run(
+            service.clone(),
+            client,
+            stopped.clone(),
+        )));
+    }
     workers.push(tokio::spawn(reload_on_hangup(
         service.clone(),
         stopped.clone(),

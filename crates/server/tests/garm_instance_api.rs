@@ -21,6 +21,8 @@ async fn harness() -> Harness {
     github.github = Some(PoolGithub {
         target: Target::Org("acme".into()),
         runner_group_id: 1,
+        scale_set: None,
+        runner_group: None,
     });
     Harness::new(Config {
         pools: vec![pool("agent", &["agent"]), github],

@@ -70,6 +70,8 @@ fn config(fake: &FakeGithub) -> Config {
             github: Some(PoolGithub {
                 target: Target::Org("octo-org".into()),
                 runner_group_id: 1,
+                scale_set: None,
+                runner_group: None,
             }),
             ..PoolConfig::default()
         }],

@@ -605,3 +605,52 @@ async fn job_labels_can_be_switched_off() {
     );
     assert!(!metrics.contains("repo="), "{metrics}");
 }
+
+#[tokio::test]
+async fn a_webhook_for_a_scale_set_pools_job_changes_nothing() {
+    // The pool learns its jobs from its scale set's message queue, which
+    // keys them by runner request: a webhook job routed to it would be the
+    // same job a second time.
+    let mut scale_set_pool = pool("k8s", &["self-hosted", "k8s"]);
+    scale_set_pool.github = Some(runway_server::config::PoolGithub {
+        target: runway_server::config::Target::Org("octo-org".into()),
+        runner_group_id: 1,
+        scale_set: Some("k8s".into()),
+        runner_group: None,
+    });
+    let harness = Harness::new(config(vec![scale_set_pool], &[])).await;
+    let mut routed = 0;
+    for (i, name) in [
+        "workflow_job.queued.6.json",
+        "workflow_job.in_progress.0.json",
+        "workflow_job.completed.2.json",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let labels: serde_json::Value = serde_json::from_slice(&fixture(name)).unwrap();
+        let routed_here = labels["workflow_job"]["labels"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|l| l == "k8s"));
+        let (status, body) = harness
+            .webhook("workflow_job", &format!("d-{i}"), &fixture(name))
+            .await;
+        if routed_here {
+            routed += 1;
+            assert_eq!(
+                (status, body["outcome"].as_str()),
+                (StatusCode::ACCEPTED, Some("scale_set_pool")),
+                "{name}"
+            );
+        }
+    }
+    assert!(routed >= 1, "a fixture routed to the scale-set pool");
+    assert!(
+        harness
+            .jobs()
+            .await
+            .iter()
+            .all(|job| job.pool.as_deref() != Some("k8s")),
+        "no job of the scale-set pool from a webhook"
+    );
+}

@@ -142,16 +142,7 @@ fn github_target(service: &Service, runner: &Runner) -> Option<Target> {
 /// or repository, on github.com or on the GitHub Enterprise Server whose
 /// API is `api_url` (`https://HOST/api/v3`).
 pub fn repo_url(api_url: &str, target: &Target) -> String {
-    let api = api_url.trim_end_matches('/');
-    let web = if api == "https://api.github.com" || api.is_empty() {
-        "https://github.com".to_owned()
-    } else {
-        api.trim_end_matches("/api/v3").to_owned()
-    };
-    match target {
-        Target::Org(org) => format!("{web}/{org}"),
-        Target::Repo { owner, name } => format!("{web}/{owner}/{name}"),
-    }
+    target.web_url(api_url)
 }
 
 /// `runner-registration-token/`: a runway-agent runner's one-time
@@ -223,6 +214,7 @@ pub fn service_name(service: &Service, runner: &Runner) -> String {
     match github_target(service, runner) {
         Some(Target::Org(org)) => format!("actions.runner.{org}"),
         Some(Target::Repo { owner, name }) => format!("actions.runner.{owner}.{name}"),
+        Some(Target::Enterprise(slug)) => format!("actions.runner.{slug}"),
         None => "runway-agent".to_owned(),
     }
 }

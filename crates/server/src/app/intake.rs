@@ -32,6 +32,9 @@ pub enum WebhookOutcome {
     DuplicateJob,
     /// A job without the required self-hosted labels.
     IgnoredGithubHosted,
+    /// A webhook for a job of a scale-set pool: the pool learns its jobs
+    /// from its scale set's message queue, so the webhook changes nothing.
+    ScaleSetPool,
     /// A new job no pool serves: stored as `unroutable`.
     Unroutable,
     /// A new job, queued in its pool.
@@ -53,6 +56,7 @@ impl WebhookOutcome {
             WebhookOutcome::DuplicateDelivery => "duplicate_delivery",
             WebhookOutcome::DuplicateJob => "duplicate_job",
             WebhookOutcome::IgnoredGithubHosted => "ignored_github_hosted",
+            WebhookOutcome::ScaleSetPool => "scale_set_pool",
             WebhookOutcome::Unroutable => "unroutable",
             WebhookOutcome::Queued => "queued",
             WebhookOutcome::Waiting => "waiting",
@@ -134,7 +138,7 @@ fn delivery_record(
         id: id.to_owned(),
         event: "workflow_job".to_owned(),
         action: Some(payload.action.clone()),
-        external_id: Some(payload.job_id.to_string()),
+        external_id: Some(payload.external_id()),
         outcome: outcome.as_str().to_owned(),
         received_at: now,
     })
@@ -195,20 +199,41 @@ fn github_payload(payload: &WorkflowJob) -> String {
     serde_json::to_string(&GithubFacts::of(payload)).unwrap_or_else(|_| "{}".to_owned())
 }
 
-/// Routes a job seen for the first time. `None` for a GitHub-hosted job.
-fn route_new_job(service: &Service, payload: &WorkflowJob) -> Option<Route> {
-    match service
-        .config()
-        .route(&payload.labels, &service.config().github.required_labels)
-    {
+/// How a job seen for the first time goes in: routed, or not at all.
+enum Entry {
+    Route(Route),
+    /// Needs the required self-hosted labels.
+    GithubHosted,
+    /// A webhook for a job a scale set's queue brings.
+    ScaleSetPool,
+}
+
+/// Routes a job seen for the first time. A scale set's job belongs to its
+/// pool; a webhook job routed to a scale-set pool is left to the queue,
+/// so the same job never becomes two.
+fn route_new_job(service: &Service, payload: &WorkflowJob) -> Entry {
+    if let Some(origin) = &payload.scale_set {
+        return Entry::Route(Route::Pool(origin.pool.clone()));
+    }
+    let config = service.config();
+    match config.route(&payload.labels, &config.github.required_labels) {
         RouteDecision::Ignore { .. } => {
             count_rejection(service, "github_hosted");
-            None
+            Entry::GithubHosted
         }
-        RouteDecision::Pool(pool) => Some(Route::Pool(pool)),
+        RouteDecision::Pool(pool)
+            if config
+                .pool(&pool)
+                .and_then(|p| p.github.as_ref())
+                .is_some_and(|github| github.scale_set.is_some()) =>
+        {
+            tracing::debug!(job_id = payload.job_id, %pool, "a webhook for a scale-set pool's job: its queue brings it");
+            Entry::ScaleSetPool
+        }
+        RouteDecision::Pool(pool) => Entry::Route(Route::Pool(pool)),
         RouteDecision::Unroutable { reason, detail } => {
             tracing::warn!(job_id = payload.job_id, labels = ?payload.labels, reason = %reason, %detail, "unroutable job");
-            Some(Route::Unroutable { reason: detail })
+            Entry::Route(Route::Unroutable { reason: detail })
         }
     }
 }
@@ -216,7 +241,7 @@ fn route_new_job(service: &Service, payload: &WorkflowJob) -> Option<Route> {
 fn new_job(service: &Service, payload: &WorkflowJob, route: Route) -> NewJob {
     NewJob {
         source: JobSource::Github,
-        external_id: payload.job_id.to_string(),
+        external_id: payload.external_id(),
         route,
         labels: payload.labels.clone(),
         payload: github_payload(payload),
@@ -248,8 +273,14 @@ async fn queued(
     delivery: Option<&str>,
     now: Timestamp,
 ) -> Result<Applied, AppError> {
-    let Some(route) = route_new_job(service, payload) else {
-        return Ok(Applied::outcome(WebhookOutcome::IgnoredGithubHosted));
+    let route = match route_new_job(service, payload) {
+        Entry::Route(route) => route,
+        Entry::GithubHosted => return Ok(Applied::outcome(WebhookOutcome::IgnoredGithubHosted)),
+        Entry::ScaleSetPool => {
+            let outcome = WebhookOutcome::ScaleSetPool;
+            record(service, delivery_record(delivery, payload, outcome, now)).await?;
+            return Ok(Applied::outcome(outcome));
+        }
     };
     let outcome = if matches!(route, Route::Unroutable { .. }) {
         WebhookOutcome::Unroutable
@@ -304,14 +335,22 @@ async fn apply(
 ) -> Result<Applied, AppError> {
     let existing = service
         .store
-        .find_job(JobSource::Github, &payload.job_id.to_string())
+        .find_job(JobSource::Github, &payload.external_id())
         .await
         .map_err(|e| AppError::store(service, "find_job", e))?;
     let job = match existing {
         Some(job) => job,
         None => {
-            let Some(route) = route_new_job(service, payload) else {
-                return Ok(Applied::outcome(WebhookOutcome::IgnoredGithubHosted));
+            let route = match route_new_job(service, payload) {
+                Entry::Route(route) => route,
+                Entry::GithubHosted => {
+                    return Ok(Applied::outcome(WebhookOutcome::IgnoredGithubHosted))
+                }
+                Entry::ScaleSetPool => {
+                    let outcome = WebhookOutcome::ScaleSetPool;
+                    record(service, delivery_record(delivery, payload, outcome, now)).await?;
+                    return Ok(Applied::outcome(outcome));
+                }
             };
             if !action.creates_job() {
                 record(

@@ -63,6 +63,9 @@ pub struct Service {
     pub events: crate::telemetry::events::EventLog,
     /// The GitHub API client, when `[github]` has credentials.
     pub github: Option<Arc<crate::github::api::GithubClient>>,
+    /// The scale-set pools' handles: the scale set each listener found
+    /// or created, for the reconciler's JIT configurations and removals.
+    pub scale_sets: crate::github::scaleset::ScaleSets,
     /// Whether this replica leads: runs the reconciler and the GitHub
     /// healer (`background::leadership` keeps it; true unless replicas
     /// share a PostgreSQL store and another leads).
@@ -133,6 +136,7 @@ impl Service {
                     None
                 }
             },
+            scale_sets: crate::github::scaleset::ScaleSets::default(),
             config: std::sync::RwLock::new(Arc::new(config)),
             leading: std::sync::atomic::AtomicBool::new(true),
             tasks: crate::tasks::Tasks::default(),

@@ -105,6 +105,22 @@ pub async fn reload(service: &Service, actor: &str) -> Result<Reloaded, AppError
     {
         restart_needed.push("github credentials".to_owned());
     }
+    // A scale-set pool's listener starts with the process, bound to its
+    // scale set and target; one a reload takes away stops at once.
+    for pool in &next.pools {
+        let scale_set = |config: &Config| {
+            config
+                .pool(&pool.name)
+                .and_then(|p| p.github.as_ref())
+                .filter(|g| g.scale_set.is_some())
+                .map(|g| (g.target.clone(), g.scale_set.clone()))
+        };
+        if let Some(wanted) = scale_set(&next) {
+            if scale_set(&current) != Some(wanted) {
+                restart_needed.push(format!("pools.{}.github.scale_set", pool.name));
+            }
+        }
+    }
     if next.telemetry != current.telemetry {
         restart_needed.push("telemetry".to_owned());
     }

@@ -1,11 +1,32 @@
 //! Where GitHub runners register and whose webhook deliveries runway heals,
 //! as the config file names them.
 
-/// Where runners register: an organisation or one repository.
+/// Where runners register: an organisation, one repository, or (scale
+/// sets and JIT runners alike) an enterprise.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     Org(String),
     Repo { owner: String, name: String },
+    Enterprise(String),
+}
+
+impl Target {
+    /// The web address of the organisation, repository or enterprise
+    /// (GitHub's "config URL"), on github.com or on the GitHub Enterprise
+    /// Server whose API is `api_url` (`https://HOST/api/v3`).
+    pub fn web_url(&self, api_url: &str) -> String {
+        let api = api_url.trim_end_matches('/');
+        let web = if api == "https://api.github.com" || api.is_empty() {
+            "https://github.com".to_owned()
+        } else {
+            api.trim_end_matches("/api/v3").to_owned()
+        };
+        match self {
+            Target::Org(org) => format!("{web}/{org}"),
+            Target::Repo { owner, name } => format!("{web}/{owner}/{name}"),
+            Target::Enterprise(slug) => format!("{web}/enterprises/{slug}"),
+        }
+    }
 }
 
 /// Whose webhook deliveries runway heals: the App's, or an organisation's or
@@ -105,11 +126,16 @@ pub struct PoolGithub {
     pub target: Target,
     /// The runner group new runners join (1: the default group).
     pub runner_group_id: u64,
+    /// A runner scale set the pool learns its jobs from (GitHub's message
+    /// queue, `docs/github.md`), by name; `None`: webhooks only.
+    pub scale_set: Option<String>,
+    /// The scale set's runner group by name, instead of `runner_group_id`.
+    pub runner_group: Option<String>,
 }
 
-/// How the file writes a [`PoolGithub`]: `org = "NAME"` or `repo =
-/// "owner/name"`, exactly one. Only serde sees it: the file's two keys
-/// become one [`Target`] as they are read.
+/// How the file writes a [`PoolGithub`]: `org = "NAME"`, `repo =
+/// "owner/name"` or `enterprise = "SLUG"`, exactly one. Only serde sees
+/// it: the file's keys become one [`Target`] as they are read.
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PoolGithubFile {
@@ -117,8 +143,14 @@ struct PoolGithubFile {
     org: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     repo: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    enterprise: Option<String>,
     #[serde(default = "default_runner_group")]
     runner_group_id: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scale_set: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    runner_group: Option<String>,
 }
 
 fn default_runner_group() -> u64 {
@@ -129,10 +161,14 @@ impl TryFrom<PoolGithubFile> for PoolGithub {
     type Error = String;
 
     fn try_from(file: PoolGithubFile) -> Result<PoolGithub, String> {
-        let target = match (file.org, file.repo) {
-            (Some(org), None) if !org.trim().is_empty() && !org.contains('/') => Target::Org(org),
-            (Some(org), None) => return Err(format!("org: {org:?} is not an organisation name")),
-            (None, Some(repo)) => match repo.split_once('/') {
+        let target = match (file.org, file.repo, file.enterprise) {
+            (Some(org), None, None) if !org.trim().is_empty() && !org.contains('/') => {
+                Target::Org(org)
+            }
+            (Some(org), None, None) => {
+                return Err(format!("org: {org:?} is not an organisation name"))
+            }
+            (None, Some(repo), None) => match repo.split_once('/') {
                 Some((owner, name))
                     if !owner.is_empty() && !name.is_empty() && !name.contains('/') =>
                 {
@@ -143,31 +179,63 @@ impl TryFrom<PoolGithubFile> for PoolGithub {
                 }
                 _ => return Err(format!("repo: {repo:?} is not owner/name")),
             },
-            (Some(_), Some(_)) => return Err("org: give org or repo, not both".to_owned()),
-            (None, None) => {
+            (None, None, Some(slug)) if !slug.trim().is_empty() && !slug.contains('/') => {
+                Target::Enterprise(slug)
+            }
+            (None, None, Some(slug)) => {
+                return Err(format!("enterprise: {slug:?} is not an enterprise slug"))
+            }
+            (None, None, None) => {
                 return Err(
-                    "org: missing: a GitHub pool needs org = \"NAME\" or repo = \"owner/name\""
+                    "org: missing: a GitHub pool needs org = \"NAME\", repo = \"owner/name\" or enterprise = \"SLUG\""
                         .to_owned(),
                 )
             }
+            _ => return Err("org: give one of org, repo and enterprise".to_owned()),
         };
+        let named = |key: &str, value: Option<String>| match value {
+            Some(text) if text.trim().is_empty() => Err(format!("{key}: must not be empty")),
+            other => Ok(other),
+        };
+        let scale_set = named("scale_set", file.scale_set)?;
+        if scale_set
+            .as_deref()
+            .is_some_and(|name| name.len() > 45 || name.contains(['/', ',']))
+        {
+            // GitHub's own limits on a scale set's name, which is also
+            // the label workflows target.
+            return Err("scale_set: at most 45 characters, without \"/\" or \",\"".to_owned());
+        }
+        let runner_group = named("runner_group", file.runner_group)?;
+        if runner_group.is_some() && scale_set.is_none() {
+            return Err(
+                "runner_group: names a scale set's runner group; without scale_set use runner_group_id"
+                    .to_owned(),
+            );
+        }
         Ok(PoolGithub {
             target,
             runner_group_id: file.runner_group_id,
+            scale_set,
+            runner_group,
         })
     }
 }
 
 impl From<PoolGithub> for PoolGithubFile {
     fn from(github: PoolGithub) -> PoolGithubFile {
-        let (org, repo) = match github.target {
-            Target::Org(org) => (Some(org), None),
-            Target::Repo { owner, name } => (None, Some(format!("{owner}/{name}"))),
+        let (org, repo, enterprise) = match github.target {
+            Target::Org(org) => (Some(org), None, None),
+            Target::Repo { owner, name } => (None, Some(format!("{owner}/{name}")), None),
+            Target::Enterprise(slug) => (None, None, Some(slug)),
         };
         PoolGithubFile {
             org,
             repo,
+            enterprise,
             runner_group_id: github.runner_group_id,
+            scale_set: github.scale_set,
+            runner_group: github.runner_group,
         }
     }
 }

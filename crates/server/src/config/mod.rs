@@ -1178,6 +1178,22 @@ impl Config {
                     "a GitHub pool needs [github] token or App credentials (app_id, private_key, installation_id)".into(),
                 ));
             }
+            if let Some(scale_set) = pool.github.as_ref().and_then(|g| g.scale_set.as_ref()) {
+                let github = pool.github.as_ref().map(|g| &g.target);
+                if let Some(other) = self.pools[..i].iter().find(|other| {
+                    other.github.as_ref().is_some_and(|g| {
+                        Some(&g.target) == github && g.scale_set.as_ref() == Some(scale_set)
+                    })
+                }) {
+                    return Err((
+                        key("github.scale_set"),
+                        format!(
+                            "{scale_set:?} is already pool {:?}'s scale set: a scale set has one session, so one pool",
+                            other.name
+                        ),
+                    ));
+                }
+            }
             if pool.max_runners < pool.min_idle {
                 return Err((
                     key("max_runners"),
@@ -1655,6 +1671,65 @@ mod tests {
     }
 
     #[test]
+    fn scale_set_settings_parse_and_their_errors_name_the_key() {
+        let pool = |name: &str, github: &str| {
+            format!("[[pools]]\nname = \"{name}\"\nlabels = [\"self-hosted\"]\n[pools.github]\n{github}")
+        };
+        let parsed = Config::parse(
+            &format!(
+                "[github]\ntoken = \"t\"\n{}",
+                pool(
+                    "ss",
+                    "enterprise = \"acme-corp\"\nscale_set = \"linux-large\"\nrunner_group = \"ci\"\n"
+                )
+            ),
+            "runway.toml",
+            None,
+        )
+        .unwrap();
+        parsed.validate().unwrap();
+        assert_eq!(
+            parsed.pools[0].github,
+            Some(PoolGithub {
+                target: crate::config::Target::Enterprise("acme-corp".into()),
+                runner_group_id: 1,
+                scale_set: Some("linux-large".into()),
+                runner_group: Some("ci".into()),
+            })
+        );
+        let text = parsed.to_redacted_toml();
+        assert!(text.contains("scale_set = \"linux-large\""), "{text}");
+        assert!(text.contains("enterprise = \"acme-corp\""), "{text}");
+        check(
+            &format!("[github]\ntoken = \"t\"\n{}", pool("a", "org = \"o\"\nrunner_group = \"ci\"\n")),
+            expect!["error: config runway.toml: [pools.github] (line 6, column 1): runner_group: names a scale set's runner group; without scale_set use runner_group_id"],
+        );
+        check(
+            &format!(
+                "[github]\ntoken = \"t\"\n{}",
+                pool("a", "org = \"o\"\nscale_set = \"a/b\"\n")
+            ),
+            expect![[
+                r#"error: config runway.toml: [pools.github] (line 6, column 1): scale_set: at most 45 characters, without "/" or ",""#
+            ]],
+        );
+        check(
+            &format!(
+                "[github]\ntoken = \"t\"\n{}{}",
+                pool("a", "org = \"o\"\nscale_set = \"x\"\n"),
+                pool("b", "org = \"o\"\nscale_set = \"x\"\n")
+            ),
+            expect![[
+                r#"error: pools[1].github.scale_set: "x" is already pool "a"'s scale set: a scale set has one session, so one pool"#
+            ]],
+        );
+        check(
+            &pool("a", "org = \"o\"\nscale_set = \"x\"\n"),
+            expect!["error: pools[0].github: a GitHub pool needs [github] token or App credentials (app_id, private_key, installation_id)"],
+        );
+    }
+
+    #[test]
     fn github_settings_parse_and_their_errors_name_the_key() {
         let pool = "[[pools]]\nname = \"gh\"\nlabels = [\"self-hosted\"]\n";
         let parsed = Config::parse(
@@ -1683,7 +1758,9 @@ mod tests {
                     owner: "o".into(),
                     name: "r".into()
                 },
-                runner_group_id: 3
+                runner_group_id: 3,
+                scale_set: None,
+                runner_group: None,
             })
         );
         let text = parsed.to_redacted_toml();
@@ -1697,7 +1774,7 @@ mod tests {
             &format!(
                 "[github]\ntoken = \"t\"\n{pool}[pools.github]\norg = \"a\"\nrepo = \"b/c\"\n"
             ),
-            expect!["error: config runway.toml: [pools.github] (line 6, column 1): org: give org or repo, not both"],
+            expect!["error: config runway.toml: [pools.github] (line 6, column 1): org: give one of org, repo and enterprise"],
         );
         check(
             &format!("[github]\ntoken = \"t\"\n{pool}[pools.github]\nrepo = \"just-a-name\"\n"),

@@ -28,6 +28,7 @@ impl Target {
         match self {
             Target::Org(org) => format!("/orgs/{org}/actions/runners"),
             Target::Repo { owner, name } => format!("/repos/{owner}/{name}/actions/runners"),
+            Target::Enterprise(slug) => format!("/enterprises/{slug}/actions/runners"),
         }
     }
 }
@@ -488,6 +489,41 @@ impl GithubClient {
             }),
             _ => Err(answer.malformed("the answer has no runner.id or encoded_jit_config")),
         }
+    }
+
+    /// `POST …/actions/runners/registration-token`: a short-lived token
+    /// that registers runners, which the Actions service also takes in
+    /// exchange for its own admin connection (scale sets).
+    pub async fn registration_token(
+        &self,
+        metrics: &Metrics,
+        target: &Target,
+    ) -> Result<Secret, GithubError> {
+        let call = Call::new(
+            "registration_token",
+            Priority::JitConfig,
+            As::Installation,
+            reqwest::Method::POST,
+            format!("{}/registration-token", target.runners_path()),
+        );
+        let answer = self
+            .send(metrics, call)
+            .await?
+            .expect(StatusCode::CREATED)?;
+        match answer.body["token"].as_str() {
+            Some(token) if !token.is_empty() => Ok(Secret::literal(token)),
+            _ => Err(answer.malformed("the answer has no token")),
+        }
+    }
+
+    /// The REST API's root this client talks to.
+    pub fn api_url(&self) -> &str {
+        &self.api_url
+    }
+
+    /// The HTTP client, shared with the scale-set client (`scaleset`).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
     }
 
     /// `GET …/actions/runners/downloads`: the GitHub runner's downloads

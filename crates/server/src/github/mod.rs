@@ -2,4 +2,5 @@
 
 pub mod api;
 pub mod payload;
+pub mod scaleset;
 pub mod signature;

@@ -20,6 +20,30 @@ pub struct WorkflowJob {
     pub created_at: Option<Timestamp>,
     pub started_at: Option<Timestamp>,
     pub completed_at: Option<Timestamp>,
+    /// Set when the job came from a scale set's message queue, not a
+    /// webhook: then `job_id` is the queue's runner request id.
+    pub scale_set: Option<ScaleSetOrigin>,
+}
+
+/// Where a job from a scale set's message queue belongs: the pool whose
+/// scale set announced it. Its identity is the runner request, a number of
+/// the Actions service's own, distinct from a webhook's job id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScaleSetOrigin {
+    pub pool: String,
+}
+
+impl WorkflowJob {
+    /// The job's key among runway's GitHub jobs: the webhook's job id, or
+    /// `rr-` and the runner request id for a scale set's job (the two
+    /// number spaces are GitHub's and the Actions service's, so they are
+    /// kept apart).
+    pub fn external_id(&self) -> String {
+        match self.scale_set {
+            Some(_) => format!("rr-{}", self.job_id),
+            None => self.job_id.to_string(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -282,6 +306,7 @@ impl WorkflowJob {
             created_at: optional_time(job.get("created_at"), "workflow_job.created_at")?,
             started_at: optional_time(job.get("started_at"), "workflow_job.started_at")?,
             completed_at: optional_time(job.get("completed_at"), "workflow_job.completed_at")?,
+            scale_set: None,
         })
     }
 }

@@ -174,6 +174,7 @@ impl Healer {
                 created_at: facts.created_at_ms.map(Timestamp::from_millis),
                 started_at: status.started_at.as_deref().and_then(parse_time),
                 completed_at: status.completed_at.as_deref().and_then(parse_time),
+                scale_set: None,
             };
             match crate::app::intake::apply_observed(&self.service, &observed, action, now).await {
                 Ok(crate::app::intake::WebhookOutcome::NoChange) => self.count_recheck("queued"),

@@ -4,6 +4,7 @@
 //! assumes nothing about why it runs; running it twice in a row is harmless.
 
 pub mod heal;
+pub mod scale_set;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -660,8 +661,24 @@ impl Inner {
         now: Timestamp,
     ) -> Result<Option<String>, StoreError> {
         let store = &self.store();
-        let result = match &self.service.github {
-            Some(client) => client
+        let result = match (&github.scale_set, &self.service.github) {
+            // A scale-set pool's runners register in its scale set.
+            (Some(scale_set), _) => match self
+                .service
+                .scale_sets
+                .get(&runner.pool)
+                .and_then(|handle| Some((handle.id()?, handle)))
+            {
+                Some((id, handle)) => handle
+                    .client
+                    .generate_jit_config(&self.service.metrics, id, &runner.name)
+                    .await
+                    .map_err(|e| e.to_string()),
+                None => Err(format!(
+                    "scale set {scale_set:?} not found or created yet (its listener keeps trying)"
+                )),
+            },
+            (None, Some(client)) => client
                 .generate_jitconfig(
                     &self.service.metrics,
                     &github.target,
@@ -671,7 +688,7 @@ impl Inner {
                 )
                 .await
                 .map_err(|e| e.to_string()),
-            None => Err("no GitHub credentials ([github] token or App)".to_owned()),
+            (None, None) => Err("no GitHub credentials ([github] token or App)".to_owned()),
         };
         let result = result.inspect_err(|_| self.jit_failed(&runner.pool, now));
         match result {
@@ -726,13 +743,24 @@ impl Inner {
         else {
             return Ok(Ok(true)); // It never got a JIT configuration.
         };
-        let Some(client) = &self.service.github else {
-            return Ok(Ok(false));
+        let deleted = if github.scale_set.is_some() {
+            // Registered in the scale set: removed through the Actions service.
+            let Some(handle) = self.service.scale_sets.get(&runner.pool) else {
+                return Ok(Ok(false));
+            };
+            handle
+                .client
+                .delete_runner(&self.service.metrics, github_id)
+                .await
+        } else {
+            let Some(client) = &self.service.github else {
+                return Ok(Ok(false));
+            };
+            client
+                .delete_runner(&self.service.metrics, &github.target, github_id)
+                .await
         };
-        match client
-            .delete_runner(&self.service.metrics, &github.target, github_id)
-            .await
-        {
+        match deleted {
             Ok(_) => {
                 // Asked once: an empty id means "deregistered".
                 self.store().set_runner_external_id(runner.id, "").await?;

@@ -192,6 +192,14 @@ pub struct ProviderOperationLabels {
     pub operation: String,
 }
 
+/// A scale-set pool and one of its counts (`available`, `assigned`, …) or
+/// outcomes (`received`, `opened`, `conflict`, …).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolKindLabels {
+    pub pool: String,
+    pub kind: &'static str,
+}
+
 type HistogramFamily = Family<PoolLabel, Histogram, fn() -> Histogram>;
 type JobHistogramFamily = Family<JobLabels, Histogram, fn() -> Histogram>;
 
@@ -252,6 +260,11 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     pub store_rows: Family<TableLabel, Gauge>,
     pub retention_pruned: Family<TableLabel, Counter>,
+    pub scale_set_jobs: Family<PoolKindLabels, Gauge>,
+    pub scale_set_runners: Family<PoolKindLabels, Gauge>,
+    pub scale_set_messages: Family<PoolKindLabels, Counter>,
+    pub scale_set_sessions: Family<PoolKindLabels, Counter>,
+    pub scale_set_token_refreshes: Family<PoolKindLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -292,6 +305,11 @@ impl Metrics {
             reconcile_duration: seconds(r, "reconcile_duration", "How long one reconcile round took", Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0])),
             store_rows: add(r, "store_rows", "Rows in each store table retention looks after, as its last pass counted", Family::<TableLabel, Gauge>::default()),
             retention_pruned: add(r, "retention_pruned", "Rows retention deleted, by table", Family::<TableLabel, Counter>::default()),
+            scale_set_jobs: add(r, "scale_set_jobs", "A scale-set pool's jobs as GitHub's statistics last said, by kind (available, acquired, assigned, running)", Family::<PoolKindLabels, Gauge>::default()),
+            scale_set_runners: add(r, "scale_set_runners", "A scale-set pool's runners as GitHub's statistics last said, by kind (registered, busy, idle)", Family::<PoolKindLabels, Gauge>::default()),
+            scale_set_messages: add(r, "scale_set_messages", "Scale-set queue messages, by kind (received; acknowledged: after their effects were stored)", Family::<PoolKindLabels, Counter>::default()),
+            scale_set_sessions: add(r, "scale_set_sessions", "Scale-set message sessions, by kind (opened, conflict: held by another listener, replaced: a stale one of runway's deleted, lost: dropped by GitHub, closed)", Family::<PoolKindLabels, Counter>::default()),
+            scale_set_token_refreshes: add(r, "scale_set_token_refreshes", "Scale-set tokens fetched again, by kind (admin, queue)", Family::<PoolKindLabels, Counter>::default()),
             job_label_switches: JobLabelSwitches::all(),
             registry: Registry::default(),
         };

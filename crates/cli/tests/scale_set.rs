@@ -1,0 +1,604 @@
+//! `runway serve` with a scale-set pool, as a user runs it, against the
+//! `scaleset` crate's emulator of GitHub's runner scale-set service (an
+//! implementation runway's authors did not write): runway creates the scale
+//! set, holds its message session, acquires and stores each job, starts one
+//! JIT runner per job (a `process` provider whose "machine" records its
+//! configuration), keeps a runner that runs a job, removes it when the job
+//! completes, and survives the emulator's faults and its own kill -9.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{client, metric, runway, spawn_serve, wait_until, Process, RunnerProcesses};
+use scaleset::testing::{Emulator, Endpoint, Fault, JobState, DEFAULT_PAT};
+use scaleset::ScaleSetId;
+use serde_json::Value;
+
+const ADMIN: &str = "scale-set-admin-token";
+const SCALE_SET: &str = "runway-linux";
+
+struct Harness {
+    runtime: tokio::runtime::Runtime,
+    emulator: Emulator,
+    dir: tempfile::TempDir,
+    serve: Option<Process>,
+    base: String,
+    processes: RunnerProcesses,
+}
+
+fn write_config(dir: &Path, github: &str, max_runners: u32, min_idle: u32) {
+    let log = dir.join("jit.log");
+    std::fs::write(
+        dir.join("runway.toml"),
+        format!(
+            r#"[server]
+listen = "127.0.0.1:0"
+admin_tokens = ["{ADMIN}"]
+
+[scaling]
+interval = "200ms"
+
+[github]
+api_url = "{github}/api/v3"
+token = "env:RUNWAY_TEST_GITHUB_TOKEN"
+
+[[providers]]
+name = "machines"
+kind = "process"
+command = ["sh", "-c", "echo \"$RUNWAY_RUNNER_NAME $RUNWAY_JIT_CONFIG\" >> '{log}'; exec sleep 300"]
+state_dir = "processes"
+stop_grace = "1s"
+
+[[pools]]
+name = "ss"
+labels = ["self-hosted", "linux"]
+max_runners = {max_runners}
+min_idle = {min_idle}
+idle_grace = "0s"
+providers = ["machines"]
+[pools.github]
+org = "org"
+scale_set = "{SCALE_SET}"
+"#,
+            log = log.display()
+        ),
+    )
+    .unwrap();
+}
+
+impl Harness {
+    fn start(max_runners: u32, min_idle: u32) -> Harness {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let emulator = runtime.block_on(
+            Emulator::builder()
+                .long_poll(Duration::from_millis(300))
+                .start(),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        write_config(dir.path(), &emulator.uri(), max_runners, min_idle);
+        let processes = RunnerProcesses(dir.path().join("processes"));
+        let mut harness = Harness {
+            runtime,
+            emulator,
+            dir,
+            serve: None,
+            base: String::new(),
+            processes,
+        };
+        harness.serve();
+        harness
+    }
+
+    /// (Re)starts `runway serve` on the same store and config.
+    fn serve(&mut self) {
+        let mut command = runway(self.dir.path());
+        command
+            .args(["serve", "--config", "runway.toml"])
+            .env("RUNWAY_TEST_GITHUB_TOKEN", DEFAULT_PAT);
+        let (serve, base) = spawn_serve(command);
+        self.serve = Some(serve);
+        self.base = base;
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut serve) = self.serve.take() {
+            serve.0.kill().unwrap();
+            serve.0.wait().unwrap();
+        }
+    }
+
+    /// The scale set's id, once runway has created it with a session.
+    fn scale_set(&self) -> ScaleSetId {
+        let mut id = None;
+        wait_until(
+            "runway to create the scale set and open its session",
+            30,
+            || {
+                let state = self.emulator.state();
+                id = state
+                    .scale_sets
+                    .iter()
+                    .find(|s| s.name == SCALE_SET)
+                    .map(|s| s.id)
+                    .filter(|id| state.sessions.iter().any(|s| s.scale_set_id == *id));
+                id.is_some()
+            },
+        );
+        id.unwrap()
+    }
+
+    fn api(&self, path: &str) -> Value {
+        client()
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(ADMIN)
+            .send()
+            .and_then(|r| r.json())
+            .unwrap_or_default()
+    }
+
+    /// runway's jobs of the pool, oldest first.
+    fn jobs(&self) -> Vec<Value> {
+        let mut jobs = self.api("/api/v1/jobs?pool=ss&limit=200")["jobs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        jobs.reverse();
+        jobs
+    }
+
+    fn job_states(&self) -> Vec<String> {
+        self.jobs()
+            .iter()
+            .map(|j| j["state"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    fn runners(&self) -> Vec<Value> {
+        self.api("/api/v1/runners")["runners"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn live_runners(&self) -> Vec<Value> {
+        self.runners()
+            .into_iter()
+            .filter(|r| !matches!(r["state"].as_str(), Some("terminated" | "failed" | "lost")))
+            .collect()
+    }
+
+    /// Names of the runners whose process was started with a JIT config.
+    fn started_with_jit(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join("jit.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(_, jit)| !jit.trim().is_empty())
+            .map(|(name, _)| name.to_owned())
+            .collect()
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[test]
+fn each_job_gets_its_own_jit_runner_a_busy_runner_is_kept_and_the_pool_returns_to_min_idle() {
+    let h = Harness::start(4, 1);
+    let set = h.scale_set();
+    let state = h.emulator.state();
+    let created = state.scale_sets.iter().find(|s| s.id == set).unwrap();
+    let labels: Vec<&str> = created.labels.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(labels, vec![SCALE_SET, "self-hosted", "linux"]);
+
+    // min_idle: one runner registered in the scale set, waiting.
+    wait_until(
+        "the min_idle runner to start from its JIT config",
+        30,
+        || h.started_with_jit().len() == 1,
+    );
+
+    let jobs: Vec<_> = (0..3)
+        .map(|_| h.emulator.queue_job(set, [SCALE_SET]))
+        .collect();
+    wait_until("runway to store the three jobs, acquired", 30, || {
+        h.jobs().len() == 3
+            && h.emulator
+                .state()
+                .jobs
+                .iter()
+                .all(|j| j.state == JobState::Assigned)
+    });
+    let stored = h.jobs();
+    for (job, request) in stored.iter().zip(&jobs) {
+        assert_eq!(job["source"], "github");
+        assert_eq!(job["external_id"], format!("rr-{}", request.0));
+        assert_eq!(job["pool"], "ss");
+    }
+    // One runner per job beside the idle one (max_runners 4).
+    wait_until("a JIT runner per job", 30, || {
+        h.started_with_jit().len() == 4
+    });
+    let registered: Vec<String> = h
+        .emulator
+        .state()
+        .runners
+        .iter()
+        .map(|r| r.name.clone())
+        .collect();
+    for name in h.started_with_jit() {
+        assert!(
+            registered.contains(&name),
+            "{name} registered in the scale set"
+        );
+    }
+
+    // GitHub starts the first job on one of them: runway marks it busy.
+    let name = h.started_with_jit()[1].clone();
+    h.emulator.start_job(jobs[0], Some(&name));
+    wait_until("the job to run on its runner", 30, || {
+        h.job_states()[0] == "running"
+            && h.runners()
+                .iter()
+                .any(|r| r["name"] == name.as_str() && r["state"] == "busy")
+    });
+
+    // The other two end before they start (cancelled): their demand goes,
+    // and idle runners beyond min_idle are removed — but never the busy one.
+    h.emulator.complete_job(jobs[1], Some("canceled"));
+    h.emulator.complete_job(jobs[2], Some("canceled"));
+    wait_until(
+        "the cancelled jobs to end and spare runners to go",
+        30,
+        || {
+            let jobs = h.jobs();
+            jobs[1..]
+                .iter()
+                .all(|j| j["state"] == "completed" && j["conclusion"] == "cancelled")
+                && h.live_runners().len() == 2
+        },
+    );
+    assert!(
+        h.live_runners().iter().any(|r| r["name"] == name.as_str()),
+        "the busy runner is kept"
+    );
+    assert!(h.processes.tracked().iter().any(|(n, _)| *n == name));
+
+    // The job completes: its runner goes, the pool is back at min_idle.
+    h.emulator.complete_job(jobs[0], None);
+    wait_until("the job to succeed and its runner to go", 30, || {
+        h.job_states()[0] == "completed"
+            && h.live_runners().len() == 1
+            && !h.processes.tracked().iter().any(|(n, _)| *n == name)
+    });
+    assert_eq!(h.jobs()[0]["conclusion"], "success");
+    assert_eq!(h.jobs().len(), 3, "no job stored twice");
+    assert!(
+        metric(
+            &h.base,
+            r#"runway_scale_set_messages_total{pool="ss",kind="acknowledged"}"#
+        ) >= 3.0
+    );
+    assert_eq!(
+        metric(
+            &h.base,
+            r#"runway_scale_set_sessions_total{pool="ss",kind="opened"}"#
+        ),
+        1.0
+    );
+    assert!(h
+        .emulator
+        .requests_to(Endpoint::GetMessage)
+        .iter()
+        .all(|r| r.max_capacity == Some(4)));
+}
+
+/// Waits until runway has stored `n` jobs of the pool.
+fn stores(h: &Harness, n: usize, what: &str) {
+    wait_until(what, 60, || h.jobs().len() == n);
+}
+
+#[test]
+fn poll_failures_expired_tokens_a_dropped_session_and_a_deleted_scale_set_are_survived() {
+    let h = Harness::start(2, 0);
+    let set = h.scale_set();
+
+    // A burst of 5xx on the message poll.
+    h.emulator
+        .inject(Fault::status(Endpoint::GetMessage, 503).times(4));
+    h.emulator.queue_job(set, [SCALE_SET]);
+    stores(&h, 1, "a job through a burst of 503s on the poll");
+
+    // Every admin token revoked: runway fetches a new one.
+    h.emulator.expire_admin_tokens();
+    h.emulator.queue_job(set, [SCALE_SET]);
+    stores(&h, 2, "a job after the admin tokens expired");
+    wait_until("a JIT runner after the admin tokens expired", 30, || {
+        !h.started_with_jit().is_empty()
+    });
+
+    // The queue token expires: the session is refreshed.
+    h.emulator.expire_queue_token(set);
+    h.emulator.queue_job(set, [SCALE_SET]);
+    stores(&h, 3, "a job after the queue token expired");
+    assert!(
+        metric(
+            &h.base,
+            r#"runway_scale_set_token_refreshes_total{pool="ss",kind="queue"}"#
+        ) >= 1.0
+    );
+
+    // GitHub drops the session: runway opens a new one.
+    h.emulator.expire_session(set);
+    h.emulator.queue_job(set, [SCALE_SET]);
+    stores(&h, 4, "a job after the session was dropped");
+
+    // GitHub deletes the (idle) scale set: runway creates it again.
+    let state = h.emulator.state();
+    for job in &state.jobs {
+        if job.state != JobState::Completed {
+            h.emulator.complete_job(job.id, Some("canceled"));
+        }
+    }
+    let runner_requests = h.emulator.requests_to(Endpoint::ScaleSets).len();
+    h.runtime.block_on(async {
+        let admin = h.emulator.client();
+        admin.delete_runner_scale_set(set).await.unwrap();
+    });
+    let mut again = None;
+    wait_until("the scale set created again, with a session", 30, || {
+        let state = h.emulator.state();
+        again = state
+            .scale_sets
+            .iter()
+            .find(|s| s.name == SCALE_SET)
+            .map(|s| s.id)
+            .filter(|id| state.sessions.iter().any(|s| s.scale_set_id == *id));
+        again.is_some()
+    });
+    assert!(h.emulator.requests_to(Endpoint::ScaleSets).len() > runner_requests);
+    let again = again.unwrap();
+    assert_ne!(again, set);
+    h.emulator.queue_job(again, [SCALE_SET]);
+    stores(&h, 5, "a job of the recreated scale set");
+    assert!(
+        metric(
+            &h.base,
+            r#"runway_scale_set_sessions_total{pool="ss",kind="lost"}"#
+        ) >= 2.0
+    );
+}
+
+#[test]
+fn a_kill_between_storing_and_acknowledging_loses_nothing_and_applies_nothing_twice() {
+    let mut h = Harness::start(2, 0);
+    let set = h.scale_set();
+    // Acknowledgements fail: each message is stored, never acknowledged.
+    h.emulator
+        .inject(Fault::status(Endpoint::DeleteMessage, 500));
+    let jobs: Vec<_> = (0..3)
+        .map(|_| h.emulator.queue_job(set, [SCALE_SET]))
+        .collect();
+    stores(&h, 3, "the three jobs stored though unacknowledged");
+    wait_until("a redelivery of the unacknowledged message", 30, || {
+        h.emulator.requests_to(Endpoint::DeleteMessage).len() >= 2
+    });
+    h.kill();
+    assert!(!h.emulator.state().unacknowledged.is_empty());
+    h.emulator.clear_faults();
+
+    // The next runway replaces its old session at once and takes the
+    // redelivered message again: still three jobs, at most max_runners.
+    h.serve();
+    wait_until("the redelivered message acknowledged", 30, || {
+        h.emulator
+            .state()
+            .unacknowledged
+            .values()
+            .all(Vec::is_empty)
+            && h.emulator
+                .state()
+                .sessions
+                .iter()
+                .any(|s| s.scale_set_id == set)
+    });
+    assert_eq!(
+        metric(
+            &h.base,
+            r#"runway_scale_set_sessions_total{pool="ss",kind="replaced"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &h.base,
+            r#"runway_scale_set_sessions_total{pool="ss",kind="conflict"}"#
+        ),
+        0.0,
+        "no wait for the session runway itself left"
+    );
+    let stored = h.jobs();
+    assert_eq!(stored.len(), 3);
+    let keys: Vec<String> = stored
+        .iter()
+        .map(|j| j["external_id"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let wanted: Vec<String> = jobs.iter().map(|j| format!("rr-{}", j.0)).collect();
+    assert_eq!(keys, wanted);
+    wait_until("runners for the queued jobs", 30, || {
+        h.started_with_jit().len() >= 2
+    });
+    for _ in 0..20 {
+        assert!(h.live_runners().len() <= 2, "never more than max_runners");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_session_held_by_another_listener_is_waited_out() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let emulator = runtime.block_on(
+        Emulator::builder()
+            .long_poll(Duration::from_millis(300))
+            .start(),
+    );
+    // Someone else's listener holds the scale set's session.
+    let other = emulator.client();
+    let (set, session) = runtime.block_on(async {
+        let set = other
+            .create_runner_scale_set(&scaleset::RunnerScaleSetSpec::new(SCALE_SET))
+            .await
+            .unwrap();
+        let session = other
+            .create_message_session(set.id, "someone-else")
+            .await
+            .unwrap();
+        (set.id, session)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &emulator.uri(), 2, 0);
+    let mut command = runway(dir.path());
+    command
+        .args(["serve", "--config", "runway.toml"])
+        .env("RUNWAY_TEST_GITHUB_TOKEN", DEFAULT_PAT);
+    let (_serve, base) = spawn_serve(command);
+    wait_until("runway to report the conflict", 30, || {
+        metric(
+            &base,
+            r#"runway_scale_set_sessions_total{pool="ss",kind="conflict"}"#,
+        ) >= 1.0
+    });
+    let tasks: Value = client()
+        .get(format!("{base}/api/v1/tasks"))
+        .bearer_auth(ADMIN)
+        .send()
+        .and_then(|r| r.json())
+        .unwrap_or_default();
+    let task = tasks["tasks"]
+        .as_array()
+        .and_then(|t| {
+            t.iter()
+                .find(|t| t["name"] == "github_scale_set:ss")
+                .cloned()
+        })
+        .unwrap_or_default();
+    assert!(
+        task["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("already has a message session")),
+        "{task}"
+    );
+    // Its owner lets go: runway takes the session, the labels are the pool's.
+    runtime.block_on(async { session.close().await.unwrap() });
+    wait_until("runway to open the session", 60, || {
+        emulator
+            .state()
+            .sessions
+            .iter()
+            .any(|s| s.scale_set_id == set && s.owner_name.starts_with("runway-"))
+    });
+    let state = emulator.state();
+    let labels: Vec<&str> = state.scale_sets[0]
+        .labels
+        .iter()
+        .map(|l| l.name.as_str())
+        .collect();
+    assert_eq!(
+        labels,
+        vec![SCALE_SET, "self-hosted", "linux"],
+        "updated to the pool's"
+    );
+}
+
+#[test]
+fn with_two_replicas_only_the_leader_holds_the_session_and_it_passes_on_when_the_leader_dies() {
+    let schema = common::PgSchema::create("runway_scale_set");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let emulator = runtime.block_on(
+        Emulator::builder()
+            .long_poll(Duration::from_millis(300))
+            .start(),
+    );
+    let replica = |dir: &Path| {
+        write_config(dir, &emulator.uri(), 2, 0);
+        let mut command = runway(dir);
+        command
+            .args([
+                "serve",
+                "--config",
+                "runway.toml",
+                "--database",
+                &schema.scoped,
+            ])
+            .env("RUNWAY_TEST_GITHUB_TOKEN", DEFAULT_PAT);
+        spawn_serve(command)
+    };
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let _processes = (
+        RunnerProcesses(dir_a.path().join("processes")),
+        RunnerProcesses(dir_b.path().join("processes")),
+    );
+    let (first, a) = replica(dir_a.path());
+    wait_until("the first replica to lead", 30, || {
+        metric(&a, "runway_leader") == 1.0
+    });
+    let (_second, b) = replica(dir_b.path());
+    wait_until("the leader's session", 30, || {
+        emulator.state().sessions.len() == 1
+    });
+    let set = emulator.state().sessions[0].scale_set_id;
+    emulator.queue_job(set, [SCALE_SET]);
+    let stored = |base: &str| -> usize {
+        client()
+            .get(format!("{base}/api/v1/jobs?pool=ss"))
+            .bearer_auth(ADMIN)
+            .send()
+            .and_then(|r| r.json::<Value>())
+            .ok()
+            .and_then(|v| v["jobs"].as_array().map(Vec::len))
+            .unwrap_or(0)
+    };
+    wait_until("the job stored, seen by the follower too", 30, || {
+        stored(&b) == 1
+    });
+    for (base, sessions) in [(&a, 1.0), (&b, 0.0)] {
+        let opened = r#"runway_scale_set_sessions_total{pool="ss",kind="opened"}"#;
+        let conflicts = r#"runway_scale_set_sessions_total{pool="ss",kind="conflict"}"#;
+        assert_eq!(metric(base, opened), sessions, "{base}");
+        assert_eq!(
+            metric(base, conflicts),
+            0.0,
+            "{base}: the follower never tried"
+        );
+    }
+
+    drop(first); // SIGKILL: the lead passes, the session stays at GitHub.
+    wait_until(
+        "the second replica to lead and hold the session",
+        30,
+        || {
+            metric(
+                &b,
+                r#"runway_scale_set_sessions_total{pool="ss",kind="opened"}"#,
+            ) == 1.0
+        },
+    );
+    assert_eq!(
+        metric(
+            &b,
+            r#"runway_scale_set_sessions_total{pool="ss",kind="replaced"}"#
+        ),
+        1.0,
+        "the dead leader's session replaced, not waited out"
+    );
+    assert_eq!(emulator.state().sessions.len(), 1);
+    emulator.queue_job(set, [SCALE_SET]);
+    wait_until("the next job stored by the new leader", 30, || {
+        stored(&b) == 2
+    });
+}

@@ -1,0 +1,601 @@
+//! Scale-set pools: a GitHub pool that names a runner scale set learns its
+//! jobs from the scale set's message queue (`docs/github.md`).
+//!
+//! One listener per such pool, on the leader only. Each round it makes sure
+//! the scale set exists with the pool's labels (creating it, or again after
+//! GitHub deleted it), holds the scale set's one message session (replacing
+//! a stale session runway itself left, recorded in the store; waiting out,
+//! with backoff, one held by someone else), and long-polls one message.
+//! A message's effects go into the store before it is acknowledged, and
+//! each applies idempotently, so a kill between the two redelivers it and
+//! nothing happens twice:
+//!
+//! - `JobAvailable`: the job is acquired (`acquirejobs`) and stored as a
+//!   queued GitHub job of the pool (keyed by its runner request);
+//! - `JobAssigned`: stored if it is not (it was acquired);
+//! - `JobStarted`: the named runner is busy with the job (never removed
+//!   while it is);
+//! - `JobCompleted`: the job ends with its result; its ephemeral runner goes.
+//!
+//! From there on the job is like a webhook's: routing, the planner's
+//! demand, "why is my job waiting?", metrics and the admin API.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use runway_core::github::WorkflowJobAction;
+use runway_core::Timestamp;
+
+use crate::app::Service;
+use crate::config::PoolGithub;
+use crate::github::api::{GithubClient, GithubError};
+use crate::github::payload::{ScaleSetOrigin, WorkflowJob};
+use crate::github::scaleset::{
+    status_of, JobInfo, JobMessage, Message, PoolScaleSet, ScaleSetClient, Session, Statistics,
+};
+use crate::telemetry::metrics::PoolKindLabels;
+
+/// The pause between rounds (each is one long poll) while they succeed;
+/// failures back off from it, doubling up to a minute.
+const ROUND_PAUSE: Duration = Duration::from_millis(100);
+
+/// The store setting that remembers the session the leader holds, so that
+/// a restarted or new leader can replace it instead of waiting it out.
+fn session_key(pool: &str) -> String {
+    format!("scale_set_session:{pool}")
+}
+
+/// One scale-set pool's listener.
+struct Listener {
+    service: Arc<Service>,
+    pool: String,
+    handle: Arc<PoolScaleSet>,
+    session: Option<Session>,
+    /// The last message stored in this session.
+    last: i64,
+    /// The settings the scale set was last found or made with.
+    ensured: Option<(PoolGithub, Vec<String>)>,
+}
+
+/// The scale set's labels: its name (what `runs-on: NAME` targets) and
+/// the pool's labels.
+pub fn scale_set_labels(name: &str, pool_labels: &[String]) -> Vec<String> {
+    let mut labels = vec![name.to_owned()];
+    for label in pool_labels {
+        if !labels.iter().any(|l| l.eq_ignore_ascii_case(label)) {
+            labels.push(label.clone());
+        }
+    }
+    labels
+}
+
+/// A job's conclusion from the service's result.
+fn conclusion(result: &str) -> String {
+    match result.to_ascii_lowercase().as_str() {
+        "succeeded" | "success" => "success",
+        "failed" | "failure" => "failure",
+        "canceled" | "cancelled" | "abandoned" => "cancelled",
+        "skipped" => "skipped",
+        other => return other.to_owned(),
+    }
+    .to_owned()
+}
+
+/// The workflow a job ref names: `.github/workflows/ci.yml` of
+/// `owner/repo/.github/workflows/ci.yml@refs/heads/main`.
+fn workflow_of(job_ref: &str) -> Option<String> {
+    let path = job_ref.split('@').next()?;
+    let at = path.find(".github/workflows/")?;
+    Some(path[at..].to_owned()).filter(|p| p.len() > ".github/workflows/".len())
+}
+
+impl Listener {
+    fn metric(&self, family: &Family<PoolKindLabels, Counter>, kind: &'static str) {
+        family
+            .get_or_create(&PoolKindLabels {
+                pool: self.pool.clone(),
+                kind,
+            })
+            .inc();
+    }
+
+    fn client(&self) -> &ScaleSetClient {
+        &self.handle.client
+    }
+
+    /// The pool's GitHub settings if it still names a scale set.
+    fn github(&self) -> Option<(PoolGithub, Vec<String>, u32)> {
+        let config = self.service.config();
+        let pool = config.pool(&self.pool)?;
+        let github = pool.github.clone().filter(|g| g.scale_set.is_some())?;
+        Some((github, pool.labels.clone(), pool.max_runners))
+    }
+
+    async fn round(&mut self) -> Result<(), String> {
+        let Some((github, labels, max_runners)) = self.github() else {
+            // A reload took the scale set away: let go of the session.
+            self.close().await;
+            return Ok(());
+        };
+        // Found once, and again when GitHub lost it or a reload changed
+        // what it should be.
+        let settings = (github.clone(), labels.clone());
+        let scale_set_id = match self.handle.id() {
+            Some(id) if self.ensured.as_ref() == Some(&settings) => id,
+            _ => {
+                let id = self.ensure_scale_set(&github, &labels).await?;
+                self.ensured = Some(settings);
+                id
+            }
+        };
+        if self
+            .session
+            .as_ref()
+            .is_some_and(|s| s.scale_set_id != scale_set_id)
+        {
+            self.close().await; // The pool's scale set is another one now.
+        }
+        if self.session.is_none() {
+            self.open_session(scale_set_id).await?;
+        }
+        self.poll(max_runners).await
+    }
+
+    /// Finds the scale set (creating it, or bringing its labels and group
+    /// to the pool's) and publishes its id to the reconciler.
+    async fn ensure_scale_set(
+        &mut self,
+        github: &PoolGithub,
+        labels: &[String],
+    ) -> Result<i64, String> {
+        let metrics = &self.service.metrics;
+        let name = github.scale_set.clone().unwrap_or_default();
+        let group = match &github.runner_group {
+            Some(group) => self
+                .client()
+                .runner_group_id(metrics, group)
+                .await
+                .map_err(|e| format!("runner group {group:?}: {e}"))?,
+            None => github.runner_group_id as i64,
+        };
+        let wanted = scale_set_labels(&name, labels);
+        let found = self
+            .client()
+            .find_scale_set(metrics, &name, group)
+            .await
+            .map_err(|e| e.to_string())?;
+        let set = match found {
+            Some(set) if same_labels(&set.labels, &wanted) => set,
+            Some(set) => {
+                tracing::info!(pool = %self.pool, scale_set = %name, id = set.id, labels = ?wanted, "updating the scale set's labels to the pool's");
+                self.client()
+                    .put_scale_set(metrics, Some(set.id), &name, group, &wanted)
+                    .await
+                    .map_err(|e| e.to_string())?
+            }
+            None => {
+                let set = self
+                    .client()
+                    .put_scale_set(metrics, None, &name, group, &wanted)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                tracing::info!(pool = %self.pool, scale_set = %name, id = set.id, labels = ?wanted, "created the scale set");
+                set
+            }
+        };
+        self.handle.set_id(Some(set.id));
+        Ok(set.id)
+    }
+
+    /// Opens the scale set's session. A session runway left behind (a
+    /// crash, a leader that lost its lead) is deleted first; one held by
+    /// another listener is waited out (the round fails, so the worker
+    /// backs off and `GET /api/v1/tasks` says why).
+    async fn open_session(&mut self, scale_set_id: i64) -> Result<(), String> {
+        let (service, metrics) = (&self.service, &self.service.metrics);
+        let key = session_key(&self.pool);
+        let stale = service
+            .store
+            .get_setting(&key)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some((set, id)) = stale.as_deref().and_then(|s| s.split_once(':')) {
+            if let Ok(set) = set.parse::<i64>() {
+                match self.client().delete_session(metrics, set, id).await {
+                    Ok(()) => {
+                        tracing::info!(pool = %self.pool, session = %id, "replaced the message session runway held before");
+                        self.metric(&metrics.scale_set_sessions, "replaced");
+                    }
+                    Err(error) => {
+                        tracing::warn!(pool = %self.pool, %error, "cannot delete the message session runway held before");
+                    }
+                }
+            }
+        }
+        let owner = format!("runway-{}", service.replica);
+        match self
+            .client()
+            .create_session(metrics, scale_set_id, &owner)
+            .await
+        {
+            Ok(session) => {
+                service
+                    .store
+                    .put_setting(&key, &format!("{scale_set_id}:{}", session.id))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                tracing::info!(pool = %self.pool, scale_set = scale_set_id, session = %session.id, "message session open");
+                self.metric(&metrics.scale_set_sessions, "opened");
+                if let Some(statistics) = &session.statistics {
+                    self.observe(statistics);
+                }
+                self.session = Some(session);
+                self.last = 0;
+                Ok(())
+            }
+            Err(error) if status_of(&error) == Some(409) => {
+                self.metric(&metrics.scale_set_sessions, "conflict");
+                tracing::warn!(pool = %self.pool, scale_set = scale_set_id, "the scale set's message session is held by another listener; waiting for it to end");
+                Err(format!(
+                    "scale set {scale_set_id} already has a message session (another listener, or one GitHub has not ended yet); retrying with backoff"
+                ))
+            }
+            Err(error) if status_of(&error) == Some(404) => {
+                self.handle.set_id(None);
+                Err(format!(
+                    "scale set {scale_set_id} is gone; finding or creating it again"
+                ))
+            }
+            Err(error) => Err(error.to_string()),
+        }
+    }
+
+    /// One long poll; a message is applied, then acknowledged.
+    async fn poll(&mut self, max_runners: u32) -> Result<(), String> {
+        let Some(session) = self.session.clone() else {
+            return Ok(());
+        };
+        let metrics = &self.service.metrics;
+        let polled = self
+            .client()
+            .get_message(metrics, &session, self.last, max_runners)
+            .await;
+        let message = match polled {
+            Ok(Some(message)) => message,
+            Ok(None) => return Ok(()),
+            Err(error) => return self.poll_failed(&session, error).await,
+        };
+        self.metric(&metrics.scale_set_messages, "received");
+        if let Some(statistics) = &message.statistics {
+            self.observe(statistics);
+        }
+        self.apply(&session, &message).await?;
+        // Stored: the next poll asks for what follows it, even if the
+        // acknowledgement fails (then a later session may get it again,
+        // which changes nothing).
+        self.last = message.id;
+        self.client()
+            .delete_message(metrics, &session, message.id)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.metric(&metrics.scale_set_messages, "acknowledged");
+        Ok(())
+    }
+
+    async fn poll_failed(&mut self, session: &Session, error: GithubError) -> Result<(), String> {
+        let metrics = &self.service.metrics;
+        match status_of(&error) {
+            Some(401) | Some(403) => {
+                // The queue token expired: a new one for the same session.
+                match self.client().refresh_session(metrics, session).await {
+                    Ok(fresh) => {
+                        tracing::info!(pool = %self.pool, "message queue token refreshed");
+                        self.session = Some(fresh);
+                        Ok(())
+                    }
+                    Err(error) if status_of(&error) == Some(404) => {
+                        self.lost_session();
+                        Ok(())
+                    }
+                    Err(error) => Err(error.to_string()),
+                }
+            }
+            Some(404) => {
+                self.lost_session();
+                Ok(())
+            }
+            _ => Err(error.to_string()),
+        }
+    }
+
+    /// GitHub dropped the session (it timed out, or the scale set was
+    /// deleted): the next round checks the scale set and opens a new one.
+    fn lost_session(&mut self) {
+        tracing::warn!(pool = %self.pool, "the message session is gone; opening a new one");
+        self.metric(&self.service.metrics.scale_set_sessions, "lost");
+        self.session = None;
+        self.handle.set_id(None);
+    }
+
+    fn observe(&self, statistics: &Statistics) {
+        let metrics = &self.service.metrics;
+        let label = |kind| PoolKindLabels {
+            pool: self.pool.clone(),
+            kind,
+        };
+        for (kind, value) in [
+            ("available", statistics.total_available_jobs),
+            ("acquired", statistics.total_acquired_jobs),
+            ("assigned", statistics.total_assigned_jobs),
+            ("running", statistics.total_running_jobs),
+        ] {
+            metrics
+                .scale_set_jobs
+                .get_or_create(&label(kind))
+                .set(value);
+        }
+        for (kind, value) in [
+            ("registered", statistics.total_registered_runners),
+            ("busy", statistics.total_busy_runners),
+            ("idle", statistics.total_idle_runners),
+        ] {
+            metrics
+                .scale_set_runners
+                .get_or_create(&label(kind))
+                .set(value);
+        }
+    }
+
+    /// Stores what a message says. Any store failure fails the round, so
+    /// the message is not acknowledged and comes again.
+    async fn apply(&self, session: &Session, message: &Message) -> Result<(), String> {
+        let available: Vec<i64> = message
+            .jobs
+            .iter()
+            .filter_map(|job| match job {
+                JobMessage::Available(job) => Some(job.runner_request_id),
+                _ => None,
+            })
+            .collect();
+        let acquired: BTreeSet<i64> = if available.is_empty() {
+            BTreeSet::new()
+        } else {
+            self.client()
+                .acquire_jobs(&self.service.metrics, session, &available)
+                .await
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .collect()
+        };
+        let now = crate::clock::now();
+        for job in &message.jobs {
+            let (action, info, runner, result) = match job {
+                JobMessage::Available(info) if acquired.contains(&info.runner_request_id) => {
+                    (WorkflowJobAction::Queued, info, None, None)
+                }
+                JobMessage::Available(info) => {
+                    tracing::info!(pool = %self.pool, request = info.runner_request_id, "a job went to another scale set before runway acquired it");
+                    continue;
+                }
+                JobMessage::Assigned(info) => (WorkflowJobAction::Queued, info, None, None),
+                JobMessage::Started { runner_name, job } => (
+                    WorkflowJobAction::InProgress,
+                    job,
+                    Some(runner_name.clone()),
+                    None,
+                ),
+                JobMessage::Completed {
+                    result,
+                    runner_name,
+                    job,
+                } => (
+                    WorkflowJobAction::Completed,
+                    job,
+                    Some(runner_name.clone()).filter(|n| !n.is_empty()),
+                    Some(conclusion(result)),
+                ),
+                JobMessage::Other(kind) => {
+                    tracing::debug!(pool = %self.pool, %kind, "a job message runway does not act on");
+                    continue;
+                }
+            };
+            if action == WorkflowJobAction::InProgress
+                && runner.as_deref().is_none_or(str::is_empty)
+            {
+                tracing::warn!(pool = %self.pool, request = info.runner_request_id, "JobStarted without a runner name; ignored");
+                continue;
+            }
+            let Ok(request) = u64::try_from(info.runner_request_id) else {
+                continue;
+            };
+            let payload = self.workflow_job(action, request, info, runner, result, now);
+            let applied = if action == WorkflowJobAction::Queued {
+                crate::app::intake::receive(&self.service, &payload, action, None, now)
+                    .await
+                    .map(|applied| applied.outcome)
+            } else {
+                crate::app::intake::apply_observed(&self.service, &payload, action, now).await
+            };
+            let outcome = applied.map_err(|e| format!("storing job {request}: {e}"))?;
+            tracing::debug!(pool = %self.pool, request, action = action.as_str(), outcome = outcome.as_str(), "scale-set job message applied");
+        }
+        Ok(())
+    }
+
+    fn workflow_job(
+        &self,
+        action: WorkflowJobAction,
+        request: u64,
+        info: &JobInfo,
+        runner_name: Option<String>,
+        conclusion: Option<String>,
+        now: Timestamp,
+    ) -> WorkflowJob {
+        let time = |text: &Option<String>| text.as_deref().and_then(crate::github::api::parse_time);
+        let repository = (!info.owner_name.is_empty() && !info.repository_name.is_empty())
+            .then(|| format!("{}/{}", info.owner_name, info.repository_name));
+        WorkflowJob {
+            action: action.as_str().to_owned(),
+            job_id: request,
+            run_id: u64::try_from(info.workflow_run_id)
+                .ok()
+                .filter(|id| *id > 0),
+            name: Some(info.job_display_name.clone()).filter(|n| !n.is_empty()),
+            labels: info.request_labels.clone(),
+            runner_name,
+            conclusion,
+            repository,
+            workflow: workflow_of(&info.job_workflow_ref),
+            created_at: time(&info.queue_time),
+            started_at: (action == WorkflowJobAction::InProgress).then_some(now),
+            completed_at: time(&info.finish_time),
+            scale_set: Some(ScaleSetOrigin {
+                pool: self.pool.clone(),
+            }),
+        }
+    }
+
+    /// Lets go of the session (shutdown, lost lead, a reload that took the
+    /// scale set away), so the next listener need not wait for it.
+    async fn close(&mut self) {
+        let Some(session) = self.session.take() else {
+            return;
+        };
+        let metrics = &self.service.metrics;
+        match self
+            .client()
+            .delete_session(metrics, session.scale_set_id, &session.id)
+            .await
+        {
+            Ok(()) => {
+                self.metric(&metrics.scale_set_sessions, "closed");
+                tracing::info!(pool = %self.pool, session = %session.id, "message session closed");
+                let _ = self
+                    .service
+                    .store
+                    .put_setting(&session_key(&self.pool), "")
+                    .await;
+            }
+            Err(error) => {
+                tracing::warn!(pool = %self.pool, %error, "cannot close the message session; the next leader replaces it");
+            }
+        }
+    }
+}
+
+fn same_labels(have: &[String], want: &[String]) -> bool {
+    let norm = |labels: &[String]| -> BTreeSet<String> {
+        labels.iter().map(|l| l.to_ascii_lowercase()).collect()
+    };
+    norm(have) == norm(want)
+}
+
+/// Runs a listener for every scale-set pool of the config until shutdown.
+/// Pools that a reload makes scale-set pools get theirs at the next start.
+pub async fn run(
+    service: Arc<Service>,
+    github: Arc<GithubClient>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let pools: Vec<(String, PoolGithub)> = service
+        .config()
+        .pools
+        .iter()
+        .filter_map(|pool| {
+            let github = pool.github.clone()?;
+            github.scale_set.as_ref()?;
+            Some((pool.name.clone(), github))
+        })
+        .collect();
+    let listeners = pools.into_iter().map(|(pool, settings)| {
+        let handle = service
+            .scale_sets
+            .get_or_insert(&pool, || {
+                PoolScaleSet::new(ScaleSetClient::new(
+                    github.clone(),
+                    settings.target.clone(),
+                    &pool,
+                ))
+            })
+            .expect("the scale-set registry is not poisoned");
+        listen(service.clone(), pool, handle, shutdown.clone())
+    });
+    futures_util::future::join_all(listeners).await;
+}
+
+async fn listen(
+    service: Arc<Service>,
+    pool: String,
+    handle: Arc<PoolScaleSet>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    // Named per pool in `GET /api/v1/tasks`; the pools are the config's,
+    // so the names are few and live as long as the process.
+    let name: &'static str = Box::leak(format!("github_scale_set:{pool}").into_boxed_str());
+    let listener = tokio::sync::Mutex::new(Listener {
+        service: service.clone(),
+        pool,
+        handle,
+        session: None,
+        last: 0,
+        ensured: None,
+    });
+    let leading = || service.is_leader();
+    crate::tasks::Worker {
+        name,
+        period: ROUND_PAUSE,
+        leader_only: false,
+        first_round_at_once: true,
+        wake: None,
+    }
+    .run(&service.tasks, &leading, shutdown, || async {
+        let mut listener = listener.lock().await;
+        if !listener.service.is_leader() {
+            // Only the leader holds the session.
+            listener.close().await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            return Ok(());
+        }
+        listener.round().await
+    })
+    .await;
+    listener.lock().await.close().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_the_name_and_the_pool_labels_once_each() {
+        let pool = vec![
+            "self-hosted".to_owned(),
+            "Linux".to_owned(),
+            "arc".to_owned(),
+        ];
+        assert_eq!(
+            scale_set_labels("arc", &pool),
+            vec!["arc", "self-hosted", "Linux"]
+        );
+        assert!(same_labels(
+            &["ARC".into(), "linux".into(), "self-hosted".into()],
+            &scale_set_labels("arc", &pool)
+        ));
+    }
+
+    #[test]
+    fn results_become_conclusions_and_refs_workflows() {
+        assert_eq!(conclusion("succeeded"), "success");
+        assert_eq!(conclusion("Failed"), "failure");
+        assert_eq!(conclusion("canceled"), "cancelled");
+        assert_eq!(conclusion("timed_out"), "timed_out");
+        assert_eq!(
+            workflow_of("org/repo/.github/workflows/ci.yml@refs/heads/main").as_deref(),
+            Some(".github/workflows/ci.yml")
+        );
+        assert_eq!(workflow_of(""), None);
+    }
+}
