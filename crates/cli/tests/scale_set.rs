@@ -237,6 +237,16 @@ fn each_job_gets_its_own_jit_runner_a_busy_runner_is_kept_and_the_pool_returns_t
             "{name} registered in the scale set"
         );
     }
+    // What each machine got is the scale set's own configuration for it.
+    let log = std::fs::read_to_string(h.dir.path().join("jit.log")).unwrap();
+    for line in log.lines() {
+        let (name, jit) = line.split_once(' ').unwrap();
+        let decoded =
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, jit.trim()).unwrap();
+        let config: Value = serde_json::from_slice(&decoded).unwrap();
+        assert_eq!(config["runnerName"], name);
+        assert_eq!(config["scaleSetId"], set.0);
+    }
 
     // GitHub starts the first job on one of them: runway marks it busy.
     let name = h.started_with_jit()[1].clone();
@@ -303,52 +313,97 @@ fn stores(h: &Harness, n: usize, what: &str) {
     wait_until(what, 60, || h.jobs().len() == n);
 }
 
-#[test]
-fn poll_failures_expired_tokens_a_dropped_session_and_a_deleted_scale_set_are_survived() {
-    let h = Harness::start(2, 0);
-    let set = h.scale_set();
-
-    // A burst of 5xx on the message poll.
-    h.emulator
-        .inject(Fault::status(Endpoint::GetMessage, 503).times(4));
+/// A job queued after a fault still reaches runway, and gets a runner.
+fn survives(h: &Harness, set: ScaleSetId, what: &str) {
     h.emulator.queue_job(set, [SCALE_SET]);
-    stores(&h, 1, "a job through a burst of 503s on the poll");
-
-    // Every admin token revoked: runway fetches a new one.
-    h.emulator.expire_admin_tokens();
-    h.emulator.queue_job(set, [SCALE_SET]);
-    stores(&h, 2, "a job after the admin tokens expired");
-    wait_until("a JIT runner after the admin tokens expired", 30, || {
+    stores(h, 1, what);
+    wait_until("a JIT runner for it", 30, || {
         !h.started_with_jit().is_empty()
     });
+}
 
-    // The queue token expires: the session is refreshed.
+#[test]
+fn a_burst_of_5xx_on_the_message_poll_is_survived() {
+    let h = Harness::start(2, 0);
+    let set = h.scale_set();
+    h.emulator
+        .inject(Fault::status(Endpoint::GetMessage, 503).times(4));
+    let refused = || {
+        h.emulator
+            .requests_to(Endpoint::GetMessage)
+            .iter()
+            .filter(|r| r.status == 503)
+            .count()
+    };
+    wait_until("four polls refused with 503", 60, || refused() == 4);
+    survives(&h, set, "a job after a burst of 503s on the poll");
+    assert!(
+        metric(
+            &h.base,
+            r#"runway_github_requests_total{operation="scale_set_get_message",status="503"}"#
+        ) == 4.0
+    );
+}
+
+#[test]
+fn revoked_admin_tokens_are_fetched_again() {
+    let h = Harness::start(2, 0);
+    let set = h.scale_set();
+    h.emulator.expire_admin_tokens();
+    survives(&h, set, "a job after the admin tokens expired");
+    // The JIT configuration needed the admin token: a new one was fetched.
+    assert!(
+        metric(
+            &h.base,
+            r#"runway_scale_set_token_refreshes_total{pool="ss",kind="admin"}"#
+        ) >= 1.0
+    );
+}
+
+#[test]
+fn an_expired_queue_token_is_refreshed() {
+    let h = Harness::start(2, 0);
+    let set = h.scale_set();
     h.emulator.expire_queue_token(set);
-    h.emulator.queue_job(set, [SCALE_SET]);
-    stores(&h, 3, "a job after the queue token expired");
+    survives(&h, set, "a job after the queue token expired");
     assert!(
         metric(
             &h.base,
             r#"runway_scale_set_token_refreshes_total{pool="ss",kind="queue"}"#
         ) >= 1.0
     );
+}
 
-    // GitHub drops the session: runway opens a new one.
+#[test]
+fn a_dropped_session_is_opened_again() {
+    let h = Harness::start(2, 0);
+    let set = h.scale_set();
     h.emulator.expire_session(set);
-    h.emulator.queue_job(set, [SCALE_SET]);
-    stores(&h, 4, "a job after the session was dropped");
+    survives(&h, set, "a job after the session was dropped");
+    assert!(
+        metric(
+            &h.base,
+            r#"runway_scale_set_sessions_total{pool="ss",kind="lost"}"#
+        ) >= 1.0
+    );
+    assert!(
+        metric(
+            &h.base,
+            r#"runway_scale_set_sessions_total{pool="ss",kind="opened"}"#
+        ) >= 2.0
+    );
+}
 
-    // GitHub deletes the (idle) scale set: runway creates it again.
-    let state = h.emulator.state();
-    for job in &state.jobs {
-        if job.state != JobState::Completed {
-            h.emulator.complete_job(job.id, Some("canceled"));
-        }
-    }
-    let runner_requests = h.emulator.requests_to(Endpoint::ScaleSets).len();
+#[test]
+fn a_scale_set_github_deleted_is_created_again() {
+    let h = Harness::start(2, 0);
+    let set = h.scale_set();
     h.runtime.block_on(async {
-        let admin = h.emulator.client();
-        admin.delete_runner_scale_set(set).await.unwrap();
+        h.emulator
+            .client()
+            .delete_runner_scale_set(set)
+            .await
+            .unwrap();
     });
     let mut again = None;
     wait_until("the scale set created again, with a session", 30, || {
@@ -361,17 +416,9 @@ fn poll_failures_expired_tokens_a_dropped_session_and_a_deleted_scale_set_are_su
             .filter(|id| state.sessions.iter().any(|s| s.scale_set_id == *id));
         again.is_some()
     });
-    assert!(h.emulator.requests_to(Endpoint::ScaleSets).len() > runner_requests);
     let again = again.unwrap();
     assert_ne!(again, set);
-    h.emulator.queue_job(again, [SCALE_SET]);
-    stores(&h, 5, "a job of the recreated scale set");
-    assert!(
-        metric(
-            &h.base,
-            r#"runway_scale_set_sessions_total{pool="ss",kind="lost"}"#
-        ) >= 2.0
-    );
+    survives(&h, again, "a job of the recreated scale set");
 }
 
 #[test]

@@ -385,7 +385,9 @@ impl ScaleSetClient {
                 .send(metrics, &call, &format!("{url}{}", call.path), &token)
                 .await?;
             if answer.status == StatusCode::UNAUTHORIZED && attempt == 0 {
+                // Revoked or expired early: a new one.
                 *self.admin.lock().await = None;
+                self.count_refresh(metrics, "admin");
                 continue;
             }
             return Ok(answer);

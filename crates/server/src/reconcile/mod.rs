@@ -1181,6 +1181,21 @@ impl Inner {
         if pool_config.github.is_some() && self.jit_backing_off(pool, now) {
             return Ok(report); // GitHub refused lately; asked again later.
         }
+        if pool_config
+            .github
+            .as_ref()
+            .is_some_and(|github| github.scale_set.is_some())
+            && self
+                .service
+                .scale_sets
+                .get(pool)
+                .and_then(|handle| handle.id())
+                .is_none()
+        {
+            // Its listener has not found or created the scale set yet:
+            // no runner could register.
+            return Ok(report);
+        }
         let labels = pool_config.labels.clone();
         let launch_config =
             match crate::app::worker_configs::launch_config(&self.service, pool, provider).await {
