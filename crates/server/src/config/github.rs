@@ -12,14 +12,23 @@ pub enum Target {
 
 impl Target {
     /// The web address of the organisation, repository or enterprise
-    /// (GitHub's "config URL"), on github.com or on the GitHub Enterprise
-    /// Server whose API is `api_url` (`https://HOST/api/v3`).
+    /// (GitHub's "config URL") whose REST API is `api_url`: github.com
+    /// and GHE.com serve it at `https://api.HOST`, a GitHub Enterprise
+    /// Server at `https://HOST/api/v3` (as GitHub's own scale-set client
+    /// maps the two).
     pub fn web_url(&self, api_url: &str) -> String {
         let api = api_url.trim_end_matches('/');
-        let web = if api == "https://api.github.com" || api.is_empty() {
+        let web = if api.is_empty() {
             "https://github.com".to_owned()
+        } else if let Some(server) = api.strip_suffix("/api/v3") {
+            server.to_owned()
         } else {
-            api.trim_end_matches("/api/v3").to_owned()
+            match api.split_once("://") {
+                Some((scheme, host)) if host.starts_with("api.") && !host.contains('/') => {
+                    format!("{scheme}://{}", &host["api.".len()..])
+                }
+                _ => api.to_owned(),
+            }
         };
         match self {
             Target::Org(org) => format!("{web}/{org}"),
@@ -237,5 +246,40 @@ impl From<PoolGithub> for PoolGithubFile {
             scale_set: github.scale_set,
             runner_group: github.runner_group,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Target;
+
+    #[test]
+    fn the_web_address_follows_the_api_address() {
+        let org = Target::Org("acme".into());
+        for (api, web) in [
+            ("https://api.github.com", "https://github.com/acme"),
+            ("https://api.github.com/", "https://github.com/acme"),
+            ("https://api.octo.ghe.com", "https://octo.ghe.com/acme"),
+            (
+                "https://ghe.example.com/api/v3",
+                "https://ghe.example.com/acme",
+            ),
+            ("http://127.0.0.1:9/api/v3", "http://127.0.0.1:9/acme"),
+            ("", "https://github.com/acme"),
+        ] {
+            assert_eq!(org.web_url(api), web, "{api}");
+        }
+        assert_eq!(
+            Target::Enterprise("big".into()).web_url("https://api.github.com"),
+            "https://github.com/enterprises/big"
+        );
+        let repo = Target::Repo {
+            owner: "o".into(),
+            name: "r".into(),
+        };
+        assert_eq!(
+            repo.web_url("https://ghe.example.com/api/v3"),
+            "https://ghe.example.com/o/r"
+        );
     }
 }
