@@ -109,6 +109,9 @@ enum BenchCommand {
     /// What a predictive pool's first read of a long history costs the
     /// reconciler's rounds (an in-process reconciler on a scratch store).
     ForecastSeed(seed_bench::SeedArgs),
+    /// What a deep queue costs the reconciler's rounds: 1,000 against
+    /// 100,000 queued jobs (in-process reconcilers on scratch stores).
+    DeepQueue(seed_bench::DeepQueueArgs),
 }
 
 #[derive(Subcommand)]
@@ -298,6 +301,7 @@ async fn run(prepared: Prepared) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Drain(args)) => bench::drain(args).await?,
         Command::Bench(BenchCommand::Soak(args)) => soak::soak(args).await?,
         Command::Bench(BenchCommand::ForecastSeed(args)) => seed_bench::forecast_seed(args).await?,
+        Command::Bench(BenchCommand::DeepQueue(args)) => seed_bench::deep_queue(args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -135,3 +135,123 @@ async fn run(args: &SeedArgs, dir: &std::path::Path) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[derive(Args, Debug, Clone)]
+pub struct DeepQueueArgs {
+    /// Queued jobs in the deep store.
+    #[arg(long, default_value_t = 100_000)]
+    jobs: u64,
+    /// Queued jobs in the shallow store it is compared with.
+    #[arg(long, default_value_t = 1_000)]
+    shallow: u64,
+    /// Rounds measured on each store (after two warm-up rounds).
+    #[arg(long, default_value_t = 21)]
+    rounds: u32,
+}
+
+/// `runway bench deep-queue`: what a deep queue costs the reconciler's
+/// rounds. Two scratch SQLite stores, one pool (`max_runners` 50, no
+/// providers, so nothing starts and the queue stays as deep), `--shallow`
+/// and `--jobs` queued jobs; the same number of rounds on each, the two
+/// measured alternately in the same run. Reported: each median round and
+/// their ratio.
+pub async fn deep_queue(args: DeepQueueArgs) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("runway-deep-queue-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).context("a scratch directory")?;
+    let result = deep_queue_in(&args, &dir).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+async fn queued_store(
+    dir: &std::path::Path,
+    name: &str,
+    jobs: u64,
+) -> anyhow::Result<(Arc<Service>, Reconciler)> {
+    let url = format!("sqlite://{}", dir.join(format!("{name}.db")).display());
+    let store = runway_store::open(&url, &runway_store::OpenOptions::default())
+        .await
+        .context("open the scratch store")?;
+    let mut batch = Vec::with_capacity(5_000);
+    for i in 0..jobs {
+        batch.push(NewJob {
+            source: JobSource::Api,
+            external_id: format!("deep-{i}"),
+            route: Route::Pool("linux".into()),
+            labels: vec!["linux".into()],
+            payload: "{}".into(),
+            max_attempts: 3,
+        });
+        if batch.len() == batch.capacity() || i + 1 == jobs {
+            store
+                .enqueue_many(&batch, Timestamp::from_millis(i as i64))
+                .await?;
+            batch.clear();
+        }
+    }
+    let config = Config {
+        pools: vec![PoolConfig {
+            name: "linux".into(),
+            labels: vec!["linux".into()],
+            max_runners: 50,
+            ..PoolConfig::default()
+        }],
+        ..Config::default()
+    };
+    let service = Arc::new(Service::new(config, store));
+    let reconciler = Reconciler::new(service.clone(), BTreeMap::new());
+    Ok((service, reconciler))
+}
+
+async fn deep_queue_in(args: &DeepQueueArgs, dir: &std::path::Path) -> anyhow::Result<()> {
+    let stores = [
+        (
+            "shallow",
+            args.shallow,
+            queued_store(dir, "shallow", args.shallow).await?,
+        ),
+        (
+            "deep",
+            args.jobs,
+            queued_store(dir, "deep", args.jobs).await?,
+        ),
+    ];
+    let now = Timestamp::from_millis(86_400_000);
+    let mut times: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..args.rounds + 2 {
+        for (i, (_, _, (_, reconciler))) in stores.iter().enumerate() {
+            let started = Instant::now();
+            reconciler
+                .reconcile_once(now.plus(Duration::from_millis(u64::from(round))))
+                .await?;
+            if round >= 2 {
+                times[i].push(started.elapsed());
+            }
+        }
+    }
+    for (_, jobs, (service, _)) in &stores {
+        let queued = service
+            .store
+            .live_job_counts()
+            .await?
+            .iter()
+            .filter(|c| c.state == runway_core::JobState::Queued)
+            .map(|c| c.count)
+            .sum::<u64>();
+        anyhow::ensure!(queued == *jobs, "the queue changed: {queued} of {jobs}");
+    }
+    let [shallow, deep] = times.map(median);
+    println!(
+        "| queued jobs | median round | vs {} queued |",
+        args.shallow
+    );
+    println!("| ---: | ---: | ---: |");
+    for ((_, jobs, _), time) in stores.iter().zip([shallow, deep]) {
+        println!(
+            "| {jobs} | {:.2} ms | {:.2}× |",
+            time.as_secs_f64() * 1e3,
+            time.as_secs_f64() / shallow.as_secs_f64().max(1e-9)
+        );
+    }
+    Ok(())
+}

@@ -1115,3 +1115,65 @@ async fn the_backoff_after_a_timed_out_create_counts_from_its_end() {
     let reasons: Vec<_> = plan.waiting.iter().map(|(_, r)| r.code()).collect();
     assert_eq!(reasons, ["provider_backoff"], "{plan:?}");
 }
+
+/// A queue deeper than the planner lists: the rest counts towards demand,
+/// waits as the last listed job waits (in "why is my job waiting?" and in
+/// the gauges), and the round reads no more of it than it lists.
+#[tokio::test]
+async fn a_queue_deeper_than_the_planner_lists_still_counts_and_is_explained() {
+    use runway_server::app::explain::{explain_job, Explanation, LISTED_QUEUE};
+    let dir = tempfile::tempdir().unwrap();
+    let deep = LISTED_QUEUE + 300;
+    let mut pool = linux_pool(0, deep);
+    pool.scaling_ratio = 1.0;
+    let service = service(&dir, pool).await;
+    let now = Timestamp::from_millis(1_000_000);
+    let jobs: Vec<NewJob> = (0..deep).map(job).collect();
+    service.store.enqueue_many(&jobs, now).await.unwrap();
+    // A provider with room for every job: demand beyond the listed window
+    // must still ask for runners.
+    let clock = Arc::new(ManualClock::new(now));
+    let sim = SimProvider::new(
+        SimConfig {
+            boot_time: BootTime::Fixed(Duration::from_secs(60)),
+            max_instances: deep,
+            ..SimConfig::default()
+        },
+        clock.clone(),
+    );
+    let providers: BTreeMap<String, Arc<dyn Provider>> =
+        BTreeMap::from([("sim".to_owned(), Arc::new(sim) as Arc<dyn Provider>)]);
+    let reconciler = Reconciler::new(service.clone(), providers);
+    let (report, plan) = reconciler.reconcile_once(now).await.unwrap();
+    assert_eq!(
+        plan.waiting.len(),
+        LISTED_QUEUE as usize,
+        "only the listed get a reason"
+    );
+    assert_eq!(
+        report.created, deep,
+        "the unlisted 300 count towards demand"
+    );
+
+    // The gauges count every queued job.
+    let metrics = service.metrics.encode();
+    let waiting: i64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("runway_jobs_waiting{pool=\"linux\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+        .sum();
+    assert_eq!(waiting, i64::from(deep), "{metrics}");
+
+    // The last job, far behind the listed window, is explained.
+    let last = service
+        .store
+        .find_job(JobSource::Api, &format!("job-{}", deep - 1))
+        .await
+        .unwrap()
+        .unwrap();
+    let explained = explain_job(&service, &last).await.unwrap();
+    assert!(
+        matches!(explained, Some(Explanation::Waiting { .. })),
+        "{explained:?}"
+    );
+}

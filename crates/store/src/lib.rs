@@ -575,6 +575,11 @@ pub trait Store: Send + Sync + 'static {
     /// follows live work, not history.
     async fn live_job_counts(&self) -> Result<Vec<JobCount>, StoreError>;
 
+    /// How many jobs wait in `pool`'s queue (read through the queue's
+    /// index: the reconciler asks once per round for a pool whose queue is
+    /// deeper than it lists).
+    async fn queued_count(&self, pool: &str) -> Result<u64, StoreError>;
+
     /// Jobs whose lease deadline is at or before `now`, earliest first.
     async fn jobs_with_expired_leases(
         &self,

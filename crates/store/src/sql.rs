@@ -579,6 +579,15 @@ where
             .collect()
     }
 
+    async fn queued_count(&self, pool: &str) -> Result<u64, StoreError> {
+        let (count,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND pool = $1")
+                .bind(pool)
+                .fetch_one(self.reader())
+                .await?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
     async fn jobs_with_expired_leases(
         &self,
         now: Timestamp,

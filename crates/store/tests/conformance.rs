@@ -1005,6 +1005,10 @@ mod cases {
                 (Some("b".into()), JobState::Queued, 1),
             ]
         );
+        // The queue's depth, per pool, counts queued jobs only.
+        assert_eq!(store.queued_count("a").await.unwrap(), 1);
+        assert_eq!(store.queued_count("b").await.unwrap(), 1);
+        assert_eq!(store.queued_count("none").await.unwrap(), 0);
     }
 
     pub async fn enqueue_many_returns_input_order_and_dedupes(store: Arc<dyn Store>) {

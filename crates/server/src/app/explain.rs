@@ -26,6 +26,13 @@ pub fn policy(pool: &PoolConfig, paused: bool) -> PoolPolicy {
     }
 }
 
+/// How many of a pool's queued jobs, oldest first, the planner lists (and
+/// gives each a wait reason). The rest are counted, not read: they count
+/// towards demand all the same (`PoolSnapshot::unlisted`), and each waits
+/// for what the last listed one waits for (FIFO: it is further back). So
+/// a round costs the same with a queue of a thousand or of a million.
+pub const LISTED_QUEUE: u32 = 1_000;
+
 /// A pool as the planner sees it, from the store, with the given offers.
 pub async fn pool_snapshot(
     service: &Service,
@@ -37,9 +44,16 @@ pub async fn pool_snapshot(
         .list_jobs(&JobFilter {
             state: Some(JobState::Queued),
             pool: Some(pool.name.clone()),
+            limit: Some(LISTED_QUEUE),
             ..JobFilter::default()
         })
         .await?;
+    let unlisted = if queued.len() as u32 == LISTED_QUEUE {
+        let total = service.store.queued_count(&pool.name).await?;
+        u32::try_from(total.saturating_sub(u64::from(LISTED_QUEUE))).unwrap_or(u32::MAX)
+    } else {
+        0
+    };
     let runners = service.store.list_live_runners(Some(&pool.name)).await?;
     let paused = service
         .store
@@ -48,7 +62,7 @@ pub async fn pool_snapshot(
         .iter()
         .any(|paused| paused.pool == pool.name);
     Ok(PoolSnapshot {
-        unlisted: 0,
+        unlisted,
         policy: policy(pool, paused),
         queued: queued
             .iter()
@@ -75,14 +89,33 @@ pub async fn pool_snapshot(
     })
 }
 
-/// The wait reason of every queued job of `pool`, planned without provider
-/// offers (for when no reconciler has planned it yet).
-pub async fn waiting_in_pool(service: &Service, pool: &PoolConfig) -> Result<Waiting, StoreError> {
+/// The wait reason of every listed queued job of `pool`, planned without
+/// provider offers (for when no reconciler has planned it yet), and the
+/// reason of the jobs behind the listed ones (that of the last listed).
+pub async fn waiting_in_pool(
+    service: &Service,
+    pool: &PoolConfig,
+) -> Result<(Waiting, Option<WaitReason>), StoreError> {
     let snapshot = Snapshot {
         pools: vec![pool_snapshot(service, pool, Vec::new()).await?],
         backoffs: Vec::new(),
     };
-    Ok(plan(&snapshot, now()).waiting)
+    let waiting = plan(&snapshot, now()).waiting;
+    let behind = beyond_listed(&snapshot.pools[0], &waiting);
+    Ok((waiting, behind))
+}
+
+/// What the jobs behind a pool's listed queue wait for: what the last
+/// listed job waits for; `None` when every queued job is listed.
+pub fn beyond_listed(pool: &PoolSnapshot, waiting: &Waiting) -> Option<WaitReason> {
+    if pool.unlisted == 0 {
+        return None;
+    }
+    let last = pool
+        .queued
+        .iter()
+        .max_by_key(|job| (job.enqueued_at, job.id))?;
+    waiting.get(&last.id).cloned()
 }
 
 /// Why a job is where it is, for the API to show.
@@ -151,9 +184,25 @@ pub async fn explain_jobs(
         let Some(pool) = config.pool(name) else {
             continue;
         };
-        for (id, reason) in waiting_in_pool(service, pool).await? {
+        let (waiting, behind) = waiting_in_pool(service, pool).await?;
+        for (id, reason) in waiting {
             if wanted.contains(&id) {
                 explained.insert(id, Explanation::waiting(reason, pool, service));
+            }
+        }
+        if let Some(reason) = behind {
+            // Queued further back than the planner lists.
+            let behind: Vec<JobId> = jobs
+                .iter()
+                .filter(|job| {
+                    job.state == JobState::Queued
+                        && job.pool.as_deref() == Some(name)
+                        && !explained.contains_key(&job.id)
+                })
+                .map(|job| job.id)
+                .collect();
+            for id in behind {
+                explained.insert(id, Explanation::waiting(reason.clone(), pool, service));
             }
         }
     }

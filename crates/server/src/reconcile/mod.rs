@@ -1531,6 +1531,14 @@ impl Inner {
             let pool = pool_of.get(job).copied().unwrap_or_default().to_owned();
             *waiting.entry((pool, reason.code())).or_default() += 1;
         }
+        // The jobs behind a pool's listed queue wait as its last listed one.
+        for pool in &snapshot.pools {
+            if let Some(reason) = crate::app::explain::beyond_listed(pool, &plan.waiting) {
+                *waiting
+                    .entry((pool.policy.name.clone(), reason.code()))
+                    .or_default() += i64::from(pool.unlisted);
+            }
+        }
         metrics.jobs_waiting.clear();
         for ((pool, reason), count) in waiting {
             metrics
