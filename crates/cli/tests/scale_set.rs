@@ -649,3 +649,34 @@ fn with_two_replicas_only_the_leader_holds_the_session_and_it_passes_on_when_the
         stored(&b) == 2
     });
 }
+
+#[test]
+fn a_stopping_runway_closes_its_session_during_a_long_poll() {
+    // GitHub holds an idle poll about 50 s; so does this emulator.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let emulator = runtime.block_on(
+        Emulator::builder()
+            .long_poll(Duration::from_secs(50))
+            .start(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &emulator.uri(), 2, 0);
+    let mut command = runway(dir.path());
+    command
+        .args(["serve", "--config", "runway.toml"])
+        .env("RUNWAY_TEST_GITHUB_TOKEN", DEFAULT_PAT);
+    let (mut serve, _base) = spawn_serve(command);
+    wait_until("the session and a poll held open", 30, || {
+        emulator.state().sessions.len() == 1 && !emulator.requests_to(Endpoint::Sessions).is_empty()
+    });
+    // The poll is in flight (the emulator records a request once answered).
+    wait_until("a poll in flight", 30, || {
+        emulator.requests_to(Endpoint::GetMessage).is_empty()
+    });
+    let status = serve.terminate();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        emulator.state().sessions.is_empty(),
+        "the session is closed on the way out, so the next start need not replace it"
+    );
+}

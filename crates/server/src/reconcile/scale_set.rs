@@ -58,6 +58,7 @@ struct Listener {
     last: i64,
     /// The settings the scale set was last found or made with.
     ensured: Option<(PoolGithub, Vec<String>)>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The scale set's labels: its name (what `runs-on: NAME` targets) and
@@ -259,10 +260,16 @@ impl Listener {
             return Ok(());
         };
         let metrics = &self.service.metrics;
-        let polled = self
-            .client()
-            .get_message(metrics, &session, self.last, max_runners)
-            .await;
+        let mut shutdown = self.shutdown.clone();
+        let polled = tokio::select! {
+            polled = self.client().get_message(metrics, &session, self.last, max_runners) => polled,
+            // Shutdown during a long poll: nothing was received, so
+            // nothing is lost by dropping it (a message in flight stays
+            // unacknowledged and comes again).
+            () = async {
+                let _ = shutdown.wait_for(|stop| *stop).await;
+            } => return Ok(()),
+        };
         let message = match polled {
             Ok(Some(message)) => message,
             Ok(None) => return Ok(()),
@@ -542,6 +549,7 @@ async fn listen(
         session: None,
         last: 0,
         ensured: None,
+        shutdown: shutdown.clone(),
     });
     let leading = || service.is_leader();
     crate::tasks::Worker {
