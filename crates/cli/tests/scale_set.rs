@@ -680,3 +680,66 @@ fn a_stopping_runway_closes_its_session_during_a_long_poll() {
         "the session is closed on the way out, so the next start need not replace it"
     );
 }
+
+#[test]
+fn a_github_app_runs_a_scale_set_pool() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let emulator = runtime.block_on(
+        Emulator::builder()
+            .long_poll(Duration::from_millis(300))
+            .github_app(77)
+            .start(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("app.pem");
+    let made = std::process::Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+            "-out",
+        ])
+        .arg(&key)
+        .output()
+        .expect("openssl (Debian package openssl) makes the App's test key");
+    assert!(made.status.success(), "{made:?}");
+    write_config(dir.path(), &emulator.uri(), 2, 0);
+    let config = std::fs::read_to_string(dir.path().join("runway.toml")).unwrap();
+    let config = config.replace(
+        "token = \"env:RUNWAY_TEST_GITHUB_TOKEN\"",
+        &format!(
+            "app_id = 4242\ninstallation_id = 77\nprivate_key = \"file:{}\"",
+            key.display()
+        ),
+    );
+    std::fs::write(dir.path().join("runway.toml"), config).unwrap();
+    let processes = RunnerProcesses(dir.path().join("processes"));
+    let mut command = runway(dir.path());
+    command.args(["serve", "--config", "runway.toml"]);
+    let (_serve, base) = spawn_serve(command);
+    let mut set = None;
+    wait_until(
+        "the App's runway to create the scale set and hold its session",
+        30,
+        || {
+            set = emulator.state().sessions.first().map(|s| s.scale_set_id);
+            set.is_some()
+        },
+    );
+    emulator.queue_job(set.unwrap(), [SCALE_SET]);
+    wait_until("a JIT runner for the job", 30, || {
+        processes.tracked().len() == 1
+    });
+    assert!(
+        !emulator.requests_to(Endpoint::AccessToken).is_empty(),
+        "installation tokens minted"
+    );
+    assert!(
+        metric(
+            &base,
+            r#"runway_github_requests_total{operation="installation_token",status="201"}"#
+        ) >= 1.0
+    );
+}
