@@ -214,6 +214,15 @@ fn each_job_gets_its_own_jit_runner_a_busy_runner_is_kept_and_the_pool_returns_t
                 .iter()
                 .all(|j| j.state == JobState::Assigned)
     });
+    // The pools API says what the scale set is doing.
+    wait_until("the scale set's statistics in the pools API", 30, || {
+        let pools = h.api("/api/v1/pools");
+        let scale_set = &pools["pools"][0]["scale_set"];
+        scale_set["name"] == SCALE_SET
+            && scale_set["id"] == set.0
+            && scale_set["session"] == true
+            && scale_set["statistics"]["assigned_jobs"] == 3
+    });
     let stored = h.jobs();
     for (job, request) in stored.iter().zip(&jobs) {
         assert_eq!(job["source"], "github");

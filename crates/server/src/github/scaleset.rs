@@ -758,6 +758,10 @@ pub struct PoolScaleSet {
     pub client: ScaleSetClient,
     /// The scale set's id once the listener has found or created it.
     id: std::sync::atomic::AtomicI64,
+    /// Whether this process holds the scale set's message session.
+    session: std::sync::atomic::AtomicBool,
+    /// GitHub's statistics with the last message (or session), and when.
+    statistics: std::sync::Mutex<Option<(Statistics, Timestamp)>>,
 }
 
 impl PoolScaleSet {
@@ -765,6 +769,28 @@ impl PoolScaleSet {
         PoolScaleSet {
             client,
             id: std::sync::atomic::AtomicI64::new(0),
+            session: std::sync::atomic::AtomicBool::new(false),
+            statistics: std::sync::Mutex::new(None),
+        }
+    }
+
+    pub fn holds_session(&self) -> bool {
+        self.session.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub fn set_session(&self, held: bool) {
+        self.session
+            .store(held, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The statistics GitHub sent last, and when.
+    pub fn statistics(&self) -> Option<(Statistics, Timestamp)> {
+        self.statistics.lock().ok()?.clone()
+    }
+
+    pub fn observe(&self, statistics: &Statistics, at: Timestamp) {
+        if let Ok(mut slot) = self.statistics.lock() {
+            *slot = Some((statistics.clone(), at));
         }
     }
 

@@ -314,6 +314,36 @@ pub struct PoolDto {
     /// (absent for other pools, and before the first round).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm: Option<WarmDto>,
+    /// A scale-set pool's scale set, as this replica knows it (the
+    /// leader holds the session; absent for other pools).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_set: Option<ScaleSetDto>,
+}
+
+/// A scale-set pool's scale set and GitHub's latest statistics of it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
+pub struct ScaleSetDto {
+    pub name: String,
+    /// GitHub's id, once found or created (null until then).
+    pub id: Option<i64>,
+    /// Whether this replica holds its message session.
+    pub session: bool,
+    /// Jobs and runners as GitHub's last message counted them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statistics: Option<ScaleSetStatisticsDto>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
+pub struct ScaleSetStatisticsDto {
+    pub available_jobs: i64,
+    pub acquired_jobs: i64,
+    pub assigned_jobs: i64,
+    pub running_jobs: i64,
+    pub registered_runners: i64,
+    pub busy_runners: i64,
+    pub idle_runners: i64,
+    /// When GitHub sent them.
+    pub at: String,
 }
 
 /// How many idle runners a predictive pool keeps, and why.
@@ -400,10 +430,33 @@ async fn list_pools(
                     following: w.forecast.following,
                     at: rfc3339(w.at),
                 }),
+                scale_set: scale_set_dto(&service, pool),
             }
         })
         .collect();
     Ok(Json(PoolsDto { pools }))
+}
+
+fn scale_set_dto(service: &Service, pool: &crate::config::PoolConfig) -> Option<ScaleSetDto> {
+    let name = pool.github.as_ref()?.scale_set.clone()?;
+    let handle = service.scale_sets.get(&pool.name);
+    Some(ScaleSetDto {
+        name,
+        id: handle.as_ref().and_then(|h| h.id()),
+        session: handle.as_ref().is_some_and(|h| h.holds_session()),
+        statistics: handle
+            .and_then(|h| h.statistics())
+            .map(|(s, at)| ScaleSetStatisticsDto {
+                available_jobs: s.total_available_jobs,
+                acquired_jobs: s.total_acquired_jobs,
+                assigned_jobs: s.total_assigned_jobs,
+                running_jobs: s.total_running_jobs,
+                registered_runners: s.total_registered_runners,
+                busy_runners: s.total_busy_runners,
+                idle_runners: s.total_idle_runners,
+                at: rfc3339(at),
+            }),
+    })
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]

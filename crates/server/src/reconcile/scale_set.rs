@@ -234,6 +234,7 @@ impl Listener {
                     self.observe(statistics);
                 }
                 self.session = Some(session);
+                self.handle.set_session(true);
                 self.last = 0;
                 Ok(())
             }
@@ -324,10 +325,12 @@ impl Listener {
         tracing::warn!(pool = %self.pool, "the message session is gone; opening a new one");
         self.metric(&self.service.metrics.scale_set_sessions, "lost");
         self.session = None;
+        self.handle.set_session(false);
         self.handle.set_id(None);
     }
 
     fn observe(&self, statistics: &Statistics) {
+        self.handle.observe(statistics, crate::clock::now());
         let metrics = &self.service.metrics;
         let label = |kind| PoolKindLabels {
             pool: self.pool.clone(),
@@ -471,6 +474,7 @@ impl Listener {
         let Some(session) = self.session.take() else {
             return;
         };
+        self.handle.set_session(false);
         let metrics = &self.service.metrics;
         match self
             .client()
