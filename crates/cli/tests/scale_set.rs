@@ -549,6 +549,27 @@ fn a_session_held_by_another_listener_is_waited_out() {
             .is_some_and(|e| e.contains("already has a message session")),
         "{task}"
     );
+    // Meanwhile the other listener takes a job (acquires it and
+    // acknowledges its messages): runway never hears of it.
+    let job = emulator.queue_job(set, [SCALE_SET]);
+    runtime.block_on(async {
+        let mut last = None;
+        while emulator
+            .state()
+            .jobs
+            .iter()
+            .any(|j| j.id == job && j.state == JobState::Available)
+            || !emulator.state().unacknowledged.values().all(Vec::is_empty)
+            || emulator.state().undelivered.values().any(|n| *n > 0)
+        {
+            let Some(message) = session.get_message(last, 2).await.unwrap() else {
+                continue;
+            };
+            session.acquire_jobs(&[job]).await.unwrap();
+            session.delete_message(message.id).await.unwrap();
+            last = Some(message.id);
+        }
+    });
     // Its owner lets go: runway takes the session, the labels are the pool's.
     runtime.block_on(async { session.close().await.unwrap() });
     wait_until("runway to open the session", 60, || {
@@ -558,6 +579,19 @@ fn a_session_held_by_another_listener_is_waited_out() {
             .iter()
             .any(|s| s.scale_set_id == set && s.owner_name.starts_with("runway-"))
     });
+    // GitHub's statistics say a job is assigned and waiting that the store
+    // does not hold: demand all the same, so a runner starts for it.
+    let processes = RunnerProcesses(dir.path().join("processes"));
+    wait_until("a runner for the job runway never stored", 30, || {
+        processes.tracked().len() == 1
+    });
+    let stored: Value = client()
+        .get(format!("{base}/api/v1/jobs"))
+        .bearer_auth(ADMIN)
+        .send()
+        .and_then(|r| r.json())
+        .unwrap_or_default();
+    assert_eq!(stored["jobs"].as_array().map(Vec::len), Some(0), "{stored}");
     let state = emulator.state();
     let labels: Vec<&str> = state.scale_sets[0]
         .labels

@@ -54,6 +54,20 @@ pub async fn pool_snapshot(
     } else {
         0
     };
+    // A scale-set pool: GitHub's count of jobs assigned to the scale set
+    // and not yet running is demand too, should the store have fewer
+    // (a job acquired before runway held the session, say).
+    let unlisted = unlisted.saturating_add(
+        pool.github
+            .as_ref()
+            .filter(|github| github.scale_set.is_some())
+            .and_then(|_| service.scale_sets.get(&pool.name))
+            .and_then(|handle| handle.statistics())
+            .map(|(statistics, _)| {
+                beyond_stored(&statistics, queued.len() as u64 + u64::from(unlisted))
+            })
+            .unwrap_or(0),
+    );
     let runners = service.store.list_live_runners(Some(&pool.name)).await?;
     let paused = service
         .store
@@ -87,6 +101,16 @@ pub async fn pool_snapshot(
             .collect(),
         offers,
     })
+}
+
+/// Jobs GitHub has assigned to a scale set that no runner runs yet, beyond
+/// the `stored` queued jobs of its pool: demand the store does not hold.
+pub fn beyond_stored(statistics: &crate::github::scaleset::Statistics, stored: u64) -> u32 {
+    let waiting = statistics
+        .total_assigned_jobs
+        .saturating_sub(statistics.total_running_jobs)
+        .max(0) as u64;
+    u32::try_from(waiting.saturating_sub(stored)).unwrap_or(u32::MAX)
 }
 
 /// The wait reason of every listed queued job of `pool`, planned without
@@ -207,4 +231,26 @@ pub async fn explain_jobs(
         }
     }
     Ok(explained)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::beyond_stored;
+    use crate::github::scaleset::Statistics;
+
+    #[test]
+    fn github_assigned_jobs_beyond_the_stored_ones_are_demand() {
+        let stats = |assigned, running| Statistics {
+            total_assigned_jobs: assigned,
+            total_running_jobs: running,
+            ..Statistics::default()
+        };
+        // Every waiting job stored: nothing more.
+        assert_eq!(beyond_stored(&stats(5, 2), 3), 0);
+        assert_eq!(beyond_stored(&stats(5, 2), 7), 0);
+        // Two assigned jobs the store does not have.
+        assert_eq!(beyond_stored(&stats(5, 0), 3), 2);
+        // Odd counts (running above assigned) are no demand.
+        assert_eq!(beyond_stored(&stats(1, 4), 0), 0);
+    }
 }
