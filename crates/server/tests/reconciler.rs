@@ -1124,19 +1124,18 @@ async fn a_queue_deeper_than_the_planner_lists_still_counts_and_is_explained() {
     use runway_server::app::explain::{explain_job, Explanation, LISTED_QUEUE};
     let dir = tempfile::tempdir().unwrap();
     let deep = LISTED_QUEUE + 300;
-    let mut pool = linux_pool(0, deep);
+    let mut pool = linux_pool(0, 5);
     pool.scaling_ratio = 1.0;
     let service = service(&dir, pool).await;
     let now = Timestamp::from_millis(1_000_000);
     let jobs: Vec<NewJob> = (0..deep).map(job).collect();
     service.store.enqueue_many(&jobs, now).await.unwrap();
-    // A provider with room for every job: demand beyond the listed window
-    // must still ask for runners.
+    // Demand beyond the listed window still counts (the round's runners
+    // stay few: max_runners 5).
     let clock = Arc::new(ManualClock::new(now));
     let sim = SimProvider::new(
         SimConfig {
             boot_time: BootTime::Fixed(Duration::from_secs(60)),
-            max_instances: deep,
             ..SimConfig::default()
         },
         clock.clone(),
@@ -1144,14 +1143,15 @@ async fn a_queue_deeper_than_the_planner_lists_still_counts_and_is_explained() {
     let providers: BTreeMap<String, Arc<dyn Provider>> =
         BTreeMap::from([("sim".to_owned(), Arc::new(sim) as Arc<dyn Provider>)]);
     let reconciler = Reconciler::new(service.clone(), providers);
-    let (report, plan) = reconciler.reconcile_once(now).await.unwrap();
+    let (_, plan) = reconciler.reconcile_once(now).await.unwrap();
     assert_eq!(
         plan.waiting.len(),
         LISTED_QUEUE as usize,
         "only the listed get a reason"
     );
     assert_eq!(
-        report.created, deep,
+        (plan.pools[0].queued, plan.pools[0].want),
+        (deep, deep),
         "the unlisted 300 count towards demand"
     );
 
