@@ -49,6 +49,7 @@ fn fleet() -> Snapshot {
             offers: vec![
                 Offer {
                     provider: "spot".into(),
+                    key: String::new(),
                     capacity: 20,
                     price_per_hour: 0.3,
                     boot_time: Duration::from_secs(90),
@@ -56,6 +57,7 @@ fn fleet() -> Snapshot {
                 },
                 Offer {
                     provider: "ondemand".into(),
+                    key: String::new(),
                     capacity: 1_000,
                     price_per_hour: 1.0,
                     boot_time: Duration::from_secs(60),

@@ -71,6 +71,10 @@ pub struct RunnerView {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Offer {
     pub provider: String,
+    /// Which of the provider's offers this is (an instance type, zone and
+    /// purchase option, say): a provider may offer several, each priced
+    /// and backed off on its own. Empty for a provider's only offer.
+    pub key: String,
     /// How many runners it can start now (quota left).
     pub capacity: u32,
     pub price_per_hour: f64,
@@ -83,6 +87,9 @@ pub struct Offer {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backoff {
     pub provider: String,
+    /// The one offer of the provider backing off (its `Offer::key`); empty:
+    /// all of the provider's offers.
+    pub offer: String,
     pub retry_at: Timestamp,
     pub last_error: String,
 }
@@ -109,10 +116,12 @@ pub struct Snapshot {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Start `count` runners in `pool` through `provider`.
+    /// Start `count` runners in `pool` through `provider`'s offer `offer`
+    /// (its `Offer::key`).
     Create {
         pool: String,
         provider: String,
+        offer: String,
         count: u32,
     },
     /// Delete an idle runner the pool no longer needs.
@@ -316,10 +325,12 @@ fn plan_pool(
     let to_create = if policy.paused { 0 } else { needed.min(room) };
 
     // Allocate creates over the usable offers, cheapest reliable first.
-    let backoff_of = |provider: &str| {
-        backoffs
-            .iter()
-            .find(|b| b.provider == provider && b.retry_at > now)
+    let backoff_of = |offer: &Offer| {
+        backoffs.iter().find(|b| {
+            b.provider == offer.provider
+                && (b.offer.is_empty() || b.offer == offer.key)
+                && b.retry_at > now
+        })
     };
     let allowed = |provider: &str| {
         policy.providers.is_empty() || policy.providers.iter().any(|p| p == provider)
@@ -327,7 +338,7 @@ fn plan_pool(
     let mut offers: Vec<&Offer> = pool
         .offers
         .iter()
-        .filter(|o| allowed(&o.provider) && o.capacity > 0 && backoff_of(&o.provider).is_none())
+        .filter(|o| allowed(&o.provider) && o.capacity > 0 && backoff_of(o).is_none())
         .collect();
     offers.sort_by(|a, b| {
         let cost = |o: &Offer| o.price_per_hour / o.reliability.clamp(0.01, 1.0);
@@ -346,6 +357,7 @@ fn plan_pool(
         out.actions.push(Action::Create {
             pool: policy.name.clone(),
             provider: offer.provider.clone(),
+            offer: offer.key.clone(),
             count,
         });
         created.extend(std::iter::repeat_n(offer.provider.clone(), count as usize));
@@ -462,7 +474,10 @@ fn blocking_reason(
             .iter()
             .filter(|b| b.retry_at > now && allowed(&b.provider))
             .filter(|b| {
-                pool.offers.iter().any(|o| o.provider == b.provider) || pool.offers.is_empty()
+                pool.offers
+                    .iter()
+                    .any(|o| o.provider == b.provider && (b.offer.is_empty() || b.offer == o.key))
+                    || pool.offers.is_empty()
             })
             .min_by_key(|b| b.retry_at);
         if let Some(backoff) = backing_off {

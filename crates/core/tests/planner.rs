@@ -32,6 +32,7 @@ fn policy(min_idle: u32, max_runners: u32) -> PoolPolicy {
 fn offer(provider: &str, capacity: u32, price: f64, reliability: f64) -> Offer {
     Offer {
         provider: provider.into(),
+        key: String::new(),
         capacity,
         price_per_hour: price,
         boot_time: Duration::from_secs(150),
@@ -72,8 +73,17 @@ fn check(snapshot: Snapshot, now: Timestamp, expect: Expect) {
     for action in &plan.actions {
         lines.push(match action {
             Action::Create {
-                provider, count, ..
-            } => format!("create {count} via {provider}"),
+                provider,
+                offer,
+                count,
+                ..
+            } if offer.is_empty() => format!("create {count} via {provider}"),
+            Action::Create {
+                provider,
+                offer,
+                count,
+                ..
+            } => format!("create {count} via {provider}/{offer}"),
             Action::Delete { runner, .. } => format!("delete runner {runner}"),
             Action::FailAndDelete { runner, reason, .. } => {
                 format!("fail and delete runner {runner}: {reason}")
@@ -199,6 +209,7 @@ fn a_failing_provider_is_skipped_and_explained() {
     });
     snapshot.backoffs = vec![Backoff {
         provider: "cheap".into(),
+        offer: String::new(),
         retry_at: at(20),
         last_error: "quota exceeded".into(),
     }];
@@ -497,4 +508,62 @@ fn reliability_learning_tracks_outcomes() {
         r = learn_reliability(r, true);
     }
     assert!(r > 0.99, "recovers: {r}");
+}
+
+/// One provider, several offers (an instance type and zone, spot or
+/// on-demand): the planner takes the cheapest reliable one, and an offer
+/// that backs off is passed over while the provider's others still serve:
+/// spot first, on-demand when spot fails, with no special case.
+#[test]
+fn a_providers_offers_are_chosen_and_backed_off_one_by_one() {
+    let keyed = |key: &str, capacity: u32, price: f64| Offer {
+        key: key.into(),
+        ..offer("ec2", capacity, price, 1.0)
+    };
+    let pool = || PoolSnapshot {
+        policy: policy(0, 10),
+        queued: jobs(4),
+        unlisted: 0,
+        runners: vec![],
+        offers: vec![
+            keyed("m7i.large/us-east-1a/on-demand", 10, 0.10),
+            keyed("m7i.large/us-east-1a/spot", 3, 0.03),
+        ],
+    };
+    check(
+        one_pool(pool()),
+        at(10),
+        expect![[r#"
+            pool linux: queued=4 idle=0 booting=0 busy=0 want=4
+            create 3 via ec2/m7i.large/us-east-1a/spot
+            create 1 via ec2/m7i.large/us-east-1a/on-demand
+            job 100: runner_requested RunnerRequested { provider: "ec2" }
+            job 101: runner_requested RunnerRequested { provider: "ec2" }
+            job 102: runner_requested RunnerRequested { provider: "ec2" }
+            job 103: runner_requested RunnerRequested { provider: "ec2" }
+        "#]],
+    );
+    let mut spot_failing = one_pool(pool());
+    spot_failing.backoffs = vec![Backoff {
+        provider: "ec2".into(),
+        offer: "m7i.large/us-east-1a/spot".into(),
+        retry_at: at(20),
+        last_error: "InsufficientInstanceCapacity".into(),
+    }];
+    check(
+        spot_failing.clone(),
+        at(10),
+        expect![[r#"
+            pool linux: queued=4 idle=0 booting=0 busy=0 want=4
+            create 4 via ec2/m7i.large/us-east-1a/on-demand
+            job 100: runner_requested RunnerRequested { provider: "ec2" }
+            job 101: runner_requested RunnerRequested { provider: "ec2" }
+            job 102: runner_requested RunnerRequested { provider: "ec2" }
+            job 103: runner_requested RunnerRequested { provider: "ec2" }
+        "#]],
+    );
+    // The whole provider backing off (an empty offer) stops both.
+    spot_failing.backoffs[0].offer = String::new();
+    let plan = plan(&spot_failing, at(10));
+    assert!(plan.actions.is_empty(), "{:?}", plan.actions);
 }

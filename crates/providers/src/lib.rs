@@ -67,6 +67,9 @@ pub struct CreateRequest {
     /// Deterministic and unique: a retried create finds the first attempt.
     pub name: String,
     pub pool: String,
+    /// Which of the provider's offers the planner chose (`Offer::key`;
+    /// empty for a provider's only offer).
+    pub offer: String,
     pub labels: Vec<String>,
     /// Environment the runner boots with (`RUNWAY_URL`, a one-time
     /// registration token, …). Secret: never logged.
@@ -174,6 +177,7 @@ pub fn quota_offer(
     }
     vec![Offer {
         provider: provider.to_owned(),
+        key: String::new(),
         capacity: left,
         price_per_hour,
         boot_time,

@@ -24,6 +24,7 @@ struct Harness {
 fn request(name: &str) -> CreateRequest {
     CreateRequest {
         name: name.to_owned(),
+        offer: String::new(),
         pool: "linux".to_owned(),
         labels: vec!["self-hosted".to_owned()],
         bootstrap: BTreeMap::from([("RUNWAY_URL".to_owned(), "http://127.0.0.1:8080".to_owned())]),

@@ -205,6 +205,7 @@ impl Provider for Broken {
     fn bid(&self, _: &str, capacity: u32) -> Vec<Offer> {
         vec![Offer {
             provider: "broken".into(),
+            key: String::new(),
             capacity,
             price_per_hour: 0.01,
             boot_time: Duration::from_secs(1),
@@ -365,6 +366,7 @@ impl Provider for Alternating {
     fn bid(&self, _: &str, capacity: u32) -> Vec<Offer> {
         vec![Offer {
             provider: "alternating".into(),
+            key: String::new(),
             capacity,
             price_per_hour: 0.10,
             boot_time: Duration::from_secs(1),
@@ -541,6 +543,7 @@ async fn self_registering_runners_adopt_their_record_and_orphans_are_deleted() {
     process
         .create(&CreateRequest {
             name: "linux-orphan".into(),
+            offer: String::new(),
             pool: "linux".into(),
             labels: vec!["linux".into()],
             bootstrap: BTreeMap::new(),
@@ -874,6 +877,7 @@ impl Provider for Reporting {
     fn bid(&self, _: &str, capacity: u32) -> Vec<Offer> {
         vec![Offer {
             provider: "reporting".into(),
+            key: String::new(),
             capacity: capacity.min(1),
             price_per_hour: 0.10,
             boot_time: Duration::from_secs(1),
@@ -983,6 +987,7 @@ impl Provider for Hanging {
     fn bid(&self, _: &str, capacity: u32) -> Vec<Offer> {
         vec![Offer {
             provider: "hanging".into(),
+            key: String::new(),
             capacity,
             price_per_hour: 0.01,
             boot_time: Duration::from_secs(1),

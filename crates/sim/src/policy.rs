@@ -114,6 +114,7 @@ impl PlannerInput {
             if capacity > 0 {
                 pool.offers.push(Offer {
                     provider: provider.name.clone(),
+                    key: String::new(),
                     capacity,
                     price_per_hour: provider.price_per_hour,
                     boot_time: provider.mean_boot(),

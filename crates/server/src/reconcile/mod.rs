@@ -110,10 +110,11 @@ struct Inner {
     listing: Mutex<BTreeMap<String, Listing>>,
     /// Runners a task is working on: no other task touches them meanwhile.
     in_flight: Mutex<std::collections::BTreeSet<RunnerId>>,
-    health: Mutex<BTreeMap<String, Health>>,
-    /// Reliability learnt from each provider's create outcomes; an offer
-    /// counts with the lower of this and what the provider declares.
-    reliability: Mutex<BTreeMap<String, f64>>,
+    health: Mutex<BTreeMap<(String, String), Health>>,
+    /// Reliability learnt from each offer's create outcomes, by (provider,
+    /// offer key); an offer counts with the lower of this and what the
+    /// provider declares.
+    reliability: Mutex<BTreeMap<(String, String), f64>>,
     /// The predictive pools' arrival forecasts, each with the newest job
     /// it has been fed: the store's last four weeks at its first round (a
     /// start, a new leader, a pool made predictive by a reload), then each
@@ -1109,7 +1110,7 @@ impl Inner {
                 .map(|mut offer| {
                     offer.reliability = offer
                         .reliability
-                        .min(self.learnt_reliability(&offer.provider));
+                        .min(self.learnt_reliability(&offer.provider, &offer.key));
                     offer
                 })
                 .collect();
@@ -1140,9 +1141,10 @@ impl Inner {
             Action::Create {
                 pool,
                 provider,
+                offer,
                 count,
             } => self.spawn(None, async move {
-                this.create_batch(pool, provider, count, now).await
+                this.create_batch(pool, provider, offer, count, now).await
             }),
             Action::Delete { pool, runner } => self.spawn(Some(runner), async move {
                 this.delete(pool, runner, None, now).await
@@ -1162,6 +1164,7 @@ impl Inner {
         self: Arc<Self>,
         pool: String,
         provider: String,
+        offer: String,
         count: u32,
         now: Timestamp,
     ) -> Result<Report, StoreError> {
@@ -1203,7 +1206,7 @@ impl Inner {
                 Err(message) => {
                     // No runner could boot as configured: back off like a failed create.
                     self.provider_error(provider, "launch_config", &message);
-                    self.provider_failed(provider, &message, now);
+                    self.provider_failed(provider, "", &message, now);
                     return Ok(report);
                 }
             };
@@ -1299,6 +1302,7 @@ impl Inner {
             let request = CreateRequest {
                 name,
                 pool: pool.clone(),
+                offer: offer.clone(),
                 labels: labels.clone(),
                 bootstrap,
                 launch_config: launch_config.clone(),
@@ -1328,7 +1332,7 @@ impl Inner {
                         .inc();
                     succeeded += 1;
                     report.created += 1;
-                    self.learn(provider, true);
+                    self.learn(provider, &offer, true);
                 }
                 Err(error) => {
                     store
@@ -1348,7 +1352,7 @@ impl Inner {
                     }
                     self.provider_error(provider, "create", &error.to_string());
                     report.create_failures += 1;
-                    self.learn(provider, false);
+                    self.learn(provider, &offer, false);
                     let permanent = !error.is_retryable();
                     last_error = Some(error.to_string());
                     if permanent {
@@ -1363,8 +1367,10 @@ impl Inner {
         // Backed off from when the calls ended, not from the round:
         // time spent hanging must not use up the backoff.
         match (succeeded, last_error) {
-            (0, Some(error)) => self.provider_failed(provider, &error, now.plus(began.elapsed())),
-            (_, _) if succeeded > 0 => self.provider_succeeded(provider),
+            (0, Some(error)) => {
+                self.provider_failed(provider, &offer, &error, now.plus(began.elapsed()))
+            }
+            (_, _) if succeeded > 0 => self.provider_succeeded(provider, &offer),
             _ => {}
         }
         Ok(report)
@@ -1561,9 +1567,14 @@ impl Inner {
             .inc();
     }
 
-    fn provider_failed(&self, provider: &str, message: &str, now: Timestamp) {
+    /// A create batch of `provider`'s offer `offer` delivered nothing (an
+    /// empty `offer`: nothing of the provider can start): that offer backs
+    /// off, so the next one wins.
+    fn provider_failed(&self, provider: &str, offer: &str, message: &str, now: Timestamp) {
         if let Ok(mut health) = self.health.lock() {
-            let entry = health.entry(provider.to_owned()).or_default();
+            let entry = health
+                .entry((provider.to_owned(), offer.to_owned()))
+                .or_default();
             entry.consecutive_failures += 1;
             let delay = backoff_delay(
                 entry.consecutive_failures,
@@ -1571,30 +1582,41 @@ impl Inner {
             );
             entry.backoff = Some(Backoff {
                 provider: provider.to_owned(),
+                offer: offer.to_owned(),
                 retry_at: now.plus(delay),
                 last_error: message.to_owned(),
             });
         }
     }
 
-    fn learnt_reliability(&self, provider: &str) -> f64 {
+    /// What creates taught of an offer's reliability.
+    fn learnt_reliability(&self, provider: &str, offer: &str) -> f64 {
         self.reliability
             .lock()
             .ok()
-            .and_then(|learnt| learnt.get(provider).copied())
+            .and_then(|learnt| {
+                learnt
+                    .get(&(provider.to_owned(), offer.to_owned()))
+                    .copied()
+            })
             .unwrap_or(1.0)
     }
 
-    fn learn(&self, provider: &str, succeeded: bool) {
+    fn learn(&self, provider: &str, offer: &str, succeeded: bool) {
         if let Ok(mut learnt) = self.reliability.lock() {
-            let entry = learnt.entry(provider.to_owned()).or_insert(1.0);
+            let entry = learnt
+                .entry((provider.to_owned(), offer.to_owned()))
+                .or_insert(1.0);
             *entry = learn_reliability(*entry, succeeded);
         }
     }
 
-    fn provider_succeeded(&self, provider: &str) {
+    fn provider_succeeded(&self, provider: &str, offer: &str) {
         if let Ok(mut health) = self.health.lock() {
-            health.remove(provider);
+            health.remove(&(provider.to_owned(), offer.to_owned()));
+            // A provider that starts runners again is no longer failing
+            // as a whole either.
+            health.remove(&(provider.to_owned(), String::new()));
         }
     }
 }
