@@ -428,6 +428,29 @@ async fn reliability_is_learnt_from_create_outcomes() {
         by_provider("alternating").await + by_provider("steady").await,
         30
     );
+    // Each offer's price, learnt reliability and create outcomes show.
+    let metrics = service.metrics.encode();
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{series} in {metrics}"))
+    };
+    assert_eq!(
+        value(r#"runway_offer_price_per_hour{provider="alternating",offer=""}"#),
+        0.10
+    );
+    assert!(value(r#"runway_offer_reliability{provider="alternating",offer=""}"#) < 0.9);
+    assert_eq!(
+        value(r#"runway_offer_reliability{provider="steady",offer=""}"#),
+        1.0
+    );
+    assert!(
+        value(r#"runway_offer_creates_total{provider="alternating",offer="",result="failed"}"#)
+            >= 1.0
+    );
+    assert!(value(r#"runway_offer_creates_total{provider="steady",offer="",result="ok"}"#) >= 1.0);
 }
 
 /// The environment a runner process wrote to `file` (KEY=VALUE lines).

@@ -1101,7 +1101,7 @@ impl Inner {
         for pool in &self.service.config().pools {
             let allowed =
                 |name: &str| pool.providers.is_empty() || pool.providers.iter().any(|p| p == name);
-            let offers = self
+            let offers: Vec<runway_core::planner::Offer> = self
                 .providers()
                 .by_name
                 .iter()
@@ -1114,6 +1114,21 @@ impl Inner {
                     offer
                 })
                 .collect();
+            for offer in &offers {
+                let labels = crate::telemetry::metrics::OfferLabels {
+                    provider: offer.provider.clone(),
+                    offer: offer.key.clone(),
+                };
+                let metrics = &self.service.metrics;
+                metrics
+                    .offer_price
+                    .get_or_create(&labels)
+                    .set(offer.price_per_hour);
+                metrics
+                    .offer_reliability
+                    .get_or_create(&labels)
+                    .set(offer.reliability);
+            }
             let mut snapshot =
                 crate::app::explain::pool_snapshot(&self.service, pool, offers).await?;
             snapshot.policy.min_idle = self.warm(pool, now);
@@ -1603,6 +1618,15 @@ impl Inner {
     }
 
     fn learn(&self, provider: &str, offer: &str, succeeded: bool) {
+        self.service
+            .metrics
+            .offer_creates
+            .get_or_create(&crate::telemetry::metrics::OfferResultLabels {
+                provider: provider.to_owned(),
+                offer: offer.to_owned(),
+                result: if succeeded { "ok" } else { "failed" },
+            })
+            .inc();
         if let Ok(mut learnt) = self.reliability.lock() {
             let entry = learnt
                 .entry((provider.to_owned(), offer.to_owned()))

@@ -200,6 +200,24 @@ pub struct PoolKindLabels {
     pub kind: &'static str,
 }
 
+/// One offer of a provider (`Offer::key`, empty for a provider's only
+/// offer).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OfferLabels {
+    pub provider: String,
+    pub offer: String,
+}
+
+/// One offer and how a create through it ended (`ok`, `failed`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OfferResultLabels {
+    pub provider: String,
+    pub offer: String,
+    pub result: &'static str,
+}
+
+type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
 type HistogramFamily = Family<PoolLabel, Histogram, fn() -> Histogram>;
 type JobHistogramFamily = Family<JobLabels, Histogram, fn() -> Histogram>;
 
@@ -260,6 +278,9 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     pub store_rows: Family<TableLabel, Gauge>,
     pub retention_pruned: Family<TableLabel, Counter>,
+    pub offer_price: Family<OfferLabels, FloatGauge>,
+    pub offer_reliability: Family<OfferLabels, FloatGauge>,
+    pub offer_creates: Family<OfferResultLabels, Counter>,
     pub scale_set_jobs: Family<PoolKindLabels, Gauge>,
     pub scale_set_runners: Family<PoolKindLabels, Gauge>,
     pub scale_set_messages: Family<PoolKindLabels, Counter>,
@@ -305,6 +326,9 @@ impl Metrics {
             reconcile_duration: seconds(r, "reconcile_duration", "How long one reconcile round took", Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0])),
             store_rows: add(r, "store_rows", "Rows in each store table retention looks after, as its last pass counted", Family::<TableLabel, Gauge>::default()),
             retention_pruned: add(r, "retention_pruned", "Rows retention deleted, by table", Family::<TableLabel, Counter>::default()),
+            offer_price: add(r, "offer_price_per_hour", "Each provider offer's price per runner-hour, as the reconciler's last round saw it", Family::<OfferLabels, FloatGauge>::default()),
+            offer_reliability: add(r, "offer_reliability", "Each provider offer's reliability as the planner weighs it (the lower of what the provider declares and what its creates taught), as of the last round", Family::<OfferLabels, FloatGauge>::default()),
+            offer_creates: add(r, "offer_creates", "Runner creates through each offer, by result (ok, failed)", Family::<OfferResultLabels, Counter>::default()),
             scale_set_jobs: add(r, "scale_set_jobs", "A scale-set pool's jobs as GitHub's statistics last said, by kind (available, acquired, assigned, running)", Family::<PoolKindLabels, Gauge>::default()),
             scale_set_runners: add(r, "scale_set_runners", "A scale-set pool's runners as GitHub's statistics last said, by kind (registered, busy, idle)", Family::<PoolKindLabels, Gauge>::default()),
             scale_set_messages: add(r, "scale_set_messages", "Scale-set queue messages, by kind (received; acknowledged: after their effects were stored)", Family::<PoolKindLabels, Counter>::default()),
