@@ -786,3 +786,73 @@ fn a_github_app_runs_a_scale_set_pool() {
         ) >= 1.0
     );
 }
+
+#[test]
+fn a_reload_that_makes_a_pool_a_scale_set_pool_starts_its_listener() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let emulator = runtime.block_on(
+        Emulator::builder()
+            .long_poll(Duration::from_millis(300))
+            .start(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &emulator.uri(), 2, 0);
+    let with_scale_set = std::fs::read_to_string(dir.path().join("runway.toml")).unwrap();
+    // First a webhook-only GitHub pool.
+    let without = with_scale_set.replace(&format!("scale_set = \"{SCALE_SET}\"\n"), "");
+    assert_ne!(without, with_scale_set);
+    std::fs::write(dir.path().join("runway.toml"), &without).unwrap();
+    let _processes = RunnerProcesses(dir.path().join("processes"));
+    let mut command = runway(dir.path());
+    command
+        .args(["serve", "--config", "runway.toml"])
+        .env("RUNWAY_TEST_GITHUB_TOKEN", DEFAULT_PAT);
+    let (_serve, base) = spawn_serve(command);
+    assert!(emulator.state().scale_sets.is_empty());
+
+    std::fs::write(dir.path().join("runway.toml"), &with_scale_set).unwrap();
+    let reloaded: Value = client()
+        .post(format!("{base}/api/v1/config/reload"))
+        .bearer_auth(ADMIN)
+        .json(&serde_json::json!({}))
+        .send()
+        .and_then(|r| r.json())
+        .unwrap_or_default();
+    assert_eq!(
+        reloaded["restart_needed"],
+        serde_json::json!([]),
+        "{reloaded}"
+    );
+    let mut set = None;
+    wait_until(
+        "the scale set and its session, without a restart",
+        30,
+        || {
+            set = emulator.state().sessions.first().map(|s| s.scale_set_id);
+            set.is_some()
+        },
+    );
+    emulator.queue_job(set.unwrap(), [SCALE_SET]);
+    wait_until("the job stored", 30, || {
+        client()
+            .get(format!("{base}/api/v1/jobs?pool=ss"))
+            .bearer_auth(ADMIN)
+            .send()
+            .and_then(|r| r.json::<Value>())
+            .ok()
+            .and_then(|v| v["jobs"].as_array().map(Vec::len))
+            == Some(1)
+    });
+
+    // And a reload that takes the scale set away lets go of the session.
+    std::fs::write(dir.path().join("runway.toml"), &without).unwrap();
+    client()
+        .post(format!("{base}/api/v1/config/reload"))
+        .bearer_auth(ADMIN)
+        .json(&serde_json::json!({}))
+        .send()
+        .unwrap();
+    wait_until("the session closed", 30, || {
+        emulator.state().sessions.is_empty()
+    });
+}

@@ -105,19 +105,23 @@ pub async fn reload(service: &Service, actor: &str) -> Result<Reloaded, AppError
     {
         restart_needed.push("github credentials".to_owned());
     }
-    // A scale-set pool's listener starts with the process, bound to its
-    // scale set and target; one a reload takes away stops at once.
+    // A scale-set pool's listener is bound to the target it started with
+    // (a pool a reload makes a scale-set pool gets one within a second;
+    // one a reload takes away lets go of its session).
     for pool in &next.pools {
-        let scale_set = |config: &Config| {
+        let target = |config: &Config| {
             config
                 .pool(&pool.name)
                 .and_then(|p| p.github.as_ref())
                 .filter(|g| g.scale_set.is_some())
-                .map(|g| (g.target.clone(), g.scale_set.clone()))
+                .map(|g| g.target.clone())
         };
-        if let Some(wanted) = scale_set(&next) {
-            if scale_set(&current) != Some(wanted) {
-                restart_needed.push(format!("pools.{}.github.scale_set", pool.name));
+        if let (Some(now), Some(wanted)) = (target(&current), target(&next)) {
+            if now != wanted {
+                restart_needed.push(format!(
+                    "pools.{}.github (the scale set's target)",
+                    pool.name
+                ));
             }
         }
     }

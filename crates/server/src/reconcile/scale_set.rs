@@ -504,37 +504,55 @@ fn same_labels(have: &[String], want: &[String]) -> bool {
     norm(have) == norm(want)
 }
 
-/// Runs a listener for every scale-set pool of the config until shutdown.
-/// Pools that a reload makes scale-set pools get theirs at the next start.
+/// How often the supervisor looks for scale-set pools a reload added.
+const NEW_POOLS_RECHECK: Duration = Duration::from_secs(1);
+
+/// Runs a listener for every scale-set pool of the config until shutdown,
+/// and one for each a reload adds (within a second). A listener stays
+/// bound to the target it started with: a reload that moves a pool's scale
+/// set to another organisation needs a restart (the reload says so).
 pub async fn run(
     service: Arc<Service>,
     github: Arc<GithubClient>,
-    shutdown: tokio::sync::watch::Receiver<bool>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let pools: Vec<(String, PoolGithub)> = service
-        .config()
-        .pools
-        .iter()
-        .filter_map(|pool| {
-            let github = pool.github.clone()?;
-            github.scale_set.as_ref()?;
-            Some((pool.name.clone(), github))
-        })
-        .collect();
-    let listeners = pools.into_iter().map(|(pool, settings)| {
-        let handle = service
-            .scale_sets
-            .get_or_insert(&pool, || {
+    let mut started = std::collections::BTreeSet::new();
+    let mut listeners = tokio::task::JoinSet::new();
+    loop {
+        for pool in &service.config().pools {
+            let Some(settings) = pool.github.as_ref().filter(|g| g.scale_set.is_some()) else {
+                continue;
+            };
+            if !started.insert(pool.name.clone()) {
+                continue;
+            }
+            let handle = service.scale_sets.get_or_insert(&pool.name, || {
                 PoolScaleSet::new(ScaleSetClient::new(
                     github.clone(),
                     settings.target.clone(),
-                    &pool,
+                    &pool.name,
                 ))
-            })
-            .expect("the scale-set registry is not poisoned");
-        listen(service.clone(), pool, handle, shutdown.clone())
-    });
-    futures_util::future::join_all(listeners).await;
+            });
+            let Some(handle) = handle else {
+                continue;
+            };
+            listeners.spawn(listen(
+                service.clone(),
+                pool.name.clone(),
+                handle,
+                shutdown.clone(),
+            ));
+        }
+        let stop = async {
+            // The guard `wait_for` returns must not live across an await.
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        };
+        tokio::select! {
+            () = stop => break,
+            () = tokio::time::sleep(NEW_POOLS_RECHECK) => {}
+        }
+    }
+    while listeners.join_next().await.is_some() {}
 }
 
 async fn listen(
