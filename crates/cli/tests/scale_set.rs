@@ -856,3 +856,73 @@ fn a_reload_that_makes_a_pool_a_scale_set_pool_starts_its_listener() {
         emulator.state().sessions.is_empty()
     });
 }
+
+#[test]
+fn jobs_github_runs_at_once_end_with_their_runners() {
+    // The emulator plays the runners: an assigned job starts on an idle
+    // registered runner as soon as both exist (here: as soon as runway
+    // asks for the JIT configuration, before its machine has booted) and
+    // completes a moment later.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let emulator = runtime.block_on(
+        Emulator::builder()
+            .long_poll(Duration::from_millis(300))
+            .auto_run_jobs(Duration::from_millis(500))
+            .start(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &emulator.uri(), 3, 0);
+    let processes = RunnerProcesses(dir.path().join("processes"));
+    let mut command = runway(dir.path());
+    command
+        .args(["serve", "--config", "runway.toml"])
+        .env("RUNWAY_TEST_GITHUB_TOKEN", DEFAULT_PAT);
+    let (_serve, base) = spawn_serve(command);
+    let mut set = None;
+    wait_until("the session", 30, || {
+        set = emulator.state().sessions.first().map(|s| s.scale_set_id);
+        set.is_some()
+    });
+    for _ in 0..5 {
+        emulator.queue_job(set.unwrap(), [SCALE_SET]);
+    }
+    let jobs = |base: &str| -> Vec<Value> {
+        client()
+            .get(format!("{base}/api/v1/jobs?pool=ss"))
+            .bearer_auth(ADMIN)
+            .send()
+            .and_then(|r| r.json::<Value>())
+            .ok()
+            .and_then(|v| v["jobs"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    wait_until(
+        "all five jobs to succeed in runway and at GitHub",
+        60,
+        || {
+            let stored = jobs(&base);
+            stored.len() == 5
+                && stored
+                    .iter()
+                    .all(|j| j["state"] == "completed" && j["conclusion"] == "success")
+                && emulator
+                    .state()
+                    .jobs
+                    .iter()
+                    .all(|j| j.state == JobState::Completed)
+        },
+    );
+    wait_until("every runner gone", 60, || {
+        let runners: Value = client()
+            .get(format!("{base}/api/v1/runners"))
+            .bearer_auth(ADMIN)
+            .send()
+            .and_then(|r| r.json())
+            .unwrap_or_default();
+        processes.tracked().is_empty()
+            && runners["runners"].as_array().is_some_and(|r| {
+                r.iter()
+                    .all(|r| matches!(r["state"].as_str(), Some("terminated" | "failed")))
+            })
+    });
+}
