@@ -315,6 +315,20 @@ fn each_job_gets_its_own_jit_runner_a_busy_runner_is_kept_and_the_pool_returns_t
         .requests_to(Endpoint::GetMessage)
         .iter()
         .all(|r| r.max_capacity == Some(4)));
+    // The message queue's URL is used as given, as GitHub's Go client
+    // does: no api-version on polls and acknowledgements.
+    for endpoint in [Endpoint::GetMessage, Endpoint::DeleteMessage] {
+        for request in h.emulator.requests_to(endpoint) {
+            assert!(
+                !request
+                    .query
+                    .as_deref()
+                    .unwrap_or("")
+                    .contains("api-version"),
+                "{request:?}"
+            );
+        }
+    }
 }
 
 /// Waits until runway has stored `n` jobs of the pool.

@@ -255,14 +255,30 @@ impl Answer {
     }
 }
 
-/// One request to the Actions service, as [`ScaleSetClient::service`] takes it.
+/// One request, as [`ScaleSetClient::send`] takes it: to the Actions
+/// service (`path` from its URL on), to a session's message queue, or for
+/// the admin connection.
 struct Call {
     operation: &'static str,
     method: Method,
     /// From the service URL on.
     path: String,
     query: Vec<(&'static str, String)>,
+    headers: Vec<(&'static str, String)>,
     body: Option<Value>,
+    /// The Actions service's `api-version` query (not on the message
+    /// queue's URL nor the admin connection, as GitHub's Go client sends them).
+    api_version: bool,
+    /// Instead of the HTTP client's own (a long poll is held longer).
+    timeout: Option<Duration>,
+}
+
+/// How a request authenticates.
+enum Auth<'a> {
+    /// The admin token, or a session's queue token.
+    Bearer(&'a Secret),
+    /// A runner registration token, for the admin connection.
+    RemoteAuth(&'a Secret),
 }
 
 impl Call {
@@ -272,8 +288,27 @@ impl Call {
             method,
             path,
             query: Vec::new(),
+            headers: Vec::new(),
             body: None,
+            api_version: true,
+            timeout: None,
         }
+    }
+
+    /// A call outside the Actions service's versioned API.
+    fn unversioned(mut self) -> Call {
+        self.api_version = false;
+        self
+    }
+
+    fn header(mut self, name: &'static str, value: String) -> Call {
+        self.headers.push((name, value));
+        self
+    }
+
+    fn timeout(mut self, timeout: Duration) -> Call {
+        self.timeout = Some(timeout);
+        self
     }
 
     fn query(mut self, key: &'static str, value: String) -> Call {
@@ -330,37 +365,23 @@ impl ScaleSetClient {
             .github
             .registration_token(metrics, &self.target)
             .await?;
-        const OPERATION: &str = "scale_set_admin_connection";
-        let response = self
-            .github
-            .http()
-            .post(format!(
-                "{}/actions/runner-registration",
-                self.github.api_url()
-            ))
-            .header(
-                "authorization",
-                format!("RemoteAuth {}", registration.expose()),
-            )
-            .json(&json!({"url": self.config_url, "runner_event": "register"}))
-            .send()
-            .await
-            .map_err(|error| {
-                metrics.github_request(OPERATION, "error");
-                transport(OPERATION, error)
-            })?;
-        let status = response.status();
-        metrics.github_request(OPERATION, status.as_str());
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        if !status.is_success() {
-            return Err(refusal(OPERATION, status, &body));
+        let call = Call::new(
+            "scale_set_admin_connection",
+            Method::POST,
+            "actions/runner-registration".into(),
+        )
+        .unversioned()
+        .body(json!({"url": self.config_url, "runner_event": "register"}));
+        let url = format!("{}/{}", self.github.api_url(), call.path);
+        let answer = self
+            .send(metrics, &call, &url, Auth::RemoteAuth(&registration))
+            .await?;
+        if !answer.status.is_success() {
+            return Err(refusal(answer.operation, answer.status, &answer.body));
         }
-        let (Some(url), Some(token)) = (body["url"].as_str(), body["token"].as_str()) else {
-            return Err(GithubError::Status {
-                operation: OPERATION,
-                status: status.as_u16(),
-                message: "the answer has no url or token".into(),
-            });
+        let (Some(url), Some(token)) = (answer.body["url"].as_str(), answer.body["token"].as_str())
+        else {
+            return Err(answer.malformed("the answer has no url or token"));
         };
         let url = format!("{}/", url.trim_end_matches('/'));
         let token = Secret::literal(token);
@@ -382,7 +403,12 @@ impl ScaleSetClient {
         for attempt in 0..2 {
             let (url, token) = self.admin(metrics).await?;
             let answer = self
-                .send(metrics, &call, &format!("{url}{}", call.path), &token)
+                .send(
+                    metrics,
+                    &call,
+                    &format!("{url}{}", call.path),
+                    Auth::Bearer(&token),
+                )
                 .await?;
             if answer.status == StatusCode::UNAUTHORIZED && attempt == 0 {
                 // Revoked or expired early: a new one.
@@ -400,16 +426,28 @@ impl ScaleSetClient {
         metrics: &Metrics,
         call: &Call,
         url: &str,
-        token: &Secret,
+        auth: Auth<'_>,
     ) -> Result<Answer, GithubError> {
         let operation = call.operation;
+        let authorization = match auth {
+            Auth::Bearer(token) => format!("Bearer {}", token.expose()),
+            Auth::RemoteAuth(token) => format!("RemoteAuth {}", token.expose()),
+        };
         let mut request = self
             .github
             .http()
             .request(call.method.clone(), url)
             .query(&call.query)
-            .query(&[("api-version", API_VERSION)])
-            .bearer_auth(token.expose());
+            .header("authorization", authorization);
+        if call.api_version {
+            request = request.query(&[("api-version", API_VERSION)]);
+        }
+        for (name, value) in &call.headers {
+            request = request.header(*name, value);
+        }
+        if let Some(timeout) = call.timeout {
+            request = request.timeout(timeout);
+        }
         if let Some(body) = &call.body {
             request = request.json(body);
         }
@@ -569,33 +607,29 @@ impl ScaleSetClient {
         last: i64,
         max_capacity: u32,
     ) -> Result<Option<Message>, GithubError> {
-        const OPERATION: &str = "scale_set_get_message";
-        let mut request = self
-            .github
-            .http()
-            .get(&session.queue_url)
+        let mut call = Call::new("scale_set_get_message", Method::GET, String::new())
+            .unversioned()
             .timeout(POLL_TIMEOUT)
             .header(
                 "accept",
                 format!("application/json; api-version={API_VERSION}"),
             )
-            .header("x-scalesetmaxcapacity", max_capacity.to_string())
-            .bearer_auth(session.queue_token.expose());
+            .header("x-scalesetmaxcapacity", max_capacity.to_string());
         if last > 0 {
-            request = request.query(&[("lastMessageId", last.to_string())]);
+            call = call.query("lastMessageId", last.to_string());
         }
-        let response = request.send().await.map_err(|error| {
-            metrics.github_request(OPERATION, "error");
-            transport(OPERATION, error)
-        })?;
-        let status = response.status();
-        metrics.github_request(OPERATION, status.as_str());
-        let text = response.text().await.unwrap_or_default();
-        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        match status {
+        let answer = self
+            .send(
+                metrics,
+                &call,
+                &session.queue_url,
+                Auth::Bearer(&session.queue_token),
+            )
+            .await?;
+        match answer.status {
             StatusCode::ACCEPTED => Ok(None),
-            StatusCode::OK => Ok(Some(Message::from_wire(&body))),
-            status => Err(refusal(OPERATION, status, &body)),
+            StatusCode::OK => Ok(Some(Message::from_wire(&answer.body))),
+            status => Err(refusal(answer.operation, status, &answer.body)),
         }
     }
 
@@ -608,8 +642,10 @@ impl ScaleSetClient {
         message: i64,
     ) -> Result<(), GithubError> {
         let url = format!("{}/{message}", session.queue_url.trim_end_matches('/'));
-        let call = Call::new("scale_set_delete_message", Method::DELETE, String::new());
-        self.send(metrics, &call, &url, &session.queue_token)
+        let call = Call::new("scale_set_delete_message", Method::DELETE, String::new())
+            .unversioned()
+            .header("content-type", "application/json".into());
+        self.send(metrics, &call, &url, Auth::Bearer(&session.queue_token))
             .await?
             .expect(GONE)?;
         Ok(())
@@ -638,7 +674,7 @@ impl ScaleSetClient {
                 metrics,
                 &call,
                 &format!("{url}{}", call.path),
-                &session.queue_token,
+                Auth::Bearer(&session.queue_token),
             )
             .await?
             .expect(OK)?;
