@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{client, metric, runway, spawn_serve, wait_until, Process, RunnerProcesses};
-use scaleset::testing::{Emulator, Endpoint, Fault, JobState, DEFAULT_PAT};
+use scaleset::testing::{Emulator, EmulatorBuilder, Endpoint, Fault, JobState, DEFAULT_PAT};
 use scaleset::ScaleSetId;
 use serde_json::Value;
 
@@ -69,26 +69,54 @@ scale_set = "{SCALE_SET}"
 }
 
 impl Harness {
+    /// An emulator (300 ms long polls) and runway serving a scale-set pool.
     fn start(max_runners: u32, min_idle: u32) -> Harness {
+        let mut harness = Harness::prepare(|emulator| emulator, max_runners, min_idle);
+        harness.serve();
+        harness
+    }
+
+    /// An emulator (300 ms long polls, then whatever `emulator` sets) and
+    /// the config, runway not started yet: the test may set the emulator
+    /// up or change the config first.
+    fn prepare(
+        emulator: impl FnOnce(EmulatorBuilder) -> EmulatorBuilder,
+        max_runners: u32,
+        min_idle: u32,
+    ) -> Harness {
         let runtime = tokio::runtime::Runtime::new().unwrap();
-        let emulator = runtime.block_on(
-            Emulator::builder()
-                .long_poll(Duration::from_millis(300))
-                .start(),
-        );
+        let emulator = runtime
+            .block_on(emulator(Emulator::builder().long_poll(Duration::from_millis(300))).start());
         let dir = tempfile::tempdir().unwrap();
         write_config(dir.path(), &emulator.uri(), max_runners, min_idle);
         let processes = RunnerProcesses(dir.path().join("processes"));
-        let mut harness = Harness {
+        Harness {
             runtime,
             emulator,
             dir,
             serve: None,
             base: String::new(),
             processes,
-        };
-        harness.serve();
-        harness
+        }
+    }
+
+    fn config(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("runway.toml")).unwrap()
+    }
+
+    fn set_config(&self, text: &str) {
+        std::fs::write(self.dir.path().join("runway.toml"), text).unwrap();
+    }
+
+    /// `POST /api/v1/config/reload`: its answer.
+    fn reload(&self) -> Value {
+        client()
+            .post(format!("{}/api/v1/config/reload", self.base))
+            .bearer_auth(ADMIN)
+            .json(&serde_json::json!({}))
+            .send()
+            .and_then(|r| r.json())
+            .unwrap_or_default()
     }
 
     /// (Re)starts `runway serve` on the same store and config.
@@ -511,15 +539,10 @@ fn a_kill_between_storing_and_acknowledging_loses_nothing_and_applies_nothing_tw
 
 #[test]
 fn a_session_held_by_another_listener_is_waited_out() {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let emulator = runtime.block_on(
-        Emulator::builder()
-            .long_poll(Duration::from_millis(300))
-            .start(),
-    );
+    let mut h = Harness::prepare(|emulator| emulator, 2, 0);
     // Someone else's listener holds the scale set's session.
-    let other = emulator.client();
-    let (set, session) = runtime.block_on(async {
+    let other = h.emulator.client();
+    let (set, session) = h.runtime.block_on(async {
         let set = other
             .create_runner_scale_set(&scaleset::RunnerScaleSetSpec::new(SCALE_SET))
             .await
@@ -530,26 +553,14 @@ fn a_session_held_by_another_listener_is_waited_out() {
             .unwrap();
         (set.id, session)
     });
-    let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path(), &emulator.uri(), 2, 0);
-    let mut command = runway(dir.path());
-    command
-        .args(["serve", "--config", "runway.toml"])
-        .env("RUNWAY_TEST_GITHUB_TOKEN", DEFAULT_PAT);
-    let (_serve, base) = spawn_serve(command);
+    h.serve();
     wait_until("runway to report the conflict", 30, || {
         metric(
-            &base,
+            &h.base,
             r#"runway_scale_set_sessions_total{pool="ss",kind="conflict"}"#,
         ) >= 1.0
     });
-    let tasks: Value = client()
-        .get(format!("{base}/api/v1/tasks"))
-        .bearer_auth(ADMIN)
-        .send()
-        .and_then(|r| r.json())
-        .unwrap_or_default();
-    let task = tasks["tasks"]
+    let task = h.api("/api/v1/tasks")["tasks"]
         .as_array()
         .and_then(|t| {
             t.iter()
@@ -565,8 +576,9 @@ fn a_session_held_by_another_listener_is_waited_out() {
     );
     // Meanwhile the other listener takes a job (acquires it and
     // acknowledges its messages): runway never hears of it.
+    let emulator = &h.emulator;
     let job = emulator.queue_job(set, [SCALE_SET]);
-    runtime.block_on(async {
+    h.runtime.block_on(async {
         let mut last = None;
         while emulator
             .state()
@@ -585,7 +597,7 @@ fn a_session_held_by_another_listener_is_waited_out() {
         }
     });
     // Its owner lets go: runway takes the session, the labels are the pool's.
-    runtime.block_on(async { session.close().await.unwrap() });
+    h.runtime.block_on(async { session.close().await.unwrap() });
     wait_until("runway to open the session", 60, || {
         emulator
             .state()
@@ -595,16 +607,10 @@ fn a_session_held_by_another_listener_is_waited_out() {
     });
     // GitHub's statistics say a job is assigned and waiting that the store
     // does not hold: demand all the same, so a runner starts for it.
-    let processes = RunnerProcesses(dir.path().join("processes"));
     wait_until("a runner for the job runway never stored", 30, || {
-        processes.tracked().len() == 1
+        h.processes.tracked().len() == 1
     });
-    let stored: Value = client()
-        .get(format!("{base}/api/v1/jobs"))
-        .bearer_auth(ADMIN)
-        .send()
-        .and_then(|r| r.json())
-        .unwrap_or_default();
+    let stored = h.api("/api/v1/jobs");
     assert_eq!(stored["jobs"].as_array().map(Vec::len), Some(0), "{stored}");
     let state = emulator.state();
     let labels: Vec<&str> = state.scale_sets[0]
@@ -710,45 +716,25 @@ fn with_two_replicas_only_the_leader_holds_the_session_and_it_passes_on_when_the
 #[test]
 fn a_stopping_runway_closes_its_session_during_a_long_poll() {
     // GitHub holds an idle poll about 50 s; so does this emulator.
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let emulator = runtime.block_on(
-        Emulator::builder()
-            .long_poll(Duration::from_secs(50))
-            .start(),
-    );
-    let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path(), &emulator.uri(), 2, 0);
-    let mut command = runway(dir.path());
-    command
-        .args(["serve", "--config", "runway.toml"])
-        .env("RUNWAY_TEST_GITHUB_TOKEN", DEFAULT_PAT);
-    let (mut serve, _base) = spawn_serve(command);
-    wait_until("the session and a poll held open", 30, || {
-        emulator.state().sessions.len() == 1 && !emulator.requests_to(Endpoint::Sessions).is_empty()
-    });
+    let mut h = Harness::prepare(|e| e.long_poll(Duration::from_secs(50)), 2, 0);
+    h.serve();
+    h.scale_set();
     // The poll is in flight (the emulator records a request once answered).
     wait_until("a poll in flight", 30, || {
-        emulator.requests_to(Endpoint::GetMessage).is_empty()
+        h.emulator.requests_to(Endpoint::GetMessage).is_empty()
     });
-    let status = serve.terminate();
+    let status = h.serve.as_mut().unwrap().terminate();
     assert!(status.success(), "{status:?}");
     assert!(
-        emulator.state().sessions.is_empty(),
+        h.emulator.state().sessions.is_empty(),
         "the session is closed on the way out, so the next start need not replace it"
     );
 }
 
 #[test]
 fn a_github_app_runs_a_scale_set_pool() {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let emulator = runtime.block_on(
-        Emulator::builder()
-            .long_poll(Duration::from_millis(300))
-            .github_app(77)
-            .start(),
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("app.pem");
+    let mut h = Harness::prepare(|e| e.github_app(77), 2, 0);
+    let key = h.dir.path().join("app.pem");
     let made = std::process::Command::new("openssl")
         .args([
             "genpkey",
@@ -762,40 +748,26 @@ fn a_github_app_runs_a_scale_set_pool() {
         .output()
         .expect("openssl (Debian package openssl) makes the App's test key");
     assert!(made.status.success(), "{made:?}");
-    write_config(dir.path(), &emulator.uri(), 2, 0);
-    let config = std::fs::read_to_string(dir.path().join("runway.toml")).unwrap();
-    let config = config.replace(
+    h.set_config(&h.config().replace(
         "token = \"env:RUNWAY_TEST_GITHUB_TOKEN\"",
         &format!(
             "app_id = 4242\ninstallation_id = 77\nprivate_key = \"file:{}\"",
             key.display()
         ),
-    );
-    std::fs::write(dir.path().join("runway.toml"), config).unwrap();
-    let processes = RunnerProcesses(dir.path().join("processes"));
-    let mut command = runway(dir.path());
-    command.args(["serve", "--config", "runway.toml"]);
-    let (_serve, base) = spawn_serve(command);
-    let mut set = None;
-    wait_until(
-        "the App's runway to create the scale set and hold its session",
-        30,
-        || {
-            set = emulator.state().sessions.first().map(|s| s.scale_set_id);
-            set.is_some()
-        },
-    );
-    emulator.queue_job(set.unwrap(), [SCALE_SET]);
+    ));
+    h.serve();
+    let set = h.scale_set();
+    h.emulator.queue_job(set, [SCALE_SET]);
     wait_until("a JIT runner for the job", 30, || {
-        processes.tracked().len() == 1
+        h.processes.tracked().len() == 1
     });
     assert!(
-        !emulator.requests_to(Endpoint::AccessToken).is_empty(),
+        !h.emulator.requests_to(Endpoint::AccessToken).is_empty(),
         "installation tokens minted"
     );
     assert!(
         metric(
-            &base,
+            &h.base,
             r#"runway_github_requests_total{operation="installation_token",status="201"}"#
         ) >= 1.0
     );
@@ -803,71 +775,31 @@ fn a_github_app_runs_a_scale_set_pool() {
 
 #[test]
 fn a_reload_that_makes_a_pool_a_scale_set_pool_starts_its_listener() {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let emulator = runtime.block_on(
-        Emulator::builder()
-            .long_poll(Duration::from_millis(300))
-            .start(),
-    );
-    let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path(), &emulator.uri(), 2, 0);
-    let with_scale_set = std::fs::read_to_string(dir.path().join("runway.toml")).unwrap();
+    let mut h = Harness::prepare(|emulator| emulator, 2, 0);
+    let with_scale_set = h.config();
     // First a webhook-only GitHub pool.
     let without = with_scale_set.replace(&format!("scale_set = \"{SCALE_SET}\"\n"), "");
     assert_ne!(without, with_scale_set);
-    std::fs::write(dir.path().join("runway.toml"), &without).unwrap();
-    let _processes = RunnerProcesses(dir.path().join("processes"));
-    let mut command = runway(dir.path());
-    command
-        .args(["serve", "--config", "runway.toml"])
-        .env("RUNWAY_TEST_GITHUB_TOKEN", DEFAULT_PAT);
-    let (_serve, base) = spawn_serve(command);
-    assert!(emulator.state().scale_sets.is_empty());
+    h.set_config(&without);
+    h.serve();
+    assert!(h.emulator.state().scale_sets.is_empty());
 
-    std::fs::write(dir.path().join("runway.toml"), &with_scale_set).unwrap();
-    let reloaded: Value = client()
-        .post(format!("{base}/api/v1/config/reload"))
-        .bearer_auth(ADMIN)
-        .json(&serde_json::json!({}))
-        .send()
-        .and_then(|r| r.json())
-        .unwrap_or_default();
+    h.set_config(&with_scale_set);
+    let reloaded = h.reload();
     assert_eq!(
         reloaded["restart_needed"],
         serde_json::json!([]),
         "{reloaded}"
     );
-    let mut set = None;
-    wait_until(
-        "the scale set and its session, without a restart",
-        30,
-        || {
-            set = emulator.state().sessions.first().map(|s| s.scale_set_id);
-            set.is_some()
-        },
-    );
-    emulator.queue_job(set.unwrap(), [SCALE_SET]);
-    wait_until("the job stored", 30, || {
-        client()
-            .get(format!("{base}/api/v1/jobs?pool=ss"))
-            .bearer_auth(ADMIN)
-            .send()
-            .and_then(|r| r.json::<Value>())
-            .ok()
-            .and_then(|v| v["jobs"].as_array().map(Vec::len))
-            == Some(1)
-    });
+    let set = h.scale_set();
+    h.emulator.queue_job(set, [SCALE_SET]);
+    stores(&h, 1, "the job stored, without a restart");
 
     // And a reload that takes the scale set away lets go of the session.
-    std::fs::write(dir.path().join("runway.toml"), &without).unwrap();
-    client()
-        .post(format!("{base}/api/v1/config/reload"))
-        .bearer_auth(ADMIN)
-        .json(&serde_json::json!({}))
-        .send()
-        .unwrap();
+    h.set_config(&without);
+    h.reload();
     wait_until("the session closed", 30, || {
-        emulator.state().sessions.is_empty()
+        h.emulator.state().sessions.is_empty()
     });
 }
 
@@ -877,49 +809,22 @@ fn jobs_github_runs_at_once_end_with_their_runners() {
     // registered runner as soon as both exist (here: as soon as runway
     // asks for the JIT configuration, before its machine has booted) and
     // completes a moment later.
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let emulator = runtime.block_on(
-        Emulator::builder()
-            .long_poll(Duration::from_millis(300))
-            .auto_run_jobs(Duration::from_millis(500))
-            .start(),
-    );
-    let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path(), &emulator.uri(), 3, 0);
-    let processes = RunnerProcesses(dir.path().join("processes"));
-    let mut command = runway(dir.path());
-    command
-        .args(["serve", "--config", "runway.toml"])
-        .env("RUNWAY_TEST_GITHUB_TOKEN", DEFAULT_PAT);
-    let (_serve, base) = spawn_serve(command);
-    let mut set = None;
-    wait_until("the session", 30, || {
-        set = emulator.state().sessions.first().map(|s| s.scale_set_id);
-        set.is_some()
-    });
+    let mut h = Harness::prepare(|e| e.auto_run_jobs(Duration::from_millis(500)), 3, 0);
+    h.serve();
+    let set = h.scale_set();
     for _ in 0..5 {
-        emulator.queue_job(set.unwrap(), [SCALE_SET]);
+        h.emulator.queue_job(set, [SCALE_SET]);
     }
-    let jobs = |base: &str| -> Vec<Value> {
-        client()
-            .get(format!("{base}/api/v1/jobs?pool=ss"))
-            .bearer_auth(ADMIN)
-            .send()
-            .and_then(|r| r.json::<Value>())
-            .ok()
-            .and_then(|v| v["jobs"].as_array().cloned())
-            .unwrap_or_default()
-    };
     wait_until(
         "all five jobs to succeed in runway and at GitHub",
         60,
         || {
-            let stored = jobs(&base);
+            let stored = h.jobs();
             stored.len() == 5
                 && stored
                     .iter()
                     .all(|j| j["state"] == "completed" && j["conclusion"] == "success")
-                && emulator
+                && h.emulator
                     .state()
                     .jobs
                     .iter()
@@ -927,16 +832,9 @@ fn jobs_github_runs_at_once_end_with_their_runners() {
         },
     );
     wait_until("every runner gone", 60, || {
-        let runners: Value = client()
-            .get(format!("{base}/api/v1/runners"))
-            .bearer_auth(ADMIN)
-            .send()
-            .and_then(|r| r.json())
-            .unwrap_or_default();
-        processes.tracked().is_empty()
-            && runners["runners"].as_array().is_some_and(|r| {
-                r.iter()
-                    .all(|r| matches!(r["state"].as_str(), Some("terminated" | "failed")))
-            })
+        h.processes.tracked().is_empty()
+            && h.runners()
+                .iter()
+                .all(|r| matches!(r["state"].as_str(), Some("terminated" | "failed")))
     });
 }
