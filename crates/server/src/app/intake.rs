@@ -238,6 +238,26 @@ fn route_new_job(service: &Service, payload: &WorkflowJob) -> Entry {
     }
 }
 
+/// The route of a job seen for the first time, or the answer when it is
+/// not runway's to store: a GitHub-hosted job (counted, nothing stored), or
+/// a webhook for a scale-set pool's job (its delivery recorded).
+async fn route_or_answer(
+    service: &Service,
+    payload: &WorkflowJob,
+    delivery: Option<&str>,
+    now: Timestamp,
+) -> Result<Result<Route, Applied>, AppError> {
+    Ok(match route_new_job(service, payload) {
+        Entry::Route(route) => Ok(route),
+        Entry::GithubHosted => Err(Applied::outcome(WebhookOutcome::IgnoredGithubHosted)),
+        Entry::ScaleSetPool => {
+            let outcome = WebhookOutcome::ScaleSetPool;
+            record(service, delivery_record(delivery, payload, outcome, now)).await?;
+            Err(Applied::outcome(outcome))
+        }
+    })
+}
+
 fn new_job(service: &Service, payload: &WorkflowJob, route: Route) -> NewJob {
     NewJob {
         source: JobSource::Github,
@@ -273,14 +293,9 @@ async fn queued(
     delivery: Option<&str>,
     now: Timestamp,
 ) -> Result<Applied, AppError> {
-    let route = match route_new_job(service, payload) {
-        Entry::Route(route) => route,
-        Entry::GithubHosted => return Ok(Applied::outcome(WebhookOutcome::IgnoredGithubHosted)),
-        Entry::ScaleSetPool => {
-            let outcome = WebhookOutcome::ScaleSetPool;
-            record(service, delivery_record(delivery, payload, outcome, now)).await?;
-            return Ok(Applied::outcome(outcome));
-        }
+    let route = match route_or_answer(service, payload, delivery, now).await? {
+        Ok(route) => route,
+        Err(answer) => return Ok(answer),
     };
     let outcome = if matches!(route, Route::Unroutable { .. }) {
         WebhookOutcome::Unroutable
@@ -341,16 +356,9 @@ async fn apply(
     let job = match existing {
         Some(job) => job,
         None => {
-            let route = match route_new_job(service, payload) {
-                Entry::Route(route) => route,
-                Entry::GithubHosted => {
-                    return Ok(Applied::outcome(WebhookOutcome::IgnoredGithubHosted))
-                }
-                Entry::ScaleSetPool => {
-                    let outcome = WebhookOutcome::ScaleSetPool;
-                    record(service, delivery_record(delivery, payload, outcome, now)).await?;
-                    return Ok(Applied::outcome(outcome));
-                }
+            let route = match route_or_answer(service, payload, delivery, now).await? {
+                Ok(route) => route,
+                Err(answer) => return Ok(answer),
             };
             if !action.creates_job() {
                 record(
