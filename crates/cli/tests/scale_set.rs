@@ -443,6 +443,14 @@ fn a_dropped_session_is_opened_again() {
             r#"runway_scale_set_sessions_total{pool="ss",kind="opened"}"#
         ) >= 2.0
     );
+    assert_eq!(
+        metric(
+            &h.base,
+            r#"runway_scale_set_sessions_total{pool="ss",kind="replaced"}"#
+        ),
+        0.0,
+        "the remembered session was GitHub's to drop: nothing replaced"
+    );
 }
 
 #[test]

@@ -581,20 +581,21 @@ impl ScaleSetClient {
         answer.session(session.scale_set_id)
     }
 
-    /// Closes a session; one already gone is no error.
+    /// Closes a session; one already gone is no error. `true` when it
+    /// was still there.
     pub async fn delete_session(
         &self,
         metrics: &Metrics,
         scale_set_id: i64,
         session_id: &str,
-    ) -> Result<(), GithubError> {
+    ) -> Result<bool, GithubError> {
         let call = Call::new(
             "scale_set_session_delete",
             Method::DELETE,
             format!("_apis/runtime/runnerscalesets/{scale_set_id}/sessions/{session_id}"),
         );
-        self.service(metrics, call).await?.expect(GONE)?;
-        Ok(())
+        let answer = self.service(metrics, call).await?.expect(GONE)?;
+        Ok(answer.status != StatusCode::NOT_FOUND)
     }
 
     /// One long poll of the session's queue: the next message after

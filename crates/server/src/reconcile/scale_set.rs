@@ -206,7 +206,9 @@ impl Listener {
         if let Some((set, id)) = stale.as_deref().and_then(|s| s.split_once(':')) {
             if let Ok(set) = set.parse::<i64>() {
                 match self.client().delete_session(metrics, set, id).await {
-                    Ok(()) => {
+                    // Already gone (GitHub dropped it): nothing replaced.
+                    Ok(false) => {}
+                    Ok(true) => {
                         tracing::info!(pool = %self.pool, session = %id, "replaced the message session runway held before");
                         self.metric(&metrics.scale_set_sessions, "replaced");
                     }
@@ -481,7 +483,7 @@ impl Listener {
             .delete_session(metrics, session.scale_set_id, &session.id)
             .await
         {
-            Ok(()) => {
+            Ok(_) => {
                 self.metric(&metrics.scale_set_sessions, "closed");
                 tracing::info!(pool = %self.pool, session = %session.id, "message session closed");
                 let _ = self
