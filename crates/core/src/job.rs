@@ -357,6 +357,12 @@ pub enum JobEvent {
     },
     /// The lease deadline passed without a keepalive.
     LeaseExpired,
+    /// The holder's machine is gone (its provider no longer lists it, or
+    /// the cloud took it back): what a lease expiry would conclude, at
+    /// once rather than at the deadline.
+    HolderLost {
+        runner: RunnerId,
+    },
 }
 
 impl JobEvent {
@@ -371,6 +377,7 @@ impl JobEvent {
             JobEvent::ExternalComplete { .. } => "external completion",
             JobEvent::Cancel { .. } => "cancel",
             JobEvent::LeaseExpired => "lease expiry",
+            JobEvent::HolderLost { .. } => "holder lost",
         }
     }
 }
@@ -620,19 +627,29 @@ impl Job {
                         now,
                     });
                 }
-                next.attempts = self.attempts.saturating_add(1);
-                if next.attempts >= self.max_attempts {
-                    let reason = format!(
-                        "lease expired {} times (max_attempts = {})",
-                        next.attempts, self.max_attempts
-                    );
-                    next.finish(Failed, None, Some(reason), now);
-                } else {
-                    next.requeue(now);
-                }
+                next.lost_holder("lease expired", now);
+            }
+            JobEvent::HolderLost { runner } => {
+                self.require_holder(*runner)?;
+                next.lost_holder("runner lost", now);
             }
         }
         Ok(next)
+    }
+
+    /// Its holder stopped (`what` happened): another attempt from the
+    /// queue, or failed once it has had `max_attempts`.
+    fn lost_holder(&mut self, what: &str, now: Timestamp) {
+        self.attempts = self.attempts.saturating_add(1);
+        if self.attempts >= self.max_attempts {
+            let reason = format!(
+                "{what} {} times (max_attempts = {})",
+                self.attempts, self.max_attempts
+            );
+            self.finish(JobState::Failed, None, Some(reason), now);
+        } else {
+            self.requeue(now);
+        }
     }
 
     fn require_holder(&self, runner: RunnerId) -> Result<(), JobTransitionError> {

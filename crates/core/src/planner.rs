@@ -25,6 +25,7 @@
 //! reliability, then boot time), split across providers when one lacks
 //! quota; providers in back-off are skipped.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::job::JobId;
@@ -75,12 +76,20 @@ pub struct Offer {
     /// purchase option, say): a provider may offer several, each priced
     /// and backed off on its own. Empty for a provider's only offer.
     pub key: String,
-    /// How many runners it can start now (quota left).
+    /// How many runners it can start now (quota left). A provider's offers
+    /// share its quota: each says the whole of what is left, and the
+    /// planner counts what earlier offers of that provider took.
     pub capacity: u32,
     pub price_per_hour: f64,
     pub boot_time: Duration,
     /// Share of recent creates that succeeded, in (0, 1].
     pub reliability: f64,
+}
+
+/// What the planner ranks offers by: price per hour of reliable capacity
+/// (price ÷ reliability, reliability never taken below 0.01).
+pub fn offer_cost(offer: &Offer) -> f64 {
+    offer.price_per_hour / offer.reliability.clamp(0.01, 1.0)
 }
 
 /// A provider that failed recently and must not be asked until `retry_at`.
@@ -341,19 +350,24 @@ fn plan_pool(
         .filter(|o| allowed(&o.provider) && o.capacity > 0 && backoff_of(o).is_none())
         .collect();
     offers.sort_by(|a, b| {
-        let cost = |o: &Offer| o.price_per_hour / o.reliability.clamp(0.01, 1.0);
-        cost(a)
-            .total_cmp(&cost(b))
+        offer_cost(a)
+            .total_cmp(&offer_cost(b))
             .then(a.boot_time.cmp(&b.boot_time))
             .then(preference(policy, &a.provider).cmp(&preference(policy, &b.provider)))
     });
     let mut left = to_create;
     let mut created: Vec<String> = Vec::new();
+    let mut taken: BTreeMap<&str, u32> = BTreeMap::new();
     for offer in offers {
         if left == 0 {
             break;
         }
-        let count = left.min(offer.capacity);
+        let taken = taken.entry(offer.provider.as_str()).or_default();
+        let count = left.min(offer.capacity.saturating_sub(*taken));
+        if count == 0 {
+            continue;
+        }
+        *taken += count;
         out.actions.push(Action::Create {
             pool: policy.name.clone(),
             provider: offer.provider.clone(),

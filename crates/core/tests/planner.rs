@@ -567,3 +567,49 @@ fn a_providers_offers_are_chosen_and_backed_off_one_by_one() {
     let plan = plan(&spot_failing, at(10));
     assert!(plan.actions.is_empty(), "{:?}", plan.actions);
 }
+
+/// A provider's offers share its quota: each says what is left of it, and
+/// together they never start more than that.
+#[test]
+fn a_providers_offers_share_its_quota() {
+    let keyed = |key: &str, price: f64| Offer {
+        key: key.into(),
+        ..offer("ec2", 3, price, 1.0)
+    };
+    let pool = PoolSnapshot {
+        policy: policy(0, 10),
+        queued: jobs(5),
+        unlisted: 0,
+        runners: vec![],
+        offers: vec![
+            keyed("m7i.large/us-east-1a/on-demand", 0.10),
+            keyed("m7i.large/us-east-1a/spot", 0.03),
+            keyed("m7i.large/us-east-1b/spot", 0.04),
+            Offer {
+                key: String::new(),
+                ..offer("other", 1, 0.50, 1.0)
+            },
+        ],
+    };
+    let plan = plan(&one_pool(pool), at(10));
+    let creates: Vec<(String, String, u32)> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Create {
+                provider,
+                offer,
+                count,
+                ..
+            } => Some((provider.clone(), offer.clone(), *count)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        creates,
+        vec![
+            ("ec2".into(), "m7i.large/us-east-1a/spot".into(), 3),
+            ("other".into(), String::new(), 1),
+        ]
+    );
+}

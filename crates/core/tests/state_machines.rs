@@ -41,6 +41,7 @@ enum Step {
     ExternalComplete(Conclusion),
     Cancel,
     LeaseExpired,
+    HolderLost(RunnerId),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -54,6 +55,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => conclusion().prop_map(Step::ExternalComplete),
         1 => Just(Step::Cancel),
         4 => Just(Step::LeaseExpired),
+        2 => runner_id().prop_map(Step::HolderLost),
     ]
 }
 
@@ -79,6 +81,7 @@ fn event(step: &Step, now: Timestamp) -> JobEvent {
             reason: "test".into(),
         },
         Step::LeaseExpired => JobEvent::LeaseExpired,
+        Step::HolderLost(runner) => JobEvent::HolderLost { runner },
     }
 }
 
@@ -346,6 +349,64 @@ fn lease_expiry_requeues_until_max_attempts_then_fails() {
         Some("lease expired 2 times (max_attempts = 2)")
     );
     assert!(job.invariant_violations().is_empty());
+}
+
+#[test]
+fn a_lost_holder_requeues_at_once_and_only_its_holder_can_be_lost() {
+    let at = Timestamp::from_millis;
+    let runner = RunnerId(7);
+    let job = new_job(2)
+        .apply(
+            &JobEvent::Claim {
+                runner,
+                lease_deadline: at(10_000),
+            },
+            at(0),
+        )
+        .expect("claimable")
+        .apply(&JobEvent::Accept { runner }, at(5))
+        .expect("holder accepts");
+    assert!(matches!(
+        job.apply(
+            &JobEvent::HolderLost {
+                runner: RunnerId(8)
+            },
+            at(10)
+        ),
+        Err(JobTransitionError::NotHolder { .. })
+    ));
+    let requeued = job
+        .apply(&JobEvent::HolderLost { runner }, at(10))
+        .expect("long before the lease's deadline");
+    assert_eq!(
+        (
+            requeued.state,
+            requeued.attempts,
+            requeued.runner,
+            requeued.enqueued_at
+        ),
+        (JobState::Queued, 1, None, at(10))
+    );
+    assert!(matches!(
+        requeued.apply(&JobEvent::HolderLost { runner }, at(11)),
+        Err(JobTransitionError::NotHolder { .. })
+    ));
+    let failed = requeued
+        .apply(
+            &JobEvent::Claim {
+                runner,
+                lease_deadline: at(10_000),
+            },
+            at(20),
+        )
+        .expect("claimable again")
+        .apply(&JobEvent::HolderLost { runner }, at(30))
+        .expect("lost again");
+    assert_eq!((failed.state, failed.attempts), (JobState::Failed, 2));
+    assert_eq!(
+        failed.reason.as_deref(),
+        Some("runner lost 2 times (max_attempts = 2)")
+    );
 }
 
 #[test]
