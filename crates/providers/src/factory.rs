@@ -2,10 +2,12 @@
 //! kind, so the server declares providers as data and a new kind (a cloud
 //! API, say) is one more variant here, not a branch in the reconciler.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::ec2::{Ec2Config, Ec2Provider, Purchase};
 use crate::exec::{ExecConfig, ExecProvider, InterfaceVersion};
 use crate::process::{ProcessConfig, ProcessProvider};
 use crate::sim::{BootTime, SimConfig, SimProvider};
@@ -51,6 +53,46 @@ pub enum ProviderKind {
         #[serde(with = "settings::text", default)]
         interface_version: InterfaceVersion,
     },
+    /// Amazon EC2 through the AWS SDK: one offer per instance type, zone
+    /// and purchase option, spot priced live (`ec2.rs`).
+    Ec2 {
+        /// Empty when the file names none (validation refuses that).
+        #[serde(default)]
+        region: String,
+        /// Another endpoint than AWS's: an emulator, an EC2-compatible cloud.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        endpoint_url: Option<String>,
+        /// A profile of the shared AWS config files; without it, the
+        /// standard chain (environment, `AWS_PROFILE`, instance role).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        profile: Option<String>,
+        #[serde(default)]
+        instance_types: Vec<String>,
+        /// Availability zones, e.g. `["us-east-1a", "us-east-1b"]`.
+        #[serde(default)]
+        zones: Vec<String>,
+        #[serde(default = "default_purchase_options")]
+        purchase_options: Vec<Purchase>,
+        /// On-demand $/hour per instance type; others cost `price_per_hour`.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        on_demand_prices: BTreeMap<String, f64>,
+        /// How often the spot prices are read again (one paged
+        /// `DescribeSpotPriceHistory` per interval at most).
+        #[serde(with = "settings::duration", default = "default_spot_price_refresh")]
+        spot_price_refresh: Duration,
+        /// What the machine runs with its bootstrap exported (default:
+        /// GitHub's runner with its JIT config, or `runway agent --once`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        boot_command: Option<String>,
+    },
+}
+
+fn default_purchase_options() -> Vec<Purchase> {
+    Purchase::ALL.to_vec()
+}
+
+fn default_spot_price_refresh() -> Duration {
+    Duration::from_secs(300)
 }
 
 fn default_stop_grace() -> Duration {
@@ -63,7 +105,7 @@ fn default_exec_timeout() -> Duration {
 
 impl ProviderKind {
     /// The names the config file uses for the kinds, in this order.
-    pub const NAMES: [&'static str; 3] = ["sim", "process", "exec"];
+    pub const NAMES: [&'static str; 4] = ["sim", "process", "exec", "ec2"];
 
     /// The kind called `name`, with that kind's defaults.
     pub fn named(name: &str) -> Option<ProviderKind> {
@@ -83,6 +125,17 @@ impl ProviderKind {
                 timeout: default_exec_timeout(),
                 interface_version: InterfaceVersion::default(),
             },
+            "ec2" => ProviderKind::Ec2 {
+                region: String::new(),
+                endpoint_url: None,
+                profile: None,
+                instance_types: Vec::new(),
+                zones: Vec::new(),
+                purchase_options: default_purchase_options(),
+                on_demand_prices: BTreeMap::new(),
+                spot_price_refresh: default_spot_price_refresh(),
+                boot_command: None,
+            },
             _ => return None,
         })
     }
@@ -92,7 +145,87 @@ impl ProviderKind {
             ProviderKind::Sim { .. } => "sim",
             ProviderKind::Process { .. } => "process",
             ProviderKind::Exec { .. } => "exec",
+            ProviderKind::Ec2 { .. } => "ec2",
         }
+    }
+
+    /// Condition names this kind gives the worker-configuration rules
+    /// besides `provider`, `pool` and `region` ([`crate::Provider::offer_inputs`]).
+    pub fn implied_conditions(&self) -> &'static [&'static str] {
+        match self {
+            ProviderKind::Ec2 { .. } => &["availabilityZone", "instanceType", "purchaseOption"],
+            _ => &[],
+        }
+    }
+
+    /// Keys the evaluated worker configuration must have for this kind.
+    pub fn implied_required_keys(&self) -> &'static [&'static str] {
+        match self {
+            ProviderKind::Ec2 { .. } => &["ec2.ImageId"],
+            _ => &[],
+        }
+    }
+
+    /// What is wrong with this kind's own settings, as (key, message).
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if let ProviderKind::Ec2 {
+            region,
+            instance_types,
+            zones,
+            purchase_options,
+            on_demand_prices,
+            spot_price_refresh,
+            ..
+        } = self
+        {
+            if region.trim().is_empty() {
+                return Err(("region", "is required (e.g. \"us-east-1\")".into()));
+            }
+            if instance_types.is_empty()
+                || instance_types
+                    .iter()
+                    .any(|t| t.trim().is_empty() || t.contains('/'))
+            {
+                return Err((
+                    "instance_types",
+                    "must list at least one instance type, e.g. [\"m5.large\"]".into(),
+                ));
+            }
+            if zones.is_empty() || zones.iter().any(|z| z.trim().is_empty() || z.contains('/')) {
+                return Err((
+                    "zones",
+                    "must list at least one availability zone, e.g. [\"us-east-1a\"]".into(),
+                ));
+            }
+            if purchase_options.is_empty() {
+                return Err((
+                    "purchase_options",
+                    "must list spot, on-demand or both".into(),
+                ));
+            }
+            if let Some((name, price)) = on_demand_prices
+                .iter()
+                .find(|(_, p)| !(p.is_finite() && **p >= 0.0))
+            {
+                return Err((
+                    "on_demand_prices",
+                    format!("{name}: {price} is not a price"),
+                ));
+            }
+            if let Some(name) = on_demand_prices
+                .keys()
+                .find(|t| !instance_types.contains(t))
+            {
+                return Err((
+                    "on_demand_prices",
+                    format!("{name} is not in instance_types"),
+                ));
+            }
+            if spot_price_refresh.is_zero() {
+                return Err(("spot_price_refresh", "must be longer than 0s".into()));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -226,6 +359,41 @@ pub fn build(spec: &ProviderSpec, context: &BuildContext) -> Result<Arc<dyn Prov
                 legacy_controller_id: context.legacy_controller_id.clone(),
                 interface_version: *interface_version,
             }))
+        }
+        ProviderKind::Ec2 {
+            region,
+            endpoint_url,
+            profile,
+            instance_types,
+            zones,
+            purchase_options,
+            on_demand_prices,
+            spot_price_refresh,
+            boot_command,
+        } => {
+            spec.kind
+                .check()
+                .map_err(|(key, message)| invalid(key, message))?;
+            Arc::new(Ec2Provider::new(
+                Ec2Config {
+                    name: spec.name.clone(),
+                    region: region.clone(),
+                    endpoint_url: endpoint_url.clone(),
+                    profile: profile.clone(),
+                    instance_types: instance_types.clone(),
+                    zones: zones.clone(),
+                    purchase_options: purchase_options.clone(),
+                    on_demand_prices: on_demand_prices.clone(),
+                    price_per_hour: spec.price_per_hour,
+                    spot_price_refresh: *spot_price_refresh,
+                    boot_command: boot_command.clone(),
+                    max_instances: spec.max_instances,
+                    boot_time: spec.mean_boot_time(),
+                    controller_id: context.controller_id.clone(),
+                    legacy_controller_id: context.legacy_controller_id.clone(),
+                },
+                context.clock.clone(),
+            ))
         }
     };
     Ok(provider)

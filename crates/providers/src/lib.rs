@@ -7,6 +7,7 @@
 //! tolerate an instance that never finished being created, and offers never
 //! exceed the quota left.
 
+pub mod ec2;
 pub mod environment;
 pub mod exec;
 pub mod factory;
@@ -144,6 +145,14 @@ pub trait Provider: Send + Sync {
 
     /// Offers for up to `capacity` new runners of `pool`.
     fn bid(&self, pool: &str, capacity: u32) -> Vec<Offer>;
+
+    /// The condition inputs a launch on `offer` adds to the evaluation of
+    /// the pool's worker configuration (an EC2 offer's `region`,
+    /// `availabilityZone`, `instanceType` and `purchaseOption`), so rules
+    /// can say, for example, which subnet each zone uses.
+    fn offer_inputs(&self, _offer: &str) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
 
     /// Whether this provider's machines call runway's GARM instance API
     /// (its creates then carry [`CreateRequest::instance_api`]).

@@ -14,6 +14,8 @@ use runway_providers::{
     CreateRequest, Instance, InstanceId, InstanceState, ManualClock, Provider, ProviderError,
 };
 
+mod moto;
+
 struct Harness {
     provider: Arc<dyn Provider>,
     /// Lets enough time pass for a booting instance to become ready.
@@ -28,7 +30,9 @@ fn request(name: &str) -> CreateRequest {
         pool: "linux".to_owned(),
         labels: vec!["self-hosted".to_owned()],
         bootstrap: BTreeMap::from([("RUNWAY_URL".to_owned(), "http://127.0.0.1:8080".to_owned())]),
-        launch_config: serde_json::json!({}),
+        // What a worker configuration gives an EC2 launch; the others
+        // ignore it.
+        launch_config: serde_json::json!({"ec2": {"ImageId": "ami-12c6146b"}}),
         instance_api: None,
     }
 }
@@ -103,13 +107,16 @@ async fn delete_is_idempotent_and_tolerates_missing_instances(h: &Harness) {
 
 async fn quota_is_respected_by_creates_and_bids(h: &Harness) {
     let used = h.provider.list().await.expect("list").len() as u32;
-    let offered: u32 = h
-        .provider
-        .bid("linux", 1_000)
-        .iter()
-        .map(|o| o.capacity)
-        .sum();
-    assert_eq!(offered, h.quota - used, "offers are what the quota leaves");
+    let offers = h.provider.bid("linux", 1_000);
+    // A provider's offers share its quota: each says what is left of it.
+    assert!(!offers.is_empty());
+    for offer in &offers {
+        assert_eq!(
+            offer.capacity,
+            h.quota - used,
+            "offers are what the quota leaves"
+        );
+    }
     for i in used..h.quota {
         h.provider
             .create(&request(&format!("fill-{i}")))
@@ -150,6 +157,46 @@ async fn run_suite(make: impl Fn() -> Harness) {
     let h = make();
     quota_is_respected_by_creates_and_bids(&h).await;
     clean_up(h).await;
+}
+
+/// An EC2 provider on a private moto server, tagged with a controller id
+/// of its own.
+fn ec2(url: &str) -> Harness {
+    moto::aws_environment();
+    let config = runway_providers::ec2::Ec2Config {
+        name: "ec2".into(),
+        region: "us-east-1".into(),
+        endpoint_url: Some(url.to_owned()),
+        profile: None,
+        instance_types: vec!["m5.large".into()],
+        zones: vec!["us-east-1a".into(), "us-east-1b".into()],
+        purchase_options: runway_providers::ec2::Purchase::ALL.to_vec(),
+        on_demand_prices: BTreeMap::new(),
+        price_per_hour: 0.096,
+        spot_price_refresh: Duration::from_secs(300),
+        boot_command: None,
+        max_instances: 4,
+        boot_time: Duration::from_secs(60),
+        controller_id: uuid::Uuid::new_v4().to_string(),
+        legacy_controller_id: None,
+    };
+    Harness {
+        provider: Arc::new(runway_providers::ec2::Ec2Provider::new(
+            config,
+            Arc::new(runway_providers::SystemClock),
+        )),
+        // moto's instances run as soon as they are described.
+        let_boot: Box::new(|| {}),
+        quota: 4,
+    }
+}
+
+#[tokio::test]
+async fn ec2_provider_conforms_on_moto() {
+    let Some(moto) = moto::start() else {
+        return;
+    };
+    run_suite(|| ec2(&moto.url)).await;
 }
 
 fn sim(config: SimConfig) -> Harness {

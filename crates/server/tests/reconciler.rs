@@ -269,6 +269,56 @@ async fn a_failing_provider_is_backed_off_and_capacity_comes_from_the_next() {
     );
 }
 
+/// A `sim` pool (boot 1 s) with one queued job and the runner started for
+/// it, booted and idle.
+struct ReadyRunner {
+    service: Arc<Service>,
+    clock: Arc<ManualClock>,
+    sim: Arc<SimProvider>,
+    reconciler: Reconciler,
+    queued: runway_core::Job,
+    runner: runway_core::Runner,
+}
+
+async fn ready_runner(dir: &tempfile::TempDir, pool: PoolConfig) -> ReadyRunner {
+    let service = service(dir, pool).await;
+    let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
+    let sim = Arc::new(SimProvider::new(
+        SimConfig {
+            boot_time: BootTime::Fixed(Duration::from_secs(1)),
+            ..SimConfig::default()
+        },
+        clock.clone(),
+    ));
+    let providers: BTreeMap<String, Arc<dyn Provider>> =
+        BTreeMap::from([("sim".to_owned(), sim.clone() as Arc<dyn Provider>)]);
+    let reconciler = Reconciler::new(service.clone(), providers);
+    let queued = service
+        .store
+        .enqueue(&job(1), clock.now())
+        .await
+        .unwrap()
+        .job;
+    reconciler.reconcile_once(clock.now()).await.unwrap();
+    clock.advance(Duration::from_secs(2));
+    reconciler.reconcile_once(clock.now()).await.unwrap();
+    let runner = service
+        .store
+        .list_runners(&RunnerFilter::default())
+        .await
+        .unwrap()[0]
+        .clone();
+    assert_eq!(runner.state, RunnerState::Idle);
+    ReadyRunner {
+        service,
+        clock,
+        sim,
+        reconciler,
+        queued,
+        runner,
+    }
+}
+
 #[tokio::test]
 async fn ephemeral_runners_are_removed_after_their_job_and_reusable_ones_stay() {
     for ephemeral in [true, false] {
@@ -277,34 +327,14 @@ async fn ephemeral_runners_are_removed_after_their_job_and_reusable_ones_stay() 
             ephemeral,
             ..linux_pool(0, 5)
         };
-        let service = service(&dir, pool).await;
-        let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
-        let sim = Arc::new(SimProvider::new(
-            SimConfig {
-                boot_time: BootTime::Fixed(Duration::from_secs(1)),
-                ..SimConfig::default()
-            },
-            clock.clone(),
-        ));
-        let providers: BTreeMap<String, Arc<dyn Provider>> =
-            BTreeMap::from([("sim".to_owned(), sim.clone() as Arc<dyn Provider>)]);
-        let reconciler = Reconciler::new(service.clone(), providers);
-        let queued = service
-            .store
-            .enqueue(&job(1), clock.now())
-            .await
-            .unwrap()
-            .job;
-        reconciler.reconcile_once(clock.now()).await.unwrap();
-        clock.advance(Duration::from_secs(2));
-        reconciler.reconcile_once(clock.now()).await.unwrap();
-        let runner = service
-            .store
-            .list_runners(&RunnerFilter::default())
-            .await
-            .unwrap()[0]
-            .clone();
-        assert_eq!(runner.state, RunnerState::Idle);
+        let ReadyRunner {
+            service,
+            clock,
+            sim,
+            reconciler,
+            queued,
+            runner,
+        } = ready_runner(&dir, pool).await;
         service
             .store
             .apply_runner_event(
@@ -1203,5 +1233,63 @@ async fn a_queue_deeper_than_the_planner_lists_still_counts_and_is_explained() {
     assert!(
         matches!(explained, Some(Explanation::Waiting { .. })),
         "{explained:?}"
+    );
+}
+
+/// A runway-API job's runner whose machine vanishes mid-job crashes, and
+/// in the same move the job goes back to the queue at once, long before
+/// its lease would have expired (a spot instance AWS took back, say).
+#[tokio::test]
+async fn a_job_whose_runners_machine_vanishes_is_requeued_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let ReadyRunner {
+        service,
+        clock,
+        sim,
+        reconciler,
+        queued,
+        runner,
+    } = ready_runner(&dir, linux_pool(0, 5)).await;
+    let claimed = service
+        .store
+        .claim(
+            &runway_store::Claim {
+                pool: "linux".into(),
+                runner: runner.id,
+                limit: 1,
+                lease: Duration::from_secs(600),
+                runner_labels: None,
+            },
+            clock.now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    service
+        .store
+        .accept(queued.id, runner.id, clock.now())
+        .await
+        .unwrap();
+    service
+        .store
+        .apply_runner_event(
+            runner.id,
+            &RunnerEvent::JobAssigned { job: queued.id },
+            clock.now(),
+        )
+        .await
+        .unwrap();
+    // The machine goes behind runway's back, ten minutes before the lease ends.
+    let instance = runner.instance_id.clone().expect("an instance");
+    sim.delete(&InstanceId(instance)).await.unwrap();
+    clock.advance(Duration::from_secs(1));
+    reconciler.reconcile_once(clock.now()).await.unwrap();
+    let runner = service.store.get_runner(runner.id).await.unwrap().unwrap();
+    assert_eq!(runner.state, RunnerState::Crashed);
+    let job = service.store.get_job(queued.id).await.unwrap().unwrap();
+    assert_eq!(
+        (job.state, job.attempts, job.runner),
+        (runway_core::JobState::Queued, 1, None),
+        "requeued at once: {job:?}"
     );
 }

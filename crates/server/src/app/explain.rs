@@ -6,7 +6,7 @@ use runway_core::planner::{
 };
 use std::collections::{BTreeMap, BTreeSet};
 
-use runway_core::{Job, JobId, JobState};
+use runway_core::{Job, JobId, JobState, Timestamp};
 use runway_store::{JobFilter, StoreError};
 
 use crate::app::Service;
@@ -151,6 +151,9 @@ pub enum Explanation {
         /// Whether any configured provider may start runners for the pool
         /// (without one, it waits for a runner to register itself).
         has_providers: bool,
+        /// How bidding chose: the pool's offers in the latest round,
+        /// cheapest per unit of reliable capacity first.
+        offers: Vec<OfferChoice>,
     },
     /// Intake could not route it; intake's reason.
     Unroutable { reason: Option<String> },
@@ -162,11 +165,72 @@ impl Explanation {
     fn waiting(reason: WaitReason, pool: &PoolConfig, service: &Service) -> Explanation {
         // A pool that names no provider may use any.
         let has_providers = !pool.providers.is_empty() || !service.config().providers.is_empty();
+        let offers = service
+            .offers
+            .lock()
+            .ok()
+            .and_then(|offers| offers.get(&pool.name).cloned())
+            .unwrap_or_default();
+        let backoffs = service
+            .provider_backoffs
+            .lock()
+            .map(|b| b.clone())
+            .unwrap_or_default();
         Explanation::Waiting {
             reason,
             has_providers,
+            offers: rank_offers(offers, &backoffs, now()),
         }
     }
+}
+
+/// One offer as bidding saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OfferChoice {
+    pub offer: Offer,
+    /// Price per hour ÷ reliability: what the planner ranks by.
+    pub cost: f64,
+    /// The backoff keeping the planner from it, if any.
+    pub backoff: Option<runway_core::planner::Backoff>,
+    /// The offer new runners go to first (the cheapest usable one).
+    pub chosen: bool,
+}
+
+/// `offers` in the planner's order (cost per unit of reliable capacity,
+/// then boot time), each with its backoff, the first usable one chosen.
+pub fn rank_offers(
+    offers: Vec<Offer>,
+    backoffs: &[runway_core::planner::Backoff],
+    now: Timestamp,
+) -> Vec<OfferChoice> {
+    let mut ranked: Vec<OfferChoice> = offers
+        .into_iter()
+        .map(|offer| OfferChoice {
+            cost: runway_core::planner::offer_cost(&offer),
+            backoff: backoffs
+                .iter()
+                .find(|b| {
+                    b.provider == offer.provider
+                        && (b.offer.is_empty() || b.offer == offer.key)
+                        && b.retry_at > now
+                })
+                .cloned(),
+            offer,
+            chosen: false,
+        })
+        .collect();
+    ranked.sort_by(|a, b| {
+        a.cost
+            .total_cmp(&b.cost)
+            .then(a.offer.boot_time.cmp(&b.offer.boot_time))
+    });
+    if let Some(first) = ranked
+        .iter_mut()
+        .find(|c| c.backoff.is_none() && c.offer.capacity > 0)
+    {
+        first.chosen = true;
+    }
+    ranked
 }
 
 /// Why `job` is where it is, if it is waiting (or was never routed).

@@ -503,6 +503,51 @@ pub async fn complete(
     Ok(job)
 }
 
+/// The machine of `runner`, which holds job `job`, is gone: in one
+/// transaction the runner crashes (`crash`, the observed event) and the job
+/// goes back to the queue at once (or fails at `max_attempts`), as its
+/// lease's expiry would conclude later. `None` when the job is no longer
+/// the runner's (it moved on meanwhile); the caller then applies the
+/// runner's event alone.
+pub async fn holder_lost(
+    service: &Service,
+    job: runway_core::JobId,
+    runner: runway_core::RunnerId,
+    crash: &runway_core::RunnerEvent,
+    now: Timestamp,
+) -> Result<Option<runway_store::Moved>, StoreError> {
+    let change = |_: &runway_core::Job,
+                  _: &runway_core::Job,
+                  current: &runway_core::Runner,
+                  now: Timestamp| { Ok(current.apply(crash, now).ok()) };
+    let moved = match service
+        .store
+        .move_job_and_runner(
+            job,
+            &JobEvent::HolderLost { runner },
+            Some(runner),
+            &change,
+            now,
+        )
+        .await
+    {
+        Ok(moved) => moved,
+        Err(StoreError::JobTransition(_) | StoreError::JobNotFound(_)) => return Ok(None),
+        Err(other) => return Err(other),
+    };
+    tracing::info!(
+        target: "runway::events",
+        event = "holder_lost",
+        job = %job,
+        runner = %runner,
+        now = %moved.job.state,
+        attempts = moved.job.attempts
+    );
+    service.wake_runners();
+    service.want_reconcile();
+    Ok(Some(moved))
+}
+
 /// Puts every job whose lease expired by `now` back in the queue (or fails
 /// it at `max_attempts`), marks the runner of a job that was running as
 /// crashed, and wakes long pollers. Returns how many jobs it moved.

@@ -59,6 +59,11 @@ pub struct Service {
     /// The providers the reconciler backs off from after failures, as of
     /// its latest round (empty on a replica that does not lead).
     pub provider_backoffs: std::sync::Mutex<Vec<runway_core::planner::Backoff>>,
+    /// Per pool, the offers its providers bid in the latest round, with
+    /// the reliability the reconciler learnt (empty on a replica that does
+    /// not lead): how bidding chose, for "why is my job waiting?".
+    pub offers:
+        std::sync::Mutex<std::collections::BTreeMap<String, Vec<runway_core::planner::Offer>>>,
     /// The JSON event log (`[telemetry] event_log`); disabled unless set.
     pub events: crate::telemetry::events::EventLog,
     /// The GitHub API client, when `[github]` has credentials.
@@ -128,6 +133,7 @@ impl Service {
             last_plan: std::sync::Mutex::new(None),
             warm: std::sync::Mutex::new(std::collections::BTreeMap::new()),
             provider_backoffs: std::sync::Mutex::new(Vec::new()),
+            offers: std::sync::Mutex::new(std::collections::BTreeMap::new()),
             github: match crate::github::api::GithubClient::from_config(&config.github) {
                 Ok(client) => client.map(Arc::new),
                 Err(error) => {

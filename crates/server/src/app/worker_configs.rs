@@ -94,8 +94,15 @@ pub fn evaluate(
 
 /// The launch configuration a new runner of `pool` on `provider` gets: the
 /// pool's worker configuration evaluated with the inputs `provider` and
-/// `pool` (an empty object when no worker configuration names the pool).
-pub async fn launch_config(service: &Service, pool: &str, provider: &str) -> Result<Value, String> {
+/// `pool`, plus what the chosen offer adds (`offer_inputs`: an EC2 offer's
+/// region, zone, instance type and purchase option); an empty object when
+/// no worker configuration names the pool.
+pub async fn launch_config(
+    service: &Service,
+    pool: &str,
+    provider: &str,
+    offer_inputs: BTreeMap<String, String>,
+) -> Result<Value, String> {
     let configs = service
         .store
         .list_worker_configs()
@@ -107,10 +114,9 @@ pub async fn launch_config(service: &Service, pool: &str, provider: &str) -> Res
     else {
         return Ok(Value::Object(serde_json::Map::new()));
     };
-    let inputs = BTreeMap::from([
-        ("provider".to_owned(), provider.to_owned()),
-        ("pool".to_owned(), pool.to_owned()),
-    ]);
+    let mut inputs = offer_inputs;
+    inputs.insert("provider".to_owned(), provider.to_owned());
+    inputs.insert("pool".to_owned(), pool.to_owned());
     let answer = evaluate(service, &stored, &inputs).map_err(|e| match e {
         EvaluateError::Unreadable(e) => e,
         EvaluateError::Invalid(e) => format!("worker configuration {:?}: {e}", stored.id),

@@ -467,7 +467,7 @@ impl Default for ProviderConfig {
     }
 }
 
-pub const PROVIDER_KINDS: [&str; 3] = ProviderKind::NAMES;
+pub const PROVIDER_KINDS: [&str; 4] = ProviderKind::NAMES;
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -977,10 +977,23 @@ impl Config {
             providers: self
                 .providers
                 .iter()
-                .map(|p| ProviderSchema {
-                    name: p.name.clone(),
-                    conditions: p.conditions.clone(),
-                    required_keys: p.required_keys.clone(),
+                .map(|p| {
+                    // What the kind implies, then what the file adds.
+                    let with = |implied: &[&str], declared: &[String]| {
+                        let mut all: Vec<String> =
+                            implied.iter().map(|s| (*s).to_owned()).collect();
+                        for name in declared {
+                            if !all.contains(name) {
+                                all.push(name.clone());
+                            }
+                        }
+                        all
+                    };
+                    ProviderSchema {
+                        name: p.name.clone(),
+                        conditions: with(p.kind.implied_conditions(), &p.conditions),
+                        required_keys: with(p.kind.implied_required_keys(), &p.required_keys),
+                    }
                 })
                 .collect(),
         }
@@ -1013,6 +1026,10 @@ impl Config {
             {
                 return Err((key("max_instances"), "must be at least 1".into()));
             }
+            provider
+                .kind
+                .check()
+                .map_err(|(field, message)| (key(field), message))?;
         }
         let schemas = self.schemas();
         let mut owners: BTreeMap<&str, &str> = BTreeMap::new();
@@ -1610,10 +1627,22 @@ mod tests {
             ]],
         );
         check(
-            "[providers.cloud]\nkind = \"ec2\"\n",
+            "[providers.cloud]\nkind = \"ec3\"\n",
             expect![[
-                r#"error: config runway.toml: [providers.cloud]: kind: "ec2" is not one of sim, process, exec"#
+                r#"error: config runway.toml: [providers.cloud]: kind: "ec3" is not one of sim, process, exec, ec2"#
             ]],
+        );
+        check(
+            "[providers.cloud]\nkind = \"ec2\"\n",
+            expect![[r#"error: [providers.cloud] region: is required (e.g. "us-east-1")"#]],
+        );
+        check(
+            "[providers.cloud]\nkind = \"ec2\"\nregion = \"us-east-1\"\ninstance_types = [\"m5.large\"]\nzones = [\"us-east-1a\"]\non_demand_prices = { \"m6i.large\" = 0.1 }\n",
+            expect![[r#"error: [providers.cloud] on_demand_prices: m6i.large is not in instance_types"#]],
+        );
+        check(
+            "[providers.cloud]\nkind = \"ec2\"\nregion = \"us-east-1\"\ninstance_types = [\"m5.large\"]\nzones = [\"us-east-1a\"]\npurchase_options = [\"reserved\"]\n",
+            expect![[r#"error: config runway.toml: [providers.cloud]: unknown variant `reserved`, expected `spot` or `on-demand`"#]],
         );
         check(
             "[providers.local]\nkind = \"process\"\n",
@@ -1632,6 +1661,10 @@ mod tests {
             "[providers.local]\nkind = \"process\"\ncommand = [\"runway\", \"agent\"]\nstop_grace = \"1500ms\"\n\
              [providers.garm]\nkind = \"exec\"\nexecutable = \"/usr/bin/garm-provider\"\ninterface_version = \"v0.1.0\"\n\
              environment_variables = [\"AWS_\"]\n[[pools]]\nname = \"p\"\nlabels = [\"x\"]\npolicy = \"predictive\"\n"
+                .to_owned(),
+            "[providers.aws]\nkind = \"ec2\"\nregion = \"eu-west-1\"\nendpoint_url = \"http://127.0.0.1:5000\"\n\
+             instance_types = [\"m5.large\", \"c6i.xlarge\"]\nzones = [\"eu-west-1a\"]\npurchase_options = [\"spot\"]\n\
+             on_demand_prices = { \"m5.large\" = 0.107 }\nspot_price_refresh = \"2m\"\nboot_command = \"runway agent\"\n"
                 .to_owned(),
         ];
         for text in texts {

@@ -258,7 +258,14 @@ fn explanation_json(explanation: &Explanation) -> Value {
         Explanation::Waiting {
             reason,
             has_providers,
-        } => (reason.code(), wait_details(reason, *has_providers)),
+            offers,
+        } => {
+            let mut details = wait_details(reason, *has_providers);
+            if let (Value::Object(details), false) = (&mut details, offers.is_empty()) {
+                details.insert("offers".into(), offers_json(offers));
+            }
+            (reason.code(), details)
+        }
         Explanation::Unroutable { reason } => ("unroutable", json!({ "reason": reason })),
         Explanation::PoolNotConfigured { pool } => (
             "pool_not_configured",
@@ -266,6 +273,28 @@ fn explanation_json(explanation: &Explanation) -> Value {
         ),
     };
     json!({ "code": code, "details": details })
+}
+
+/// How bidding chose, cheapest per unit of reliable capacity first.
+fn offers_json(offers: &[crate::app::explain::OfferChoice]) -> Value {
+    offers
+        .iter()
+        .map(|choice| {
+            json!({
+                "provider": choice.offer.provider,
+                "offer": choice.offer.key,
+                "price_per_hour": choice.offer.price_per_hour,
+                "reliability": choice.offer.reliability,
+                "cost": choice.cost,
+                "capacity": choice.offer.capacity,
+                "chosen": choice.chosen,
+                "backoff": choice.backoff.as_ref().map(|b| json!({
+                    "until": rfc3339(b.retry_at),
+                    "last_error": b.last_error,
+                })),
+            })
+        })
+        .collect()
 }
 
 fn wait_details(reason: &WaitReason, has_providers: bool) -> Value {

@@ -522,6 +522,29 @@ async fn overview(State(service): State<Arc<Service>>, headers: HeaderMap) -> Re
     )
 }
 
+/// `text`, and — where a pool's providers make several offers — which
+/// one bidding chose and why.
+fn bidding(offers: &[crate::app::explain::OfferChoice], text: String) -> String {
+    if offers.len() < 2 {
+        return text;
+    }
+    let Some(chosen) = offers.iter().find(|c| c.chosen) else {
+        return format!("{text}; every offer is backing off or full");
+    };
+    let offer = &chosen.offer;
+    let name = if offer.key.is_empty() {
+        offer.provider.clone()
+    } else {
+        format!("{} {}", offer.provider, offer.key)
+    };
+    format!(
+        "{text}; bidding chose {name} at ${:.4}/h, reliability {:.2}, over {} other offers",
+        offer.price_per_hour,
+        offer.reliability,
+        offers.len() - 1
+    )
+}
+
 /// A wait reason in a sentence.
 fn waiting_text(explanation: &Explanation) -> String {
     use runway_core::planner::WaitReason as W;
@@ -529,41 +552,47 @@ fn waiting_text(explanation: &Explanation) -> String {
         Explanation::Waiting {
             reason,
             has_providers,
-        } => match reason {
-            W::RunnerIdle { runner } => {
-                format!("runner {runner} is idle and takes it at its next poll")
-            }
-            W::RunnerBooting { runner, since } => {
-                format!(
-                    "runner {runner} is booting for it (since {})",
-                    rfc3339(*since)
-                )
-            }
-            W::RunnerRequested { provider } => format!("a runner is being started by {provider}"),
-            W::AtMaxRunners { max_runners } => {
-                format!("the pool is at max_runners ({max_runners})")
-            }
-            W::ProviderBackoff {
-                provider,
-                last_error,
-                retry_at,
-            } => format!(
-                "provider {provider} is backing off until {} after: {last_error}",
-                rfc3339(*retry_at)
-            ),
-            W::NoProviderCapacity if !has_providers => {
-                "no provider starts runners for this pool; waiting for a runner to register"
-                    .to_owned()
-            }
-            W::NoProviderCapacity => "no provider has capacity left".to_owned(),
-            W::ScalingRatio { scaling_ratio } => {
-                format!("scaling_ratio {scaling_ratio} starts fewer runners than queued jobs")
-            }
-            W::LeaseExpiredRequeued { attempts } => {
-                format!("requeued after a runner's lease expired ({attempts} attempts)")
-            }
-            W::PoolPaused => "the pool is paused".to_owned(),
-        },
+            offers,
+        } => bidding(
+            offers,
+            match reason {
+                W::RunnerIdle { runner } => {
+                    format!("runner {runner} is idle and takes it at its next poll")
+                }
+                W::RunnerBooting { runner, since } => {
+                    format!(
+                        "runner {runner} is booting for it (since {})",
+                        rfc3339(*since)
+                    )
+                }
+                W::RunnerRequested { provider } => {
+                    format!("a runner is being started by {provider}")
+                }
+                W::AtMaxRunners { max_runners } => {
+                    format!("the pool is at max_runners ({max_runners})")
+                }
+                W::ProviderBackoff {
+                    provider,
+                    last_error,
+                    retry_at,
+                } => format!(
+                    "provider {provider} is backing off until {} after: {last_error}",
+                    rfc3339(*retry_at)
+                ),
+                W::NoProviderCapacity if !has_providers => {
+                    "no provider starts runners for this pool; waiting for a runner to register"
+                        .to_owned()
+                }
+                W::NoProviderCapacity => "no provider has capacity left".to_owned(),
+                W::ScalingRatio { scaling_ratio } => {
+                    format!("scaling_ratio {scaling_ratio} starts fewer runners than queued jobs")
+                }
+                W::LeaseExpiredRequeued { attempts } => {
+                    format!("requeued after a runner's lease expired ({attempts} attempts)")
+                }
+                W::PoolPaused => "the pool is paused".to_owned(),
+            },
+        ),
         Explanation::Unroutable { reason } => {
             format!(
                 "unroutable: {}",

@@ -606,10 +606,21 @@ impl Inner {
                 continue;
             };
             let ready = event == RunnerEvent::Ready;
-            if store
-                .apply_runner_event(runner.id, &event, now)
-                .await
-                .is_err()
+            // A runway-API job whose runner's machine is gone goes back to
+            // the queue now, with the runner's crash, not at its lease's end.
+            let moved = match (&event, runner.job, &github) {
+                (RunnerEvent::Crashed { .. }, Some(job), None) => {
+                    crate::app::jobs::holder_lost(&self.service, job, runner.id, &event, now)
+                        .await?
+                        .is_some()
+                }
+                _ => false,
+            };
+            if !moved
+                && store
+                    .apply_runner_event(runner.id, &event, now)
+                    .await
+                    .is_err()
             {
                 continue;
             }
@@ -1129,6 +1140,9 @@ impl Inner {
                     .get_or_create(&labels)
                     .set(offer.reliability);
             }
+            if let Ok(mut bid) = self.service.offers.lock() {
+                bid.insert(pool.name.clone(), offers.clone());
+            }
             let mut snapshot =
                 crate::app::explain::pool_snapshot(&self.service, pool, offers).await?;
             snapshot.policy.min_idle = self.warm(pool, now);
@@ -1215,17 +1229,24 @@ impl Inner {
             return Ok(report);
         }
         let labels = pool_config.labels.clone();
-        let launch_config =
-            match crate::app::worker_configs::launch_config(&self.service, pool, provider).await {
-                Ok(values) => values,
-                Err(message) => {
-                    // No runner could boot as configured: back off like a failed create.
-                    self.provider_error(provider, "launch_config", &message);
-                    self.provider_failed(provider, "", &message, now);
-                    return Ok(report);
-                }
-            };
+        let launch_config = match crate::app::worker_configs::launch_config(
+            &self.service,
+            pool,
+            provider,
+            backend.offer_inputs(&offer),
+        )
+        .await
+        {
+            Ok(values) => values,
+            Err(message) => {
+                // No runner could boot as configured: back off like a failed create.
+                self.provider_error(provider, "launch_config", &message);
+                self.provider_failed(provider, &offer, &message, now);
+                return Ok(report);
+            }
+        };
         let (mut succeeded, mut last_error) = (0u32, None);
+        let mut failed = Vec::new();
         for _ in 0..*count {
             let suffix: u32 = rand::thread_rng().gen();
             let name = format!("{pool}-{:08x}", suffix);
@@ -1350,26 +1371,12 @@ impl Inner {
                     self.learn(provider, &offer, true);
                 }
                 Err(error) => {
-                    store
-                        .apply_runner_event(
-                            runner.id,
-                            &RunnerEvent::Failed {
-                                reason: error.to_string(),
-                            },
-                            now,
-                        )
-                        .await?;
-                    // Its registration would never come online.
-                    if let Some(github) = &pool_config.github {
-                        if let Err(error) = self.deregister(github, &runner).await? {
-                            tracing::warn!(runner = %runner.name, %error, "cannot deregister a runner whose machine never started");
-                        }
-                    }
                     self.provider_error(provider, "create", &error.to_string());
                     report.create_failures += 1;
                     self.learn(provider, &offer, false);
                     let permanent = !error.is_retryable();
                     last_error = Some(error.to_string());
+                    failed.push((runner, error.to_string()));
                     if permanent {
                         break; // The rest would fail the same way.
                     }
@@ -1387,6 +1394,20 @@ impl Inner {
             }
             (_, _) if succeeded > 0 => self.provider_succeeded(provider, &offer),
             _ => {}
+        }
+        // Only now are the failed runners' records failed: a round that
+        // sees their demand uncovered also sees the offer's backoff, and
+        // never asks the failing offer again in between.
+        for (runner, reason) in failed {
+            store
+                .apply_runner_event(runner.id, &RunnerEvent::Failed { reason }, now)
+                .await?;
+            // Its registration would never come online.
+            if let Some(github) = &pool_config.github {
+                if let Err(error) = self.deregister(github, &runner).await? {
+                    tracing::warn!(runner = %runner.name, %error, "cannot deregister a runner whose machine never started");
+                }
+            }
         }
         Ok(report)
     }

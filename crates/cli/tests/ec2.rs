@@ -1,0 +1,729 @@
+//! The `ec2` provider end to end: the real binary against moto's EC2
+//! server (PyPI's `moto[server]`, an emulator written by others from AWS's
+//! API; `.ci/run` installs it), through a loopback proxy that injects the
+//! launch errors AWS gives when it has no capacity. What is checked is
+//! read back from moto with the AWS SDK, not from runway.
+
+mod common;
+
+#[path = "../../providers/tests/moto/mod.rs"]
+mod moto;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_ec2::types::{Filter, Instance, ResourceType, Tag, TagSpecification};
+use base64::Engine;
+use common::{client, wait_until, Process};
+use serde_json::{json, Value};
+
+const ADMIN: &str = "ec2-provider-admin-token";
+
+/// Which launches the proxy refuses, and what it saw.
+#[derive(Default)]
+struct Faults {
+    /// Refuse spot launches (InsufficientInstanceCapacity).
+    spot: AtomicBool,
+    /// Refuse launches in this zone.
+    zone: Mutex<Option<String>>,
+    /// Every RunInstances: (client token, market, zone, refused).
+    launches: Mutex<Vec<(String, String, String, bool)>>,
+}
+
+impl Faults {
+    /// Distinct launches (a create and the SDK's retries of it are one).
+    fn launches(&self) -> Vec<(String, String, String, bool)> {
+        let mut seen = Vec::new();
+        for launch in self.launches.lock().unwrap().iter() {
+            if !seen
+                .iter()
+                .any(|l: &(String, String, String, bool)| l.0 == launch.0)
+            {
+                seen.push(launch.clone());
+            }
+        }
+        seen
+    }
+}
+
+/// A loopback HTTP proxy in front of moto that refuses the launches
+/// `faults` names with EC2's own error response (HTTP 500,
+/// `InsufficientInstanceCapacity`) and passes everything else through.
+struct Proxy {
+    url: String,
+    faults: Arc<Faults>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+fn proxy(moto: &str) -> Proxy {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let faults = Arc::new(Faults::default());
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (upstream, state) = (moto.to_owned(), faults.clone());
+    let forward = reqwest::Client::new();
+    let app = axum::Router::new().fallback(
+        move |method: axum::http::Method,
+              uri: axum::http::Uri,
+              headers: axum::http::HeaderMap,
+              body: axum::body::Bytes| {
+            let (upstream, faults, forward) = (upstream.clone(), state.clone(), forward.clone());
+            async move {
+                let form: BTreeMap<String, String> =
+                    url::form_urlencoded::parse(&body).into_owned().collect();
+                if form.get("Action").map(String::as_str) == Some("RunInstances") {
+                    let market = form
+                        .get("InstanceMarketOptions.MarketType")
+                        .cloned()
+                        .unwrap_or_else(|| "on-demand".into());
+                    let zone = form
+                        .get("Placement.AvailabilityZone")
+                        .cloned()
+                        .unwrap_or_default();
+                    let refused = (market == "spot" && faults.spot.load(Ordering::SeqCst))
+                        || faults.zone.lock().unwrap().as_deref() == Some(zone.as_str());
+                    let token = form.get("ClientToken").cloned().unwrap_or_default();
+                    faults
+                        .launches
+                        .lock()
+                        .unwrap()
+                        .push((token, market, zone.clone(), refused));
+                    if refused {
+                        let xml = format!(
+                            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error>\
+                             <Code>InsufficientInstanceCapacity</Code><Message>We currently do not \
+                             have sufficient capacity in the Availability Zone you requested ({zone}).\
+                             </Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000\
+                             </RequestID></Response>"
+                        );
+                        return (
+                            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                            [("content-type", "text/xml")],
+                            xml,
+                        )
+                            .into_response();
+                    }
+                }
+                let mut request = forward.request(method, format!("{upstream}{uri}"));
+                for (name, value) in &headers {
+                    if name != "host" && name != "content-length" {
+                        request = request.header(name, value);
+                    }
+                }
+                match request.body(body).send().await {
+                    Ok(answer) => {
+                        let status = answer.status();
+                        let kind = answer
+                            .headers()
+                            .get("content-type")
+                            .cloned()
+                            .unwrap_or(axum::http::HeaderValue::from_static("text/xml"));
+                        let bytes = answer.bytes().await.unwrap_or_default();
+                        (status, [("content-type", kind)], bytes).into_response()
+                    }
+                    Err(error) => {
+                        (axum::http::StatusCode::BAD_GATEWAY, error.to_string()).into_response()
+                    }
+                }
+            }
+        },
+    );
+    runtime.spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Proxy {
+        url,
+        faults,
+        _runtime: runtime,
+    }
+}
+
+use axum::response::IntoResponse;
+
+/// A VPC with one subnet per zone and a security group, made in moto as an
+/// operator would have them.
+struct Network {
+    subnets: BTreeMap<String, String>,
+    security_group: String,
+}
+
+fn network(ec2: &aws_sdk_ec2::Client, runtime: &tokio::runtime::Runtime) -> Network {
+    runtime.block_on(async {
+        let vpc = ec2
+            .create_vpc()
+            .cidr_block("10.40.0.0/16")
+            .send()
+            .await
+            .expect("a VPC");
+        let vpc = vpc.vpc().and_then(|v| v.vpc_id()).unwrap().to_owned();
+        let mut subnets = BTreeMap::new();
+        for (zone, cidr) in [
+            ("us-east-1a", "10.40.1.0/24"),
+            ("us-east-1b", "10.40.2.0/24"),
+        ] {
+            let subnet = ec2
+                .create_subnet()
+                .vpc_id(&vpc)
+                .cidr_block(cidr)
+                .availability_zone(zone)
+                .send()
+                .await
+                .expect("a subnet");
+            let id = subnet.subnet().and_then(|s| s.subnet_id()).unwrap();
+            subnets.insert(zone.to_owned(), id.to_owned());
+        }
+        let group = ec2
+            .create_security_group()
+            .group_name("ci-runners")
+            .description("runners")
+            .vpc_id(&vpc)
+            .send()
+            .await
+            .expect("a security group");
+        Network {
+            subnets,
+            security_group: group.group_id().unwrap().to_owned(),
+        }
+    })
+}
+
+fn serve(dir: &Path, endpoint: &str, provider: &str, worker_config: &Value) -> (Process, String) {
+    std::fs::write(dir.join("worker-config.json"), worker_config.to_string()).unwrap();
+    std::fs::write(
+        dir.join("runway.toml"),
+        format!(
+            r#"[server]
+listen = "127.0.0.1:0"
+admin_tokens = ["{ADMIN}"]
+
+[scaling]
+interval = "300ms"
+
+[providers.aws]
+kind = "ec2"
+region = "us-east-1"
+endpoint_url = "{endpoint}"
+max_instances = 6
+boot_seconds = 60
+{provider}
+
+[[pools]]
+name = "linux"
+labels = ["linux"]
+min_idle = 0
+max_runners = 6
+boot_timeout = "10m"
+providers = ["aws"]
+
+[[worker_configs]]
+file = "worker-config.json"
+"#
+        ),
+    )
+    .unwrap();
+    let mut command = common::runway(dir);
+    command
+        .args(["serve", "--config", "runway.toml"])
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_REGION");
+    common::spawn_serve(command)
+}
+
+/// The instances runway launched for pool `linux`, oldest first.
+fn launched(ec2: &aws_sdk_ec2::Client, runtime: &tokio::runtime::Runtime) -> Vec<Instance> {
+    runtime.block_on(async {
+        let described = ec2
+            .describe_instances()
+            .filters(
+                Filter::builder()
+                    .name("tag:runway:pool")
+                    .values("linux")
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("describe");
+        let mut instances: Vec<Instance> = described
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances().iter().cloned())
+            .collect();
+        instances.sort_by_key(|i| i.launch_time().map(|t| t.as_nanos()));
+        instances
+    })
+}
+
+fn tag(instance: &Instance, key: &str) -> String {
+    instance
+        .tags()
+        .iter()
+        .find(|t| t.key() == Some(key))
+        .and_then(|t| t.value())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn state(instance: &Instance) -> String {
+    instance
+        .state()
+        .and_then(|s| s.name())
+        .map(|n| n.as_str().to_owned())
+        .unwrap_or_default()
+}
+
+fn is_spot(instance: &Instance) -> bool {
+    instance
+        .instance_lifecycle()
+        .is_some_and(|l| l.as_str() == "spot")
+}
+
+fn live(instances: &[Instance]) -> Vec<&Instance> {
+    instances
+        .iter()
+        .filter(|i| matches!(state(i).as_str(), "pending" | "running"))
+        .collect()
+}
+
+fn submit(base: &str) -> i64 {
+    common::submit(base, ADMIN, "true")
+}
+
+/// Starts an instance in moto the way someone else would, with `tags`.
+fn outside_instance(
+    ec2: &aws_sdk_ec2::Client,
+    runtime: &tokio::runtime::Runtime,
+    tags: &[(&str, &str)],
+) -> String {
+    runtime.block_on(async {
+        let mut run = ec2
+            .run_instances()
+            .image_id("ami-12c6146b")
+            .min_count(1)
+            .max_count(1);
+        if !tags.is_empty() {
+            run = run.tag_specifications(
+                TagSpecification::builder()
+                    .resource_type(ResourceType::Instance)
+                    .set_tags(Some(
+                        tags.iter()
+                            .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
+                            .collect(),
+                    ))
+                    .build(),
+            );
+        }
+        let started = run.send().await.expect("an outside instance");
+        started.instances()[0].instance_id().unwrap().to_owned()
+    })
+}
+
+fn instance_state(
+    ec2: &aws_sdk_ec2::Client,
+    runtime: &tokio::runtime::Runtime,
+    id: &str,
+) -> String {
+    runtime.block_on(async {
+        let described = ec2
+            .describe_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .expect("describe");
+        described
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .map(state)
+            .next()
+            .unwrap_or_default()
+    })
+}
+
+fn user_data(ec2: &aws_sdk_ec2::Client, runtime: &tokio::runtime::Runtime, id: &str) -> String {
+    runtime.block_on(async {
+        let attribute = ec2
+            .describe_instance_attribute()
+            .instance_id(id)
+            .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+            .send()
+            .await
+            .expect("user data");
+        let encoded = attribute
+            .user_data()
+            .and_then(|u| u.value())
+            .unwrap_or_default()
+            .to_owned();
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .expect("base64 user data"),
+        )
+        .expect("text")
+    })
+}
+
+fn get_json(base: &str, path: &str) -> Value {
+    client()
+        .get(format!("{base}{path}"))
+        .bearer_auth(ADMIN)
+        .send()
+        .and_then(|r| r.json())
+        .unwrap_or(Value::Null)
+}
+
+/// The RFC's rules, as an operator would write them: the AMI for us-*,
+/// a subnet per zone, and the rest of the launch settings.
+fn worker_config(network: &Network) -> Value {
+    json!({"id": "linux", "pools": ["linux"], "rules": [
+        {"rule_id": "ec2-ami", "description": "AMI", "conditions": [{"provider": "aws", "region": "us-*"}],
+         "values": {"ec2": {
+             "ImageId": "ami-12c6146b",
+             "SecurityGroupIds": [network.security_group],
+             "KeyName": "ops",
+             "BlockDeviceMappings": [{"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 50, "VolumeType": "gp3"}}],
+             "Tags": {"team": "build"}}}},
+        {"rule_id": "us-east-1a subnets", "description": "zone a", "conditions": [{"availabilityZone": "us-east-1a"}],
+         "values": {"ec2": {"SubnetID": network.subnets["us-east-1a"]}}},
+        {"rule_id": "us-east-1b subnets", "description": "zone b", "conditions": [{"availabilityZone": "us-east-1b"}],
+         "values": {"ec2": {"SubnetId": network.subnets["us-east-1b"]}}}
+    ]})
+}
+
+/// Waits until `offer` no longer backs off, as job `job`'s explanation
+/// shows it.
+fn wait_until_backoff_ends(base: &str, job: i64, offer: &str) {
+    wait_until(&format!("the backoff of {offer} to end"), 30, || {
+        common::job(base, ADMIN, job)["waiting"]["details"]["offers"]
+            .as_array()
+            .and_then(|offers| offers.iter().find(|o| o["offer"] == offer).cloned())
+            .is_some_and(|o| o["backoff"].is_null())
+    });
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Launches carry the worker configuration's values for their zone, the
+/// runner's tags and its bootstrap in the user data; a zone that has no
+/// capacity passes the launch to the next zone; runway sees only its own
+/// instances, deletes an orphan of its own, and replaces a runner whose
+/// instance AWS terminated.
+#[test]
+fn launches_carry_the_worker_configuration_and_runway_sees_only_its_own_instances() {
+    let Some(moto) = moto::start() else {
+        return;
+    };
+    let runtime = runtime();
+    let ec2 = runtime.block_on(moto::client(&moto.url));
+    let network = network(&ec2, &runtime);
+    let foreign = outside_instance(&ec2, &runtime, &[("runway:controller", "another-runway")]);
+    let untagged = outside_instance(&ec2, &runtime, &[]);
+    let proxy = proxy(&moto.url);
+    *proxy.faults.zone.lock().unwrap() = Some("us-east-1a".into());
+    let dir = tempfile::tempdir().unwrap();
+    let (_runway, base) = serve(
+        dir.path(),
+        &proxy.url,
+        "instance_types = [\"m5.large\"]\nzones = [\"us-east-1a\", \"us-east-1b\"]\npurchase_options = [\"on-demand\"]\non_demand_prices = { \"m5.large\" = 0.096 }",
+        &worker_config(&network),
+    );
+
+    // Zone a has no capacity: the launch goes to zone b, with b's subnet.
+    let first = submit(&base);
+    wait_until("a launch in us-east-1b", 30, || {
+        live(&launched(&ec2, &runtime)).len() == 1
+    });
+    let instances = launched(&ec2, &runtime);
+    let instance = &instances[0];
+    let zone = instance
+        .placement()
+        .and_then(|p| p.availability_zone())
+        .unwrap_or_default();
+    assert_eq!(zone, "us-east-1b");
+    assert_eq!(
+        instance.subnet_id(),
+        Some(network.subnets["us-east-1b"].as_str())
+    );
+    let refused: Vec<_> = proxy
+        .faults
+        .launches()
+        .into_iter()
+        .filter(|l| l.3)
+        .collect();
+    assert!(
+        refused.iter().all(|l| l.2 == "us-east-1a") && !refused.is_empty(),
+        "{refused:?}"
+    );
+
+    // The worker configuration's values, the offer's type, runway's tags.
+    assert_eq!(instance.image_id(), Some("ami-12c6146b"));
+    assert_eq!(
+        instance.instance_type().map(|t| t.as_str()),
+        Some("m5.large")
+    );
+    assert_eq!(instance.key_name(), Some("ops"));
+    assert!(!is_spot(instance), "on-demand only");
+    let groups: Vec<&str> = instance
+        .security_groups()
+        .iter()
+        .filter_map(|g| g.group_id())
+        .collect();
+    assert_eq!(groups, [network.security_group.as_str()]);
+    let name = tag(instance, "runway:runner");
+    assert!(name.starts_with("linux-"), "{name}");
+    assert_eq!(tag(instance, "Name"), name);
+    assert_eq!(tag(instance, "runway:pool"), "linux");
+    assert_eq!(
+        tag(instance, "runway:offer"),
+        "m5.large/us-east-1b/on-demand"
+    );
+    assert_eq!(tag(instance, "team"), "build");
+    let controller = tag(instance, "runway:controller");
+    assert_eq!(
+        controller.len(),
+        36,
+        "this installation's UUID: {controller}"
+    );
+    let volumes: Vec<&str> = instance
+        .block_device_mappings()
+        .iter()
+        .filter_map(|b| b.device_name())
+        .collect();
+    assert!(volumes.contains(&"/dev/xvda"), "{volumes:?}");
+
+    // The user data boots the runner with its bootstrap, and powers off.
+    let script = user_data(&ec2, &runtime, instance.instance_id().unwrap());
+    assert!(script.starts_with("#!/bin/sh\n"), "{script}");
+    assert!(
+        script.contains(&format!("export RUNWAY_RUNNER_NAME='{name}'\n")),
+        "{script}"
+    );
+    assert!(
+        script.contains(&format!("export RUNWAY_URL='{base}'\n")),
+        "{script}"
+    );
+    assert!(
+        script.contains("export RUNWAY_REGISTRATION_TOKEN='rwr_"),
+        "{script}"
+    );
+    assert!(
+        script.ends_with("runway agent --once\nshutdown -h now\n"),
+        "{script}"
+    );
+    assert!(
+        !script.contains("AWS_") && !script.contains("testing"),
+        "runway's own credentials never reach a runner: {script}"
+    );
+
+    // Zone a recovers, zone b runs out: once a's backoff is over, the next
+    // runner goes to a (b, learnt more reliable, is tried first), with a's
+    // subnet.
+    *proxy.faults.zone.lock().unwrap() = Some("us-east-1b".into());
+    wait_until_backoff_ends(&base, first, "m5.large/us-east-1a/on-demand");
+    let second = submit(&base);
+    wait_until("a launch in us-east-1a", 30, || {
+        live(&launched(&ec2, &runtime)).len() == 2
+    });
+    let instances = launched(&ec2, &runtime);
+    let in_a = instances
+        .iter()
+        .find(|i| tag(i, "runway:offer") == "m5.large/us-east-1a/on-demand")
+        .expect("zone a again");
+    assert_eq!(
+        in_a.subnet_id(),
+        Some(network.subnets["us-east-1a"].as_str())
+    );
+
+    // An instance with this installation's tag and no runner record is
+    // an orphan: deleted. Another installation's, and an untagged one,
+    // are never touched.
+    let orphan = outside_instance(
+        &ec2,
+        &runtime,
+        &[
+            ("runway:controller", &controller),
+            ("runway:runner", "linux-orphan"),
+        ],
+    );
+    wait_until("the orphan terminated", 30, || {
+        instance_state(&ec2, &runtime, &orphan) == "terminated"
+    });
+    assert_eq!(instance_state(&ec2, &runtime, &foreign), "running");
+    assert_eq!(instance_state(&ec2, &runtime, &untagged), "running");
+    let runners = get_json(&base, "/api/v1/runners");
+    let names: Vec<&str> = runners
+        .as_array()
+        .or_else(|| runners["runners"].as_array())
+        .expect("runners")
+        .iter()
+        .filter(|r| {
+            !matches!(
+                r["state"].as_str(),
+                Some("failed" | "terminated" | "crashed")
+            )
+        })
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    let mut tagged: Vec<String> = live(&launched(&ec2, &runtime))
+        .iter()
+        .map(|i| tag(i, "runway:runner"))
+        .collect();
+    tagged.sort();
+    let mut names: Vec<String> = names.into_iter().map(str::to_owned).collect();
+    names.sort();
+    assert_eq!(
+        names, tagged,
+        "runway's runners are its own instances, no others"
+    );
+
+    // AWS terminates a runner's instance: the runner is lost and its job
+    // gets another.
+    let victim = instances[0].instance_id().unwrap().to_owned();
+    runtime.block_on(async {
+        ec2.terminate_instances()
+            .instance_ids(&victim)
+            .send()
+            .await
+            .expect("terminate")
+    });
+    wait_until("a replacement launched", 30, || {
+        live(&launched(&ec2, &runtime)).len() == 2 && launched(&ec2, &runtime).len() == 3
+    });
+    for job in [first, second] {
+        assert_eq!(common::job(&base, ADMIN, job)["state"], "queued");
+    }
+}
+
+/// Bidding: spot while it is cheaper, on-demand in the very next round
+/// when spot launches fail, and spot again once they work, with price and
+/// reliability per offer in the metrics and in "why is my job waiting?".
+#[test]
+fn spot_first_on_demand_when_spot_fails_and_back_to_spot() {
+    let Some(moto) = moto::start() else {
+        return;
+    };
+    let runtime = runtime();
+    let ec2 = runtime.block_on(moto::client(&moto.url));
+    let network = network(&ec2, &runtime);
+    let proxy = proxy(&moto.url);
+    let dir = tempfile::tempdir().unwrap();
+    let (_runway, base) = serve(
+        dir.path(),
+        &proxy.url,
+        "instance_types = [\"m5.large\"]\nzones = [\"us-east-1a\"]\non_demand_prices = { \"m5.large\" = 0.096 }",
+        &worker_config(&network),
+    );
+    let spot = "m5.large/us-east-1a/spot";
+    let on_demand = "m5.large/us-east-1a/on-demand";
+
+    // Spot is cheaper (moto's spot price): the first runner is spot.
+    let first = submit(&base);
+    wait_until("a spot launch", 30, || {
+        live(&launched(&ec2, &runtime)).len() == 1
+    });
+    let instances = launched(&ec2, &runtime);
+    assert!(is_spot(&instances[0]), "{:?}", instances[0]);
+    assert_eq!(tag(&instances[0], "runway:offer"), spot);
+    let price = |offer: &str| {
+        common::metric(
+            &base,
+            &format!("runway_offer_price_per_hour{{provider=\"aws\",offer=\"{offer}\"}}"),
+        )
+    };
+    assert!(
+        price(spot) < price(on_demand),
+        "{} {}",
+        price(spot),
+        price(on_demand)
+    );
+    assert_eq!(price(on_demand), 0.096);
+    let explained = common::job(&base, ADMIN, first);
+    let offers = explained["waiting"]["details"]["offers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(offers.len(), 2, "{explained}");
+    assert_eq!(offers[0]["offer"], spot, "cheapest first: {explained}");
+    assert_eq!(offers[0]["chosen"], true);
+    assert_eq!(offers[1]["offer"], on_demand);
+
+    // Spot has no capacity: one refused spot launch, then on-demand.
+    proxy.faults.spot.store(true, Ordering::SeqCst);
+    let before = proxy.faults.launches().len();
+    let second = submit(&base);
+    wait_until("an on-demand launch", 30, || {
+        live(&launched(&ec2, &runtime)).len() == 2
+    });
+    let instances = launched(&ec2, &runtime);
+    assert!(!is_spot(&instances[1]));
+    assert_eq!(tag(&instances[1], "runway:offer"), on_demand);
+    let since: Vec<_> = proxy.faults.launches()[before..].to_vec();
+    assert_eq!(
+        since
+            .iter()
+            .map(|l| (l.1.as_str(), l.3))
+            .collect::<Vec<_>>(),
+        [("spot", true), ("on-demand", false)],
+        "one failed spot launch, then on-demand in the next round: {since:?}"
+    );
+    let failed = common::metric(
+        &base,
+        &format!(
+            "runway_offer_creates_total{{provider=\"aws\",offer=\"{spot}\",result=\"failed\"}}"
+        ),
+    );
+    assert_eq!(failed, 1.0);
+    let reliability = common::metric(
+        &base,
+        &format!("runway_offer_reliability{{provider=\"aws\",offer=\"{spot}\"}}"),
+    );
+    assert!(reliability < 1.0, "{reliability}");
+    let explained = common::job(&base, ADMIN, second);
+    let offers = explained["waiting"]["details"]["offers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let spot_offer = offers
+        .iter()
+        .find(|o| o["offer"] == spot)
+        .expect("the spot offer");
+    assert!(
+        spot_offer["reliability"].as_f64().is_some_and(|r| r < 1.0),
+        "the failed launch is learnt: {explained}"
+    );
+    if spot_offer["backoff"].is_object() {
+        assert!(
+            spot_offer["backoff"]["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("InsufficientInstanceCapacity")),
+            "{explained}"
+        );
+        assert_eq!(spot_offer["chosen"], false);
+    }
+
+    // Spot recovers: once its backoff is over, spot again.
+    proxy.faults.spot.store(false, Ordering::SeqCst);
+    wait_until_backoff_ends(&base, second, spot);
+    let _third = submit(&base);
+    wait_until("spot again", 30, || {
+        live(&launched(&ec2, &runtime)).len() == 3
+    });
+    let instances = launched(&ec2, &runtime);
+    assert!(is_spot(&instances[2]), "{:?}", instances[2]);
+    assert_eq!(tag(&instances[2], "runway:offer"), spot);
+}
