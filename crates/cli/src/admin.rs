@@ -277,11 +277,19 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
                 .as_object()
                 .map(|d| {
                     d.iter()
-                        .map(|(k, v)| {
-                            format!(
+                        .map(|(k, v)| match (k.as_str(), v.as_array()) {
+                            ("offers", Some(offers)) => format!(
+                                "offers={}",
+                                offers
+                                    .iter()
+                                    .map(offer_text)
+                                    .collect::<Vec<_>>()
+                                    .join(" > ")
+                            ),
+                            _ => format!(
                                 "{k}={}",
                                 v.as_str().map(str::to_owned).unwrap_or(v.to_string())
-                            )
+                            ),
                         })
                         .collect()
                 })
@@ -461,4 +469,27 @@ pub async fn registration_token(args: RegistrationTokenArgs) -> anyhow::Result<(
     }
     println!("{}", body["token"].as_str().unwrap_or_default());
     Ok(())
+}
+
+/// One offer of a waiting job's explanation, short: `aws/m5.large/us-east-1a/spot
+/// $0.0350/h r=0.80 chosen`.
+fn offer_text(offer: &serde_json::Value) -> String {
+    let name = match offer["offer"].as_str() {
+        Some(key) if !key.is_empty() => {
+            format!("{}/{key}", offer["provider"].as_str().unwrap_or("?"))
+        }
+        _ => offer["provider"].as_str().unwrap_or("?").to_owned(),
+    };
+    let state = if offer["chosen"] == true {
+        " chosen"
+    } else if offer["backoff"].is_object() {
+        " backing-off"
+    } else {
+        ""
+    };
+    format!(
+        "{name} ${:.4}/h r={:.2}{state}",
+        offer["price_per_hour"].as_f64().unwrap_or(0.0),
+        offer["reliability"].as_f64().unwrap_or(0.0)
+    )
 }

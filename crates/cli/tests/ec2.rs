@@ -661,6 +661,18 @@ fn spot_first_on_demand_when_spot_fails_and_back_to_spot() {
     assert_eq!(offers[0]["offer"], spot, "cheapest first: {explained}");
     assert_eq!(offers[0]["chosen"], true);
     assert_eq!(offers[1]["offer"], on_demand);
+    // The same, as `runway jobs --explain` prints it.
+    let printed = common::runway(dir.path())
+        .args(["jobs", "--explain", "--url", &base, "--token", ADMIN])
+        .output()
+        .expect("runway jobs");
+    let printed = String::from_utf8_lossy(&printed.stdout);
+    assert!(
+        printed.contains(&format!(
+            "offers=aws/{spot} $0.0000/h r=1.00 chosen > aws/{on_demand} $0.0960/h r=1.00"
+        )),
+        "{printed}"
+    );
 
     // Spot has no capacity: one refused spot launch, then on-demand.
     proxy.faults.spot.store(true, Ordering::SeqCst);
