@@ -514,6 +514,20 @@ pub fn backoff_delay(consecutive_failures: u32, jitter: f64) -> Duration {
         .mul_f64(jitter.clamp(0.5, 1.0))
 }
 
+/// How long it takes a learnt reliability to win back half of what it lost
+/// with no new evidence (see [`recovered_reliability`]).
+pub const RELIABILITY_HALF_LIFE: Duration = Duration::from_secs(600);
+
+/// A reliability learnt `elapsed` ago, as it stands now: what it lost
+/// halves every [`RELIABILITY_HALF_LIFE`]. An offer that failed once and was
+/// never tried again (an equal-priced alternative kept winning) thus
+/// becomes the planner's choice again, instead of being shunned forever;
+/// a fresh failure lowers it again.
+pub fn recovered_reliability(learnt: f64, elapsed: Duration) -> f64 {
+    let halves = elapsed.as_secs_f64() / RELIABILITY_HALF_LIFE.as_secs_f64();
+    (1.0 - (1.0 - learnt) * 0.5f64.powf(halves)).clamp(0.01, 1.0)
+}
+
 /// Reliability learnt from create outcomes: an exponential moving average
 /// (weight 0.2 on the newest outcome) starting from 1.0, so a provider that
 /// fails half its creates drifts to about 0.5 within ten creates and

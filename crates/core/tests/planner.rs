@@ -613,3 +613,14 @@ fn a_providers_offers_share_its_quota() {
         ]
     );
 }
+
+#[test]
+fn a_learnt_reliability_recovers_with_time() {
+    use runway_core::planner::{recovered_reliability, RELIABILITY_HALF_LIFE};
+    assert_eq!(recovered_reliability(0.8, Duration::ZERO), 0.8);
+    let half = recovered_reliability(0.8, RELIABILITY_HALF_LIFE);
+    assert!((half - 0.9).abs() < 1e-9, "{half}");
+    let later = recovered_reliability(0.2, RELIABILITY_HALF_LIFE * 10);
+    assert!(later > 0.999 && later <= 1.0, "{later}");
+    assert_eq!(recovered_reliability(1.0, RELIABILITY_HALF_LIFE), 1.0);
+}

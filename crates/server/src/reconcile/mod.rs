@@ -14,7 +14,7 @@ use rand::Rng;
 use runway_core::forecast::ArrivalForecast;
 use runway_core::observe::{observe, wants_start, Observed, Readiness};
 use runway_core::planner::{
-    backoff_delay, learn_reliability, plan, Action, Backoff, Plan, Snapshot,
+    backoff_delay, learn_reliability, plan, recovered_reliability, Action, Backoff, Plan, Snapshot,
 };
 use runway_core::runner::NewRunner;
 use runway_core::{JobId, RunnerEvent, RunnerId, RunnerState, Timestamp};
@@ -114,7 +114,8 @@ struct Inner {
     /// Reliability learnt from each offer's create outcomes, by (provider,
     /// offer key); an offer counts with the lower of this and what the
     /// provider declares.
-    reliability: Mutex<BTreeMap<(String, String), f64>>,
+    /// Per (provider, offer): the reliability learnt and when.
+    reliability: Mutex<BTreeMap<(String, String), (f64, Timestamp)>>,
     /// The predictive pools' arrival forecasts, each with the newest job
     /// it has been fed: the store's last four weeks at its first round (a
     /// start, a new leader, a pool made predictive by a reload), then each
@@ -1119,9 +1120,11 @@ impl Inner {
                 .filter(|(name, _)| allowed(name))
                 .flat_map(|(_, provider)| provider.bid(&pool.name, pool.max_runners))
                 .map(|mut offer| {
-                    offer.reliability = offer
-                        .reliability
-                        .min(self.learnt_reliability(&offer.provider, &offer.key));
+                    offer.reliability = offer.reliability.min(self.learnt_reliability(
+                        &offer.provider,
+                        &offer.key,
+                        now,
+                    ));
                     offer
                 })
                 .collect();
@@ -1368,12 +1371,12 @@ impl Inner {
                         .inc();
                     succeeded += 1;
                     report.created += 1;
-                    self.learn(provider, &offer, true);
+                    self.learn(provider, &offer, true, now);
                 }
                 Err(error) => {
                     self.provider_error(provider, "create", &error.to_string());
                     report.create_failures += 1;
-                    self.learn(provider, &offer, false);
+                    self.learn(provider, &offer, false, now);
                     let permanent = !error.is_retryable();
                     last_error = Some(error.to_string());
                     failed.push((runner, error.to_string()));
@@ -1625,20 +1628,21 @@ impl Inner {
         }
     }
 
-    /// What creates taught of an offer's reliability.
-    fn learnt_reliability(&self, provider: &str, offer: &str) -> f64 {
+    /// What creates taught of an offer's reliability, as it stands at
+    /// `now` (it recovers with time: `recovered_reliability`).
+    fn learnt_reliability(&self, provider: &str, offer: &str, now: Timestamp) -> f64 {
         self.reliability
             .lock()
             .ok()
             .and_then(|learnt| {
                 learnt
                     .get(&(provider.to_owned(), offer.to_owned()))
-                    .copied()
+                    .map(|(value, at)| recovered_reliability(*value, now.since(*at)))
             })
             .unwrap_or(1.0)
     }
 
-    fn learn(&self, provider: &str, offer: &str, succeeded: bool) {
+    fn learn(&self, provider: &str, offer: &str, succeeded: bool, now: Timestamp) {
         self.service
             .metrics
             .offer_creates
@@ -1651,8 +1655,9 @@ impl Inner {
         if let Ok(mut learnt) = self.reliability.lock() {
             let entry = learnt
                 .entry((provider.to_owned(), offer.to_owned()))
-                .or_insert(1.0);
-            *entry = learn_reliability(*entry, succeeded);
+                .or_insert((1.0, now));
+            let standing = recovered_reliability(entry.0, now.since(entry.1));
+            *entry = (learn_reliability(standing, succeeded), now);
         }
     }
 
