@@ -631,7 +631,15 @@ fn spot_first_on_demand_when_spot_fails_and_back_to_spot() {
     let spot = "m5.large/us-east-1a/spot";
     let on_demand = "m5.large/us-east-1a/on-demand";
 
-    // Spot is cheaper (moto's spot price): the first runner is spot.
+    // Spot is cheaper (moto's spot price): once runway has read it, the
+    // first runner is spot. (Before the first read there is no spot offer.)
+    let price = |offer: &str| {
+        common::metric(
+            &base,
+            &format!("runway_offer_price_per_hour{{provider=\"aws\",offer=\"{offer}\"}}"),
+        )
+    };
+    wait_until("the spot price read", 30, || price(spot) > 0.0);
     let first = submit(&base);
     wait_until("a spot launch", 30, || {
         live(&launched(&ec2, &runtime)).len() == 1
@@ -639,12 +647,6 @@ fn spot_first_on_demand_when_spot_fails_and_back_to_spot() {
     let instances = launched(&ec2, &runtime);
     assert!(is_spot(&instances[0]), "{:?}", instances[0]);
     assert_eq!(tag(&instances[0], "runway:offer"), spot);
-    let price = |offer: &str| {
-        common::metric(
-            &base,
-            &format!("runway_offer_price_per_hour{{provider=\"aws\",offer=\"{offer}\"}}"),
-        )
-    };
     assert!(
         price(spot) < price(on_demand),
         "{} {}",
