@@ -92,6 +92,20 @@ pub fn offer_cost(offer: &Offer) -> f64 {
     offer.price_per_hour / offer.reliability.clamp(0.01, 1.0)
 }
 
+/// The backoff that keeps the planner from `offer` at `now`: one of its
+/// own, or one of its whole provider (an empty `Backoff::offer`).
+pub fn backoff_of<'a>(
+    backoffs: &'a [Backoff],
+    offer: &Offer,
+    now: Timestamp,
+) -> Option<&'a Backoff> {
+    backoffs.iter().find(|b| {
+        b.provider == offer.provider
+            && (b.offer.is_empty() || b.offer == offer.key)
+            && b.retry_at > now
+    })
+}
+
 /// A provider that failed recently and must not be asked until `retry_at`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backoff {
@@ -334,20 +348,15 @@ fn plan_pool(
     let to_create = if policy.paused { 0 } else { needed.min(room) };
 
     // Allocate creates over the usable offers, cheapest reliable first.
-    let backoff_of = |offer: &Offer| {
-        backoffs.iter().find(|b| {
-            b.provider == offer.provider
-                && (b.offer.is_empty() || b.offer == offer.key)
-                && b.retry_at > now
-        })
-    };
     let allowed = |provider: &str| {
         policy.providers.is_empty() || policy.providers.iter().any(|p| p == provider)
     };
     let mut offers: Vec<&Offer> = pool
         .offers
         .iter()
-        .filter(|o| allowed(&o.provider) && o.capacity > 0 && backoff_of(o).is_none())
+        .filter(|o| {
+            allowed(&o.provider) && o.capacity > 0 && backoff_of(backoffs, o, now).is_none()
+        })
         .collect();
     offers.sort_by(|a, b| {
         offer_cost(a)

@@ -661,16 +661,7 @@ impl Ec2Provider {
             .describe_instances()
             .filters(tag_filter(CONTROLLER_TAG, self.controller_ids()))
             .filters(tag_filter(RUNNER_TAG, vec![name.to_owned()]))
-            .filters(
-                Filter::builder()
-                    .name("instance-state-name")
-                    .set_values(Some(
-                        ["pending", "running", "stopping", "stopped"]
-                            .map(str::to_owned)
-                            .to_vec(),
-                    ))
-                    .build(),
-            )
+            .filters(state_filter(&["pending", "running", "stopping", "stopped"]))
             .send()
             .await
             .map_err(|e| self.sdk_error("DescribeInstances", &e))?;
@@ -690,10 +681,9 @@ impl Ec2Provider {
             .state_reason()
             .and_then(|r| r.code())
             .is_some_and(|code| code == "Server.SpotInstanceTermination");
-        let observed = match state {
-            Some(InstanceStateName::Terminated) => Observed::Gone,
-            _ if interrupted => Observed::Interrupted,
-            _ => Observed::Live,
+        let observed = Observed {
+            interrupted,
+            gone: state == Some(&InstanceStateName::Terminated),
         };
         let state = match state {
             Some(InstanceStateName::Pending) => InstanceState::Pending,
@@ -746,12 +736,11 @@ impl Ec2Provider {
 
 /// What a listed instance says beyond its state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Observed {
-    Live,
-    /// AWS is taking it back (a spot interruption).
-    Interrupted,
+struct Observed {
+    /// AWS took or is taking it back (a spot interruption).
+    interrupted: bool,
     /// Terminated: no longer runway's concern, but for what it teaches.
-    Gone,
+    gone: bool,
 }
 
 /// An offer's reliability after `recent` spot interruptions within the
@@ -776,6 +765,13 @@ fn is_permanent(code: &str) -> bool {
         || code == "InvalidClientTokenId"
         || code == "OptInRequired"
         || code == "MissingParameter"
+}
+
+fn state_filter(states: &[&str]) -> Filter {
+    Filter::builder()
+        .name("instance-state-name")
+        .set_values(Some(states.iter().map(|s| (*s).to_owned()).collect()))
+        .build()
 }
 
 fn tag_filter(key: &str, values: Vec<String>) -> Filter {
@@ -997,23 +993,15 @@ impl Provider for Ec2Provider {
         let mut pages = client
             .describe_instances()
             .filters(tag_filter(CONTROLLER_TAG, self.controller_ids()))
-            .filters(
-                Filter::builder()
-                    .name("instance-state-name")
-                    .set_values(Some(
-                        [
-                            "pending",
-                            "running",
-                            "stopping",
-                            "stopped",
-                            "shutting-down",
-                            "terminated",
-                        ]
-                        .map(str::to_owned)
-                        .to_vec(),
-                    ))
-                    .build(),
-            )
+            // Terminated ones too, for what their state reason teaches.
+            .filters(state_filter(&[
+                "pending",
+                "running",
+                "stopping",
+                "stopped",
+                "shutting-down",
+                "terminated",
+            ]))
             .max_results(1000)
             .into_paginator()
             .send();
@@ -1025,16 +1013,11 @@ impl Provider for Ec2Provider {
                 let Some((instance, observed)) = self.instance(described) else {
                     continue;
                 };
-                if observed != Observed::Live
-                    && described
-                        .state_reason()
-                        .and_then(|r| r.code())
-                        .is_some_and(|c| c == "Server.SpotInstanceTermination")
-                {
+                if observed.interrupted {
                     let offer = tag_value(described.tags(), OFFER_TAG).unwrap_or_default();
                     interrupted.push((instance.id.0.clone(), offer));
                 }
-                if observed == Observed::Gone {
+                if observed.gone {
                     continue;
                 }
                 listed.push(instance);

@@ -207,14 +207,7 @@ pub fn rank_offers(
         .into_iter()
         .map(|offer| OfferChoice {
             cost: runway_core::planner::offer_cost(&offer),
-            backoff: backoffs
-                .iter()
-                .find(|b| {
-                    b.provider == offer.provider
-                        && (b.offer.is_empty() || b.offer == offer.key)
-                        && b.retry_at > now
-                })
-                .cloned(),
+            backoff: runway_core::planner::backoff_of(backoffs, &offer, now).cloned(),
             offer,
             chosen: false,
         })
