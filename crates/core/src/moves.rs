@@ -6,7 +6,7 @@
 //! finished job. These are the decisions it applies: pure, given the rows
 //! and the time, each returning the runner's next row (`None`: leave it).
 
-use crate::job::{Job, JobState};
+use crate::job::{Job, JobId, JobState};
 use crate::runner::{Runner, RunnerEvent, RunnerState, RunnerTransitionError};
 use std::time::Duration;
 
@@ -17,7 +17,27 @@ use crate::time::Timestamp;
 /// (terminating) or gone — so the job is not started on a runner about to
 /// be stopped.
 pub fn start(job: &Job, runner: &Runner, now: Timestamp) -> Result<Runner, RunnerTransitionError> {
-    runner.apply(&RunnerEvent::JobAssigned { job: job.id }, now)
+    start_by_id(job.id, runner, now)
+}
+
+/// [`start`] by the job's id alone: what the hot path decides before it
+/// has read the job (its guard checks the job in the same statement).
+pub fn start_by_id(
+    job: JobId,
+    runner: &Runner,
+    now: Timestamp,
+) -> Result<Runner, RunnerTransitionError> {
+    runner.apply(&RunnerEvent::JobAssigned { job }, now)
+}
+
+/// A runner that claims a job and starts it at once (the one-step start of
+/// the runner API): busy, as [`start`] makes it, with the job left for the
+/// store to fill in — the store picks the job in the same statement that
+/// writes this row. Refused exactly when [`start`] would refuse any job.
+pub fn start_on_claim(runner: &Runner, now: Timestamp) -> Result<Runner, RunnerTransitionError> {
+    let mut busy = start_by_id(JobId(0), runner, now)?;
+    busy.job = None;
+    Ok(busy)
 }
 
 /// A job that ended (completed, cancelled, failed): its runner is free
@@ -27,8 +47,18 @@ pub fn start(job: &Job, runner: &Runner, now: Timestamp) -> Result<Runner, Runne
 /// runner, it is asked to stop as well. A runner busy with another job is
 /// left alone.
 pub fn finish(job: &Job, runner: &Runner, terminate: bool, now: Timestamp) -> Option<Runner> {
+    finish_by_id(job.id, runner, terminate, now)
+}
+
+/// [`finish`] by the job's id alone (see [`start_by_id`]).
+pub fn finish_by_id(
+    job: JobId,
+    runner: &Runner,
+    terminate: bool,
+    now: Timestamp,
+) -> Option<Runner> {
     let holding =
-        runner.state == RunnerState::Busy && (runner.job == Some(job.id) || runner.job.is_none());
+        runner.state == RunnerState::Busy && (runner.job == Some(job) || runner.job.is_none());
     if !holding {
         return None;
     }
@@ -137,6 +167,45 @@ mod tests {
                 (started, finished, expired),
                 "runner {state:?} with job {held:?}"
             );
+        }
+    }
+
+    /// A claim that starts at once makes of the runner what a start of the
+    /// claimed job would, in every state, draining or not.
+    #[test]
+    fn start_on_claim_is_start_with_the_job_left_open() {
+        use RunnerState::*;
+        let running = job(JobState::Running, Some(7));
+        for state in [
+            Requested,
+            Provisioning,
+            Idle,
+            Busy,
+            Terminating,
+            Terminated,
+            Failed,
+            Crashed,
+        ] {
+            for held in [None, Some(1), Some(2)] {
+                for draining in [false, true] {
+                    let mut r = runner(state, held);
+                    r.draining = draining;
+                    let direct = start(&running, &r, at(3));
+                    let claimed = start_on_claim(&r, at(3)).map(|mut busy| {
+                        assert_eq!(busy.job, None);
+                        busy.job = Some(running.id);
+                        busy
+                    });
+                    assert_eq!(
+                        claimed.is_ok(),
+                        direct.is_ok(),
+                        "{state:?} {held:?} {draining}"
+                    );
+                    if let (Ok(claimed), Ok(direct)) = (claimed, direct) {
+                        assert_eq!(claimed, direct, "{state:?} {held:?} {draining}");
+                    }
+                }
+            }
         }
     }
 

@@ -1,5 +1,7 @@
 //! Queue throughput on both backends: enqueue, and the whole hand-out of a
-//! job to a runner (claim, accept, complete) with 1 and 8 concurrent workers.
+//! job to a runner with 1 and 8 concurrent workers — in three writes
+//! (claim, accept, complete) and in two (a claim that starts the job with
+//! its runner, then the completion with its runner and log).
 //!
 //! `cargo bench -p runway-store` (PostgreSQL from `RUNWAY_TEST_POSTGRES_URL`,
 //! default the local service). See `benches/README.md`.
@@ -10,8 +12,11 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use runway_core::job::{NewJob, Route};
-use runway_core::{Conclusion, JobSource, RunnerId, Timestamp};
-use runway_store::{Claim, OpenOptions, PostgresStore, SqliteStore, Store};
+use runway_core::runner::NewRunner;
+use runway_core::{
+    moves, Conclusion, JobEvent, JobSource, Runner, RunnerEvent, RunnerId, Timestamp,
+};
+use runway_store::{Claim, ClaimStart, OpenOptions, PostgresStore, SqliteStore, Store};
 
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
@@ -32,6 +37,64 @@ fn new_job(pool: &str) -> NewJob {
 
 fn now() -> Timestamp {
     Timestamp::from_millis(1_700_000_000_000)
+}
+
+/// A pool of its own with `jobs` queued jobs, filled outside the timed part.
+async fn filled_pool(store: &dyn Store, prefix: &str, jobs: u64) -> String {
+    let pool = format!("{prefix}-{}", next_id());
+    let jobs: Vec<NewJob> = (0..jobs).map(|_| new_job(&pool)).collect();
+    for chunk in jobs.chunks(1_000) {
+        store.enqueue_many(chunk, now()).await.expect("fill");
+    }
+    pool
+}
+
+/// A registered runner of `pool`, idle.
+async fn idle_runner(store: &Arc<dyn Store>, pool: &str, worker: u64) -> Runner {
+    let new = NewRunner {
+        name: format!("bench-{pool}-{worker}"),
+        pool: pool.to_owned(),
+        provider: "bench".to_owned(),
+        labels: vec![],
+    };
+    let runner = store.create_runner(&new, now()).await.expect("runner");
+    store
+        .apply_runner_event(runner.id, &RunnerEvent::Ready, now())
+        .await
+        .expect("ready")
+}
+
+/// One job through `runner`: claimed and started in one write, completed
+/// with its log in another. Returns the runner as it is after.
+async fn start_and_complete(store: &dyn Store, pool: &str, runner: &Runner) -> Runner {
+    let claim = Claim {
+        pool: pool.to_owned(),
+        runner: runner.id,
+        limit: 1,
+        lease: Duration::from_secs(120),
+        runner_labels: None,
+    };
+    let ClaimStart::Started(moved) = store
+        .claim_and_start(&claim, runner, now())
+        .await
+        .expect("claim and start")
+    else {
+        panic!("every iteration has a queued job and a runner it knows");
+    };
+    let busy = moved.runner.expect("the runner is stored");
+    let change = JobEvent::Complete {
+        runner: runner.id,
+        conclusion: Conclusion::Success,
+    }
+    .guarded(now())
+    .expect("a completion has a guarded form");
+    let free = moves::finish(&moved.job, &busy, false, now()).expect("busy with it");
+    store
+        .apply_guarded_with_runner(moved.job.id, &change, (&busy, &free), Some((Some(0), "ok")))
+        .await
+        .expect("complete")
+        .expect("the holder completes");
+    free
 }
 
 struct Backend {
@@ -172,12 +235,7 @@ fn queue_benchmarks(c: &mut Criterion) {
                     b.to_async(&runtime).iter_custom(|iters| {
                         let store = store.clone();
                         async move {
-                            // A pool of its own, filled outside the timed part.
-                            let pool = format!("claim-{}", next_id());
-                            let jobs: Vec<NewJob> = (0..iters).map(|_| new_job(&pool)).collect();
-                            for chunk in jobs.chunks(1_000) {
-                                store.enqueue_many(chunk, now()).await.expect("fill");
-                            }
+                            let pool = filled_pool(&*store, "claim", iters).await;
                             run_split(iters, workers, move |worker| {
                                 let store = store.clone();
                                 let pool = pool.clone();
@@ -198,6 +256,47 @@ fn queue_benchmarks(c: &mut Criterion) {
                                             .await
                                             .expect("complete");
                                     }
+                                }
+                            })
+                            .await
+                        }
+                    });
+                },
+            );
+        }
+    }
+    group.finish();
+
+    // The same hand-out in two writes a job: a claim that starts the job
+    // and makes its runner busy (one statement on PostgreSQL), then the
+    // completion that frees the runner and stores the log (one statement).
+    let mut group = c.benchmark_group("claim_start_complete");
+    group.throughput(Throughput::Elements(1));
+    for backend in &backends {
+        for workers in [1u64, 8] {
+            let store = backend.store.clone();
+            group.bench_with_input(
+                BenchmarkId::new(backend.name, format!("{workers}-workers")),
+                &workers,
+                |b, &workers| {
+                    b.to_async(&runtime).iter_custom(|iters| {
+                        let store = store.clone();
+                        async move {
+                            let pool = filled_pool(&*store, "start", iters).await;
+                            let mut runners = Vec::new();
+                            for worker in 0..workers {
+                                runners.push(tokio::sync::Mutex::new(
+                                    idle_runner(&store, &pool, worker).await,
+                                ));
+                            }
+                            let runners = Arc::new(runners);
+                            run_split(iters, workers, move |worker| {
+                                let store = store.clone();
+                                let pool = pool.clone();
+                                let runners = runners.clone();
+                                async move {
+                                    let mut runner = runners[worker as usize].lock().await;
+                                    *runner = start_and_complete(&*store, &pool, &runner).await;
                                 }
                             })
                             .await

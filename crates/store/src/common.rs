@@ -3,7 +3,7 @@
 //! binds a `$n` parameter to argument `n` just as it does `?n` (sqlx-sqlite
 //! `arguments.rs`), so the same text runs on both, unrewritten.
 
-use crate::rows::{assignments, column_count, placeholders, JobRow, JOB_COLUMNS, RUNNER_COLUMNS};
+use crate::rows::{assignments, column_count, placeholders, Bind, JOB_COLUMNS, RUNNER_COLUMNS};
 use runway_core::{JobId, Timestamp};
 
 /// A runner row that is live: the `runners_live` index's predicate
@@ -91,6 +91,10 @@ pub(crate) fn prune_statements(what: crate::Prunable, backend: crate::Backend) -
 pub(crate) struct Statements {
     /// The dialect's claim ([`crate::sql::Dialect::claim_statement`]).
     pub claim: String,
+    /// [`crate::sql::Dialect::claim_start_statement`].
+    pub claim_start: Option<String>,
+    /// [`crate::sql::Dialect::guarded_pair_statement`].
+    pub guarded_pair: Option<String>,
     pub insert_job: String,
     pub job_by_id: String,
     pub job_by_external_id: String,
@@ -281,6 +285,8 @@ impl Statements {
             runner_api: RunnerApiStatements::new(),
             prune: crate::Prunable::ALL.map(|what| prune_statements(what, D::BACKEND)),
             claim: D::claim_statement(),
+            claim_start: D::claim_start_statement(),
+            guarded_pair: D::guarded_pair_statement(),
             insert_job,
             job_by_id,
             job_by_external_id,
@@ -301,30 +307,108 @@ impl Statements {
 /// optional assignment behind a 0/1 flag (bound by `bind_guarded`), the new
 /// row returned, no row when the guard does not hold.
 fn guarded_job() -> String {
+    format!("UPDATE jobs SET {GUARDED_SET} WHERE id = $1 AND {GUARD} RETURNING id, {JOB_COLUMNS}")
+}
+
+/// What a guarded change writes (parameters `$2`–`$9` and `$14`).
+const GUARDED_SET: &str = "state = $2, \
+     lease_deadline = CASE WHEN $3 = 1 THEN $4 ELSE jobs.lease_deadline END, \
+     started_at = CASE WHEN $5 = 1 THEN $6 ELSE jobs.started_at END, \
+     finished_at = CASE WHEN $7 = 1 THEN $8 ELSE jobs.finished_at END, \
+     conclusion = CASE WHEN $7 = 1 THEN $9 ELSE jobs.conclusion END, \
+     reason = CASE WHEN $7 = 1 THEN NULL ELSE jobs.reason END, \
+     history = jobs.history || $14, \
+     version = jobs.version + 1";
+
+/// A guarded change's guard (parameters `$10`–`$13`).
+const GUARD: &str = "state = $10 AND runner_id = $11 \
+     AND ($12 = 0 OR (lease_deadline IS NOT NULL AND lease_deadline <= $13))";
+
+/// `col = $k, …` over a runner's columns from `$first`, except that the
+/// job is `job` when the bound value is NULL: the job a statement picks
+/// itself (a claim that starts at once).
+fn runner_assignments_with_job(first: usize, job: &str) -> String {
+    RUNNER_COLUMNS
+        .split(',')
+        .map(str::trim)
+        .enumerate()
+        .map(|(i, column)| match column {
+            "job_id" => format!("job_id = COALESCE(${}, {job})", first + i),
+            _ => format!("{column} = ${}", first + i),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// PostgreSQL: a guarded job change, its runner's compare-and-set and the
+/// job's log, in one statement that writes all or nothing. Parameters:
+/// [`guarded_job`]'s `$1`–`$14`, then the runner's id (`$15`), the version
+/// it must still have (`$16`), its next columns (`$17`…), then whether to
+/// write a log (`1`/`0`), its exit code and its text. Rows are locked job
+/// first, then runner, as every writer of both does; the writes happen
+/// only if both locks found their row as expected. Returns the job.
+pub(crate) fn guarded_pair_postgres() -> String {
+    let runner_first = 17;
+    let log = runner_first + column_count(RUNNER_COLUMNS);
     format!(
-        "UPDATE jobs SET state = $2, \
-         lease_deadline = CASE WHEN $3 = 1 THEN $4 ELSE lease_deadline END, \
-         started_at = CASE WHEN $5 = 1 THEN $6 ELSE started_at END, \
-         finished_at = CASE WHEN $7 = 1 THEN $8 ELSE finished_at END, \
-         conclusion = CASE WHEN $7 = 1 THEN $9 ELSE conclusion END, \
-         reason = CASE WHEN $7 = 1 THEN NULL ELSE reason END, \
-         history = history || $14, \
-         version = version + 1 \
-         WHERE id = $1 AND state = $10 AND runner_id = $11 \
-         AND ($12 = 0 OR (lease_deadline IS NOT NULL AND lease_deadline <= $13)) \
-         RETURNING id, {JOB_COLUMNS}"
+        "WITH lj AS (SELECT id FROM jobs WHERE id = $1 AND {GUARD} FOR UPDATE), \
+         lr AS (SELECT runners.id FROM runners, lj WHERE runners.id = $15 AND runners.version = $16 \
+                FOR UPDATE OF runners), \
+         j AS (UPDATE jobs SET {GUARDED_SET} FROM lr WHERE jobs.id = $1 RETURNING jobs.id, {job_columns}), \
+         u AS (UPDATE runners SET {runner} FROM lr WHERE runners.id = lr.id RETURNING runners.id), \
+         l AS (INSERT INTO job_logs (job_id, exit_code, log) SELECT lj.id, ${exit}, ${text} FROM lj, lr \
+               WHERE ${flag} = 1 \
+               ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log) \
+         SELECT * FROM j",
+        job_columns = qualified("jobs", JOB_COLUMNS),
+        runner = assignments(RUNNER_COLUMNS, runner_first),
+        flag = log,
+        exit = log + 1,
+        text = log + 2,
     )
 }
 
+/// PostgreSQL: a claim that starts the job at once, in one statement. The
+/// claim's parameters (`$1`–`$6`, [`crate::sql::Dialect::claim_statement`];
+/// `$6` holds both history lines), then the start time (`$7`), the version
+/// the runner must still have (`$8`) and its next columns (`$9`…, the job
+/// NULL: the claimed one is written). Job first, then runner, as every
+/// writer of both locks them. Returns the started job, or nothing when no
+/// job is queued for the runner or the runner changed.
+pub(crate) fn claim_start_postgres(next_job: &str) -> String {
+    format!(
+        "WITH next AS ({next_job}), \
+         lr AS (SELECT runners.id FROM runners, next WHERE runners.id = $2 AND runners.version = $8 \
+                FOR UPDATE OF runners), \
+         j AS (UPDATE jobs SET state = 'running', runner_id = $2, lease_deadline = $3, started_at = $7, \
+               history = jobs.history || $6, version = jobs.version + 2 \
+               FROM next, lr WHERE jobs.id = next.id RETURNING jobs.id, {job_columns}), \
+         u AS (UPDATE runners SET {runner} FROM lr, next WHERE runners.id = lr.id RETURNING runners.id) \
+         SELECT * FROM j",
+        job_columns = qualified("jobs", JOB_COLUMNS),
+        runner = runner_assignments_with_job(9, "next.id"),
+    )
+}
+
+/// `table.col, …` for each of `columns`.
+pub(crate) fn qualified(table: &str, columns: &str) -> String {
+    columns
+        .split(',')
+        .map(|column| format!("{table}.{}", column.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Binds a guarded change to [`guarded_job`]'s parameters.
-pub(crate) fn bind_guarded<'q, DB>(
-    query: sqlx::query::QueryAs<'q, DB, JobRow, <DB as sqlx::Database>::Arguments<'q>>,
+pub(crate) fn bind_guarded<'q, DB, Q>(
+    query: Q,
     id: JobId,
     change: &'q runway_core::GuardedChange,
     history: &'q str,
-) -> sqlx::query::QueryAs<'q, DB, JobRow, <DB as sqlx::Database>::Arguments<'q>>
+) -> Q
 where
     DB: sqlx::Database,
+    Q: Bind<'q, DB>,
     i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     Option<i64>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
@@ -333,18 +417,18 @@ where
     let set = &change.set;
     let flag = |on: bool| i64::from(on);
     query
-        .bind(id.0)
-        .bind(set.state.as_str())
-        .bind(flag(set.lease_deadline.is_some()))
-        .bind(set.lease_deadline.flatten().map(Timestamp::as_millis))
-        .bind(flag(set.started_at.is_some()))
-        .bind(set.started_at.map(Timestamp::as_millis))
-        .bind(flag(set.finished.is_some()))
-        .bind(set.finished.map(|(at, _)| at.as_millis()))
-        .bind(set.finished.map(|(_, conclusion)| conclusion.as_str()))
-        .bind(change.state.as_str())
-        .bind(change.runner.0)
-        .bind(flag(change.lease_at_most.is_some()))
-        .bind(change.lease_at_most.map(Timestamp::as_millis))
-        .bind(history)
+        .with(id.0)
+        .with(set.state.as_str())
+        .with(flag(set.lease_deadline.is_some()))
+        .with(set.lease_deadline.flatten().map(Timestamp::as_millis))
+        .with(flag(set.started_at.is_some()))
+        .with(set.started_at.map(Timestamp::as_millis))
+        .with(flag(set.finished.is_some()))
+        .with(set.finished.map(|(at, _)| at.as_millis()))
+        .with(set.finished.map(|(_, conclusion)| conclusion.as_str()))
+        .with(change.state.as_str())
+        .with(change.runner.0)
+        .with(flag(change.lease_at_most.is_some()))
+        .with(change.lease_at_most.map(Timestamp::as_millis))
+        .with(history)
 }

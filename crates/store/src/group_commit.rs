@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use runway_core::job::NewJob;
-use runway_core::{GuardedChange, Job, JobId, RunnerId, Timestamp};
+use runway_core::{GuardedChange, Job, JobId, Runner, RunnerId, Timestamp};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 use crate::rows::Columns;
@@ -69,6 +69,30 @@ pub(crate) enum Op {
         claim: Claim,
         now: Timestamp,
     },
+    /// A claim of one job that starts it at once: the job running under
+    /// the lease and its runner busy with it, both or neither.
+    ClaimStart {
+        claim: Claim,
+        /// The version the runner must still have.
+        runner_version: i64,
+        /// The runner's next row, its job left for the claim to fill in.
+        runner_next: Box<Runner>,
+        /// The history lines of the claim and of the start.
+        claim_step: String,
+        start_step: String,
+        now: Timestamp,
+    },
+    /// A guarded job change, its runner's compare-and-set and optionally
+    /// the job's log: all written, or nothing.
+    GuardedWithRunner {
+        id: JobId,
+        change: GuardedChange,
+        step: String,
+        runner: RunnerId,
+        runner_version: i64,
+        runner_next: Box<Runner>,
+        log: Option<(Option<i64>, String)>,
+    },
 }
 
 pub(crate) enum Outcome {
@@ -88,7 +112,9 @@ impl Op {
         match self {
             Op::Enqueue { delivery, .. } => delivery.is_none(),
             // Opens its own (nested) transaction for its two writes.
-            Op::ReplaceWithRunner { .. } => true,
+            Op::ReplaceWithRunner { .. } | Op::ClaimStart { .. } | Op::GuardedWithRunner { .. } => {
+                true
+            }
             Op::RecordDelivery { .. }
             | Op::Replace { .. }
             | Op::Guarded { .. }
@@ -107,10 +133,11 @@ impl Op {
             Op::RecordDelivery { delivery } => (1, delivery.id.clone(), 0),
             // The job row first, then its runner: every writer that
             // changes both locks them in this order.
-            Op::Replace { id, .. } | Op::ReplaceWithRunner { id, .. } | Op::Guarded { id, .. } => {
-                (2, String::new(), id.0)
-            }
-            Op::Claim { .. } => (3, String::new(), 0),
+            Op::Replace { id, .. }
+            | Op::ReplaceWithRunner { id, .. }
+            | Op::Guarded { id, .. }
+            | Op::GuardedWithRunner { id, .. } => (2, String::new(), id.0),
+            Op::Claim { .. } | Op::ClaimStart { .. } => (3, String::new(), 0),
         }
     }
 }

@@ -285,6 +285,18 @@ pub struct Moved {
     pub runner: Option<Runner>,
 }
 
+/// What [`Store::claim_and_start`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimStart {
+    /// A job started on the runner: both rows as stored.
+    Started(Box<Moved>),
+    /// No queued job the runner can serve; nothing changed.
+    NoJob,
+    /// The runner changed since the caller read it; nothing was written.
+    /// Its row as stored now.
+    RunnerChanged(Box<Runner>),
+}
+
 /// One job [`Store::expire_leases`] moved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExpiredLease {
@@ -521,6 +533,39 @@ pub trait Store: Send + Sync + 'static {
     /// have not excluded the runner, binding them to it under a lease, in one
     /// statement. Concurrent claims never return the same job.
     async fn claim(&self, claim: &Claim, now: Timestamp) -> Result<Vec<Job>, StoreError>;
+
+    /// A claim that starts its job at once (the one-step start of the
+    /// runner API): the oldest queued job of `claim.pool` that the runner
+    /// can serve becomes `running` on it under `claim.lease` (what a claim
+    /// and its accept would make of it, both in its history), and the
+    /// runner becomes busy with it ([`runway_core::moves::start_on_claim`],
+    /// refused before anything is written when the runner cannot start a
+    /// job) — in one transaction, one statement on PostgreSQL. `runner` is
+    /// the caller's view of the runner; if the stored row has moved on,
+    /// nothing is written and the fresh row is returned to decide again.
+    /// `claim.runner` and `claim.limit` are taken as `runner.id` and 1.
+    async fn claim_and_start(
+        &self,
+        claim: &Claim,
+        runner: &Runner,
+        now: Timestamp,
+    ) -> Result<ClaimStart, StoreError>;
+
+    /// Applies `change` to job `id` and writes `runner.1` over `runner.0`
+    /// (if the stored runner still has `runner.0`'s version) and, given, the
+    /// job's log (exit code, text), all in one transaction — one statement
+    /// on PostgreSQL: the hot path of a move of a job and its runner whose
+    /// decision needs no read (an accept, a completion). `None`, and nothing
+    /// written, when the job's guard or the runner's version does not hold;
+    /// the caller then takes the general path
+    /// ([`Store::move_job_and_runner`]), where the state machine decides.
+    async fn apply_guarded_with_runner(
+        &self,
+        id: JobId,
+        change: &runway_core::GuardedChange,
+        runner: (&Runner, &Runner),
+        log: Option<(Option<i64>, &str)>,
+    ) -> Result<Option<Moved>, StoreError>;
 
     async fn get_job(&self, id: JobId) -> Result<Option<Job>, StoreError>;
 

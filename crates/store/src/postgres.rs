@@ -192,6 +192,17 @@ fn key(job: &Job) -> (&'static str, String) {
     (job.source.as_str(), job.external_id.clone())
 }
 
+/// The queued jobs a claim takes, locked: up to `$4` of pool `$1` that
+/// runner `$2` did not decline and whose labels the runner's (`$5`, a JSON
+/// list in lowercase, or NULL for any) all cover, oldest first; rows
+/// another claimer holds are skipped, not waited for.
+const NEXT_QUEUED: &str = "SELECT id FROM jobs WHERE state = 'queued' AND pool = $1 \
+     AND (excluded_runners = '[]' OR NOT (excluded_runners::jsonb @> to_jsonb($2::bigint))) \
+     AND ($5::text IS NULL OR NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(labels::jsonb) AS l(v) \
+          WHERE lower(l.v) NOT IN (SELECT jsonb_array_elements_text($5::jsonb)))) \
+     ORDER BY enqueued_at, id LIMIT $4 \
+     FOR UPDATE SKIP LOCKED";
+
 #[async_trait]
 impl Dialect for PostgresDialect {
     type Db = sqlx::Postgres;
@@ -203,23 +214,21 @@ impl Dialect for PostgresDialect {
 
     fn claim_statement() -> String {
         format!(
-            "WITH next AS ( \
-               SELECT id FROM jobs WHERE state = 'queued' AND pool = $1 \
-                 AND (excluded_runners = '[]' OR NOT (excluded_runners::jsonb @> to_jsonb($2::bigint))) \
-                 AND ($5::text IS NULL OR NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(labels::jsonb) AS l(v) \
-                      WHERE lower(l.v) NOT IN (SELECT jsonb_array_elements_text($5::jsonb)))) \
-               ORDER BY enqueued_at, id LIMIT $4 \
-               FOR UPDATE SKIP LOCKED) \
+            "WITH next AS ({NEXT_QUEUED}) \
              UPDATE jobs SET state = 'provisioning', runner_id = $2, lease_deadline = $3, \
                history = jobs.history || $6, version = jobs.version + 1 \
              FROM next WHERE jobs.id = next.id \
              RETURNING jobs.id, {}",
-            JOB_COLUMNS
-                .split(',')
-                .map(|c| format!("jobs.{}", c.trim()))
-                .collect::<Vec<_>>()
-                .join(", ")
+            crate::common::qualified("jobs", JOB_COLUMNS)
         )
+    }
+
+    fn claim_start_statement() -> Option<String> {
+        Some(crate::common::claim_start_postgres(NEXT_QUEUED))
+    }
+
+    fn guarded_pair_statement() -> Option<String> {
+        Some(crate::common::guarded_pair_postgres())
     }
 
     /// PostgreSQL's autovacuum makes deleted rows' space reusable.

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use runway_core::{Job, JobId, Runner, RunnerId, Timestamp};
 use sqlx::database::Database;
-use sqlx::query::Query;
+use sqlx::query::{Query, QueryAs};
 use sqlx::{Encode, Type};
 
 use crate::StoreError;
@@ -284,19 +284,35 @@ fn text(value: &str) -> Value {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Columns(Vec<Value>);
 
+/// A query that takes arguments: sqlx's `Query` and `QueryAs` both bind
+/// the same way, and this lets one helper bind either.
+pub(crate) trait Bind<'q, DB: Database>: Sized {
+    fn with<T: 'q + Encode<'q, DB> + Type<DB>>(self, value: T) -> Self;
+}
+
+impl<'q, DB: Database> Bind<'q, DB> for Query<'q, DB, <DB as Database>::Arguments<'q>> {
+    fn with<T: 'q + Encode<'q, DB> + Type<DB>>(self, value: T) -> Self {
+        self.bind(value)
+    }
+}
+
+impl<'q, DB: Database, O> Bind<'q, DB> for QueryAs<'q, DB, O, <DB as Database>::Arguments<'q>> {
+    fn with<T: 'q + Encode<'q, DB> + Type<DB>>(self, value: T) -> Self {
+        self.bind(value)
+    }
+}
+
 /// Binds `columns`, in order, after what `query` has bound already.
-pub(crate) fn bind_columns<'q, DB>(
-    query: Query<'q, DB, <DB as Database>::Arguments<'q>>,
-    columns: &'q Columns,
-) -> Query<'q, DB, <DB as Database>::Arguments<'q>>
+pub(crate) fn bind_columns<'q, DB, Q>(query: Q, columns: &'q Columns) -> Q
 where
     DB: Database,
+    Q: Bind<'q, DB>,
     Option<i64>: Encode<'q, DB> + Type<DB>,
     Option<&'q str>: Encode<'q, DB> + Type<DB>,
 {
     columns.0.iter().fold(query, |query, value| match value {
-        Value::Int(number) => query.bind(*number),
-        Value::Text(text) => query.bind(text.as_deref()),
+        Value::Int(number) => query.with(*number),
+        Value::Text(text) => query.with(text.as_deref()),
     })
 }
 

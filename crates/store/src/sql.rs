@@ -26,6 +26,15 @@ use crate::rows::{
     bind_columns, history_line, Columns, JobRow, RunnerRow, JOB_COLUMNS, RUNNER_COLUMNS,
 };
 
+/// A claim's runner labels as its statement takes them: a JSON list in
+/// lowercase, or NULL for any.
+fn claim_labels(claim: &Claim) -> Option<String> {
+    claim.runner_labels.as_ref().map(|labels| {
+        let lower: Vec<String> = labels.iter().map(|l| l.to_lowercase()).collect();
+        crate::rows::json_list(&lower)
+    })
+}
+
 /// The history line of a claim: provisioning on `runner` at `now`.
 fn claim_step(runner: runway_core::RunnerId, now: Timestamp) -> String {
     history_line(Some(&runway_core::JobStep {
@@ -38,8 +47,8 @@ fn claim_step(runner: runway_core::RunnerId, now: Timestamp) -> String {
     }))
 }
 use crate::{
-    Backend, Claim, Delivery, Enqueued, Expect, JobCount, JobFilter, Leadership, RunnerFilter,
-    Store, StoreError, StoredWorkerConfig, Wake, WakeListener,
+    Backend, Claim, ClaimStart, Delivery, Enqueued, Expect, JobCount, JobFilter, Leadership, Moved,
+    RunnerFilter, Store, StoreError, StoredWorkerConfig, Wake, WakeListener,
 };
 
 /// What one SQL backend does its own way. Implemented by
@@ -58,6 +67,21 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     /// lease ending at `$3`; `$5` is the runner's labels (a JSON list,
     /// lowercase) or NULL. Returns the claimed rows (`id, JOB_COLUMNS`).
     fn claim_statement() -> String;
+
+    /// A claim that starts its job at once, in one statement
+    /// ([`crate::common::claim_start_postgres`]'s parameters); `None` runs
+    /// it as a transaction of the claim, the accept and the runner's
+    /// compare-and-set (SQLite, where a statement costs no round trip).
+    fn claim_start_statement() -> Option<String> {
+        None
+    }
+
+    /// A guarded job change with its runner's compare-and-set and the
+    /// job's log in one statement ([`crate::common::guarded_pair_postgres`]);
+    /// `None` runs them as a transaction of their own statements.
+    fn guarded_pair_statement() -> Option<String> {
+        None
+    }
 
     async fn reclaim_space(store: &SqlStore<Self>, pages: u32) -> Result<(), StoreError>;
 
@@ -314,6 +338,149 @@ where
         settle(connection, result)
     }
 
+    /// [`Op::ClaimStart`]: one statement where the dialect has one, else
+    /// the claim, the accept and the runner's compare-and-set in a
+    /// transaction (a savepoint within a shared one), all or nothing.
+    async fn claim_start(
+        &self,
+        connection: &mut <D::Db as Database>::Connection,
+        claim: &Claim,
+        runner_version: i64,
+        runner_next: &Runner,
+        (claim_step, start_step): (&String, &String),
+        now: Timestamp,
+    ) -> Result<Outcome, StoreError> {
+        let labels = claim_labels(claim);
+        let lease_deadline = now.plus(claim.lease).as_millis();
+        if let Some(sql) = &self.statements.claim_start {
+            let columns = Columns::from(runner_next);
+            let steps = format!("{claim_step}{start_step}");
+            let query = sqlx::query(sql)
+                .bind(claim.pool.as_str())
+                .bind(claim.runner.0)
+                .bind(lease_deadline)
+                .bind(1_i64)
+                .bind(labels.as_deref())
+                .bind(steps.as_str())
+                .bind(now.as_millis())
+                .bind(runner_version);
+            // Run to its end, as every write (see `insert_job`).
+            let rows = bind_columns(query, &columns)
+                .fetch_all(&mut *connection)
+                .await?;
+            let jobs = rows
+                .iter()
+                .map(|row| JobRow::from_row(row).map_err(StoreError::from))
+                .map(|row| row.and_then(Job::try_from))
+                .collect::<Result<_, _>>()?;
+            return Ok(Outcome::Claimed(jobs));
+        }
+        let mut all = sqlx::Connection::begin(&mut *connection).await?;
+        let claimed: Option<JobRow> = sqlx::query_as(&self.statements.claim)
+            .bind(claim.pool.as_str())
+            .bind(claim.runner.0)
+            .bind(lease_deadline)
+            .bind(1_i64)
+            .bind(labels.as_deref())
+            .bind(claim_step.as_str())
+            .fetch_all(&mut *all)
+            .await?
+            .pop();
+        let Some(claimed) = claimed else {
+            all.rollback().await?;
+            return Ok(Outcome::Claimed(Vec::new()));
+        };
+        let claimed = Job::try_from(claimed)?;
+        let accept = runway_core::JobEvent::Accept {
+            runner: claim.runner,
+        }
+        .guarded(now)
+        .ok_or_else(|| StoreError::Corrupt("an accept has no guarded form".into()))?;
+        let mut busy = runner_next.clone();
+        busy.job = Some(claimed.id);
+        let busy = Columns::from(&busy);
+        let started = self
+            .guarded_with_runner(
+                &mut *all,
+                claimed.id,
+                (&accept, start_step),
+                (claim.runner, runner_version, &busy),
+                None,
+            )
+            .await?;
+        match started {
+            Some(job) => {
+                all.commit().await?;
+                Ok(Outcome::Claimed(vec![job]))
+            }
+            None => {
+                all.rollback().await?;
+                Ok(Outcome::Claimed(Vec::new()))
+            }
+        }
+    }
+
+    /// [`Op::GuardedWithRunner`]: the job after the change, or `None` and
+    /// nothing written when the job's guard or the runner's version does
+    /// not hold. One statement where the dialect has one.
+    async fn guarded_with_runner(
+        &self,
+        connection: &mut <D::Db as Database>::Connection,
+        id: JobId,
+        (change, step): (&runway_core::GuardedChange, &String),
+        (runner, runner_version, runner_next): (RunnerId, i64, &Columns),
+        log: Option<&(Option<i64>, String)>,
+    ) -> Result<Option<Job>, StoreError> {
+        if let Some(sql) = &self.statements.guarded_pair {
+            let query = bind_guarded(sqlx::query_as(sql), id, change, step)
+                .bind(runner.0)
+                .bind(runner_version);
+            let row: Option<JobRow> = bind_columns(query, runner_next)
+                .bind(i64::from(log.is_some()))
+                .bind(log.and_then(|(exit, _)| *exit))
+                .bind(log.map(|(_, text)| text.as_str()))
+                .fetch_all(&mut *connection)
+                .await?
+                .pop();
+            return row.map(Job::try_from).transpose();
+        }
+        let mut both = sqlx::Connection::begin(&mut *connection).await?;
+        let row: Option<JobRow> = bind_guarded(
+            sqlx::query_as(&self.statements.guarded_job),
+            id,
+            change,
+            step,
+        )
+        .fetch_all(&mut *both)
+        .await?
+        .pop();
+        let Some(row) = row else {
+            both.rollback().await?;
+            return Ok(None);
+        };
+        let replaced = bind_columns(sqlx::query(&self.statements.replace_runner), runner_next)
+            .bind(runner.0)
+            .bind(runner_version)
+            .execute(&mut *both)
+            .await?
+            .rows_affected()
+            == 1;
+        if !replaced {
+            both.rollback().await?;
+            return Ok(None);
+        }
+        if let Some((exit, text)) = log {
+            sqlx::query(&self.statements.runner_api.put_log)
+                .bind(id.0)
+                .bind(*exit)
+                .bind(text.as_str())
+                .execute(&mut *both)
+                .await?;
+        }
+        both.commit().await?;
+        Ok(Some(Job::try_from(row)?))
+    }
+
     async fn execute_one(
         &self,
         connection: &mut <D::Db as Database>::Connection,
@@ -394,11 +561,47 @@ where
                 .pop();
                 Outcome::Changed(row.map(Job::try_from).transpose()?.map(Box::new))
             }
+            Op::ClaimStart {
+                claim,
+                runner_version,
+                runner_next,
+                claim_step,
+                start_step,
+                now,
+            } => {
+                self.claim_start(
+                    transaction,
+                    claim,
+                    *runner_version,
+                    runner_next,
+                    (claim_step, start_step),
+                    *now,
+                )
+                .await?
+            }
+            Op::GuardedWithRunner {
+                id,
+                change,
+                step,
+                runner,
+                runner_version,
+                runner_next,
+                log,
+            } => {
+                let runner_next = Columns::from(runner_next.as_ref());
+                let job = self
+                    .guarded_with_runner(
+                        transaction,
+                        *id,
+                        (change, step),
+                        (*runner, *runner_version, &runner_next),
+                        log.as_ref(),
+                    )
+                    .await?;
+                Outcome::Changed(job.map(Box::new))
+            }
             Op::Claim { claim, now } => {
-                let labels = claim.runner_labels.as_ref().map(|labels| {
-                    let lower: Vec<String> = labels.iter().map(|l| l.to_lowercase()).collect();
-                    crate::rows::json_list(&lower)
-                });
+                let labels = claim_labels(claim);
                 let step = claim_step(claim.runner, *now);
                 let rows: Vec<JobRow> = sqlx::query_as(&self.statements.claim)
                     .bind(claim.pool.as_str())
@@ -628,6 +831,89 @@ where
         };
         match self.group.submit(op).await? {
             Outcome::Changed(job) => Ok(job.map(|job| *job)),
+            _ => Err(StoreError::Corrupt(
+                "group commit answered a guarded change with another outcome".into(),
+            )),
+        }
+    }
+
+    async fn claim_and_start(
+        &self,
+        claim: &Claim,
+        runner: &Runner,
+        now: Timestamp,
+    ) -> Result<ClaimStart, StoreError> {
+        let runner_next = runway_core::moves::start_on_claim(runner, now)?;
+        let step = |state| {
+            history_line(Some(&runway_core::JobStep {
+                at: now,
+                state,
+                runner: Some(runner.id),
+                attempts: None,
+                conclusion: None,
+                reason: None,
+            }))
+        };
+        let op = Op::ClaimStart {
+            claim: Claim {
+                runner: runner.id,
+                limit: 1,
+                ..claim.clone()
+            },
+            runner_version: runner.version,
+            runner_next: Box::new(runner_next.clone()),
+            claim_step: step(runway_core::JobState::Provisioning),
+            start_step: step(runway_core::JobState::Running),
+            now,
+        };
+        let claimed = match self.group.submit(op).await? {
+            Outcome::Claimed(jobs) => jobs,
+            _ => {
+                return Err(StoreError::Corrupt(
+                    "group commit answered a claim with another outcome".into(),
+                ))
+            }
+        };
+        if let Some(job) = claimed.into_iter().next() {
+            let mut busy = runner_next;
+            busy.job = Some(job.id);
+            return Ok(ClaimStart::Started(Box::new(Moved {
+                job,
+                runner: Some(busy),
+            })));
+        }
+        // Nothing claimed: no job for this runner, or the runner is no
+        // longer the row the decision was made on. Versions only grow, so
+        // the same version means the former.
+        match self.get_runner(runner.id).await? {
+            Some(fresh) if fresh.version == runner.version => Ok(ClaimStart::NoJob),
+            Some(fresh) => Ok(ClaimStart::RunnerChanged(Box::new(fresh))),
+            None => Err(StoreError::RunnerNotFound(runner.id)),
+        }
+    }
+
+    async fn apply_guarded_with_runner(
+        &self,
+        id: JobId,
+        change: &runway_core::GuardedChange,
+        runner: (&Runner, &Runner),
+        log: Option<(Option<i64>, &str)>,
+    ) -> Result<Option<Moved>, StoreError> {
+        let (current, next) = runner;
+        let op = Op::GuardedWithRunner {
+            id,
+            change: change.clone(),
+            step: history_line(change.step().as_ref()),
+            runner: current.id,
+            runner_version: current.version,
+            runner_next: Box::new(next.clone()),
+            log: log.map(|(exit, text)| (exit, text.to_owned())),
+        };
+        match self.group.submit(op).await? {
+            Outcome::Changed(job) => Ok(job.map(|job| Moved {
+                job: *job,
+                runner: Some(next.clone()),
+            })),
             _ => Err(StoreError::Corrupt(
                 "group commit answered a guarded change with another outcome".into(),
             )),

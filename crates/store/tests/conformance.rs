@@ -43,6 +43,9 @@ on_both_backends!(
     a_job_and_its_runner_move_together_or_not_at_all,
     live_runners_are_the_non_terminal_ones,
     concurrent_guarded_changes_each_get_their_own_answer,
+    a_claim_that_starts_is_a_claim_and_an_accept_in_one_write,
+    concurrent_claims_that_start_never_share_a_job_or_a_runner,
+    a_guarded_change_with_its_runner_writes_all_or_nothing,
 );
 
 mod cases {
@@ -1503,17 +1506,7 @@ mod cases {
     /// hold; `move_job_and_runner` applies core's decisions to both, and a
     /// refusal for the runner leaves the job untouched too.
     pub async fn a_job_and_its_runner_move_together_or_not_at_all(store: Arc<dyn Store>) {
-        let new = NewRunner {
-            name: "default-move".into(),
-            pool: "default".into(),
-            provider: "sim".into(),
-            labels: vec![],
-        };
-        let runner = store.create_runner(&new, at(1)).await.unwrap();
-        let runner = store
-            .apply_runner_event(runner.id, &RunnerEvent::Ready, at(2))
-            .await
-            .unwrap();
+        let runner = ready_runner(&store, "default-move", "default").await;
         let job = store
             .enqueue(&api_job("move", "default"), at(3))
             .await
@@ -1761,5 +1754,295 @@ mod cases {
             store.create_runner(&new, at(1)).await,
             Err(StoreError::DuplicateRunnerName(name)) if name == "r-1"
         ));
+    }
+
+    async fn ready_runner(store: &Arc<dyn Store>, name: &str, pool: &str) -> runway_core::Runner {
+        let new = NewRunner {
+            name: name.into(),
+            pool: pool.into(),
+            provider: "sim".into(),
+            labels: vec![],
+        };
+        let runner = store.create_runner(&new, at(1)).await.unwrap();
+        store
+            .apply_runner_event(runner.id, &RunnerEvent::Ready, at(2))
+            .await
+            .unwrap()
+    }
+
+    pub async fn a_claim_that_starts_is_a_claim_and_an_accept_in_one_write(store: Arc<dyn Store>) {
+        use runway_store::ClaimStart;
+        let runner = ready_runner(&store, "one-step", "default").await;
+        let at_once = |runner: &runway_core::Runner| Claim {
+            runner: runner.id,
+            ..claim("default", runner.id.0, 1)
+        };
+        // Nothing queued: nothing changes.
+        assert_eq!(
+            store
+                .claim_and_start(&at_once(&runner), &runner, at(3))
+                .await
+                .unwrap(),
+            ClaimStart::NoJob
+        );
+        assert_eq!(store.get_runner(runner.id).await.unwrap().unwrap(), runner);
+
+        let queued = store
+            .enqueue(&api_job("first", "default"), at(4))
+            .await
+            .unwrap()
+            .job;
+        store
+            .enqueue(&api_job("second", "default"), at(5))
+            .await
+            .unwrap();
+        // A stale view of the runner: nothing is written, the fresh row
+        // comes back to decide on.
+        let mut stale = runner.clone();
+        stale.version -= 1;
+        assert_eq!(
+            store
+                .claim_and_start(&at_once(&runner), &stale, at(6))
+                .await
+                .unwrap(),
+            ClaimStart::RunnerChanged(Box::new(runner.clone()))
+        );
+        assert_eq!(store.get_job(queued.id).await.unwrap().unwrap(), queued);
+
+        // The oldest job starts: exactly what a claim and an accept make
+        // of it, and the runner what a start makes of it.
+        let ClaimStart::Started(moved) = store
+            .claim_and_start(&at_once(&runner), &runner, at(7))
+            .await
+            .unwrap()
+        else {
+            panic!("a job starts");
+        };
+        let claimed = queued
+            .apply(
+                &JobEvent::Claim {
+                    runner: runner.id,
+                    lease_deadline: at(7).plus(LEASE),
+                },
+                at(7),
+            )
+            .unwrap();
+        let expected = claimed
+            .apply(&JobEvent::Accept { runner: runner.id }, at(7))
+            .unwrap();
+        assert_eq!(moved.job, expected);
+        let busy = runway_core::moves::start(&expected, &runner, at(7)).unwrap();
+        assert_eq!(moved.runner.as_ref(), Some(&busy));
+        assert_eq!(store.get_job(queued.id).await.unwrap(), Some(expected));
+        assert_eq!(
+            store.get_runner(runner.id).await.unwrap(),
+            Some(busy.clone())
+        );
+        let steps: Vec<JobState> = store
+            .job_history(queued.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|step| step.state)
+            .collect();
+        assert_eq!(
+            steps,
+            [JobState::Queued, JobState::Provisioning, JobState::Running]
+        );
+
+        // A busy runner cannot start another job: refused, nothing written.
+        let refused = store.claim_and_start(&at_once(&busy), &busy, at(8)).await;
+        assert!(
+            matches!(refused, Err(StoreError::RunnerTransition(_))),
+            "{refused:?}"
+        );
+        // A draining runner neither.
+        let drained = ready_runner(&store, "one-step-drained", "default").await;
+        let drained = store
+            .apply_runner_event(drained.id, &RunnerEvent::DrainRequested, at(8))
+            .await
+            .unwrap();
+        assert!(store
+            .claim_and_start(&at_once(&drained), &drained, at(9))
+            .await
+            .is_err());
+        let queued_now = store
+            .list_jobs(&JobFilter {
+                state: Some(JobState::Queued),
+                ..JobFilter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(queued_now.len(), 1, "the second job is still queued");
+
+        // It completes through the general path like any running job.
+        let done = store
+            .complete(queued.id, runner.id, Conclusion::Success, at(10))
+            .await
+            .unwrap();
+        assert_eq!(done.state, JobState::Completed);
+    }
+
+    pub async fn concurrent_claims_that_start_never_share_a_job_or_a_runner(store: Arc<dyn Store>) {
+        use runway_store::ClaimStart;
+        const RUNNERS: usize = 8;
+        const JOBS: usize = 40;
+        for i in 0..JOBS {
+            store
+                .enqueue(&api_job(&format!("race-{i}"), "race"), at(i as i64))
+                .await
+                .unwrap();
+        }
+        let mut tasks = Vec::new();
+        for r in 0..RUNNERS {
+            let store = store.clone();
+            let runner = ready_runner(&store, &format!("race-{r}"), "race").await;
+            tasks.push(tokio::spawn(async move {
+                let mut runner = runner;
+                let mut ran = Vec::new();
+                for round in 0..JOBS as i64 {
+                    let now = at(1_000 + round);
+                    let step = Claim {
+                        runner: runner.id,
+                        ..claim("race", runner.id.0, 1)
+                    };
+                    match store.claim_and_start(&step, &runner, now).await.unwrap() {
+                        ClaimStart::Started(moved) => {
+                            let busy = moved.runner.unwrap();
+                            assert_eq!(busy.job, Some(moved.job.id));
+                            let change = JobEvent::Complete {
+                                runner: runner.id,
+                                conclusion: Conclusion::Success,
+                            }
+                            .guarded(now)
+                            .unwrap();
+                            let free =
+                                runway_core::moves::finish(&moved.job, &busy, false, now).unwrap();
+                            let done = store
+                                .apply_guarded_with_runner(
+                                    moved.job.id,
+                                    &change,
+                                    (&busy, &free),
+                                    Some((Some(0), "ok")),
+                                )
+                                .await
+                                .unwrap()
+                                .expect("the holder completes its job");
+                            assert_eq!(done.job.state, JobState::Completed);
+                            ran.push(moved.job.id);
+                            runner = free;
+                        }
+                        ClaimStart::NoJob => break,
+                        ClaimStart::RunnerChanged(fresh) => panic!("nobody else moves {fresh:?}"),
+                    }
+                }
+                ran
+            }));
+        }
+        let mut all = Vec::new();
+        for task in tasks {
+            all.extend(task.await.unwrap());
+        }
+        let count = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!((count, all.len()), (JOBS, JOBS), "each job ran once");
+        for id in all {
+            let (exit, log) = store.get_job_log(id).await.unwrap().unwrap();
+            assert_eq!((exit, log.as_str()), (Some(0), "ok"));
+        }
+    }
+
+    pub async fn a_guarded_change_with_its_runner_writes_all_or_nothing(store: Arc<dyn Store>) {
+        let runner = ready_runner(&store, "pair", "default").await;
+        let job = store
+            .enqueue(&api_job("pair", "default"), at(3))
+            .await
+            .unwrap()
+            .job;
+        let [claimed] = &store
+            .claim(&claim("default", runner.id.0, 1), at(4))
+            .await
+            .unwrap()[..]
+        else {
+            panic!("one job claimed");
+        };
+        let accept = JobEvent::Accept { runner: runner.id };
+        let change = accept.guarded(at(5)).unwrap();
+        let busy = runway_core::moves::start(claimed, &runner, at(5)).unwrap();
+        // A stale runner version: neither row changes, no log is written.
+        let mut stale = runner.clone();
+        stale.version -= 1;
+        let none = store
+            .apply_guarded_with_runner(job.id, &change, (&stale, &busy), Some((Some(1), "x")))
+            .await
+            .unwrap();
+        assert_eq!(none, None);
+        assert_eq!(store.get_job(job.id).await.unwrap().unwrap(), *claimed);
+        assert_eq!(store.get_runner(runner.id).await.unwrap().unwrap(), runner);
+        assert_eq!(store.get_job_log(job.id).await.unwrap(), None);
+        // Another runner's change: the job's guard fails, nothing changes.
+        let other = ready_runner(&store, "pair-other", "default").await;
+        let other_change = JobEvent::Accept { runner: other.id }
+            .guarded(at(5))
+            .unwrap();
+        let other_busy = runway_core::moves::start(claimed, &other, at(5)).unwrap();
+        assert_eq!(
+            store
+                .apply_guarded_with_runner(job.id, &other_change, (&other, &other_busy), None)
+                .await
+                .unwrap(),
+            None
+        );
+        assert_eq!(store.get_runner(other.id).await.unwrap().unwrap(), other);
+        // Both hold: both written, as the state machines say.
+        let moved = store
+            .apply_guarded_with_runner(job.id, &change, (&runner, &busy), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let expected = claimed.apply(&accept, at(5)).unwrap();
+        assert_eq!(moved.job, expected);
+        assert_eq!(store.get_job(job.id).await.unwrap().unwrap(), expected);
+        assert_eq!(store.get_runner(runner.id).await.unwrap().unwrap(), busy);
+        // Completion with its log: the job, the runner and the log at once.
+        let complete = JobEvent::Complete {
+            runner: runner.id,
+            conclusion: Conclusion::Failure,
+        };
+        let change = complete.guarded(at(9)).unwrap();
+        let stopping = runway_core::moves::finish(&expected, &busy, true, at(9)).unwrap();
+        let done = store
+            .apply_guarded_with_runner(job.id, &change, (&busy, &stopping), Some((Some(2), "boom")))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(done.job, expected.apply(&complete, at(9)).unwrap());
+        assert_eq!(
+            store.get_runner(runner.id).await.unwrap().unwrap().state,
+            RunnerState::Terminating
+        );
+        assert_eq!(
+            store.get_job_log(job.id).await.unwrap(),
+            Some((Some(2), "boom".to_owned()))
+        );
+        // A repeat finds the guard failed and writes nothing.
+        assert_eq!(
+            store
+                .apply_guarded_with_runner(
+                    job.id,
+                    &change,
+                    (&stopping, &stopping),
+                    Some((Some(3), "again"))
+                )
+                .await
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            store.get_job_log(job.id).await.unwrap(),
+            Some((Some(2), "boom".to_owned()))
+        );
     }
 }
