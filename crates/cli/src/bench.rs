@@ -353,6 +353,10 @@ pub struct RunnerSide {
     /// Labels of the runners and jobs, comma-separated.
     #[arg(long, default_value = "self-hosted,linux,x64")]
     labels: String,
+    /// Runners ask for jobs that start at once (`"start": true`: request →
+    /// complete) instead of the two-phase start (request → accept → complete).
+    #[arg(long)]
+    start_at_once: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -408,6 +412,7 @@ pub async fn longpoll(args: LongPollArgs) -> anyhow::Result<()> {
     let received = Arc::new(AtomicU64::new(0));
     let total = args.jobs as u64;
     let mut pollers = Vec::new();
+    let start_at_once = args.side.start_at_once;
     for runner_token in runner_tokens {
         let (client, base, submitted, latencies, received) = (
             client.clone(),
@@ -418,7 +423,8 @@ pub async fn longpoll(args: LongPollArgs) -> anyhow::Result<()> {
         );
         pollers.push(tokio::spawn(async move {
             while received.load(Ordering::Relaxed) < total {
-                let Some(id) = request_job(&client, &base, &runner_token).await else {
+                let Some(id) = request_job(&client, &base, &runner_token, start_at_once).await
+                else {
                     continue;
                 };
                 let arrived = Instant::now();
@@ -434,7 +440,7 @@ pub async fn longpoll(args: LongPollArgs) -> anyhow::Result<()> {
                     .await
                     .push(arrived.saturating_duration_since(sent));
                 received.fetch_add(1, Ordering::Relaxed);
-                finish_job(&client, &base, &runner_token, id).await;
+                finish_job(&client, &base, &runner_token, id, start_at_once).await;
             }
         }));
     }
@@ -531,10 +537,16 @@ async fn register_runners(
 }
 
 /// A runner's long poll: the id of the job it was given, if any.
-async fn request_job(client: &reqwest::Client, base: &str, runner_token: &str) -> Option<i64> {
+async fn request_job(
+    client: &reqwest::Client,
+    base: &str,
+    runner_token: &str,
+    start: bool,
+) -> Option<i64> {
     let response = client
         .post(format!("{base}/api/v1/jobs/request"))
         .bearer_auth(runner_token)
+        .json(&serde_json::json!({ "start": start }))
         .send()
         .await
         .ok()?;
@@ -545,12 +557,23 @@ async fn request_job(client: &reqwest::Client, base: &str, runner_token: &str) -
     job["id"].as_i64()
 }
 
-/// A runner accepts job `id` and completes it successfully.
-async fn finish_job(client: &reqwest::Client, base: &str, runner_token: &str, id: i64) {
-    for (path, body) in [
-        ("provisioning", serde_json::json!({"status": "accepted"})),
-        ("complete", serde_json::json!({"exit_code": 0})),
-    ] {
+/// A runner accepts job `id` (unless it `started` at once) and completes
+/// it successfully.
+async fn finish_job(
+    client: &reqwest::Client,
+    base: &str,
+    runner_token: &str,
+    id: i64,
+    started: bool,
+) {
+    let accept = ("provisioning", serde_json::json!({"status": "accepted"}));
+    let complete = ("complete", serde_json::json!({"exit_code": 0}));
+    let steps = if started {
+        vec![complete]
+    } else {
+        vec![accept, complete]
+    };
+    for (path, body) in steps {
         let _ = client
             .post(format!("{base}/api/v1/jobs/{id}/{path}"))
             .bearer_auth(runner_token)
@@ -657,14 +680,16 @@ pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
     let total = args.jobs as u64;
     let drain_started = Instant::now();
     let mut workers = Vec::new();
+    let start_at_once = args.side.start_at_once;
     for (base, runner_token) in runners {
         let (client, completed) = (client.clone(), completed.clone());
         workers.push(tokio::spawn(async move {
             while completed.load(Ordering::Relaxed) < total && drain_started.elapsed() < budget {
-                let Some(id) = request_job(&client, &base, &runner_token).await else {
+                let Some(id) = request_job(&client, &base, &runner_token, start_at_once).await
+                else {
                     continue;
                 };
-                finish_job(&client, &base, &runner_token, id).await;
+                finish_job(&client, &base, &runner_token, id, start_at_once).await;
                 completed.fetch_add(1, Ordering::Relaxed);
             }
         }));
@@ -691,8 +716,13 @@ pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
         rate(total, submit_elapsed),
         submit_elapsed.as_secs_f64()
     );
+    let steps = if args.side.start_at_once {
+        "request (start) → complete"
+    } else {
+        "request → accept → complete"
+    };
     println!(
-        "drain     {:.0} jobs/s request → accept → complete ({done} in {:.2} s)",
+        "drain     {:.0} jobs/s {steps} ({done} in {:.2} s)",
         rate(done, drain_elapsed),
         drain_elapsed.as_secs_f64()
     );

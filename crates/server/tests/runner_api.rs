@@ -664,6 +664,117 @@ async fn waiting_jobs_say_why() {
 }
 
 #[tokio::test]
+async fn a_job_can_start_at_once() {
+    let harness = Harness::runner_api(None).await;
+    let token = harness.runner("quick", &["self-hosted", "linux"]).await;
+    let store = &harness.service.store;
+    let at_once = Some(json!({"start": true}));
+    let (status, _) = harness
+        .call("POST", "/api/v1/jobs/request", &token, at_once.clone())
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "nothing queued");
+    let first = harness.submit(&["linux"], None).await;
+    let second = harness.submit(&["linux"], None).await;
+    let (status, job) = harness
+        .call("POST", "/api/v1/jobs/request", &token, at_once.clone())
+        .await;
+    assert_eq!(
+        (status, job["id"].as_i64(), job["state"].as_str()),
+        (StatusCode::CREATED, Some(first), Some("running")),
+        "{job}"
+    );
+    let stored = store.get_job(JobId(first)).await.unwrap().unwrap();
+    let runner = store.find_runner("quick").await.unwrap().unwrap();
+    assert_eq!(stored.state, JobState::Running);
+    assert!(stored.lease_deadline.is_some(), "running under its lease");
+    assert_eq!(
+        (runner.state, runner.job),
+        (RunnerState::Busy, Some(JobId(first)))
+    );
+    // Busy with it, the runner cannot start another; the second job waits.
+    let (status, body) = harness
+        .call("POST", "/api/v1/jobs/request", &token, at_once.clone())
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::CONFLICT, Some("runner_unavailable")),
+        "{body}"
+    );
+    let waiting = store.get_job(JobId(second)).await.unwrap().unwrap();
+    assert_eq!(waiting.state, JobState::Queued);
+    // No accept step: the job is already running.
+    let path = |id: i64, what: &str| format!("/api/v1/jobs/{id}/{what}");
+    let (status, _) = harness
+        .call("POST", &path(first, "heartbeat"), &token, None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, state) = harness
+        .call(
+            "POST",
+            &path(first, "complete"),
+            &token,
+            Some(json!({"exit_code": 0, "log_tail": "done\n"})),
+        )
+        .await;
+    assert_eq!(
+        (status, state["state"].as_str()),
+        (StatusCode::OK, Some("completed"))
+    );
+    assert_eq!(
+        store.get_job_log(JobId(first)).await.unwrap(),
+        Some((Some(0), "done\n".to_owned()))
+    );
+    let runner = store.find_runner("quick").await.unwrap().unwrap();
+    assert_eq!((runner.state, runner.job), (RunnerState::Idle, None));
+    // Free again, it starts the next one; its history has both steps.
+    let (_, job) = harness
+        .call("POST", "/api/v1/jobs/request", &token, at_once.clone())
+        .await;
+    assert_eq!(job["id"].as_i64(), Some(second));
+    let steps: Vec<JobState> = store
+        .job_history(JobId(second))
+        .await
+        .unwrap()
+        .unwrap()
+        .iter()
+        .map(|step| step.state)
+        .collect();
+    assert_eq!(
+        steps,
+        [JobState::Queued, JobState::Provisioning, JobState::Running]
+    );
+    let metrics = harness.metrics().await;
+    let started: f64 = metrics
+        .lines()
+        .filter(|line| line.starts_with("runway_jobs_started_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(started, 2.0, "each start is counted:\n{metrics}");
+    // A runner being scaled down is refused before anything starts.
+    let leaving = harness.runner("leaving", &["self-hosted", "linux"]).await;
+    let id = harness.submit(&["linux"], None).await;
+    let row = store.find_runner("leaving").await.unwrap().unwrap();
+    store
+        .apply_runner_event(
+            row.id,
+            &RunnerEvent::TerminateRequested,
+            runway_server::clock::now(),
+        )
+        .await
+        .unwrap();
+    let (status, body) = harness
+        .call("POST", "/api/v1/jobs/request", &leaving, at_once)
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::GONE, Some("runner_terminating")),
+        "{body}"
+    );
+    let job = store.get_job(JobId(id)).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::Queued);
+}
+
+#[tokio::test]
 async fn a_runner_being_scaled_down_starts_no_job() {
     let harness = Harness::runner_api(None).await;
     let token = harness.runner("leaving", &["self-hosted", "linux"]).await;

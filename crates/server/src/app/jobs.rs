@@ -10,7 +10,7 @@ use std::time::Duration;
 use runway_core::job::{NewJob, Route};
 use runway_core::routing::RouteDecision;
 use runway_core::{Conclusion, Job, JobEvent, JobId, JobState, Runner, RunnerState, Timestamp};
-use runway_store::{Claim, StoreError};
+use runway_store::{Claim, ClaimStart, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -26,6 +26,9 @@ pub const MAX_JOB_TIMEOUT: u64 = 7 * 24 * 3600;
 /// Long pollers look again this often even without a wake-up, so a missed
 /// notification (or a job requeued elsewhere) costs at most this long.
 const REPOLL: Duration = Duration::from_secs(2);
+/// How often a one-step claim decides again on a runner that changed under
+/// it before it waits like an empty poll.
+const MAX_RUNNER_CHANGES: u32 = 3;
 
 /// A job submitted through the runner API.
 #[derive(Debug, Clone)]
@@ -127,11 +130,15 @@ pub struct Assigned {
 /// Long poll: the oldest queued job of the runner's pool that `labels` (the
 /// runner's registered labels if `None`) can serve, or `None` after
 /// `[runner_api] poll_timeout`. A runner being scaled down, or gone, is
-/// refused: it takes no more work.
+/// refused: it takes no more work. With `start`, the job starts at once —
+/// running, the runner busy with it, in one store write — instead of
+/// waiting under its lease for the runner's accept; a runner that cannot
+/// start a job (busy with another) is refused.
 pub async fn claim(
     service: &Service,
     runner: &Runner,
     labels: Option<Vec<String>>,
+    start: bool,
 ) -> Result<Option<Assigned>, AppError> {
     let lease = service.config().runner_api.lease;
     let claim = Claim {
@@ -143,6 +150,7 @@ pub async fn claim(
     };
     let deadline = tokio::time::Instant::now() + service.config().runner_api.poll_timeout;
     let mut current = runner.clone();
+    let mut changes = 0;
     loop {
         if current.draining && !current.state.is_terminal() {
             return Err(AppError::new(
@@ -165,12 +173,43 @@ pub async fn claim(
         let notified = service.job_available.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let claimed = service
-            .store
-            .claim(&claim, now())
-            .await
-            .map_err(|e| AppError::store(service, "claim", e))?;
-        if let Some(job) = claimed.into_iter().next() {
+        let claimed = if start {
+            let now = now();
+            match service.store.claim_and_start(&claim, &current, now).await {
+                Ok(ClaimStart::Started(moved)) => {
+                    started(service, &current, &moved.job, now);
+                    Some(moved.job)
+                }
+                Ok(ClaimStart::NoJob) => None,
+                // Decide again on the runner as it is now (draining?).
+                Ok(ClaimStart::RunnerChanged(fresh)) if changes < MAX_RUNNER_CHANGES => {
+                    changes += 1;
+                    current = *fresh;
+                    continue;
+                }
+                Ok(ClaimStart::RunnerChanged(fresh)) => {
+                    current = *fresh;
+                    None
+                }
+                Err(StoreError::RunnerTransition(refused)) => {
+                    return Err(AppError::new(
+                        ErrorKind::Conflict,
+                        "runner_unavailable",
+                        format!("this runner cannot start a job ({refused})"),
+                    ))
+                }
+                Err(e) => return Err(AppError::store(service, "claim_and_start", e)),
+            }
+        } else {
+            service
+                .store
+                .claim(&claim, now())
+                .await
+                .map_err(|e| AppError::store(service, "claim", e))?
+                .into_iter()
+                .next()
+        };
+        if let Some(job) = claimed {
             let payload: ApiJobPayload =
                 serde_json::from_str(&job.payload).unwrap_or(ApiJobPayload {
                     script: String::new(),
@@ -283,6 +322,28 @@ async fn accept(
             .map_err(StoreError::from)
     };
     let event = JobEvent::Accept { runner: runner.id };
+    // The hot path: one statement that starts the job (if it is still this
+    // runner's and provisioning) and makes the runner busy (if it is still
+    // the row this request authenticated with). Anything else — a repeat,
+    // a runner that cannot start, a runner changed meanwhile — takes the
+    // general path below, where the state machines decide.
+    if let (Some(change), Ok(busy)) = (
+        event.guarded(now),
+        runway_core::moves::start_by_id(id, runner, now),
+    ) {
+        match service
+            .store
+            .apply_guarded_with_runner(id, &change, (runner, &busy), None)
+            .await
+        {
+            Ok(Some(moved)) => {
+                started(service, runner, &moved.job, now);
+                return Ok(moved.job);
+            }
+            Ok(None) => {}
+            Err(error) => return Err(AppError::transition(service, "provisioning", error)),
+        }
+    }
     let job = match service
         .store
         .move_job_and_runner(id, &event, Some(runner.id), &start, now)
@@ -324,6 +385,12 @@ async fn accept(
         }
         Err(error) => return Err(AppError::transition(service, "provisioning", error)),
     };
+    started(service, runner, &job, now);
+    Ok(job)
+}
+
+/// What a job that started on `runner` (as it was before) is counted as.
+fn started(service: &Service, runner: &Runner, job: &Job, now: Timestamp) {
     let pool = PoolLabel {
         pool: job.pool.clone().unwrap_or_default(),
     };
@@ -359,7 +426,6 @@ async fn accept(
         api_job(&pool.pool).fields(now, json!({"idle": idle.unwrap_or(0.0).round() as u64})),
         now,
     );
-    Ok(job)
 }
 
 /// Extends the lease of a job `runner` holds.
@@ -425,6 +491,52 @@ pub async fn complete(
     completion: Completion,
 ) -> Result<Job, AppError> {
     let now = now();
+    let conclusion = completion.conclusion;
+    let terminate = service.stops_after_its_job(runner);
+    let event = JobEvent::Complete {
+        runner: runner.id,
+        conclusion,
+    };
+    let log = tail(&completion.log_tail);
+    // The hot path: one statement ends the job (if this runner runs it),
+    // frees or stops the runner (if it is still the row this request
+    // authenticated with) and stores the log, all or nothing. Anything
+    // else takes the general path below.
+    let hot = match (
+        event.guarded(now),
+        runway_core::moves::finish_by_id(id, runner, terminate, now),
+    ) {
+        (Some(change), Some(next)) => service
+            .store
+            .apply_guarded_with_runner(
+                id,
+                &change,
+                (runner, &next),
+                Some((completion.exit_code, log)),
+            )
+            .await
+            .map_err(|e| AppError::transition(service, "complete", e))?,
+        _ => None,
+    };
+    let moved = match hot {
+        Some(moved) => moved,
+        None => complete_in_general(service, runner, id, &completion, terminate, now).await?,
+    };
+    completed(service, moved.runner.as_ref(), &moved.job, conclusion, now);
+    Ok(moved.job)
+}
+
+/// [`complete`] when its one statement did not apply: the job is read and
+/// refused as the state machine says, the log stored, and the job and its
+/// runner moved as they are found.
+async fn complete_in_general(
+    service: &Service,
+    runner: &Runner,
+    id: JobId,
+    completion: &Completion,
+    terminate: bool,
+    now: Timestamp,
+) -> Result<runway_store::Moved, AppError> {
     let current = service
         .store
         .get_job(id)
@@ -453,26 +565,33 @@ pub async fn complete(
         .put_job_log(id, completion.exit_code, tail(&completion.log_tail))
         .await
         .map_err(|e| AppError::store(service, "put_job_log", e))?;
-    let terminate = service.stops_after_its_job(runner);
     let finish = |_: &Job, after: &Job, current: &Runner, now: Timestamp| {
         Ok(runway_core::moves::finish(after, current, terminate, now))
     };
-    let conclusion = completion.conclusion;
-    let moved = service
+    service
         .store
         .move_job_and_runner(
             id,
             &JobEvent::Complete {
                 runner: runner.id,
-                conclusion,
+                conclusion: completion.conclusion,
             },
             Some(runner.id),
             &finish,
             now,
         )
         .await
-        .map_err(|e| AppError::transition(service, "complete", e))?;
-    let job = moved.job;
+        .map_err(|e| AppError::transition(service, "complete", e))
+}
+
+/// What a job that ended (its runner now `runner_after`) is counted as.
+fn completed(
+    service: &Service,
+    runner_after: Option<&Runner>,
+    job: &Job,
+    conclusion: Conclusion,
+    now: Timestamp,
+) {
     let pool = job.pool.clone().unwrap_or_default();
     let labels = service.metrics.job_labels(&pool, None, None, None);
     service
@@ -499,8 +618,7 @@ pub async fn complete(
             now,
         );
     }
-    service.runner_moved(moved.runner.as_ref());
-    Ok(job)
+    service.runner_moved(runner_after);
 }
 
 /// The machine of `runner`, which holds job `job`, is gone: in one

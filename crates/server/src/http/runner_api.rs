@@ -215,6 +215,11 @@ async fn submit(
 struct JobRequest {
     /// Labels to match against; the runner's registered labels if absent.
     labels: Option<Vec<String>>,
+    /// `true`: the job starts at once (`running`, this runner busy with it)
+    /// instead of waiting under its lease for `provisioning` `accepted` —
+    /// for runners with nothing to prepare. Default `false`.
+    #[serde(default)]
+    start: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, utoipa::ToSchema)]
@@ -224,10 +229,15 @@ pub struct AssignedJobDto {
     pub script: String,
     pub timeout_seconds: u64,
     pub lease_seconds: u64,
+    /// `provisioning` (accept it before the lease ends) or, for a request
+    /// with `start`, `running`.
+    #[serde(default)]
+    pub state: String,
 }
 
 /// Long poll: 201 with a job, or 204 after `[runner_api] poll_timeout`.
-/// The job is leased: accept it (`provisioning`) before the lease ends.
+/// The job is leased: accept it (`provisioning`) before the lease ends —
+/// or, asked with `"start": true`, it is already running on this runner.
 #[utoipa::path(post, path = "/api/v1/jobs/request", tag = "runner-api",
     request_body(content = Option<JobRequest>, content_type = "application/json"),
     security(("runner_token" = [])),
@@ -235,6 +245,7 @@ pub struct AssignedJobDto {
         (status = 201, description = "A job, leased to this runner", body = AssignedJobDto),
         (status = 204, description = "No job before the poll timeout; ask again"),
         (status = 400, description = "Not a valid request", body = ErrorBody),
+        (status = 409, description = "Asked with `start`: this runner cannot start a job now (`runner_unavailable`: it is busy with another)", body = ErrorBody),
         (status = 410, description = "The runner is draining or terminating: it takes no job", body = ErrorBody),
         RunnerRefusals,
     ))]
@@ -244,9 +255,10 @@ async fn request_job(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let request: JobRequest = optional_json(&body)?;
-    match jobs::claim(&service, &runner, request.labels).await? {
+    match jobs::claim(&service, &runner, request.labels, request.start).await? {
         Some(assigned) => {
             let dto = AssignedJobDto {
+                state: assigned.job.state.as_str().to_owned(),
                 id: assigned.job.id.0,
                 labels: assigned.job.labels,
                 script: assigned.script,

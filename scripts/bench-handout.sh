@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Hand-out through the runner API over HTTP, end to end: one `runway serve`
+# on PostgreSQL (a fresh database each round) or SQLite (a fresh file), and
+# `runway bench drain` (2,000 jobs submitted, then taken by 16 runners),
+# once with the two-phase start (request → accept → complete) and once with
+# jobs that start at once (request with "start": true → complete). Rounds
+# alternate the variants so the machine's noise falls on all of them alike.
+# With BASE=path/to/another/runway, that binary's two-phase run is measured
+# in the same rounds (a build of an earlier commit, say).
+#
+#   scripts/bench-handout.sh [ROUNDS]       (release build first:
+#                                            cargo build --release --locked -p runway)
+#
+# PG_URL (default postgres://postgres@127.0.0.1:5432) names the server; the
+# script creates and drops its own database `runway_bench_handout`.
+set -euo pipefail
+ROUNDS=${1:-3}
+RUNWAY=$(realpath "${RUNWAY:-target/release/runway}")
+BASE=${BASE:+$(realpath "$BASE")}
+PG_URL=${PG_URL:-postgres://postgres@127.0.0.1:5432}
+DB=runway_bench_handout
+ADMIN=bench-admin-token-0123456789
+PORT=18750
+DIR=$(mktemp -d)
+trap 'pkill -f "runway-bench-handout" 2>/dev/null || true; psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
+cat > "$DIR/runway.toml" <<TOML
+[server]
+admin_tokens = ["$ADMIN"]
+[runner_api]
+poll_timeout = "30s"
+[[pools]]
+name = "default"
+labels = ["self-hosted", "linux", "x64"]
+TOML
+
+# run BINARY BACKEND [--start-at-once]: prints the drain rate in jobs/s.
+run() {
+  local binary=$1 backend=$2 database
+  shift 2
+  if [ "$backend" = postgres ]; then
+    psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB" >/dev/null 2>&1
+    database="$PG_URL/$DB"
+  else
+    rm -f "$DIR"/handout.db*
+    database="$DIR/handout.db"
+  fi
+  # The marker in argv lets the trap find the server.
+  (cd "$DIR" && exec -a runway-bench-handout "$binary" serve --config runway.toml \
+    --database "$database" --listen "127.0.0.1:$PORT" >"$DIR/server.log" 2>&1) &
+  for _ in $(seq 1 100); do
+    curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null && break
+    sleep 0.1
+  done
+  RUNWAY_TOKEN=$ADMIN "$RUNWAY" bench drain --url "http://127.0.0.1:$PORT" --jobs 2000 \
+    --runners 16 "$@" | awk '/^drain/ {print $2}'
+  pkill -f "runway-bench-handout" || true
+  wait 2>/dev/null || true
+}
+
+echo "round backend ${BASE:+base-two-phase }two-phase start-at-once (jobs/s)"
+for round in $(seq 1 "$ROUNDS"); do
+  for backend in postgres sqlite; do
+    base=""
+    if [ -n "$BASE" ]; then
+      base="$(run "$BASE" "$backend") "
+    fi
+    two=$(run "$RUNWAY" "$backend")
+    once=$(run "$RUNWAY" "$backend" --start-at-once)
+    echo "$round $backend $base$two $once"
+  done
+done
