@@ -6,7 +6,8 @@
 # jobs that start at once (request with "start": true → complete). Rounds
 # alternate the variants so the machine's noise falls on all of them alike.
 # With BASE=path/to/another/runway, that binary's two-phase run is measured
-# in the same rounds (a build of an earlier commit, say).
+# in the same rounds (a build of an earlier commit, say); each server is
+# driven by its own binary's `bench drain`.
 #
 #   scripts/bench-handout.sh [ROUNDS]       (release build first:
 #                                            cargo build --release --locked -p runway)
@@ -51,7 +52,7 @@ run() {
     curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null && break
     sleep 0.1
   done
-  RUNWAY_TOKEN=$ADMIN "$RUNWAY" bench drain --url "http://127.0.0.1:$PORT" --jobs 2000 \
+  RUNWAY_TOKEN=$ADMIN "$binary" bench drain --url "http://127.0.0.1:$PORT" --jobs 2000 \
     --runners 16 "$@" | awk '/^drain/ {print $2}'
   pkill -f "runway-bench-handout" || true
   wait 2>/dev/null || true

@@ -543,13 +543,14 @@ async fn request_job(
     runner_token: &str,
     start: bool,
 ) -> Option<i64> {
-    let response = client
+    let mut request = client
         .post(format!("{base}/api/v1/jobs/request"))
-        .bearer_auth(runner_token)
-        .json(&serde_json::json!({ "start": start }))
-        .send()
-        .await
-        .ok()?;
+        .bearer_auth(runner_token);
+    // Only when asked: a server older than the one-step start refuses the field.
+    if start {
+        request = request.json(&serde_json::json!({ "start": true }));
+    }
+    let response = request.send().await.ok()?;
     if response.status().as_u16() != 201 {
         return None;
     }

@@ -29,6 +29,6 @@ echo "== pgbench, before"
 run_pgbench
 echo "== runway store, PostgreSQL"
 cargo bench -q -p runway-store --bench queue -- postgres 2>&1 |
-  grep -E '^(enqueue|claim)|thrpt:'
+  grep -E '^(enqueue|claim|handout)|thrpt:'
 echo "== pgbench, after"
 run_pgbench

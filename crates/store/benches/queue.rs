@@ -1,7 +1,7 @@
 //! Queue throughput on both backends: enqueue, and the whole hand-out of a
-//! job to a runner with 1 and 8 concurrent workers — in three writes
-//! (claim, accept, complete) and in two (a claim that starts the job with
-//! its runner, then the completion with its runner and log).
+//! job to a runner with 1 and 8 concurrent workers: the job alone (claim,
+//! accept, complete), and the job with its runner and log as the runner
+//! API moves them, in three writes (two-phase) and in two (one step).
 //!
 //! `cargo bench -p runway-store` (PostgreSQL from `RUNWAY_TEST_POSTGRES_URL`,
 //! default the local service). See `benches/README.md`.
@@ -64,9 +64,11 @@ async fn idle_runner(store: &Arc<dyn Store>, pool: &str, worker: u64) -> Runner 
         .expect("ready")
 }
 
-/// One job through `runner`: claimed and started in one write, completed
-/// with its log in another. Returns the runner as it is after.
-async fn start_and_complete(store: &dyn Store, pool: &str, runner: &Runner) -> Runner {
+/// One job through `runner`, as the runner API hands it out: claimed and
+/// started in one write (`one_step`), or claimed and then accepted with the
+/// runner made busy; then completed with the runner freed and the log
+/// stored. Returns the runner as it is after.
+async fn hand_out(store: &dyn Store, pool: &str, runner: &Runner, one_step: bool) -> Runner {
     let claim = Claim {
         pool: pool.to_owned(),
         runner: runner.id,
@@ -74,23 +76,38 @@ async fn start_and_complete(store: &dyn Store, pool: &str, runner: &Runner) -> R
         lease: Duration::from_secs(120),
         runner_labels: None,
     };
-    let ClaimStart::Started(moved) = store
-        .claim_and_start(&claim, runner, now())
-        .await
-        .expect("claim and start")
-    else {
-        panic!("every iteration has a queued job and a runner it knows");
+    let (job, busy) = if one_step {
+        let ClaimStart::Started(moved) = store
+            .claim_and_start(&claim, runner, now())
+            .await
+            .expect("claim and start")
+        else {
+            panic!("every iteration has a queued job and a runner it knows");
+        };
+        (moved.job, moved.runner.expect("the runner is stored"))
+    } else {
+        let claimed = store.claim(&claim, now()).await.expect("claim");
+        let job = claimed.into_iter().next().expect("a queued job");
+        let accept = JobEvent::Accept { runner: runner.id }
+            .guarded(now())
+            .expect("an accept has a guarded form");
+        let busy = moves::start(&job, runner, now()).expect("an idle runner starts");
+        let moved = store
+            .apply_guarded_with_runner(job.id, &accept, (runner, &busy), None)
+            .await
+            .expect("accept")
+            .expect("the holder accepts");
+        (moved.job, busy)
     };
-    let busy = moved.runner.expect("the runner is stored");
-    let change = JobEvent::Complete {
+    let complete = JobEvent::Complete {
         runner: runner.id,
         conclusion: Conclusion::Success,
     }
     .guarded(now())
     .expect("a completion has a guarded form");
-    let free = moves::finish(&moved.job, &busy, false, now()).expect("busy with it");
+    let free = moves::finish(&job, &busy, false, now()).expect("busy with it");
     store
-        .apply_guarded_with_runner(moved.job.id, &change, (&busy, &free), Some((Some(0), "ok")))
+        .apply_guarded_with_runner(job.id, &complete, (&busy, &free), Some((Some(0), "ok")))
         .await
         .expect("complete")
         .expect("the holder completes");
@@ -267,46 +284,50 @@ fn queue_benchmarks(c: &mut Criterion) {
     }
     group.finish();
 
-    // The same hand-out in two writes a job: a claim that starts the job
-    // and makes its runner busy (one statement on PostgreSQL), then the
-    // completion that frees the runner and stores the log (one statement).
-    let mut group = c.benchmark_group("claim_start_complete");
-    group.throughput(Throughput::Elements(1));
-    for backend in &backends {
-        for workers in [1u64, 8] {
-            let store = backend.store.clone();
-            group.bench_with_input(
-                BenchmarkId::new(backend.name, format!("{workers}-workers")),
-                &workers,
-                |b, &workers| {
-                    b.to_async(&runtime).iter_custom(|iters| {
-                        let store = store.clone();
-                        async move {
-                            let pool = filled_pool(&*store, "start", iters).await;
-                            let mut runners = Vec::new();
-                            for worker in 0..workers {
-                                runners.push(tokio::sync::Mutex::new(
-                                    idle_runner(&store, &pool, worker).await,
-                                ));
-                            }
-                            let runners = Arc::new(runners);
-                            run_split(iters, workers, move |worker| {
-                                let store = store.clone();
-                                let pool = pool.clone();
-                                let runners = runners.clone();
-                                async move {
-                                    let mut runner = runners[worker as usize].lock().await;
-                                    *runner = start_and_complete(&*store, &pool, &runner).await;
+    // The hand-out as the runner API does it, the runner moving with its
+    // job: in three writes (claim; accept with the runner made busy;
+    // completion with the runner freed and the log stored), and in two (a
+    // claim that starts the job with its runner, then the completion).
+    // One statement each on PostgreSQL.
+    for (name, one_step) in [("handout_two_phase", false), ("handout_one_step", true)] {
+        let mut group = c.benchmark_group(name);
+        group.throughput(Throughput::Elements(1));
+        for backend in &backends {
+            for workers in [1u64, 8] {
+                let store = backend.store.clone();
+                group.bench_with_input(
+                    BenchmarkId::new(backend.name, format!("{workers}-workers")),
+                    &workers,
+                    |b, &workers| {
+                        b.to_async(&runtime).iter_custom(|iters| {
+                            let store = store.clone();
+                            async move {
+                                let pool = filled_pool(&*store, name, iters).await;
+                                let mut runners = Vec::new();
+                                for worker in 0..workers {
+                                    runners.push(tokio::sync::Mutex::new(
+                                        idle_runner(&store, &pool, worker).await,
+                                    ));
                                 }
-                            })
-                            .await
-                        }
-                    });
-                },
-            );
+                                let runners = Arc::new(runners);
+                                run_split(iters, workers, move |worker| {
+                                    let store = store.clone();
+                                    let pool = pool.clone();
+                                    let runners = runners.clone();
+                                    async move {
+                                        let mut runner = runners[worker as usize].lock().await;
+                                        *runner = hand_out(&*store, &pool, &runner, one_step).await;
+                                    }
+                                })
+                                .await
+                            }
+                        });
+                    },
+                );
+            }
         }
+        group.finish();
     }
-    group.finish();
 
     for backend in backends {
         if let Some((url, schema)) = backend.cleanup {
