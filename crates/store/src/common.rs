@@ -92,7 +92,7 @@ pub(crate) struct Statements {
     /// The dialect's claim ([`crate::sql::Dialect::claim_statement`]).
     pub claim: String,
     /// [`crate::sql::Dialect::claim_start_statement`].
-    pub claim_start: Option<String>,
+    pub claim_start: crate::sql::ClaimStartSql,
     /// [`crate::sql::Dialect::guarded_pair_statement`].
     pub guarded_pair: Option<String>,
     pub insert_job: String,

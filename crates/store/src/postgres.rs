@@ -16,7 +16,7 @@ use sqlx::{ConnectOptions, Connection};
 
 use crate::group_commit::{BatchExecutor, GroupCommit, Op, Outcome};
 use crate::rows::{JobRow, JOB_COLUMNS};
-use crate::sql::{describe_sqlx_error, Dialect, Shared, SqlStore};
+use crate::sql::{describe_sqlx_error, ClaimStartSql, Dialect, Shared, SqlStore};
 use crate::{
     redact_url, Backend, Enqueued, Leadership, OpenOptions, Store, StoreError, Wake, WakeListener,
 };
@@ -223,8 +223,8 @@ impl Dialect for PostgresDialect {
         )
     }
 
-    fn claim_start_statement() -> Option<String> {
-        Some(crate::common::claim_start_postgres(NEXT_QUEUED))
+    fn claim_start_statement() -> ClaimStartSql {
+        ClaimStartSql::OneStatement(crate::common::claim_start_postgres(NEXT_QUEUED))
     }
 
     fn guarded_pair_statement() -> Option<String> {

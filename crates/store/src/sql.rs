@@ -68,13 +68,9 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     /// lowercase) or NULL. Returns the claimed rows (`id, JOB_COLUMNS`).
     fn claim_statement() -> String;
 
-    /// A claim that starts its job at once, in one statement
-    /// ([`crate::common::claim_start_postgres`]'s parameters); `None` runs
-    /// it as a transaction of the claim, the accept and the runner's
-    /// compare-and-set (SQLite, where a statement costs no round trip).
-    fn claim_start_statement() -> Option<String> {
-        None
-    }
+    /// How the dialect claims a job that starts at once
+    /// ([`Store::claim_and_start`]).
+    fn claim_start_statement() -> ClaimStartSql;
 
     /// A guarded job change with its runner's compare-and-set and the
     /// job's log in one statement ([`crate::common::guarded_pair_postgres`]);
@@ -118,6 +114,20 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         let _ = (store, name, term);
         None
     }
+}
+
+/// A dialect's claim that starts its job at once.
+pub enum ClaimStartSql {
+    /// The job and its runner in one statement
+    /// ([`crate::common::claim_start_postgres`]'s parameters).
+    OneStatement(String),
+    /// [`Dialect::claim_statement`] that makes the job `running` at once
+    /// (the same parameters, `$6` holding both history lines — claimed,
+    /// started — and `$7` the start time; the version moves by two, as a
+    /// claim and its accept move it), followed in the same transaction by
+    /// the runner's compare-and-set. For SQLite, where a statement costs no
+    /// round trip to a server, only a hop to the connection's thread.
+    ThenRunner(String),
 }
 
 /// How many rows a statement changed: each sqlx backend says so in an
@@ -339,8 +349,9 @@ where
     }
 
     /// [`Op::ClaimStart`]: one statement where the dialect has one, else
-    /// the claim, the accept and the runner's compare-and-set in a
-    /// transaction (a savepoint within a shared one), all or nothing.
+    /// the dialect's claim that starts its job and the runner's
+    /// compare-and-set, in a transaction (a savepoint within a shared one):
+    /// all or nothing.
     async fn claim_start(
         &self,
         connection: &mut <D::Db as Database>::Connection,
@@ -352,7 +363,11 @@ where
     ) -> Result<Outcome, StoreError> {
         let labels = claim_labels(claim);
         let lease_deadline = now.plus(claim.lease).as_millis();
-        if let Some(sql) = &self.statements.claim_start {
+        let sql = match &self.statements.claim_start {
+            ClaimStartSql::OneStatement(sql) => Some(sql),
+            ClaimStartSql::ThenRunner(_) => None,
+        };
+        if let Some(sql) = sql {
             let columns = Columns::from(runner_next);
             let steps = format!("{claim_step}{start_step}");
             let query = sqlx::query(sql)
@@ -375,48 +390,43 @@ where
                 .collect::<Result<_, _>>()?;
             return Ok(Outcome::Claimed(jobs));
         }
-        let mut all = sqlx::Connection::begin(&mut *connection).await?;
-        let claimed: Option<JobRow> = sqlx::query_as(&self.statements.claim)
+        let steps = format!("{claim_step}{start_step}");
+        let ClaimStartSql::ThenRunner(claim_running) = &self.statements.claim_start else {
+            unreachable!("a one-statement claim-and-start returned above");
+        };
+        let mut both = sqlx::Connection::begin(&mut *connection).await?;
+        let claimed: Option<JobRow> = sqlx::query_as(claim_running)
             .bind(claim.pool.as_str())
             .bind(claim.runner.0)
             .bind(lease_deadline)
             .bind(1_i64)
             .bind(labels.as_deref())
-            .bind(claim_step.as_str())
-            .fetch_all(&mut *all)
+            .bind(steps.as_str())
+            .bind(now.as_millis())
+            .fetch_all(&mut *both)
             .await?
             .pop();
         let Some(claimed) = claimed else {
-            all.rollback().await?;
+            both.rollback().await?;
             return Ok(Outcome::Claimed(Vec::new()));
         };
-        let claimed = Job::try_from(claimed)?;
-        let accept = runway_core::JobEvent::Accept {
-            runner: claim.runner,
-        }
-        .guarded(now)
-        .ok_or_else(|| StoreError::Corrupt("an accept has no guarded form".into()))?;
+        let started = Job::try_from(claimed)?;
         let mut busy = runner_next.clone();
-        busy.job = Some(claimed.id);
+        busy.job = Some(started.id);
         let busy = Columns::from(&busy);
-        let started = self
-            .guarded_with_runner(
-                &mut *all,
-                claimed.id,
-                (&accept, start_step),
-                (claim.runner, runner_version, &busy),
-                None,
-            )
-            .await?;
-        match started {
-            Some(job) => {
-                all.commit().await?;
-                Ok(Outcome::Claimed(vec![job]))
-            }
-            None => {
-                all.rollback().await?;
-                Ok(Outcome::Claimed(Vec::new()))
-            }
+        let replaced = bind_columns(sqlx::query(&self.statements.replace_runner), &busy)
+            .bind(claim.runner.0)
+            .bind(runner_version)
+            .execute(&mut *both)
+            .await?
+            .rows_affected()
+            == 1;
+        if replaced {
+            both.commit().await?;
+            Ok(Outcome::Claimed(vec![started]))
+        } else {
+            both.rollback().await?;
+            Ok(Outcome::Claimed(Vec::new()))
         }
     }
 

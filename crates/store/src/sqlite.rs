@@ -15,7 +15,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 
 use crate::group_commit::{BatchExecutor, GroupCommit, Op, Outcome};
 use crate::rows::JOB_COLUMNS;
-use crate::sql::{describe_sqlx_error, Dialect, Shared, SqlStore};
+use crate::sql::{describe_sqlx_error, ClaimStartSql, Dialect, Shared, SqlStore};
 use crate::{Backend, Enqueued, Leadership, StoreError};
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -90,6 +90,22 @@ impl BatchExecutor for Shared<SqliteDialect> {
     }
 }
 
+/// The claim: up to `?4` queued jobs of pool `?1` for runner `?2` under a
+/// lease ending at `?3` (labels `?5`, history `?6`), each set as `set`
+/// says.
+fn claim(set: &str) -> String {
+    format!(
+        "UPDATE jobs SET {set}, runner_id = ?2, lease_deadline = ?3, history = history || ?6 \
+         WHERE id IN (SELECT id FROM jobs WHERE state = 'queued' AND pool = ?1 \
+           AND (excluded_runners = '[]' OR NOT EXISTS \
+                (SELECT 1 FROM json_each(jobs.excluded_runners) WHERE json_each.value = ?2)) \
+           AND (?5 IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(jobs.labels) AS l \
+                WHERE lower(l.value) NOT IN (SELECT value FROM json_each(?5)))) \
+           ORDER BY enqueued_at, id LIMIT ?4) \
+         RETURNING id, {JOB_COLUMNS}"
+    )
+}
+
 #[async_trait]
 impl Dialect for SqliteDialect {
     type Db = sqlx::Sqlite;
@@ -100,17 +116,13 @@ impl Dialect for SqliteDialect {
     }
 
     fn claim_statement() -> String {
-        format!(
-            "UPDATE jobs SET state = 'provisioning', runner_id = ?2, lease_deadline = ?3, \
-             history = history || ?6, version = version + 1 \
-             WHERE id IN (SELECT id FROM jobs WHERE state = 'queued' AND pool = ?1 \
-               AND (excluded_runners = '[]' OR NOT EXISTS \
-                    (SELECT 1 FROM json_each(jobs.excluded_runners) WHERE json_each.value = ?2)) \
-               AND (?5 IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(jobs.labels) AS l \
-                    WHERE lower(l.value) NOT IN (SELECT value FROM json_each(?5)))) \
-               ORDER BY enqueued_at, id LIMIT ?4) \
-             RETURNING id, {JOB_COLUMNS}"
-        )
+        claim("state = 'provisioning', version = version + 1")
+    }
+
+    fn claim_start_statement() -> ClaimStartSql {
+        ClaimStartSql::ThenRunner(claim(
+            "state = 'running', started_at = ?7, version = version + 2",
+        ))
     }
 
     async fn reclaim_space(store: &SqliteStore, pages: u32) -> Result<(), StoreError> {
