@@ -10,7 +10,9 @@
 //!
 //! A second workload moves jobs *and their runners*: accepts (the runner
 //! becomes busy with the job), completions (the runner is free again) and
-//! lease sweeps (a running job's runner crashes), each one store operation.
+//! lease sweeps (a running job's runner crashes), each one store operation —
+//! half the starts and completions through the one-write hot path
+//! (`claim_and_start`, `apply_guarded_with_runner` with the log).
 //! After every kill, besides the checks above: every runner keeps its
 //! invariants, and a job and its runner agree — a running job's runner is
 //! busy with it, a busy runner's job is running on it. Two separate writes
@@ -37,7 +39,8 @@ use runway_core::{
     RunnerState, Timestamp,
 };
 use runway_store::{
-    Claim, JobFilter, OpenOptions, PostgresStore, RunnerFilter, SqliteStore, Store, StoreError,
+    Claim, ClaimStart, JobFilter, OpenOptions, PostgresStore, RunnerFilter, SqliteStore, Store,
+    StoreError,
 };
 use sqlx::Connection;
 
@@ -259,6 +262,18 @@ async fn moves_workload(target: &str, life: i64) {
                     lease: LEASE,
                     runner_labels: None,
                 };
+                if rng.gen_bool(0.5) {
+                    // The one-step start: the claim starts the job and
+                    // makes the runner busy in one write.
+                    match store.claim_and_start(&claim, &runner, at(now)).await {
+                        Ok(ClaimStart::Started(moved)) => {
+                            report(format!("started {}", moved.job.id))
+                        }
+                        Ok(ClaimStart::NoJob | ClaimStart::RunnerChanged(_)) => {}
+                        Err(other) => panic!("claim and start: {other}"),
+                    }
+                    continue;
+                }
                 for job in store.claim(&claim, at(now)).await.expect("claim") {
                     let accept = JobEvent::Accept { runner: id };
                     match store
@@ -281,10 +296,31 @@ async fn moves_workload(target: &str, life: i64) {
                     runner: id,
                     conclusion: Conclusion::Success,
                 };
-                store
-                    .move_job_and_runner(job, &complete, Some(id), &finish_on, at(now))
-                    .await
-                    .expect("complete");
+                // The hot path half the time: the job, its runner and the
+                // log in one write, the general move if its guard fails.
+                let hot = match (
+                    rng.gen_bool(0.5),
+                    complete.guarded(at(now)),
+                    runway_core::moves::finish_by_id(job, &runner, false, at(now)),
+                ) {
+                    (true, Some(change), Some(free)) => store
+                        .apply_guarded_with_runner(
+                            job,
+                            &change,
+                            (&runner, &free),
+                            Some((Some(0), "ok")),
+                        )
+                        .await
+                        .expect("complete in one write")
+                        .is_some(),
+                    _ => false,
+                };
+                if !hot {
+                    store
+                        .move_job_and_runner(job, &complete, Some(id), &finish_on, at(now))
+                        .await
+                        .expect("complete");
+                }
                 report(format!("completed {job}"));
             }
             _ => {
