@@ -399,6 +399,32 @@ pub(crate) fn qualified(table: &str, columns: &str) -> String {
         .join(", ")
 }
 
+/// Binds a claim's parameters `$1`–`$6` (see
+/// [`crate::sql::Dialect::claim_statement`]): its pool, its runner, the
+/// lease's end, at most `limit` jobs, the runner's labels, the history.
+pub(crate) fn bind_claim<'q, DB, Q>(
+    query: Q,
+    claim: &'q crate::Claim,
+    (limit, lease_deadline): (i64, i64),
+    labels: Option<&'q str>,
+    history: &'q str,
+) -> Q
+where
+    DB: sqlx::Database,
+    Q: Bind<'q, DB>,
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    query
+        .with(claim.pool.as_str())
+        .with(claim.runner.0)
+        .with(lease_deadline)
+        .with(limit)
+        .with(labels)
+        .with(history)
+}
+
 /// Binds a guarded change to [`guarded_job`]'s parameters.
 pub(crate) fn bind_guarded<'q, DB, Q>(
     query: Q,

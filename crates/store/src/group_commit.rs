@@ -77,9 +77,8 @@ pub(crate) enum Op {
         runner_version: i64,
         /// The runner's next row, its job left for the claim to fill in.
         runner_next: Box<Runner>,
-        /// The history lines of the claim and of the start.
-        claim_step: String,
-        start_step: String,
+        /// The history lines of the claim and of the start, in order.
+        steps: String,
         now: Timestamp,
     },
     /// A guarded job change, its runner's compare-and-set and optionally

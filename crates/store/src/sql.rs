@@ -15,12 +15,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use runway_core::job::NewJob;
 use runway_core::runner::NewRunner;
-use runway_core::{Job, JobId, JobSource, Runner, RunnerId, Timestamp};
+use runway_core::{Job, JobId, JobSource, JobState, Runner, RunnerId, Timestamp};
 use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
-use crate::common::{bind_guarded, Statements, LIVE_RUNNER};
+use crate::common::{bind_claim, bind_guarded, Statements, LIVE_RUNNER};
 use crate::group_commit::{Op, Outcome};
 use crate::rows::{
     bind_columns, history_line, Columns, JobRow, RunnerRow, JOB_COLUMNS, RUNNER_COLUMNS,
@@ -35,11 +35,12 @@ fn claim_labels(claim: &Claim) -> Option<String> {
     })
 }
 
-/// The history line of a claim: provisioning on `runner` at `now`.
-fn claim_step(runner: runway_core::RunnerId, now: Timestamp) -> String {
+/// The history line of a move of a job to `state` on `runner` at `now`
+/// that the statement makes itself (a claim, a claim that starts).
+fn holder_step(state: JobState, runner: RunnerId, now: Timestamp) -> String {
     history_line(Some(&runway_core::JobStep {
         at: now,
-        state: runway_core::JobState::Provisioning,
+        state,
         runner: Some(runner),
         attempts: None,
         conclusion: None,
@@ -356,77 +357,61 @@ where
         &self,
         connection: &mut <D::Db as Database>::Connection,
         claim: &Claim,
-        runner_version: i64,
-        runner_next: &Runner,
-        (claim_step, start_step): (&String, &String),
+        (runner_version, runner_next): (i64, &Runner),
+        steps: &str,
         now: Timestamp,
     ) -> Result<Outcome, StoreError> {
         let labels = claim_labels(claim);
         let lease_deadline = now.plus(claim.lease).as_millis();
-        let sql = match &self.statements.claim_start {
-            ClaimStartSql::OneStatement(sql) => Some(sql),
-            ClaimStartSql::ThenRunner(_) => None,
-        };
-        if let Some(sql) = sql {
-            let columns = Columns::from(runner_next);
-            let steps = format!("{claim_step}{start_step}");
-            let query = sqlx::query(sql)
-                .bind(claim.pool.as_str())
-                .bind(claim.runner.0)
-                .bind(lease_deadline)
-                .bind(1_i64)
-                .bind(labels.as_deref())
-                .bind(steps.as_str())
-                .bind(now.as_millis())
-                .bind(runner_version);
-            // Run to its end, as every write (see `insert_job`).
-            let rows = bind_columns(query, &columns)
-                .fetch_all(&mut *connection)
-                .await?;
-            let jobs = rows
-                .iter()
-                .map(|row| JobRow::from_row(row).map_err(StoreError::from))
-                .map(|row| row.and_then(Job::try_from))
-                .collect::<Result<_, _>>()?;
-            return Ok(Outcome::Claimed(jobs));
-        }
-        let steps = format!("{claim_step}{start_step}");
-        let ClaimStartSql::ThenRunner(claim_running) = &self.statements.claim_start else {
-            unreachable!("a one-statement claim-and-start returned above");
-        };
-        let mut both = sqlx::Connection::begin(&mut *connection).await?;
-        let claimed: Option<JobRow> = sqlx::query_as(claim_running)
-            .bind(claim.pool.as_str())
-            .bind(claim.runner.0)
-            .bind(lease_deadline)
-            .bind(1_i64)
-            .bind(labels.as_deref())
-            .bind(steps.as_str())
+        let started = |sql| {
+            bind_claim(
+                sqlx::query_as(sql),
+                claim,
+                (1, lease_deadline),
+                labels.as_deref(),
+                steps,
+            )
             .bind(now.as_millis())
-            .fetch_all(&mut *both)
-            .await?
-            .pop();
-        let Some(claimed) = claimed else {
-            both.rollback().await?;
-            return Ok(Outcome::Claimed(Vec::new()));
         };
-        let started = Job::try_from(claimed)?;
-        let mut busy = runner_next.clone();
-        busy.job = Some(started.id);
-        let busy = Columns::from(&busy);
-        let replaced = bind_columns(sqlx::query(&self.statements.replace_runner), &busy)
-            .bind(claim.runner.0)
-            .bind(runner_version)
-            .execute(&mut *both)
-            .await?
-            .rows_affected()
-            == 1;
-        if replaced {
-            both.commit().await?;
-            Ok(Outcome::Claimed(vec![started]))
-        } else {
-            both.rollback().await?;
-            Ok(Outcome::Claimed(Vec::new()))
+        match &self.statements.claim_start {
+            ClaimStartSql::OneStatement(sql) => {
+                let columns = Columns::from(runner_next);
+                // Run to its end, as every write (see `insert_job`).
+                let rows: Vec<JobRow> = bind_columns(started(sql).bind(runner_version), &columns)
+                    .fetch_all(&mut *connection)
+                    .await?;
+                let jobs = rows
+                    .into_iter()
+                    .map(Job::try_from)
+                    .collect::<Result<_, _>>()?;
+                Ok(Outcome::Claimed(jobs))
+            }
+            ClaimStartSql::ThenRunner(sql) => {
+                let mut both = sqlx::Connection::begin(&mut *connection).await?;
+                let claimed: Option<JobRow> = started(sql).fetch_all(&mut *both).await?.pop();
+                let Some(claimed) = claimed else {
+                    both.rollback().await?;
+                    return Ok(Outcome::Claimed(Vec::new()));
+                };
+                let job = Job::try_from(claimed)?;
+                let mut busy = runner_next.clone();
+                busy.job = Some(job.id);
+                let busy = Columns::from(&busy);
+                let replaced = bind_columns(sqlx::query(&self.statements.replace_runner), &busy)
+                    .bind(claim.runner.0)
+                    .bind(runner_version)
+                    .execute(&mut *both)
+                    .await?
+                    .rows_affected()
+                    == 1;
+                if replaced {
+                    both.commit().await?;
+                    Ok(Outcome::Claimed(vec![job]))
+                } else {
+                    both.rollback().await?;
+                    Ok(Outcome::Claimed(Vec::new()))
+                }
+            }
         }
     }
 
@@ -575,16 +560,14 @@ where
                 claim,
                 runner_version,
                 runner_next,
-                claim_step,
-                start_step,
+                steps,
                 now,
             } => {
                 self.claim_start(
                     transaction,
                     claim,
-                    *runner_version,
-                    runner_next,
-                    (claim_step, start_step),
+                    (*runner_version, runner_next),
+                    steps,
                     *now,
                 )
                 .await?
@@ -612,16 +595,17 @@ where
             }
             Op::Claim { claim, now } => {
                 let labels = claim_labels(claim);
-                let step = claim_step(claim.runner, *now);
-                let rows: Vec<JobRow> = sqlx::query_as(&self.statements.claim)
-                    .bind(claim.pool.as_str())
-                    .bind(claim.runner.0)
-                    .bind(now.plus(claim.lease).as_millis())
-                    .bind(i64::from(claim.limit))
-                    .bind(labels.as_deref())
-                    .bind(step.as_str())
-                    .fetch_all(&mut *transaction)
-                    .await?;
+                let step = holder_step(JobState::Provisioning, claim.runner, *now);
+                let lease_deadline = now.plus(claim.lease).as_millis();
+                let rows: Vec<JobRow> = bind_claim(
+                    sqlx::query_as(&self.statements.claim),
+                    claim,
+                    (i64::from(claim.limit), lease_deadline),
+                    labels.as_deref(),
+                    &step,
+                )
+                .fetch_all(&mut *transaction)
+                .await?;
                 Outcome::Claimed(
                     rows.into_iter()
                         .map(Job::try_from)
@@ -854,16 +838,6 @@ where
         now: Timestamp,
     ) -> Result<ClaimStart, StoreError> {
         let runner_next = runway_core::moves::start_on_claim(runner, now)?;
-        let step = |state| {
-            history_line(Some(&runway_core::JobStep {
-                at: now,
-                state,
-                runner: Some(runner.id),
-                attempts: None,
-                conclusion: None,
-                reason: None,
-            }))
-        };
         let op = Op::ClaimStart {
             claim: Claim {
                 runner: runner.id,
@@ -872,8 +846,12 @@ where
             },
             runner_version: runner.version,
             runner_next: Box::new(runner_next.clone()),
-            claim_step: step(runway_core::JobState::Provisioning),
-            start_step: step(runway_core::JobState::Running),
+            // Claimed, then started: the history a claim and its accept write.
+            steps: format!(
+                "{}{}",
+                holder_step(JobState::Provisioning, runner.id, now),
+                holder_step(JobState::Running, runner.id, now)
+            ),
             now,
         };
         let claimed = match self.group.submit(op).await? {
