@@ -520,7 +520,10 @@ pub async fn complete(
     };
     let moved = match hot {
         Some(moved) => moved,
-        None => complete_in_general(service, runner, id, &completion, terminate, now).await?,
+        None => {
+            let log = (completion.exit_code, log);
+            complete_in_general(service, runner, (id, &event), log, terminate, now).await?
+        }
     };
     completed(service, moved.runner.as_ref(), &moved.job, conclusion, now);
     Ok(moved.job)
@@ -532,8 +535,8 @@ pub async fn complete(
 async fn complete_in_general(
     service: &Service,
     runner: &Runner,
-    id: JobId,
-    completion: &Completion,
+    (id, event): (JobId, &JobEvent),
+    (exit_code, log): (Option<i64>, &str),
     terminate: bool,
     now: Timestamp,
 ) -> Result<runway_store::Moved, AppError> {
@@ -562,7 +565,7 @@ async fn complete_in_general(
     }
     service
         .store
-        .put_job_log(id, completion.exit_code, tail(&completion.log_tail))
+        .put_job_log(id, exit_code, log)
         .await
         .map_err(|e| AppError::store(service, "put_job_log", e))?;
     let finish = |_: &Job, after: &Job, current: &Runner, now: Timestamp| {
@@ -570,16 +573,7 @@ async fn complete_in_general(
     };
     service
         .store
-        .move_job_and_runner(
-            id,
-            &JobEvent::Complete {
-                runner: runner.id,
-                conclusion: completion.conclusion,
-            },
-            Some(runner.id),
-            &finish,
-            now,
-        )
+        .move_job_and_runner(id, event, Some(runner.id), &finish, now)
         .await
         .map_err(|e| AppError::transition(service, "complete", e))
 }
