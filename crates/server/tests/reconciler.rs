@@ -1250,9 +1250,10 @@ async fn a_job_whose_runners_machine_vanishes_is_requeued_at_once() {
         queued,
         runner,
     } = ready_runner(&dir, linux_pool(0, 5)).await;
-    let claimed = service
+    // The job starts on the runner: running under its lease, the runner busy.
+    let started = service
         .store
-        .claim(
+        .claim_and_start(
             &runway_store::Claim {
                 pool: "linux".into(),
                 runner: runner.id,
@@ -1260,25 +1261,15 @@ async fn a_job_whose_runners_machine_vanishes_is_requeued_at_once() {
                 lease: Duration::from_secs(600),
                 runner_labels: None,
             },
+            &runner,
             clock.now(),
         )
         .await
         .unwrap();
-    assert_eq!(claimed.len(), 1);
-    service
-        .store
-        .accept(queued.id, runner.id, clock.now())
-        .await
-        .unwrap();
-    service
-        .store
-        .apply_runner_event(
-            runner.id,
-            &RunnerEvent::JobAssigned { job: queued.id },
-            clock.now(),
-        )
-        .await
-        .unwrap();
+    assert!(
+        matches!(&started, runway_store::ClaimStart::Started(moved) if moved.job.id == queued.id),
+        "{started:?}"
+    );
     // The machine goes behind runway's back, ten minutes before the lease ends.
     let instance = runner.instance_id.clone().expect("an instance");
     sim.delete(&InstanceId(instance)).await.unwrap();

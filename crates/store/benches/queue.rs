@@ -176,6 +176,36 @@ where
     started.elapsed()
 }
 
+/// Benchmark group `name`, one job an element, on every backend with 1 and
+/// 8 workers: `sample(store, workers, iters)` runs one timed sample of
+/// `iters` jobs and returns its wall time.
+fn per_worker_count<F, Fut>(
+    c: &mut Criterion,
+    runtime: &tokio::runtime::Runtime,
+    backends: &[Backend],
+    name: &str,
+    sample: F,
+) where
+    F: Fn(Arc<dyn Store>, u64, u64) -> Fut,
+    Fut: std::future::Future<Output = Duration>,
+{
+    let mut group = c.benchmark_group(name);
+    group.throughput(Throughput::Elements(1));
+    for backend in backends {
+        for workers in [1u64, 8] {
+            group.bench_with_input(
+                BenchmarkId::new(backend.name, format!("{workers}-workers")),
+                &workers,
+                |b, &workers| {
+                    b.to_async(runtime)
+                        .iter_custom(|iters| sample(backend.store.clone(), workers, iters));
+                },
+            );
+        }
+    }
+    group.finish();
+}
+
 fn queue_benchmarks(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -184,35 +214,23 @@ fn queue_benchmarks(c: &mut Criterion) {
         .expect("runtime");
     let backends = backends(&runtime);
 
-    let mut group = c.benchmark_group("enqueue");
-    group.throughput(Throughput::Elements(1));
-    for backend in &backends {
-        for workers in [1u64, 8] {
-            let store = backend.store.clone();
-            group.bench_with_input(
-                BenchmarkId::new(backend.name, format!("{workers}-workers")),
-                &workers,
-                |b, &workers| {
-                    b.to_async(&runtime).iter_custom(|iters| {
-                        let store = store.clone();
-                        async move {
-                            run_split(iters, workers, move |_| {
-                                let store = store.clone();
-                                async move {
-                                    store
-                                        .enqueue(&new_job("enqueue"), now())
-                                        .await
-                                        .expect("enqueue");
-                                }
-                            })
-                            .await
-                        }
-                    });
-                },
-            );
-        }
-    }
-    group.finish();
+    per_worker_count(
+        c,
+        &runtime,
+        &backends,
+        "enqueue",
+        |store, workers, iters| {
+            run_split(iters, workers, move |_| {
+                let store = store.clone();
+                async move {
+                    store
+                        .enqueue(&new_job("enqueue"), now())
+                        .await
+                        .expect("enqueue");
+                }
+            })
+        },
+    );
 
     let mut group = c.benchmark_group("enqueue_many_100");
     group.throughput(Throughput::Elements(100));
@@ -240,49 +258,39 @@ fn queue_benchmarks(c: &mut Criterion) {
     group.finish();
 
     // One job handed out and finished: claim (lease) → accept → complete.
-    let mut group = c.benchmark_group("claim_accept_complete");
-    group.throughput(Throughput::Elements(1));
-    for backend in &backends {
-        for workers in [1u64, 8] {
-            let store = backend.store.clone();
-            group.bench_with_input(
-                BenchmarkId::new(backend.name, format!("{workers}-workers")),
-                &workers,
-                |b, &workers| {
-                    b.to_async(&runtime).iter_custom(|iters| {
-                        let store = store.clone();
-                        async move {
-                            let pool = filled_pool(&*store, "claim", iters).await;
-                            run_split(iters, workers, move |worker| {
-                                let store = store.clone();
-                                let pool = pool.clone();
-                                async move {
-                                    let runner = RunnerId(worker as i64 + 1);
-                                    let claim = Claim {
-                                        pool,
-                                        runner,
-                                        limit: 1,
-                                        lease: Duration::from_secs(120),
-                                        runner_labels: None,
-                                    };
-                                    let jobs = store.claim(&claim, now()).await.expect("claim");
-                                    for job in jobs {
-                                        store.accept(job.id, runner, now()).await.expect("accept");
-                                        store
-                                            .complete(job.id, runner, Conclusion::Success, now())
-                                            .await
-                                            .expect("complete");
-                                    }
-                                }
-                            })
+    let name = "claim_accept_complete";
+    per_worker_count(
+        c,
+        &runtime,
+        &backends,
+        name,
+        |store, workers, iters| async move {
+            let pool = filled_pool(&*store, "claim", iters).await;
+            run_split(iters, workers, move |worker| {
+                let store = store.clone();
+                let pool = pool.clone();
+                async move {
+                    let runner = RunnerId(worker as i64 + 1);
+                    let claim = Claim {
+                        pool,
+                        runner,
+                        limit: 1,
+                        lease: Duration::from_secs(120),
+                        runner_labels: None,
+                    };
+                    let jobs = store.claim(&claim, now()).await.expect("claim");
+                    for job in jobs {
+                        store.accept(job.id, runner, now()).await.expect("accept");
+                        store
+                            .complete(job.id, runner, Conclusion::Success, now())
                             .await
-                        }
-                    });
-                },
-            );
-        }
-    }
-    group.finish();
+                            .expect("complete");
+                    }
+                }
+            })
+            .await
+        },
+    );
 
     // The hand-out as the runner API does it, the runner moving with its
     // job: in three writes (claim; accept with the runner made busy;
@@ -290,43 +298,32 @@ fn queue_benchmarks(c: &mut Criterion) {
     // claim that starts the job with its runner, then the completion).
     // One statement each on PostgreSQL.
     for (name, one_step) in [("handout_two_phase", false), ("handout_one_step", true)] {
-        let mut group = c.benchmark_group(name);
-        group.throughput(Throughput::Elements(1));
-        for backend in &backends {
-            for workers in [1u64, 8] {
-                let store = backend.store.clone();
-                group.bench_with_input(
-                    BenchmarkId::new(backend.name, format!("{workers}-workers")),
-                    &workers,
-                    |b, &workers| {
-                        b.to_async(&runtime).iter_custom(|iters| {
-                            let store = store.clone();
-                            async move {
-                                let pool = filled_pool(&*store, name, iters).await;
-                                let mut runners = Vec::new();
-                                for worker in 0..workers {
-                                    runners.push(tokio::sync::Mutex::new(
-                                        idle_runner(&store, &pool, worker).await,
-                                    ));
-                                }
-                                let runners = Arc::new(runners);
-                                run_split(iters, workers, move |worker| {
-                                    let store = store.clone();
-                                    let pool = pool.clone();
-                                    let runners = runners.clone();
-                                    async move {
-                                        let mut runner = runners[worker as usize].lock().await;
-                                        *runner = hand_out(&*store, &pool, &runner, one_step).await;
-                                    }
-                                })
-                                .await
-                            }
-                        });
-                    },
-                );
-            }
-        }
-        group.finish();
+        per_worker_count(
+            c,
+            &runtime,
+            &backends,
+            name,
+            |store, workers, iters| async move {
+                let pool = filled_pool(&*store, name, iters).await;
+                let mut runners = Vec::new();
+                for worker in 0..workers {
+                    runners.push(tokio::sync::Mutex::new(
+                        idle_runner(&store, &pool, worker).await,
+                    ));
+                }
+                let runners = Arc::new(runners);
+                run_split(iters, workers, move |worker| {
+                    let store = store.clone();
+                    let pool = pool.clone();
+                    let runners = runners.clone();
+                    async move {
+                        let mut runner = runners[worker as usize].lock().await;
+                        *runner = hand_out(&*store, &pool, &runner, one_step).await;
+                    }
+                })
+                .await
+            },
+        );
     }
 
     for backend in backends {

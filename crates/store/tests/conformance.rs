@@ -1506,25 +1506,14 @@ mod cases {
     /// hold; `move_job_and_runner` applies core's decisions to both, and a
     /// refusal for the runner leaves the job untouched too.
     pub async fn a_job_and_its_runner_move_together_or_not_at_all(store: Arc<dyn Store>) {
-        let runner = ready_runner(&store, "default-move", "default").await;
-        let job = store
-            .enqueue(&api_job("move", "default"), at(3))
-            .await
-            .unwrap()
-            .job;
-        let [claimed] = &store
-            .claim(&claim("default", runner.id.0, 1), at(4))
-            .await
-            .unwrap()[..]
-        else {
-            panic!("one job claimed");
-        };
+        let (runner, claimed) = runner_with_a_claimed_job(&store, "default-move", "move").await;
+        let (job, claimed) = (claimed.id, &claimed);
         // A stale runner version: neither row changes.
         let accepted = claimed
             .apply(&JobEvent::Accept { runner: runner.id }, at(5))
             .unwrap();
         let busy = runner
-            .apply(&RunnerEvent::JobAssigned { job: job.id }, at(5))
+            .apply(&RunnerEvent::JobAssigned { job }, at(5))
             .unwrap();
         let mut stale = runner.clone();
         stale.version -= 1;
@@ -1532,7 +1521,7 @@ mod cases {
             .replace_job_and_runner((claimed, &accepted), Some((&stale, &busy)))
             .await
             .unwrap());
-        assert_eq!(store.get_job(job.id).await.unwrap().unwrap(), *claimed);
+        assert_eq!(store.get_job(job).await.unwrap().unwrap(), *claimed);
         assert_eq!(store.get_runner(runner.id).await.unwrap().unwrap(), runner);
         // A stale job version: neither row changes either.
         let mut stale_job = claimed.clone();
@@ -1547,7 +1536,7 @@ mod cases {
             .replace_job_and_runner((claimed, &accepted), Some((&runner, &busy)))
             .await
             .unwrap());
-        assert_eq!(store.get_job(job.id).await.unwrap().unwrap(), accepted);
+        assert_eq!(store.get_job(job).await.unwrap().unwrap(), accepted);
         assert_eq!(store.get_runner(runner.id).await.unwrap().unwrap(), busy);
 
         // Completion frees the runner in the same move.
@@ -1562,7 +1551,7 @@ mod cases {
             conclusion: Conclusion::Success,
         };
         let moved = store
-            .move_job_and_runner(job.id, &complete, Some(runner.id), &finish, at(6))
+            .move_job_and_runner(job, &complete, Some(runner.id), &finish, at(6))
             .await
             .unwrap();
         assert_eq!(moved.job.state, JobState::Completed);
@@ -1770,6 +1759,26 @@ mod cases {
             .unwrap()
     }
 
+    /// A ready runner of pool `default` and the job `external_id`, enqueued
+    /// at 3 and claimed by it at 4.
+    async fn runner_with_a_claimed_job(
+        store: &Arc<dyn Store>,
+        name: &str,
+        external_id: &str,
+    ) -> (runway_core::Runner, runway_core::Job) {
+        let runner = ready_runner(store, name, "default").await;
+        store
+            .enqueue(&api_job(external_id, "default"), at(3))
+            .await
+            .unwrap();
+        let mut claimed = store
+            .claim(&claim("default", runner.id.0, 1), at(4))
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1, "one job claimed");
+        (runner, claimed.remove(0))
+    }
+
     pub async fn a_claim_that_starts_is_a_claim_and_an_accept_in_one_write(store: Arc<dyn Store>) {
         use runway_store::ClaimStart;
         let runner = ready_runner(&store, "one-step", "default").await;
@@ -1955,19 +1964,8 @@ mod cases {
     }
 
     pub async fn a_guarded_change_with_its_runner_writes_all_or_nothing(store: Arc<dyn Store>) {
-        let runner = ready_runner(&store, "pair", "default").await;
-        let job = store
-            .enqueue(&api_job("pair", "default"), at(3))
-            .await
-            .unwrap()
-            .job;
-        let [claimed] = &store
-            .claim(&claim("default", runner.id.0, 1), at(4))
-            .await
-            .unwrap()[..]
-        else {
-            panic!("one job claimed");
-        };
+        let (runner, claimed) = runner_with_a_claimed_job(&store, "pair", "pair").await;
+        let (job, claimed) = (claimed.id, &claimed);
         let accept = JobEvent::Accept { runner: runner.id };
         let change = accept.guarded(at(5)).unwrap();
         let busy = runway_core::moves::start(claimed, &runner, at(5)).unwrap();
@@ -1975,13 +1973,13 @@ mod cases {
         let mut stale = runner.clone();
         stale.version -= 1;
         let none = store
-            .apply_guarded_with_runner(job.id, &change, (&stale, &busy), Some((Some(1), "x")))
+            .apply_guarded_with_runner(job, &change, (&stale, &busy), Some((Some(1), "x")))
             .await
             .unwrap();
         assert_eq!(none, None);
-        assert_eq!(store.get_job(job.id).await.unwrap().unwrap(), *claimed);
+        assert_eq!(store.get_job(job).await.unwrap().unwrap(), *claimed);
         assert_eq!(store.get_runner(runner.id).await.unwrap().unwrap(), runner);
-        assert_eq!(store.get_job_log(job.id).await.unwrap(), None);
+        assert_eq!(store.get_job_log(job).await.unwrap(), None);
         // Another runner's change: the job's guard fails, nothing changes.
         let other = ready_runner(&store, "pair-other", "default").await;
         let other_change = JobEvent::Accept { runner: other.id }
@@ -1990,7 +1988,7 @@ mod cases {
         let other_busy = runway_core::moves::start(claimed, &other, at(5)).unwrap();
         assert_eq!(
             store
-                .apply_guarded_with_runner(job.id, &other_change, (&other, &other_busy), None)
+                .apply_guarded_with_runner(job, &other_change, (&other, &other_busy), None)
                 .await
                 .unwrap(),
             None
@@ -1998,13 +1996,13 @@ mod cases {
         assert_eq!(store.get_runner(other.id).await.unwrap().unwrap(), other);
         // Both hold: both written, as the state machines say.
         let moved = store
-            .apply_guarded_with_runner(job.id, &change, (&runner, &busy), None)
+            .apply_guarded_with_runner(job, &change, (&runner, &busy), None)
             .await
             .unwrap()
             .unwrap();
         let expected = claimed.apply(&accept, at(5)).unwrap();
         assert_eq!(moved.job, expected);
-        assert_eq!(store.get_job(job.id).await.unwrap().unwrap(), expected);
+        assert_eq!(store.get_job(job).await.unwrap().unwrap(), expected);
         assert_eq!(store.get_runner(runner.id).await.unwrap().unwrap(), busy);
         // Completion with its log: the job, the runner and the log at once.
         let complete = JobEvent::Complete {
@@ -2014,7 +2012,7 @@ mod cases {
         let change = complete.guarded(at(9)).unwrap();
         let stopping = runway_core::moves::finish(&expected, &busy, true, at(9)).unwrap();
         let done = store
-            .apply_guarded_with_runner(job.id, &change, (&busy, &stopping), Some((Some(2), "boom")))
+            .apply_guarded_with_runner(job, &change, (&busy, &stopping), Some((Some(2), "boom")))
             .await
             .unwrap()
             .unwrap();
@@ -2024,14 +2022,14 @@ mod cases {
             RunnerState::Terminating
         );
         assert_eq!(
-            store.get_job_log(job.id).await.unwrap(),
+            store.get_job_log(job).await.unwrap(),
             Some((Some(2), "boom".to_owned()))
         );
         // A repeat finds the guard failed and writes nothing.
         assert_eq!(
             store
                 .apply_guarded_with_runner(
-                    job.id,
+                    job,
                     &change,
                     (&stopping, &stopping),
                     Some((Some(3), "again"))
@@ -2041,7 +2039,7 @@ mod cases {
             None
         );
         assert_eq!(
-            store.get_job_log(job.id).await.unwrap(),
+            store.get_job_log(job).await.unwrap(),
             Some((Some(2), "boom".to_owned()))
         );
     }
