@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The runner API's hand-out on PostgreSQL with an empty store and with a long
+# history (scripts/handout-history-seed.sql: 1,000,000 finished jobs, 200,000
+# ended runners), two-phase and one-step, alternating in one run: the
+# per-request writes must cost the same whatever the history.
+#
+#   scripts/bench-handout-history.sh [ROUNDS]   (release build first:
+#                                                cargo build --release --locked -p runway)
+set -euo pipefail
+ROUNDS=${1:-2}
+RUNWAY=$(realpath "${RUNWAY:-target/release/runway}")
+SEED=$(realpath scripts/handout-history-seed.sql)
+PG_URL=${PG_URL:-postgres://postgres@127.0.0.1:5432}
+DB=runway_bench_history
+ADMIN=bench-admin-token-0123456789
+PORT=18770
+DIR=$(mktemp -d)
+trap 'pkill -f "runway-bench-history" 2>/dev/null || true; psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
+cat > "$DIR/runway.toml" <<TOML
+[server]
+admin_tokens = ["$ADMIN"]
+[runner_api]
+poll_timeout = "30s"
+[[pools]]
+name = "default"
+labels = ["self-hosted", "linux", "x64"]
+TOML
+
+# run empty|history [--start-at-once]
+run() {
+  local store=$1
+  shift
+  psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB" >/dev/null 2>&1
+  (cd "$DIR" && exec -a runway-bench-history "$RUNWAY" serve --config runway.toml \
+    --database "$PG_URL/$DB" --listen "127.0.0.1:$PORT" >"$DIR/server.log" 2>&1) &
+  for _ in $(seq 1 100); do
+    curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null && break
+    sleep 0.1
+  done
+  if [ "$store" = history ]; then
+    psql -q "$PG_URL/$DB" -f "$SEED" >/dev/null
+  fi
+  RUNWAY_TOKEN=$ADMIN "$RUNWAY" bench drain --url "http://127.0.0.1:$PORT" --jobs 2000 \
+    --runners 16 "$@" | awk '/^drain/ {print $2}'
+  pkill -f "runway-bench-history" || true
+  wait 2>/dev/null || true
+}
+
+echo "round mode empty history (jobs/s)"
+for round in $(seq 1 "$ROUNDS"); do
+  for mode in two-phase one-step; do
+    flag=()
+    [ "$mode" = one-step ] && flag=(--start-at-once)
+    empty=$(run empty "${flag[@]}")
+    history=$(run history "${flag[@]}")
+    echo "$round $mode $empty $history"
+  done
+done
