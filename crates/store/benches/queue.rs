@@ -1,7 +1,8 @@
 //! Queue throughput on both backends: enqueue, and the whole hand-out of a
 //! job to a runner with 1 and 8 concurrent workers: the job alone (claim,
 //! accept, complete), and the job with its runner and log as the runner
-//! API moves them, in three writes (two-phase) and in two (one step).
+//! API moves them, in three writes (two-phase), in two (one step), and in
+//! one (chained: each completion starts the runner's next job).
 //!
 //! `cargo bench -p runway-store` (PostgreSQL from `RUNWAY_TEST_POSTGRES_URL`,
 //! default the local service). See `benches/README.md`.
@@ -14,7 +15,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use runway_core::job::{NewJob, Route};
 use runway_core::runner::NewRunner;
 use runway_core::{
-    moves, Conclusion, JobEvent, JobSource, Runner, RunnerEvent, RunnerId, Timestamp,
+    moves, Conclusion, Job, JobEvent, JobSource, Runner, RunnerEvent, RunnerId, Timestamp,
 };
 use runway_store::{Claim, ClaimStart, OpenOptions, PostgresStore, SqliteStore, Store};
 
@@ -112,6 +113,57 @@ async fn hand_out(store: &dyn Store, pool: &str, runner: &Runner, one_step: bool
         .expect("complete")
         .expect("the holder completes");
     free
+}
+
+/// One job of a runner working through a queue: the job it runs (started
+/// first if it has none) completed, with its next one started in the same
+/// write. Returns the runner and the job it runs after.
+async fn chained(
+    store: &dyn Store,
+    pool: &str,
+    runner: Runner,
+    running: Option<Job>,
+) -> (Runner, Option<Job>) {
+    let claim = Claim {
+        pool: pool.to_owned(),
+        runner: runner.id,
+        limit: 1,
+        lease: Duration::from_secs(120),
+        runner_labels: None,
+    };
+    let (job, busy) = match running {
+        Some(job) => (job, runner),
+        None => {
+            let ClaimStart::Started(moved) = store
+                .claim_and_start(&claim, &runner, now())
+                .await
+                .expect("claim and start")
+            else {
+                panic!("every iteration has a queued job and a runner it knows");
+            };
+            (moved.job, moved.runner.expect("the runner is stored"))
+        }
+    };
+    let complete = JobEvent::Complete {
+        runner: busy.id,
+        conclusion: Conclusion::Success,
+    }
+    .guarded(now())
+    .expect("a completion has a guarded form");
+    let free = moves::finish(&job, &busy, false, now()).expect("busy with it");
+    let (ended, next) = store
+        .complete_and_start_next(
+            job.id,
+            &complete,
+            (&busy, &free),
+            Some((Some(0), "ok")),
+            &claim,
+            now(),
+        )
+        .await
+        .expect("complete")
+        .expect("the holder completes");
+    (ended.runner.expect("the runner is stored"), next)
 }
 
 struct Backend {
@@ -325,6 +377,37 @@ fn queue_benchmarks(c: &mut Criterion) {
             },
         );
     }
+
+    // The hand-out of a runner that works through a queue: each
+    // completion starts the runner's next job in the same write
+    // (`complete_and_start_next`), so a job costs one write (one statement
+    // on PostgreSQL). A worker's first job is started on its own.
+    per_worker_count(
+        c,
+        &runtime,
+        &backends,
+        "handout_chained",
+        |store, workers, iters| async move {
+            // A job to spare per worker: each ends holding one it started.
+            let pool = filled_pool(&*store, "chained", iters + workers).await;
+            let mut states = Vec::new();
+            for worker in 0..workers {
+                let runner = idle_runner(&store, &pool, worker).await;
+                states.push(tokio::sync::Mutex::new((runner, None)));
+            }
+            let states = Arc::new(states);
+            run_split(iters, workers, move |worker| {
+                let store = store.clone();
+                let pool = pool.clone();
+                let states = states.clone();
+                async move {
+                    let mut state = states[worker as usize].lock().await;
+                    *state = chained(&*store, &pool, state.0.clone(), state.1.take()).await;
+                }
+            })
+            .await
+        },
+    );
 
     for backend in backends {
         if let Some((url, schema)) = backend.cleanup {

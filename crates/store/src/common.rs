@@ -95,6 +95,8 @@ pub(crate) struct Statements {
     pub claim_start: crate::sql::ClaimStartSql,
     /// [`crate::sql::Dialect::guarded_pair_statement`].
     pub guarded_pair: Option<String>,
+    /// [`crate::sql::Dialect::complete_next_statement`].
+    pub complete_next: Option<String>,
     pub insert_job: String,
     pub job_by_id: String,
     pub job_by_external_id: String,
@@ -287,6 +289,7 @@ impl Statements {
             claim: D::claim_statement(),
             claim_start: D::claim_start_statement(),
             guarded_pair: D::guarded_pair_statement(),
+            complete_next: D::complete_next_statement(),
             insert_job,
             job_by_id,
             job_by_external_id,
@@ -365,6 +368,70 @@ pub(crate) fn guarded_pair_postgres() -> String {
         flag = log,
         exit = log + 1,
         text = log + 2,
+    )
+}
+
+/// PostgreSQL: [`guarded_pair_postgres`] (`$1`–`$35`, the runner's row
+/// after the completion from `$17`), then, if both locks held, the oldest
+/// queued job the runner may take started on it, in one statement. The
+/// claim's parameters: pool (`$36`), the lease's end (`$37`), the runner's
+/// labels (`$38`, JSON or NULL), both history lines (`$39`), the start time
+/// (`$40`), and the runner's busy row (`$41`…, its job NULL: the claimed
+/// one is written). The runner gets its busy row if a job was found, else
+/// its row after the completion. Locks: the ended job, the runner, then
+/// the next job with `SKIP LOCKED` (never waits). Returns the ended job
+/// (`part` 0) and the started one (`part` 1).
+pub(crate) fn complete_next_postgres() -> String {
+    let idle_first = 17;
+    let count = column_count(RUNNER_COLUMNS);
+    let log = idle_first + count;
+    // After the log's three parameters and the claim's five.
+    let busy_first = log + 8;
+    let runner = RUNNER_COLUMNS
+        .split(',')
+        .map(str::trim)
+        .enumerate()
+        .map(|(i, column)| {
+            let busy = match column {
+                "job_id" => "next.id".to_owned(),
+                _ => format!("${}", busy_first + i),
+            };
+            format!(
+                "{column} = CASE WHEN next.id IS NULL THEN ${} ELSE {busy} END",
+                idle_first + i
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "WITH lj AS (SELECT id FROM jobs WHERE id = $1 AND {GUARD} FOR UPDATE), \
+         lr AS (SELECT runners.id FROM runners, lj WHERE runners.id = $15 AND runners.version = $16 \
+                FOR UPDATE OF runners), \
+         j AS (UPDATE jobs SET {GUARDED_SET} FROM lr WHERE jobs.id = $1 RETURNING jobs.id, {job_columns}), \
+         lg AS (INSERT INTO job_logs (job_id, exit_code, log) SELECT lj.id, ${exit}, ${text} FROM lj, lr \
+                WHERE ${flag} = 1 \
+                ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log), \
+         next AS (SELECT jobs.id FROM jobs WHERE EXISTS (SELECT 1 FROM lr) \
+                  AND jobs.state = 'queued' AND jobs.pool = ${pool} \
+                  AND (jobs.excluded_runners = '[]' OR NOT (jobs.excluded_runners::jsonb @> to_jsonb($15::bigint))) \
+                  AND (${labels}::text IS NULL OR NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(jobs.labels::jsonb) AS l(v) \
+                       WHERE lower(l.v) NOT IN (SELECT jsonb_array_elements_text(${labels}::jsonb)))) \
+                  ORDER BY jobs.enqueued_at, jobs.id LIMIT 1 FOR UPDATE SKIP LOCKED), \
+         n AS (UPDATE jobs SET state = 'running', runner_id = $15, lease_deadline = ${lease}, \
+               started_at = ${started}, history = jobs.history || ${steps}, version = jobs.version + 2 \
+               FROM next WHERE jobs.id = next.id RETURNING jobs.id, {job_columns}), \
+         u AS (UPDATE runners SET {runner} FROM lr LEFT JOIN next ON true \
+               WHERE runners.id = lr.id RETURNING runners.id) \
+         SELECT 0::bigint AS part, j.* FROM j UNION ALL SELECT 1::bigint AS part, n.* FROM n",
+        job_columns = qualified("jobs", JOB_COLUMNS),
+        flag = log,
+        exit = log + 1,
+        text = log + 2,
+        pool = log + 3,
+        lease = log + 4,
+        labels = log + 5,
+        steps = log + 6,
+        started = log + 7,
     )
 }
 

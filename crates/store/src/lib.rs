@@ -285,6 +285,38 @@ pub struct Moved {
     pub runner: Option<Runner>,
 }
 
+/// [`Store::complete_and_start_next`] as two writes: the completion, then,
+/// if it applied and the runner can start a job, a claim that starts one.
+pub(crate) async fn complete_then_start<S: Store + ?Sized>(
+    store: &S,
+    id: JobId,
+    change: &runway_core::GuardedChange,
+    runner: (&Runner, &Runner),
+    log: Option<(Option<i64>, &str)>,
+    claim: &Claim,
+    now: Timestamp,
+) -> Result<Option<(Moved, Option<Job>)>, StoreError> {
+    let Some(done) = store
+        .apply_guarded_with_runner(id, change, runner, log)
+        .await?
+    else {
+        return Ok(None);
+    };
+    if runway_core::moves::start_on_claim(runner.1, now).is_err() {
+        return Ok(Some((done, None)));
+    }
+    match store.claim_and_start(claim, runner.1, now).await? {
+        ClaimStart::Started(next) => Ok(Some((
+            Moved {
+                job: done.job,
+                runner: next.runner,
+            },
+            Some(next.job),
+        ))),
+        ClaimStart::NoJob | ClaimStart::RunnerChanged(_) => Ok(Some((done, None))),
+    }
+}
+
 /// What [`Store::claim_and_start`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimStart {
@@ -566,6 +598,32 @@ pub trait Store: Send + Sync + 'static {
         runner: (&Runner, &Runner),
         log: Option<(Option<i64>, &str)>,
     ) -> Result<Option<Moved>, StoreError>;
+
+    /// A holder's completion and its runner's next job in one write: what
+    /// [`Store::apply_guarded_with_runner`] writes for `change` (the job
+    /// ended, the runner moved from `runner.0` to `runner.1`, the log
+    /// stored), then, if `runner.1` can start a job
+    /// ([`runway_core::moves::start_on_claim`]), what
+    /// [`Store::claim_and_start`] writes for `claim` from `runner.1`: the
+    /// oldest job the runner can serve running on it, the runner busy with
+    /// it. Returns the ended job with the runner's final row, and the
+    /// started job if there was one; `None`, with nothing written, when the
+    /// completion's guard or the runner's version does not hold (the caller
+    /// takes the general path). One statement on PostgreSQL, so a runner
+    /// that works through a queue pays one commit a job; elsewhere the two
+    /// writes one after the other (each is a whole move: a crash between
+    /// them leaves the runner idle after its finished job).
+    async fn complete_and_start_next(
+        &self,
+        id: JobId,
+        change: &runway_core::GuardedChange,
+        runner: (&Runner, &Runner),
+        log: Option<(Option<i64>, &str)>,
+        claim: &Claim,
+        now: Timestamp,
+    ) -> Result<Option<(Moved, Option<Job>)>, StoreError> {
+        complete_then_start(self, id, change, runner, log, claim, now).await
+    }
 
     async fn get_job(&self, id: JobId) -> Result<Option<Job>, StoreError>;
 

@@ -231,6 +231,10 @@ impl Dialect for PostgresDialect {
         Some(crate::common::guarded_pair_postgres())
     }
 
+    fn complete_next_statement() -> Option<String> {
+        Some(crate::common::complete_next_postgres())
+    }
+
     /// PostgreSQL's autovacuum makes deleted rows' space reusable.
     async fn reclaim_space(_store: &PostgresStore, _pages: u32) -> Result<(), StoreError> {
         Ok(())

@@ -18,7 +18,9 @@ use runway_core::runner::NewRunner;
 use runway_core::{Job, JobId, JobSource, JobState, Runner, RunnerId, Timestamp};
 use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
-use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use sqlx::{
+    ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Type,
+};
 
 use crate::common::{bind_claim, bind_guarded, Statements, LIVE_RUNNER};
 use crate::group_commit::{Op, Outcome};
@@ -77,6 +79,13 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     /// job's log in one statement ([`crate::common::guarded_pair_postgres`]);
     /// `None` runs them as a transaction of their own statements.
     fn guarded_pair_statement() -> Option<String> {
+        None
+    }
+
+    /// A completion with its runner and log, then the runner's next job
+    /// started, in one statement ([`crate::common::complete_next_postgres`]);
+    /// `None` writes them one after the other.
+    fn complete_next_statement() -> Option<String> {
         None
     }
 
@@ -906,6 +915,79 @@ where
                 "group commit answered a guarded change with another outcome".into(),
             )),
         }
+    }
+
+    async fn complete_and_start_next(
+        &self,
+        id: JobId,
+        change: &runway_core::GuardedChange,
+        runner: (&Runner, &Runner),
+        log: Option<(Option<i64>, &str)>,
+        claim: &Claim,
+        now: Timestamp,
+    ) -> Result<Option<(Moved, Option<Job>)>, StoreError> {
+        let (current, finished) = runner;
+        let (Some(sql), Ok(busy)) = (
+            &self.inner.statements.complete_next,
+            runway_core::moves::start_on_claim(finished, now),
+        ) else {
+            return crate::complete_then_start(self, id, change, runner, log, claim, now).await;
+        };
+        let step = history_line(change.step().as_ref());
+        let steps = format!(
+            "{}{}",
+            holder_step(JobState::Provisioning, current.id, now),
+            holder_step(JobState::Running, current.id, now)
+        );
+        let labels = claim_labels(claim);
+        let (finished_columns, busy_columns) = (Columns::from(finished), Columns::from(&busy));
+        let mut connection = self.writer().acquire().await?;
+        let result = async {
+            let query = bind_guarded(sqlx::query(sql), id, change, &step)
+                .bind(current.id.0)
+                .bind(current.version);
+            let query = bind_columns(query, &finished_columns)
+                .bind(i64::from(log.is_some()))
+                .bind(log.and_then(|(exit, _)| exit))
+                .bind(log.map(|(_, text)| text))
+                .bind(claim.pool.as_str())
+                .bind(now.plus(claim.lease).as_millis())
+                .bind(labels.as_deref())
+                .bind(steps.as_str())
+                .bind(now.as_millis());
+            // Run to its end, as every write (see `insert_job`).
+            let rows = bind_columns(query, &busy_columns)
+                .fetch_all(&mut *connection)
+                .await?;
+            let (mut ended, mut next) = (None, None);
+            for row in &rows {
+                let part: i64 = row.try_get("part")?;
+                let job = Job::try_from(JobRow::from_row(row)?)?;
+                if part == 0 {
+                    ended = Some(job);
+                } else {
+                    next = Some(job);
+                }
+            }
+            Ok::<_, StoreError>(ended.map(|job| {
+                let runner = match &next {
+                    Some(started) => Runner {
+                        job: Some(started.id),
+                        ..busy
+                    },
+                    None => finished.clone(),
+                };
+                (
+                    Moved {
+                        job,
+                        runner: Some(runner),
+                    },
+                    next,
+                )
+            }))
+        }
+        .await;
+        settle(connection, result)
     }
 
     async fn enqueue_with_delivery(

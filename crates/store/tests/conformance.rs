@@ -45,6 +45,8 @@ on_both_backends!(
     concurrent_guarded_changes_each_get_their_own_answer,
     a_claim_that_starts_is_a_claim_and_an_accept_in_one_write,
     concurrent_claims_that_start_never_share_a_job_or_a_runner,
+    a_completion_can_start_the_runners_next_job_in_the_same_write,
+    runners_working_through_a_queue_one_write_a_job_never_share_a_job,
     a_guarded_change_with_its_runner_writes_all_or_nothing,
 );
 
@@ -1961,6 +1963,277 @@ mod cases {
             let (exit, log) = store.get_job_log(id).await.unwrap().unwrap();
             assert_eq!((exit, log.as_str()), (Some(0), "ok"));
         }
+    }
+
+    /// An API job of `pool` enqueued at `when`, as stored.
+    async fn queued(store: &Arc<dyn Store>, id: &str, when: i64) -> runway_core::Job {
+        store
+            .enqueue(&api_job(id, "default"), at(when))
+            .await
+            .unwrap()
+            .job
+    }
+
+    /// The job `claim_and_start` starts on `runner` at `when`, and the runner busy with it.
+    async fn start_one(
+        store: &Arc<dyn Store>,
+        claim: &Claim,
+        runner: &runway_core::Runner,
+        when: i64,
+    ) -> (runway_core::Job, runway_core::Runner) {
+        match store
+            .claim_and_start(claim, runner, at(when))
+            .await
+            .unwrap()
+        {
+            runway_store::ClaimStart::Started(moved) => (moved.job, moved.runner.unwrap()),
+            other => panic!("a job starts: {other:?}"),
+        }
+    }
+
+    /// A completion and its runner's next start, as core decides each.
+    fn complete_change(
+        runner: &runway_core::Runner,
+        now: runway_core::Timestamp,
+    ) -> runway_core::GuardedChange {
+        JobEvent::Complete {
+            runner: runner.id,
+            conclusion: Conclusion::Success,
+        }
+        .guarded(now)
+        .unwrap()
+    }
+
+    pub async fn a_completion_can_start_the_runners_next_job_in_the_same_write(
+        store: Arc<dyn Store>,
+    ) {
+        let runner = ready_runner(&store, "chain", "default").await;
+        let at_once = Claim {
+            runner: runner.id,
+            ..claim("default", runner.id.0, 1)
+        };
+        let first = queued(&store, "one", 3).await;
+        let second = queued(&store, "two", 4).await;
+        let (one, busy) = start_one(&store, &at_once, &runner, 5).await;
+        assert_eq!(one.id, first.id);
+        let change = complete_change(&runner, at(6));
+        let free = runway_core::moves::finish(&one, &busy, false, at(6)).unwrap();
+
+        // A stale view of the runner: nothing is written, nothing starts.
+        let mut stale = busy.clone();
+        stale.version -= 1;
+        let none = store
+            .complete_and_start_next(
+                one.id,
+                &change,
+                (&stale, &free),
+                Some((Some(0), "x")),
+                &at_once,
+                at(6),
+            )
+            .await
+            .unwrap();
+        assert!(none.is_none(), "{none:?}");
+        assert_eq!(store.get_job(one.id).await.unwrap().unwrap(), one);
+        assert_eq!(store.get_runner(runner.id).await.unwrap().unwrap(), busy);
+        assert_eq!(store.get_job(second.id).await.unwrap().unwrap(), second);
+        assert_eq!(store.get_job_log(one.id).await.unwrap(), None);
+
+        // The job ends as core ends it, its log is stored, and the oldest
+        // queued job starts as a claim and an accept start it, on the
+        // runner as core frees and then starts it.
+        let (ended, next) = store
+            .complete_and_start_next(
+                one.id,
+                &change,
+                (&busy, &free),
+                Some((Some(0), "one done")),
+                &at_once,
+                at(6),
+            )
+            .await
+            .unwrap()
+            .expect("the holder completes");
+        let expected_end = one
+            .apply(
+                &JobEvent::Complete {
+                    runner: runner.id,
+                    conclusion: Conclusion::Success,
+                },
+                at(6),
+            )
+            .unwrap();
+        assert_eq!(ended.job, expected_end);
+        assert_eq!(store.get_job(one.id).await.unwrap(), Some(expected_end));
+        assert_eq!(
+            store.get_job_log(one.id).await.unwrap(),
+            Some((Some(0), "one done".to_owned()))
+        );
+        let expected_next = second
+            .apply(
+                &JobEvent::Claim {
+                    runner: runner.id,
+                    lease_deadline: at(6).plus(LEASE),
+                },
+                at(6),
+            )
+            .unwrap()
+            .apply(&JobEvent::Accept { runner: runner.id }, at(6))
+            .unwrap();
+        assert_eq!(next.as_ref(), Some(&expected_next));
+        assert_eq!(
+            store.get_job(second.id).await.unwrap().as_ref(),
+            Some(&expected_next)
+        );
+        let busy_again = runway_core::moves::start(&expected_next, &free, at(6)).unwrap();
+        assert_eq!(ended.runner.as_ref(), Some(&busy_again));
+        assert_eq!(
+            store.get_runner(runner.id).await.unwrap().as_ref(),
+            Some(&busy_again)
+        );
+        let steps: Vec<JobState> = store
+            .job_history(second.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|step| step.state)
+            .collect();
+        assert_eq!(
+            steps,
+            [JobState::Queued, JobState::Provisioning, JobState::Running]
+        );
+
+        // Nothing queued: the job ends and the runner is free.
+        let change = complete_change(&runner, at(7));
+        let free_again =
+            runway_core::moves::finish(&expected_next, &busy_again, false, at(7)).unwrap();
+        let (ended, next) = store
+            .complete_and_start_next(
+                second.id,
+                &change,
+                (&busy_again, &free_again),
+                None,
+                &at_once,
+                at(7),
+            )
+            .await
+            .unwrap()
+            .expect("the holder completes");
+        assert_eq!((ended.job.state, next), (JobState::Completed, None));
+        assert_eq!(ended.runner.as_ref(), Some(&free_again));
+        assert_eq!(
+            store.get_runner(runner.id).await.unwrap(),
+            Some(free_again.clone())
+        );
+
+        // A runner that stops after its job (ephemeral) starts nothing.
+        let third = queued(&store, "three", 8).await;
+        let waiting = queued(&store, "four", 9).await;
+        let (started, busy) = start_one(&store, &at_once, &free_again, 10).await;
+        assert_eq!(started.id, third.id);
+        let stopping = runway_core::moves::finish(&started, &busy, true, at(11)).unwrap();
+        let (ended, next) = store
+            .complete_and_start_next(
+                third.id,
+                &complete_change(&runner, at(11)),
+                (&busy, &stopping),
+                None,
+                &at_once,
+                at(11),
+            )
+            .await
+            .unwrap()
+            .expect("the holder completes");
+        assert_eq!((ended.job.state, next), (JobState::Completed, None));
+        assert_eq!(store.get_runner(runner.id).await.unwrap(), Some(stopping));
+        assert_eq!(store.get_job(waiting.id).await.unwrap().unwrap(), waiting);
+    }
+
+    pub async fn runners_working_through_a_queue_one_write_a_job_never_share_a_job(
+        store: Arc<dyn Store>,
+    ) {
+        use runway_store::ClaimStart;
+        const RUNNERS: usize = 8;
+        const JOBS: usize = 40;
+        for i in 0..JOBS {
+            store
+                .enqueue(&api_job(&format!("chain-{i}"), "chain"), at(i as i64))
+                .await
+                .unwrap();
+        }
+        let mut tasks = Vec::new();
+        for r in 0..RUNNERS {
+            let store = store.clone();
+            let runner = ready_runner(&store, &format!("chain-{r}"), "chain").await;
+            tasks.push(tokio::spawn(async move {
+                let step = Claim {
+                    runner: runner.id,
+                    ..claim("chain", runner.id.0, 1)
+                };
+                let mut ran = Vec::new();
+                let (mut job, mut busy) = match store
+                    .claim_and_start(&step, &runner, at(1_000))
+                    .await
+                    .unwrap()
+                {
+                    ClaimStart::Started(moved) => (moved.job, moved.runner.unwrap()),
+                    ClaimStart::NoJob => return ran,
+                    ClaimStart::RunnerChanged(fresh) => panic!("nobody else moves {fresh:?}"),
+                };
+                for round in 0..JOBS as i64 {
+                    let now = at(1_001 + round);
+                    let free = runway_core::moves::finish(&job, &busy, false, now).unwrap();
+                    let (ended, next) = store
+                        .complete_and_start_next(
+                            job.id,
+                            &complete_change(&busy, now),
+                            (&busy, &free),
+                            Some((Some(0), "ok")),
+                            &step,
+                            now,
+                        )
+                        .await
+                        .unwrap()
+                        .expect("the holder completes its job");
+                    assert_eq!(ended.job.state, JobState::Completed);
+                    ran.push(job.id);
+                    let runner_now = ended.runner.unwrap();
+                    match next {
+                        Some(next) => {
+                            assert_eq!(runner_now.job, Some(next.id));
+                            assert_eq!(next.state, JobState::Running);
+                            (job, busy) = (next, runner_now);
+                        }
+                        None => {
+                            assert_eq!(runner_now, free);
+                            break;
+                        }
+                    }
+                }
+                ran
+            }));
+        }
+        let mut all = Vec::new();
+        for task in tasks {
+            all.extend(task.await.unwrap());
+        }
+        let count = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!((count, all.len()), (JOBS, JOBS), "each job ran once");
+        for id in all {
+            let (exit, log) = store.get_job_log(id).await.unwrap().unwrap();
+            assert_eq!((exit, log.as_str()), (Some(0), "ok"));
+        }
+        let busy = store
+            .list_runners(&runway_store::RunnerFilter::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|runner| runner.job.is_some())
+            .count();
+        assert_eq!(busy, 0, "every runner is free at the end");
     }
 
     pub async fn a_guarded_change_with_its_runner_writes_all_or_nothing(store: Arc<dyn Store>) {
