@@ -663,6 +663,151 @@ async fn waiting_jobs_say_why() {
     );
 }
 
+/// `runway_jobs_started_total` over every pool, and the metrics page.
+async fn jobs_started(harness: &Harness) -> (f64, String) {
+    let metrics = harness.metrics().await;
+    let started = metrics
+        .lines()
+        .filter(|line| line.starts_with("runway_jobs_started_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    (started, metrics)
+}
+
+/// A runner that completes its job with `"next": true` gets the next one
+/// started in the same call; without a queued job, or stopping after its
+/// job, it gets none and the job is only completed.
+async fn a_completion_can_start_the_next_job(harness: Harness) {
+    let token = harness.runner("chain", &["self-hosted", "linux"]).await;
+    let store = &harness.service.store;
+    let first = harness.submit(&["linux"], None).await;
+    let second = harness.submit(&["linux"], None).await;
+    let path = |id: i64| format!("/api/v1/jobs/{id}/complete");
+    let (_, job) = harness
+        .call(
+            "POST",
+            "/api/v1/jobs/request",
+            &token,
+            Some(json!({"start": true})),
+        )
+        .await;
+    assert_eq!(job["id"].as_i64(), Some(first), "{job}");
+    let (status, done) = harness
+        .call(
+            "POST",
+            &path(first),
+            &token,
+            Some(json!({"exit_code": 0, "log_tail": "one\n", "next": true})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(
+        (done["id"].as_i64(), done["state"].as_str()),
+        (Some(first), Some("completed"))
+    );
+    assert_eq!(
+        (done["next"]["id"].as_i64(), done["next"]["state"].as_str()),
+        (Some(second), Some("running")),
+        "{done}"
+    );
+    assert_eq!(done["next"]["script"].as_str(), Some("echo hi"));
+    assert_eq!(
+        store.get_job_log(JobId(first)).await.unwrap(),
+        Some((Some(0), "one\n".to_owned()))
+    );
+    let runner = store.find_runner("chain").await.unwrap().unwrap();
+    assert_eq!(
+        (runner.state, runner.job),
+        (RunnerState::Busy, Some(JobId(second)))
+    );
+    // Nothing queued: completed, no `next`, the runner idle.
+    let (status, done) = harness
+        .call(
+            "POST",
+            &path(second),
+            &token,
+            Some(json!({"exit_code": 1, "next": true})),
+        )
+        .await;
+    assert_eq!(
+        (status, done["state"].as_str(), done.get("next")),
+        (StatusCode::OK, Some("completed"), None),
+        "{done}"
+    );
+    let runner = store.find_runner("chain").await.unwrap().unwrap();
+    assert_eq!((runner.state, runner.job), (RunnerState::Idle, None));
+    // A repeat is refused as before, and starts nothing.
+    let third = harness.submit(&["linux"], None).await;
+    let (status, _) = harness
+        .call(
+            "POST",
+            &path(second),
+            &token,
+            Some(json!({"exit_code": 0, "next": true})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let waiting = store.get_job(JobId(third)).await.unwrap().unwrap();
+    assert_eq!(waiting.state, JobState::Queued);
+    // A draining runner completes its job and takes no other.
+    let (_, job) = harness
+        .call(
+            "POST",
+            "/api/v1/jobs/request",
+            &token,
+            Some(json!({"start": true})),
+        )
+        .await;
+    assert_eq!(job["id"].as_i64(), Some(third), "{job}");
+    let fourth = harness.submit(&["linux"], None).await;
+    let row = store.find_runner("chain").await.unwrap().unwrap();
+    store
+        .apply_runner_event(
+            row.id,
+            &RunnerEvent::DrainRequested,
+            runway_server::clock::now(),
+        )
+        .await
+        .unwrap();
+    let (status, done) = harness
+        .call(
+            "POST",
+            &path(third),
+            &token,
+            Some(json!({"exit_code": 0, "next": true})),
+        )
+        .await;
+    assert_eq!((status, done.get("next")), (StatusCode::OK, None), "{done}");
+    let waiting = store.get_job(JobId(fourth)).await.unwrap().unwrap();
+    assert_eq!(waiting.state, JobState::Queued);
+    let (started, metrics) = jobs_started(&harness).await;
+    assert_eq!(started, 3.0, "each start is counted:\n{metrics}");
+}
+
+#[tokio::test]
+async fn a_completion_can_start_the_next_job_on_sqlite() {
+    a_completion_can_start_the_next_job(Harness::runner_api(None).await).await;
+}
+
+#[tokio::test]
+async fn a_completion_can_start_the_next_job_on_postgres() {
+    let url = std::env::var("RUNWAY_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let schema = format!("runway_runner_api_next_{}", std::process::id());
+    let store = runway_store::PostgresStore::open(
+        &url,
+        Some(&schema),
+        &runway_store::OpenOptions::default(),
+    )
+    .await
+    .expect("PostgreSQL for the tests");
+    let config = (*Harness::runner_api(None).await.service.config()).clone();
+    a_completion_can_start_the_next_job(Harness::with_store(config, Arc::new(store))).await;
+    runway_store::PostgresStore::drop_schema(&url, &schema)
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_job_can_start_at_once() {
     let harness = Harness::runner_api(None).await;
@@ -743,12 +888,7 @@ async fn a_job_can_start_at_once() {
         steps,
         [JobState::Queued, JobState::Provisioning, JobState::Running]
     );
-    let metrics = harness.metrics().await;
-    let started: f64 = metrics
-        .lines()
-        .filter(|line| line.starts_with("runway_jobs_started_total{"))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
+    let (started, metrics) = jobs_started(&harness).await;
     assert_eq!(started, 2.0, "each start is counted:\n{metrics}");
     // A runner being scaled down is refused before anything starts.
     let leaving = harness.runner("leaving", &["self-hosted", "linux"]).await;

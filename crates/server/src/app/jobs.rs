@@ -142,11 +142,8 @@ pub async fn claim(
 ) -> Result<Option<Assigned>, AppError> {
     let lease = service.config().runner_api.lease;
     let claim = Claim {
-        pool: runner.pool.clone(),
-        runner: runner.id,
-        limit: 1,
-        lease,
-        runner_labels: Some(labels.unwrap_or_else(|| runner.labels.clone())),
+        runner_labels: labels.or_else(|| Some(runner.labels.clone())),
+        ..next_claim(service, runner)
     };
     let deadline = tokio::time::Instant::now() + service.config().runner_api.poll_timeout;
     let mut current = runner.clone();
@@ -210,17 +207,7 @@ pub async fn claim(
                 .next()
         };
         if let Some(job) = claimed {
-            let payload: ApiJobPayload =
-                serde_json::from_str(&job.payload).unwrap_or(ApiJobPayload {
-                    script: String::new(),
-                    timeout_seconds: 3600,
-                });
-            return Ok(Some(Assigned {
-                job,
-                script: payload.script,
-                timeout_seconds: payload.timeout_seconds,
-                lease,
-            }));
+            return Ok(Some(assigned(job, lease)));
         }
         let now_instant = tokio::time::Instant::now();
         if now_instant >= deadline {
@@ -480,16 +467,20 @@ fn tail(log: &str) -> &str {
     &log[start..]
 }
 
-/// Ends job `id` that `runner` holds. The log is stored first (a completion
-/// that is acknowledged has its log), then the job and its runner move in
-/// one transaction: the runner is free (or, ephemeral, stopping) exactly
-/// when its job is over.
+/// Ends job `id` that `runner` holds: the job and its runner move in one
+/// write with the job's log, so the runner is free (or, ephemeral,
+/// stopping) exactly when its job is over and an acknowledged completion
+/// has its log. With `next`, the runner's next job starts in the same
+/// write when one is queued and the runner can take it (not stopping, not
+/// draining): one write a job for a runner that works through a queue.
+/// No long poll: without a queued job the runner asks `jobs/request`.
 pub async fn complete(
     service: &Service,
     runner: &Runner,
     id: JobId,
     completion: Completion,
-) -> Result<Job, AppError> {
+    next: bool,
+) -> Result<(Job, Option<Assigned>), AppError> {
     let now = now();
     let conclusion = completion.conclusion;
     let terminate = service.stops_after_its_job(runner);
@@ -498,35 +489,107 @@ pub async fn complete(
         conclusion,
     };
     let log = tail(&completion.log_tail);
+    let claim = next_claim(service, runner);
     // The hot path: one statement ends the job (if this runner runs it),
     // frees or stops the runner (if it is still the row this request
-    // authenticated with) and stores the log, all or nothing. Anything
-    // else takes the general path below.
+    // authenticated with), stores the log and, asked, starts the next job,
+    // all or nothing. Anything else takes the general path below.
     let hot = match (
         event.guarded(now),
         runway_core::moves::finish_by_id(id, runner, terminate, now),
     ) {
-        (Some(change), Some(next)) => service
+        (Some(change), Some(free)) if next => service
+            .store
+            .complete_and_start_next(
+                id,
+                &change,
+                (runner, &free),
+                Some((completion.exit_code, log)),
+                &claim,
+                now,
+            )
+            .await
+            .map_err(|e| AppError::transition(service, "complete", e))?
+            .map(|(moved, started)| (moved.job, free, started)),
+        (Some(change), Some(free)) => service
             .store
             .apply_guarded_with_runner(
                 id,
                 &change,
-                (runner, &next),
+                (runner, &free),
                 Some((completion.exit_code, log)),
             )
             .await
-            .map_err(|e| AppError::transition(service, "complete", e))?,
+            .map_err(|e| AppError::transition(service, "complete", e))?
+            .map(|moved| (moved.job, free, None)),
         _ => None,
     };
-    let moved = match hot {
-        Some(moved) => moved,
+    let (job, free, started_job) = match hot {
+        Some(done) => done,
         None => {
             let log = (completion.exit_code, log);
-            complete_in_general(service, runner, (id, &event), log, terminate, now).await?
+            let moved =
+                complete_in_general(service, runner, (id, &event), log, terminate, now).await?;
+            let free = moved.runner.unwrap_or_else(|| runner.clone());
+            let started_job = match next {
+                true => start_now(service, &free, &claim, now).await?,
+                false => None,
+            };
+            (moved.job, free, started_job)
         }
     };
-    completed(service, moved.runner.as_ref(), &moved.job, conclusion, now);
-    Ok(moved.job)
+    completed(service, Some(&free), &job, conclusion, now);
+    let assigned = started_job.map(|started_job| {
+        started(service, &free, &started_job, now);
+        assigned(started_job, claim.lease)
+    });
+    Ok((job, assigned))
+}
+
+/// The claim of a runner's next job: its pool, its registered labels, the
+/// configured lease.
+fn next_claim(service: &Service, runner: &Runner) -> Claim {
+    Claim {
+        pool: runner.pool.clone(),
+        runner: runner.id,
+        limit: 1,
+        lease: service.config().runner_api.lease,
+        runner_labels: Some(runner.labels.clone()),
+    }
+}
+
+/// One attempt to start `runner`'s next job, without waiting: the job, or
+/// `None` when none is queued or the runner cannot take one now.
+async fn start_now(
+    service: &Service,
+    runner: &Runner,
+    claim: &Claim,
+    now: Timestamp,
+) -> Result<Option<Job>, AppError> {
+    if runway_core::moves::start_on_claim(runner, now).is_err() {
+        return Ok(None);
+    }
+    match service.store.claim_and_start(claim, runner, now).await {
+        Ok(ClaimStart::Started(moved)) => Ok(Some(moved.job)),
+        Ok(ClaimStart::NoJob | ClaimStart::RunnerChanged(_)) => Ok(None),
+        Err(StoreError::RunnerTransition(_)) => Ok(None),
+        Err(e) => Err(AppError::store(service, "claim_and_start", e)),
+    }
+}
+
+/// A started job as the runner API hands it out, its script and timeout
+/// read from its payload.
+fn assigned(job: Job, lease: Duration) -> Assigned {
+    let payload: ApiJobPayload = serde_json::from_str(&job.payload).unwrap_or(ApiJobPayload {
+        script: String::new(),
+        timeout_seconds: 3600,
+    });
+    Assigned {
+        job,
+        script: payload.script,
+        timeout_seconds: payload.timeout_seconds,
+        lease,
+    }
 }
 
 /// [`complete`] when its one statement did not apply: the job is read and

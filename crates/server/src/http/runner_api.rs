@@ -256,18 +256,19 @@ async fn request_job(
 ) -> Result<Response, ApiError> {
     let request: JobRequest = optional_json(&body)?;
     match jobs::claim(&service, &runner, request.labels, request.start).await? {
-        Some(assigned) => {
-            let dto = AssignedJobDto {
-                state: assigned.job.state.as_str().to_owned(),
-                id: assigned.job.id.0,
-                labels: assigned.job.labels,
-                script: assigned.script,
-                timeout_seconds: assigned.timeout_seconds,
-                lease_seconds: assigned.lease.as_secs(),
-            };
-            Ok((StatusCode::CREATED, Json(dto)).into_response())
-        }
+        Some(assigned) => Ok((StatusCode::CREATED, Json(assigned_dto(assigned))).into_response()),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+fn assigned_dto(assigned: jobs::Assigned) -> AssignedJobDto {
+    AssignedJobDto {
+        state: assigned.job.state.as_str().to_owned(),
+        id: assigned.job.id.0,
+        labels: assigned.job.labels,
+        script: assigned.script,
+        timeout_seconds: assigned.timeout_seconds,
+        lease_seconds: assigned.lease.as_secs(),
     }
 }
 
@@ -363,6 +364,23 @@ struct CompleteRequest {
     /// The end of the job's output, kept as its log.
     #[serde(default)]
     log_tail: String,
+    /// Also start this runner's next job, in the same write, if one is
+    /// queued and the runner can take it (not stopping after its job, not
+    /// draining). It comes back as `next`, already running; without one,
+    /// ask `jobs/request`.
+    #[serde(default)]
+    next: bool,
+}
+
+/// A completed job and, asked with `next`, the job that started after it.
+#[derive(Serialize, utoipa::ToSchema)]
+struct CompletedDto {
+    id: i64,
+    state: String,
+    lease_deadline: Option<String>,
+    /// The runner's next job, `running` on it; absent when none started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<AssignedJobDto>,
 }
 
 /// [`CompleteRequest`] as documented: its fields, at least one of
@@ -399,7 +417,7 @@ fn conclusions() -> utoipa::openapi::Object {
     security(("runner_token" = [])),
     request_body = CompleteBody,
     responses(
-        (status = 200, description = "The job, finished", body = JobStateDto),
+        (status = 200, description = "The job, finished; asked with `next`, the runner's next job, started", body = CompletedDto),
         (status = 400, description = "The id or the body is not valid", body = ErrorBody),
         (status = 409, description = "The job is not running", body = ErrorBody),
         HolderRefusals,
@@ -433,8 +451,14 @@ async fn complete(
         exit_code: request.exit_code,
         log_tail: request.log_tail,
     };
-    let job = jobs::complete(&service, &runner, id, completion).await?;
-    Ok(job_state(&job))
+    let (job, next) = jobs::complete(&service, &runner, id, completion, request.next).await?;
+    Ok(Json(CompletedDto {
+        id: job.id.0,
+        state: job.state.as_str().to_owned(),
+        lease_deadline: job.lease_deadline.map(rfc3339),
+        next: next.map(assigned_dto),
+    })
+    .into_response())
 }
 
 /// A finished job's log as plain text (empty until it ends); its state and

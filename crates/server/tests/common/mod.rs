@@ -65,6 +65,16 @@ impl Harness {
 
     async fn in_dir(config: Config, dir: tempfile::TempDir) -> Harness {
         let store = sqlite_store(&dir.path().join("runway.db")).await;
+        Harness::on(config, store, dir)
+    }
+
+    /// The same on `store` (PostgreSQL, say).
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn with_store(config: Config, store: Arc<dyn Store>) -> Harness {
+        Harness::on(config, store, tempfile::tempdir().expect("temp dir"))
+    }
+
+    fn on(config: Config, store: Arc<dyn Store>, dir: tempfile::TempDir) -> Harness {
         let mut service = Service::new(config, store);
         service.events = EventLog::open(&service.config().telemetry).expect("open the event log");
         Harness {
