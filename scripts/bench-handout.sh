@@ -2,8 +2,10 @@
 # Hand-out through the runner API over HTTP, end to end: one `runway serve`
 # on PostgreSQL (a fresh database each round) or SQLite (a fresh file), and
 # `runway bench drain` (2,000 jobs submitted, then taken by 16 runners),
-# once with the two-phase start (request → accept → complete) and once with
-# jobs that start at once (request with "start": true → complete). Rounds
+# once with the two-phase start (request → accept → complete), once with
+# jobs that start at once (request with "start": true → complete) and once
+# with completions that start the next job (`--next`: complete with
+# "next": true, one call a job). Rounds
 # alternate the variants so the machine's noise falls on all of them alike.
 # With BASE=path/to/another/runway, that binary's two-phase run is measured
 # in the same rounds (a build of an earlier commit, say); each server is
@@ -58,7 +60,7 @@ run() {
   wait 2>/dev/null || true
 }
 
-echo "round backend ${BASE:+base-two-phase }two-phase start-at-once (jobs/s)"
+echo "round backend ${BASE:+base-two-phase }two-phase start-at-once next (jobs/s)"
 for round in $(seq 1 "$ROUNDS"); do
   for backend in postgres sqlite; do
     base=""
@@ -67,6 +69,7 @@ for round in $(seq 1 "$ROUNDS"); do
     fi
     two=$(run "$RUNWAY" "$backend")
     once=$(run "$RUNWAY" "$backend" --start-at-once)
-    echo "$round $backend $base$two $once"
+    next=$(run "$RUNWAY" "$backend" --next)
+    echo "$round $backend $base$two $once $next"
   done
 done

@@ -357,6 +357,11 @@ pub struct RunnerSide {
     /// complete) instead of the two-phase start (request → accept → complete).
     #[arg(long)]
     start_at_once: bool,
+    /// (`drain`) Each completion asks for the runner's next job in the same
+    /// call (`"next": true`), so a runner working through the queue makes
+    /// one call a job; implies `--start-at-once`.
+    #[arg(long)]
+    next: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -440,7 +445,7 @@ pub async fn longpoll(args: LongPollArgs) -> anyhow::Result<()> {
                     .await
                     .push(arrived.saturating_duration_since(sent));
                 received.fetch_add(1, Ordering::Relaxed);
-                finish_job(&client, &base, &runner_token, id, start_at_once).await;
+                finish_job(&client, &base, &runner_token, id, (start_at_once, false)).await;
             }
         }));
     }
@@ -559,29 +564,38 @@ async fn request_job(
 }
 
 /// A runner accepts job `id` (unless it `started` at once) and completes
-/// it successfully.
+/// it successfully; asked for its `next` job with the completion, returns
+/// the id of the job that started.
 async fn finish_job(
     client: &reqwest::Client,
     base: &str,
     runner_token: &str,
     id: i64,
-    started: bool,
-) {
-    let accept = ("provisioning", serde_json::json!({"status": "accepted"}));
-    let complete = ("complete", serde_json::json!({"exit_code": 0}));
-    let steps = if started {
-        vec![complete]
-    } else {
-        vec![accept, complete]
-    };
-    for (path, body) in steps {
+    (started, next): (bool, bool),
+) -> Option<i64> {
+    let url = |path: &str| format!("{base}/api/v1/jobs/{id}/{path}");
+    if !started {
         let _ = client
-            .post(format!("{base}/api/v1/jobs/{id}/{path}"))
+            .post(url("provisioning"))
             .bearer_auth(runner_token)
-            .json(&body)
+            .json(&serde_json::json!({"status": "accepted"}))
             .send()
             .await;
     }
+    // Only when asked: a server older than `next` refuses the field.
+    let body = match next {
+        true => serde_json::json!({"exit_code": 0, "next": true}),
+        false => serde_json::json!({"exit_code": 0}),
+    };
+    let response = client
+        .post(url("complete"))
+        .bearer_auth(runner_token)
+        .json(&body)
+        .send()
+        .await
+        .ok()?;
+    let done: serde_json::Value = response.json().await.ok()?;
+    done["next"]["id"].as_i64()
 }
 
 #[derive(Args, Debug, Clone)]
@@ -681,16 +695,22 @@ pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
     let total = args.jobs as u64;
     let drain_started = Instant::now();
     let mut workers = Vec::new();
-    let start_at_once = args.side.start_at_once;
+    let next = args.side.next;
+    let start_at_once = args.side.start_at_once || next;
     for (base, runner_token) in runners {
         let (client, completed) = (client.clone(), completed.clone());
         workers.push(tokio::spawn(async move {
+            let mut running = None;
             while completed.load(Ordering::Relaxed) < total && drain_started.elapsed() < budget {
-                let Some(id) = request_job(&client, &base, &runner_token, start_at_once).await
-                else {
-                    continue;
+                let id = match running.take() {
+                    Some(id) => id,
+                    None => match request_job(&client, &base, &runner_token, start_at_once).await {
+                        Some(id) => id,
+                        None => continue,
+                    },
                 };
-                finish_job(&client, &base, &runner_token, id, start_at_once).await;
+                running =
+                    finish_job(&client, &base, &runner_token, id, (start_at_once, next)).await;
                 completed.fetch_add(1, Ordering::Relaxed);
             }
         }));
@@ -717,7 +737,9 @@ pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
         rate(total, submit_elapsed),
         submit_elapsed.as_secs_f64()
     );
-    let steps = if args.side.start_at_once {
+    let steps = if args.side.next {
+        "complete (next) → complete …"
+    } else if args.side.start_at_once {
         "request (start) → complete"
     } else {
         "request → accept → complete"
