@@ -65,18 +65,33 @@ async fn idle_runner(store: &Arc<dyn Store>, pool: &str, worker: u64) -> Runner 
         .expect("ready")
 }
 
-/// One job through `runner`, as the runner API hands it out: claimed and
-/// started in one write (`one_step`), or claimed and then accepted with the
-/// runner made busy; then completed with the runner freed and the log
-/// stored. Returns the runner as it is after.
-async fn hand_out(store: &dyn Store, pool: &str, runner: &Runner, one_step: bool) -> Runner {
-    let claim = Claim {
+/// A claim of one job of `pool` for `runner`.
+fn claim_one(pool: &str, runner: &Runner) -> Claim {
+    Claim {
         pool: pool.to_owned(),
         runner: runner.id,
         limit: 1,
         lease: Duration::from_secs(120),
         runner_labels: None,
-    };
+    }
+}
+
+/// `runner`'s successful completion of the job it holds.
+fn success(runner: &Runner) -> runway_core::GuardedChange {
+    JobEvent::Complete {
+        runner: runner.id,
+        conclusion: Conclusion::Success,
+    }
+    .guarded(now())
+    .expect("a completion has a guarded form")
+}
+
+/// One job through `runner`, as the runner API hands it out: claimed and
+/// started in one write (`one_step`), or claimed and then accepted with the
+/// runner made busy; then completed with the runner freed and the log
+/// stored. Returns the runner as it is after.
+async fn hand_out(store: &dyn Store, pool: &str, runner: &Runner, one_step: bool) -> Runner {
+    let claim = claim_one(pool, runner);
     let (job, busy) = if one_step {
         let ClaimStart::Started(moved) = store
             .claim_and_start(&claim, runner, now())
@@ -100,12 +115,7 @@ async fn hand_out(store: &dyn Store, pool: &str, runner: &Runner, one_step: bool
             .expect("the holder accepts");
         (moved.job, busy)
     };
-    let complete = JobEvent::Complete {
-        runner: runner.id,
-        conclusion: Conclusion::Success,
-    }
-    .guarded(now())
-    .expect("a completion has a guarded form");
+    let complete = success(runner);
     let free = moves::finish(&job, &busy, false, now()).expect("busy with it");
     store
         .apply_guarded_with_runner(job.id, &complete, (&busy, &free), Some((Some(0), "ok")))
@@ -124,13 +134,7 @@ async fn chained(
     runner: Runner,
     running: Option<Job>,
 ) -> (Runner, Option<Job>) {
-    let claim = Claim {
-        pool: pool.to_owned(),
-        runner: runner.id,
-        limit: 1,
-        lease: Duration::from_secs(120),
-        runner_labels: None,
-    };
+    let claim = claim_one(pool, &runner);
     let (job, busy) = match running {
         Some(job) => (job, runner),
         None => {
@@ -144,12 +148,7 @@ async fn chained(
             (moved.job, moved.runner.expect("the runner is stored"))
         }
     };
-    let complete = JobEvent::Complete {
-        runner: busy.id,
-        conclusion: Conclusion::Success,
-    }
-    .guarded(now())
-    .expect("a completion has a guarded form");
+    let complete = success(&busy);
     let free = moves::finish(&job, &busy, false, now()).expect("busy with it");
     let (ended, next) = store
         .complete_and_start_next(

@@ -1922,12 +1922,7 @@ mod cases {
                         ClaimStart::Started(moved) => {
                             let busy = moved.runner.unwrap();
                             assert_eq!(busy.job, Some(moved.job.id));
-                            let change = JobEvent::Complete {
-                                runner: runner.id,
-                                conclusion: Conclusion::Success,
-                            }
-                            .guarded(now)
-                            .unwrap();
+                            let change = complete_change(&runner, now);
                             let free =
                                 runway_core::moves::finish(&moved.job, &busy, false, now).unwrap();
                             let done = store
@@ -1951,6 +1946,16 @@ mod cases {
                 ran
             }));
         }
+        each_ran_once_with_its_log(&store, tasks, JOBS).await;
+    }
+
+    /// The jobs each runner task ran: `jobs` in all, none twice, each with
+    /// its log (exit 0, "ok").
+    async fn each_ran_once_with_its_log(
+        store: &Arc<dyn Store>,
+        tasks: Vec<tokio::task::JoinHandle<Vec<runway_core::JobId>>>,
+        jobs: usize,
+    ) {
         let mut all = Vec::new();
         for task in tasks {
             all.extend(task.await.unwrap());
@@ -1958,7 +1963,7 @@ mod cases {
         let count = all.len();
         all.sort();
         all.dedup();
-        assert_eq!((count, all.len()), (JOBS, JOBS), "each job ran once");
+        assert_eq!((count, all.len()), (jobs, jobs), "each job ran once");
         for id in all {
             let (exit, log) = store.get_job_log(id).await.unwrap().unwrap();
             assert_eq!((exit, log.as_str()), (Some(0), "ok"));
@@ -2214,18 +2219,7 @@ mod cases {
                 ran
             }));
         }
-        let mut all = Vec::new();
-        for task in tasks {
-            all.extend(task.await.unwrap());
-        }
-        let count = all.len();
-        all.sort();
-        all.dedup();
-        assert_eq!((count, all.len()), (JOBS, JOBS), "each job ran once");
-        for id in all {
-            let (exit, log) = store.get_job_log(id).await.unwrap().unwrap();
-            assert_eq!((exit, log.as_str()), (Some(0), "ok"));
-        }
+        each_ran_once_with_its_log(&store, tasks, JOBS).await;
         let busy = store
             .list_runners(&runway_store::RunnerFilter::default())
             .await
