@@ -92,6 +92,32 @@ pub(crate) enum Op {
         runner_next: Box<Runner>,
         log: Option<(Option<i64>, String)>,
     },
+    /// A completion that starts the runner's next job: the
+    /// [`Op::GuardedWithRunner`] of the ended job, then, if it applied, the
+    /// [`Op::ClaimStart`] of the freed runner, in one transaction (a
+    /// savepoint within a shared one) and so one commit.
+    CompleteNext(Box<CompleteNext>),
+}
+
+/// What [`Op::CompleteNext`] writes.
+pub(crate) struct CompleteNext {
+    /// The completion: its job, change and history line.
+    pub id: JobId,
+    pub change: GuardedChange,
+    pub step: String,
+    /// The runner that ran it, at the version it must still have.
+    pub runner: RunnerId,
+    pub runner_version: i64,
+    /// The runner after its job, when no next job starts.
+    pub finished: Runner,
+    pub log: Option<(Option<i64>, String)>,
+    /// The claim of the next job: this runner's, of one job.
+    pub claim: Claim,
+    /// The runner busy with the next job, its job left to fill in.
+    pub busy: Runner,
+    /// The history lines of the claim and of the start.
+    pub steps: String,
+    pub now: Timestamp,
 }
 
 pub(crate) enum Outcome {
@@ -102,6 +128,10 @@ pub(crate) enum Outcome {
     Recorded(bool),
     /// The job after a guarded change; `None` when the guard did not hold.
     Changed(Option<Box<Job>>),
+    /// [`Op::CompleteNext`]: the ended job (`None`, and nothing written,
+    /// when its guard or the runner's version did not hold) and the job
+    /// that started, if one did.
+    CompletedNext(Option<Box<Job>>, Option<Box<Job>>),
 }
 
 impl Op {
@@ -111,9 +141,10 @@ impl Op {
         match self {
             Op::Enqueue { delivery, .. } => delivery.is_none(),
             // Opens its own (nested) transaction for its two writes.
-            Op::ReplaceWithRunner { .. } | Op::ClaimStart { .. } | Op::GuardedWithRunner { .. } => {
-                true
-            }
+            Op::ReplaceWithRunner { .. }
+            | Op::ClaimStart { .. }
+            | Op::GuardedWithRunner { .. }
+            | Op::CompleteNext(_) => true,
             Op::RecordDelivery { .. }
             | Op::Replace { .. }
             | Op::Guarded { .. }
@@ -136,6 +167,7 @@ impl Op {
             | Op::ReplaceWithRunner { id, .. }
             | Op::Guarded { id, .. }
             | Op::GuardedWithRunner { id, .. } => (2, String::new(), id.0),
+            Op::CompleteNext(next) => (2, String::new(), next.id.0),
             Op::Claim { .. } | Op::ClaimStart { .. } => (3, String::new(), 0),
         }
     }

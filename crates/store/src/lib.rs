@@ -609,10 +609,12 @@ pub trait Store: Send + Sync + 'static {
     /// it. Returns the ended job with the runner's final row, and the
     /// started job if there was one; `None`, with nothing written, when the
     /// completion's guard or the runner's version does not hold (the caller
-    /// takes the general path). One statement on PostgreSQL, so a runner
-    /// that works through a queue pays one commit a job; elsewhere the two
-    /// writes one after the other (each is a whole move: a crash between
-    /// them leaves the runner idle after its finished job).
+    /// takes the general path). One statement on PostgreSQL, one
+    /// transaction of the group commit on SQLite: either way a runner that
+    /// works through a queue pays one commit a job, and the completion and
+    /// the start land together. This default writes the two one after the
+    /// other (each is a whole move: a crash between them leaves the runner
+    /// idle after its finished job).
     async fn complete_and_start_next(
         &self,
         id: JobId,

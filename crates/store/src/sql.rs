@@ -23,7 +23,7 @@ use sqlx::{
 };
 
 use crate::common::{bind_claim, bind_guarded, Statements, LIVE_RUNNER};
-use crate::group_commit::{Op, Outcome};
+use crate::group_commit::{CompleteNext, Op, Outcome};
 use crate::rows::{
     bind_columns, history_line, Columns, JobRow, RunnerRow, JOB_COLUMNS, RUNNER_COLUMNS,
 };
@@ -48,6 +48,15 @@ fn holder_step(state: JobState, runner: RunnerId, now: Timestamp) -> String {
         conclusion: None,
         reason: None,
     }))
+}
+
+/// The history a claim that starts its job writes: claimed, then started.
+fn start_steps(runner: RunnerId, now: Timestamp) -> String {
+    format!(
+        "{}{}",
+        holder_step(JobState::Provisioning, runner, now),
+        holder_step(JobState::Running, runner, now)
+    )
 }
 use crate::{
     Backend, Claim, ClaimStart, Delivery, Enqueued, Expect, JobCount, JobFilter, Leadership, Moved,
@@ -485,6 +494,116 @@ where
         Ok(Some(Job::try_from(row)?))
     }
 
+    /// [`Op::CompleteNext`]. Where the claim that starts a job is a
+    /// statement of its own (SQLite), the fewest statements: the guarded
+    /// completion, the claim, then the runner's compare-and-set straight to
+    /// its final row (busy with the claimed job, or free), then the log;
+    /// anything that does not hold rolls all of it back. The runner is
+    /// written once, and its compare-and-set comes after the claim, which
+    /// is safe because nothing is kept unless it holds. Otherwise (a claim
+    /// that writes the runner too) the completion then the claim-and-start,
+    /// each as its op writes it.
+    async fn complete_next(
+        &self,
+        connection: &mut <D::Db as Database>::Connection,
+        next: &CompleteNext,
+    ) -> Result<Outcome, StoreError> {
+        // A savepoint inside a shared transaction, a transaction of its
+        // own otherwise: the completion and the start commit together.
+        let mut both = sqlx::Connection::begin(&mut *connection).await?;
+        let ClaimStartSql::ThenRunner(claim_sql) = &self.statements.claim_start else {
+            let finished = Columns::from(&next.finished);
+            let ended = self
+                .guarded_with_runner(
+                    &mut both,
+                    next.id,
+                    (&next.change, &next.step),
+                    (next.runner, next.runner_version, &finished),
+                    next.log.as_ref(),
+                )
+                .await?;
+            let Some(ended) = ended else {
+                both.rollback().await?;
+                return Ok(Outcome::CompletedNext(None, None));
+            };
+            let claimed = (next.finished.version, &next.busy);
+            let started = match self
+                .claim_start(&mut both, &next.claim, claimed, &next.steps, next.now)
+                .await?
+            {
+                Outcome::Claimed(jobs) => jobs.into_iter().next(),
+                _ => {
+                    return Err(StoreError::Corrupt(
+                        "a claim that starts answered with another outcome".into(),
+                    ))
+                }
+            };
+            both.commit().await?;
+            return Ok(Outcome::CompletedNext(
+                Some(Box::new(ended)),
+                started.map(Box::new),
+            ));
+        };
+        let ended: Option<JobRow> = bind_guarded(
+            sqlx::query_as(&self.statements.guarded_job),
+            next.id,
+            &next.change,
+            &next.step,
+        )
+        .fetch_all(&mut *both)
+        .await?
+        .pop();
+        let Some(ended) = ended else {
+            both.rollback().await?;
+            return Ok(Outcome::CompletedNext(None, None));
+        };
+        let labels = claim_labels(&next.claim);
+        let lease_deadline = next.now.plus(next.claim.lease).as_millis();
+        let started: Option<JobRow> = bind_claim(
+            sqlx::query_as(claim_sql),
+            &next.claim,
+            (1, lease_deadline),
+            labels.as_deref(),
+            &next.steps,
+        )
+        .bind(next.now.as_millis())
+        .fetch_all(&mut *both)
+        .await?
+        .pop();
+        let started = started.map(Job::try_from).transpose()?;
+        let runner = match &started {
+            Some(job) => Columns::from(&Runner {
+                job: Some(job.id),
+                ..next.busy.clone()
+            }),
+            None => Columns::from(&next.finished),
+        };
+        let replaced = bind_columns(sqlx::query(&self.statements.replace_runner), &runner)
+            .bind(next.runner.0)
+            .bind(next.runner_version)
+            .execute(&mut *both)
+            .await?
+            .rows_affected()
+            == 1;
+        if !replaced {
+            both.rollback().await?;
+            return Ok(Outcome::CompletedNext(None, None));
+        }
+        if let Some((exit, text)) = &next.log {
+            sqlx::query(&self.statements.runner_api.put_log)
+                .bind(next.id.0)
+                .bind(*exit)
+                .bind(text.as_str())
+                .execute(&mut *both)
+                .await?;
+        }
+        both.commit().await?;
+        Ok(Outcome::CompletedNext(
+            Some(Box::new(Job::try_from(ended)?)),
+            started.map(Box::new),
+        ))
+    }
+
     async fn execute_one(
         &self,
         connection: &mut <D::Db as Database>::Connection,
@@ -602,6 +721,7 @@ where
                     .await?;
                 Outcome::Changed(job.map(Box::new))
             }
+            Op::CompleteNext(next) => self.complete_next(transaction, next).await?,
             Op::Claim { claim, now } => {
                 let labels = claim_labels(claim);
                 let step = holder_step(JobState::Provisioning, claim.runner, *now);
@@ -855,12 +975,7 @@ where
             },
             runner_version: runner.version,
             runner_next: Box::new(runner_next.clone()),
-            // Claimed, then started: the history a claim and its accept write.
-            steps: format!(
-                "{}{}",
-                holder_step(JobState::Provisioning, runner.id, now),
-                holder_step(JobState::Running, runner.id, now)
-            ),
+            steps: start_steps(runner.id, now),
             now,
         };
         let claimed = match self.group.submit(op).await? {
@@ -927,18 +1042,54 @@ where
         now: Timestamp,
     ) -> Result<Option<(Moved, Option<Job>)>, StoreError> {
         let (current, finished) = runner;
-        let (Some(sql), Ok(busy)) = (
-            &self.inner.statements.complete_next,
-            runway_core::moves::start_on_claim(finished, now),
-        ) else {
+        let Ok(busy) = runway_core::moves::start_on_claim(finished, now) else {
+            // The runner stops or drains after this job: a completion only.
             return crate::complete_then_start(self, id, change, runner, log, claim, now).await;
         };
         let step = history_line(change.step().as_ref());
-        let steps = format!(
-            "{}{}",
-            holder_step(JobState::Provisioning, current.id, now),
-            holder_step(JobState::Running, current.id, now)
-        );
+        let steps = start_steps(current.id, now);
+        let Some(sql) = &self.inner.statements.complete_next else {
+            // No one statement here: both writes as one op of the group
+            // commit, so they share a transaction and its one flush.
+            let op = Op::CompleteNext(Box::new(CompleteNext {
+                id,
+                change: change.clone(),
+                step,
+                runner: current.id,
+                runner_version: current.version,
+                finished: finished.clone(),
+                log: log.map(|(exit, text)| (exit, text.to_owned())),
+                claim: Claim {
+                    runner: current.id,
+                    limit: 1,
+                    ..claim.clone()
+                },
+                busy: busy.clone(),
+                steps,
+                now,
+            }));
+            return match self.group.submit(op).await? {
+                Outcome::CompletedNext(ended, started) => Ok(ended.map(|job| {
+                    let runner = match &started {
+                        Some(next) => Runner {
+                            job: Some(next.id),
+                            ..busy
+                        },
+                        None => finished.clone(),
+                    };
+                    (
+                        Moved {
+                            job: *job,
+                            runner: Some(runner),
+                        },
+                        started.map(|job| *job),
+                    )
+                })),
+                _ => Err(StoreError::Corrupt(
+                    "group commit answered a completion with another outcome".into(),
+                )),
+            };
+        };
         let labels = claim_labels(claim);
         let (finished_columns, busy_columns) = (Columns::from(finished), Columns::from(&busy));
         let mut connection = self.writer().acquire().await?;
