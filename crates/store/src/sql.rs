@@ -494,56 +494,28 @@ where
         Ok(Some(Job::try_from(row)?))
     }
 
-    /// [`Op::CompleteNext`]. Where the claim that starts a job is a
-    /// statement of its own (SQLite), the fewest statements: the guarded
+    /// [`Op::CompleteNext`], for a dialect whose claim that starts a job is
+    /// a statement of its own (SQLite), in the fewest statements: the guarded
     /// completion, the claim, then the runner's compare-and-set straight to
     /// its final row (busy with the claimed job, or free), then the log;
     /// anything that does not hold rolls all of it back. The runner is
     /// written once, and its compare-and-set comes after the claim, which
-    /// is safe because nothing is kept unless it holds. Otherwise (a claim
-    /// that writes the runner too) the completion then the claim-and-start,
-    /// each as its op writes it.
+    /// is safe because nothing is kept unless it holds.
     async fn complete_next(
         &self,
         connection: &mut <D::Db as Database>::Connection,
         next: &CompleteNext,
     ) -> Result<Outcome, StoreError> {
+        let ClaimStartSql::ThenRunner(claim_sql) = &self.statements.claim_start else {
+            // A dialect whose claim writes the runner too has the one
+            // statement (`Dialect::complete_next_statement`) instead.
+            return Err(StoreError::Corrupt(
+                "a completion with its next job was queued for a dialect that writes it in one statement".into(),
+            ));
+        };
         // A savepoint inside a shared transaction, a transaction of its
         // own otherwise: the completion and the start commit together.
         let mut both = sqlx::Connection::begin(&mut *connection).await?;
-        let ClaimStartSql::ThenRunner(claim_sql) = &self.statements.claim_start else {
-            let finished = Columns::from(&next.finished);
-            let ended = self
-                .guarded_with_runner(
-                    &mut both,
-                    next.id,
-                    (&next.change, &next.step),
-                    (next.runner, next.runner_version, &finished),
-                    next.log.as_ref(),
-                )
-                .await?;
-            let Some(ended) = ended else {
-                both.rollback().await?;
-                return Ok(Outcome::CompletedNext(None, None));
-            };
-            let claimed = (next.finished.version, &next.busy);
-            let started = match self
-                .claim_start(&mut both, &next.claim, claimed, &next.steps, next.now)
-                .await?
-            {
-                Outcome::Claimed(jobs) => jobs.into_iter().next(),
-                _ => {
-                    return Err(StoreError::Corrupt(
-                        "a claim that starts answered with another outcome".into(),
-                    ))
-                }
-            };
-            both.commit().await?;
-            return Ok(Outcome::CompletedNext(
-                Some(Box::new(ended)),
-                started.map(Box::new),
-            ));
-        };
         let ended: Option<JobRow> = bind_guarded(
             sqlx::query_as(&self.statements.guarded_job),
             next.id,
