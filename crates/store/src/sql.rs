@@ -808,10 +808,18 @@ where
     }
 
     async fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Job>, StoreError> {
-        let mut sql = Filter::new(format!("SELECT id, {JOB_COLUMNS} FROM jobs WHERE 1 = 1"));
-        let state = filter.state.map(|state| state.as_str());
-        sql.and_if(state.is_some(), "state =")
-            .and_if(filter.pool.is_some(), "pool =")
+        // The state is written into the statement, not bound: one of a
+        // fixed set of words, and only as a literal can the planner read a
+        // live state through the partial index made for it (PostgreSQL's
+        // generic plans cannot), never the whole history.
+        let state = match filter.state {
+            Some(state) => format!(" AND state = '{}'", state.as_str()),
+            None => String::new(),
+        };
+        let mut sql = Filter::new(format!(
+            "SELECT id, {JOB_COLUMNS} FROM jobs WHERE 1 = 1{state}"
+        ));
+        sql.and_if(filter.pool.is_some(), "pool =")
             .and_if(filter.before.is_some(), "id <")
             .and_if(filter.after.is_some(), "id >")
             .then(if filter.newest_first {
@@ -821,9 +829,6 @@ where
             })
             .then_if(filter.limit.is_some(), " LIMIT");
         let mut query = sqlx::query_as::<_, JobRow>(&sql.text);
-        if let Some(state) = state {
-            query = query.bind(state);
-        }
         if let Some(pool) = &filter.pool {
             query = query.bind(pool.as_str());
         }

@@ -2,9 +2,15 @@
 //! reads what it deletes: SQLite's planner answers each query from the
 //! partial index made for it, so its cost follows live work however long
 //! the history grows. (The predicates are the store's own `LIVE_RUNNER`,
-//! `LIVE_JOB` and `FINISHED_JOB`; the indexes must match them.)
+//! `LIVE_JOB` and `FINISHED_JOB`; the indexes must match them.) On
+//! PostgreSQL, whose generic plans do not see a statement's arguments, no
+//! index on `jobs` may be keyed by state for every job: the hot path's
+//! guarded changes (`id = $1 AND state = $10 …`) must find their job by id.
+
+mod common;
 
 use runway_store::{SqliteStore, Store, FINISHED_JOB, LIVE_JOB, LIVE_RUNNER, QUEUE_TIMES};
+use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::SqlitePoolOptions;
 
 /// SQLite's query plan for each of `queries`, on a freshly migrated store.
@@ -123,6 +129,114 @@ async fn jobs_new_since_a_listing_are_a_range_of_the_id_key() {
         assert!(
             !details.iter().any(|d| d.contains("TEMP B-TREE")),
             "{pool_filter:?}: no sort: {details:?}"
+        );
+    }
+}
+
+/// A connection pool to the PostgreSQL harness's schema.
+async fn postgres_schema(harness: &common::Harness) -> sqlx::PgPool {
+    let schema = harness.postgres_schema().expect("a PostgreSQL harness");
+    let options: sqlx::postgres::PgConnectOptions = harness.url.parse().expect("PostgreSQL URL");
+    PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options.options([("search_path", schema)]))
+        .await
+        .expect("connect")
+}
+
+/// Every index of `jobs` whose key holds `state` is partial. A full one
+/// (migration 0001's `jobs_state`, dropped by 0016) held an entry for each
+/// version of each job, and the generic plans of the guarded statements
+/// chose it over the primary key: a completion walked every entry of its
+/// state, dead versions included (BENCHMARKS.md, 2026-11-26).
+#[tokio::test]
+async fn postgres_indexes_no_state_of_every_job() {
+    let harness = common::Harness::postgres().await;
+    let pool = postgres_schema(&harness).await;
+    let indexes: Vec<(String, String)> = sqlx::query_as(
+        "SELECT indexname::text, indexdef FROM pg_indexes \
+         WHERE schemaname = current_schema() AND tablename = 'jobs'",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("indexes");
+    assert!(indexes.len() >= 5, "the jobs table's indexes: {indexes:?}");
+    for (name, definition) in &indexes {
+        let keys = definition
+            .split_once(" USING btree (")
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .map(|(keys, _)| keys)
+            .unwrap_or_else(|| panic!("{name}: {definition}"));
+        if keys.split(',').any(|key| key.trim() == "state") {
+            assert!(
+                definition.contains(" WHERE "),
+                "{name} keys every job by state: {definition}"
+            );
+        }
+    }
+}
+
+/// The live job counts are served by the partial index of live jobs,
+/// whose predicate is `LIVE_JOB` (the planner is told to avoid a scan
+/// of the table, so this checks the index can serve the query at all).
+#[tokio::test]
+async fn postgres_live_job_counts_read_the_live_index() {
+    let harness = common::Harness::postgres().await;
+    let pool = postgres_schema(&harness).await;
+    let mut connection = pool.acquire().await.expect("connection");
+    sqlx::query("SET enable_seqscan = off")
+        .execute(&mut *connection)
+        .await
+        .expect("set");
+    let plan: Vec<(String,)> = sqlx::query_as(&format!(
+        "EXPLAIN SELECT pool, state, COUNT(*) FROM jobs WHERE {LIVE_JOB} GROUP BY pool, state"
+    ))
+    .fetch_all(&mut *connection)
+    .await
+    .expect("plan");
+    let plan: Vec<String> = plan.into_iter().map(|row| row.0).collect();
+    assert!(
+        plan.iter().any(|line| line.contains("jobs_live")),
+        "{plan:?}"
+    );
+}
+
+/// Listing queued jobs (the wait explanations each request, the GitHub
+/// recheck each round) reads the queue's partial indexes even in a generic
+/// plan, which sees no arguments: the state is a literal in the statement
+/// (`list_jobs`), the pool and limit are bound.
+#[tokio::test]
+async fn postgres_queued_listings_read_the_queue_in_generic_plans() {
+    let harness = common::Harness::postgres().await;
+    let pool = postgres_schema(&harness).await;
+    let mut connection = pool.acquire().await.expect("connection");
+    for set in [
+        "SET plan_cache_mode = force_generic_plan",
+        "SET enable_seqscan = off",
+        "PREPARE by_pool(text, bigint) AS SELECT id FROM jobs WHERE 1 = 1 AND state = 'queued' \
+         AND pool = $1 ORDER BY enqueued_at, id LIMIT $2",
+        "PREPARE every_pool AS SELECT id FROM jobs WHERE 1 = 1 AND state = 'queued' \
+         ORDER BY enqueued_at, id",
+    ] {
+        sqlx::query(set)
+            .execute(&mut *connection)
+            .await
+            .expect("set up");
+    }
+    for execute in ["EXECUTE by_pool('p', 10)", "EXECUTE every_pool"] {
+        let plan: Vec<(String,)> = sqlx::query_as(&format!("EXPLAIN {execute}"))
+            .fetch_all(&mut *connection)
+            .await
+            .expect("plan");
+        let plan: Vec<String> = plan.into_iter().map(|row| row.0).collect();
+        assert!(
+            !plan.iter().any(|line| line.contains("Seq Scan on jobs")),
+            "{execute}: the whole table: {plan:?}"
+        );
+        assert!(
+            plan.iter()
+                .any(|line| line.contains("jobs_queue") || line.contains("jobs_live")),
+            "{execute}: {plan:?}"
         );
     }
 }
