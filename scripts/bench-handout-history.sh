@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The runner API's hand-out on PostgreSQL with an empty store and with a long
 # history (scripts/handout-history-seed.sql: 1,000,000 finished jobs, 200,000
-# ended runners), two-phase and one-step, alternating in one run: the
-# per-request writes must cost the same whatever the history.
+# ended runners), two-phase, one-step and with completions that start the
+# next job (`--next`), alternating in one run: the per-request writes must
+# cost the same whatever the history.
 #
 #   scripts/bench-handout-history.sh [ROUNDS]   (release build first:
 #                                                cargo build --release --locked -p runway)
@@ -26,7 +27,7 @@ name = "default"
 labels = ["self-hosted", "linux", "x64"]
 TOML
 
-# run empty|history [--start-at-once]
+# run empty|history [--start-at-once | --next]
 run() {
   local store=$1
   shift
@@ -48,9 +49,10 @@ run() {
 
 echo "round mode empty history (jobs/s)"
 for round in $(seq 1 "$ROUNDS"); do
-  for mode in two-phase one-step; do
+  for mode in two-phase one-step next; do
     flag=()
     [ "$mode" = one-step ] && flag=(--start-at-once)
+    [ "$mode" = next ] && flag=(--next)
     empty=$(run empty "${flag[@]}")
     history=$(run history "${flag[@]}")
     echo "$round $mode $empty $history"

@@ -50,6 +50,31 @@ fn holder_step(state: JobState, runner: RunnerId, now: Timestamp) -> String {
     }))
 }
 
+/// What `complete_and_start_next` answers: the ended job with the runner's
+/// final row (busy with the started job, or as it was left by the
+/// completion), and the started job.
+fn completed_next(
+    ended: Job,
+    started: Option<Job>,
+    finished: &Runner,
+    busy: Runner,
+) -> (Moved, Option<Job>) {
+    let runner = match &started {
+        Some(next) => Runner {
+            job: Some(next.id),
+            ..busy
+        },
+        None => finished.clone(),
+    };
+    (
+        Moved {
+            job: ended,
+            runner: Some(runner),
+        },
+        started,
+    )
+}
+
 /// The history a claim that starts its job writes: claimed, then started.
 fn start_steps(runner: RunnerId, now: Timestamp) -> String {
     format!(
@@ -1046,22 +1071,10 @@ where
                 now,
             }));
             return match self.group.submit(op).await? {
-                Outcome::CompletedNext(ended, started) => Ok(ended.map(|job| {
-                    let runner = match &started {
-                        Some(next) => Runner {
-                            job: Some(next.id),
-                            ..busy
-                        },
-                        None => finished.clone(),
-                    };
-                    (
-                        Moved {
-                            job: *job,
-                            runner: Some(runner),
-                        },
-                        started.map(|job| *job),
-                    )
-                })),
+                Outcome::CompletedNext(ended, started) => {
+                    Ok(ended
+                        .map(|job| completed_next(*job, started.map(|job| *job), finished, busy)))
+                }
                 _ => Err(StoreError::Corrupt(
                     "group commit answered a completion with another outcome".into(),
                 )),
@@ -1097,22 +1110,7 @@ where
                     next = Some(job);
                 }
             }
-            Ok::<_, StoreError>(ended.map(|job| {
-                let runner = match &next {
-                    Some(started) => Runner {
-                        job: Some(started.id),
-                        ..busy
-                    },
-                    None => finished.clone(),
-                };
-                (
-                    Moved {
-                        job,
-                        runner: Some(runner),
-                    },
-                    next,
-                )
-            }))
+            Ok::<_, StoreError>(ended.map(|job| completed_next(job, next, finished, busy)))
         }
         .await;
         settle(connection, result)

@@ -176,25 +176,39 @@ async fn postgres_indexes_no_state_of_every_job() {
     }
 }
 
+/// PostgreSQL's plans for `queries` on one connection of a fresh schema,
+/// after the `set_up` statements (settings, `PREPARE`s) ran on it.
+async fn postgres_plans(set_up: &[&str], queries: &[&str]) -> Vec<Vec<String>> {
+    let harness = common::Harness::postgres().await;
+    let pool = postgres_schema(&harness).await;
+    let mut connection = pool.acquire().await.expect("connection");
+    for statement in set_up {
+        sqlx::query(statement)
+            .execute(&mut *connection)
+            .await
+            .expect("set up");
+    }
+    let mut plans = Vec::new();
+    for query in queries {
+        let plan: Vec<(String,)> = sqlx::query_as(&format!("EXPLAIN {query}"))
+            .fetch_all(&mut *connection)
+            .await
+            .expect("plan");
+        plans.push(plan.into_iter().map(|row| row.0).collect());
+    }
+    plans
+}
+
 /// The live job counts are served by the partial index of live jobs,
 /// whose predicate is `LIVE_JOB` (the planner is told to avoid a scan
 /// of the table, so this checks the index can serve the query at all).
 #[tokio::test]
 async fn postgres_live_job_counts_read_the_live_index() {
-    let harness = common::Harness::postgres().await;
-    let pool = postgres_schema(&harness).await;
-    let mut connection = pool.acquire().await.expect("connection");
-    sqlx::query("SET enable_seqscan = off")
-        .execute(&mut *connection)
+    let query =
+        format!("SELECT pool, state, COUNT(*) FROM jobs WHERE {LIVE_JOB} GROUP BY pool, state");
+    let plan = postgres_plans(&["SET enable_seqscan = off"], &[&query])
         .await
-        .expect("set");
-    let plan: Vec<(String,)> = sqlx::query_as(&format!(
-        "EXPLAIN SELECT pool, state, COUNT(*) FROM jobs WHERE {LIVE_JOB} GROUP BY pool, state"
-    ))
-    .fetch_all(&mut *connection)
-    .await
-    .expect("plan");
-    let plan: Vec<String> = plan.into_iter().map(|row| row.0).collect();
+        .remove(0);
     assert!(
         plan.iter().any(|line| line.contains("jobs_live")),
         "{plan:?}"
@@ -207,28 +221,19 @@ async fn postgres_live_job_counts_read_the_live_index() {
 /// (`list_jobs`), the pool and limit are bound.
 #[tokio::test]
 async fn postgres_queued_listings_read_the_queue_in_generic_plans() {
-    let harness = common::Harness::postgres().await;
-    let pool = postgres_schema(&harness).await;
-    let mut connection = pool.acquire().await.expect("connection");
-    for set in [
+    let set_up = [
         "SET plan_cache_mode = force_generic_plan",
         "SET enable_seqscan = off",
         "PREPARE by_pool(text, bigint) AS SELECT id FROM jobs WHERE 1 = 1 AND state = 'queued' \
          AND pool = $1 ORDER BY enqueued_at, id LIMIT $2",
         "PREPARE every_pool AS SELECT id FROM jobs WHERE 1 = 1 AND state = 'queued' \
          ORDER BY enqueued_at, id",
-    ] {
-        sqlx::query(set)
-            .execute(&mut *connection)
-            .await
-            .expect("set up");
-    }
-    for execute in ["EXECUTE by_pool('p', 10)", "EXECUTE every_pool"] {
-        let plan: Vec<(String,)> = sqlx::query_as(&format!("EXPLAIN {execute}"))
-            .fetch_all(&mut *connection)
-            .await
-            .expect("plan");
-        let plan: Vec<String> = plan.into_iter().map(|row| row.0).collect();
+    ];
+    let executes = ["EXECUTE by_pool('p', 10)", "EXECUTE every_pool"];
+    for (execute, plan) in executes
+        .iter()
+        .zip(postgres_plans(&set_up, &executes).await)
+    {
         assert!(
             !plan.iter().any(|line| line.contains("Seq Scan on jobs")),
             "{execute}: the whole table: {plan:?}"
