@@ -435,6 +435,53 @@ async fn a_long_poll_is_woken_by_a_submission() {
     );
 }
 
+/// A runner drained while it long-polls for a job that starts at once is
+/// told to go (410) when it wakes, and the job it woke for stays queued:
+/// the claim's compare-and-set on the runner catches the drain even though
+/// the poll does not read the runner again after waiting.
+#[tokio::test]
+async fn a_runner_drained_during_a_long_poll_that_starts_takes_no_job() {
+    let harness = Arc::new(Harness::runner_api(None).await);
+    let token = harness.runner("poller", &["linux"]).await;
+    let poll = {
+        let harness = harness.clone();
+        tokio::spawn(async move {
+            harness
+                .call(
+                    "POST",
+                    "/api/v1/jobs/request",
+                    &token,
+                    Some(json!({"start": true})),
+                )
+                .await
+        })
+    };
+    // Let the poll reach its wait (it answers 410 whichever comes first).
+    tokio::task::yield_now().await;
+    let store = &harness.service.store;
+    let row = store.find_runner("poller").await.unwrap().unwrap();
+    store
+        .apply_runner_event(
+            row.id,
+            &RunnerEvent::DrainRequested,
+            runway_server::clock::now(),
+        )
+        .await
+        .unwrap();
+    let id = harness.submit(&["linux"], None).await;
+    let (status, body) = tokio::time::timeout(Duration::from_secs(5), poll)
+        .await
+        .expect("answered")
+        .expect("task");
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::GONE, Some("runner_draining")),
+        "{body}"
+    );
+    let job = store.get_job(JobId(id)).await.unwrap().unwrap();
+    assert_eq!((job.state, job.runner), (JobState::Queued, None));
+}
+
 #[tokio::test]
 async fn expired_leases_requeue_and_crash_the_runner_of_a_running_job() {
     let harness = Harness::runner_api(None).await;

@@ -215,11 +215,17 @@ pub async fn claim(
         }
         let wait = (deadline - now_instant).min(REPOLL);
         let _ = tokio::time::timeout(wait, notified).await;
-        current = match service.store.get_runner(runner.id).await {
-            Ok(Some(fresh)) => fresh,
-            Ok(None) => current,
-            Err(e) => return Err(AppError::store(service, "get_runner", e)),
-        };
+        // A claim that starts its job holds only if the runner is still the
+        // row it was decided on, and answers with the row as it is when not
+        // (`RunnerChanged`): no need to read it first. Every idle runner
+        // wakes on every submission, so that read would be paid by each.
+        if !start {
+            current = match service.store.get_runner(runner.id).await {
+                Ok(Some(fresh)) => fresh,
+                Ok(None) => current,
+                Err(e) => return Err(AppError::store(service, "get_runner", e)),
+            };
+        }
     }
 }
 

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Idle runners long-polling for jobs that start at once ("start": true)
+# while jobs trickle in one at a time: every submission wakes every waiting
+# runner, so what a wake-up costs is paid once per idle runner. Counts the
+# transactions PostgreSQL committed for the whole run (pg_stat_database;
+# the server is stopped first, so every backend has reported) and divides
+# by the jobs. With BASE=path/to/another/runway, that build is measured in
+# the same rounds, alternating.
+#
+#   scripts/bench-idle-pollers.sh [ROUNDS]   (release build first:
+#                                             cargo build --release --locked -p runway)
+#
+# RUNNERS (default 32) pollers, JOBS (default 100) jobs, one every 0.1 s.
+# PG_URL (default postgres://postgres@127.0.0.1:5432) names the server; the
+# script creates and drops its own database `runway_bench_pollers`.
+set -euo pipefail
+ROUNDS=${1:-2}
+RUNNERS=${RUNNERS:-32}
+JOBS=${JOBS:-100}
+RUNWAY=$(realpath "${RUNWAY:-target/release/runway}")
+BASE=${BASE:+$(realpath "$BASE")}
+PG_URL=${PG_URL:-postgres://postgres@127.0.0.1:5432}
+DB=runway_bench_pollers
+ADMIN=bench-admin-token-0123456789
+PORT=18760
+API="http://127.0.0.1:$PORT/api/v1"
+DIR=$(mktemp -d)
+cleanup() {
+  pkill -f "runway-bench-pollers" 2>/dev/null || true
+  [ -f "$DIR/pollers" ] && xargs -r kill 2>/dev/null < "$DIR/pollers" || true
+  psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+cat > "$DIR/runway.toml" <<TOML
+[server]
+admin_tokens = ["$ADMIN"]
+[runner_api]
+poll_timeout = "30s"
+[[pools]]
+name = "default"
+labels = ["self-hosted", "linux", "x64"]
+TOML
+
+commits() {
+  psql "$PG_URL/postgres" -Atc "SELECT xact_commit FROM pg_stat_database WHERE datname = '$DB'"
+}
+
+# A runner: long-polls with "start": true, completes what it gets, again.
+poller() {
+  local token=$1 answer id
+  while true; do
+    answer=$(curl -s -w '\n%{http_code}' -X POST "$API/jobs/request" \
+      -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+      -d '{"start": true}') || continue
+    if [ "${answer##*$'\n'}" = 201 ]; then
+      id=$(printf '%s' "${answer%$'\n'*}" | jq -r .id)
+      curl -s -o /dev/null -X POST "$API/jobs/$id/complete" \
+        -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+        -d '{"exit_code": 0}'
+    fi
+  done
+}
+
+# run BINARY: prints transactions committed per job.
+run() {
+  local binary=$1 before after token runner i
+  psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB" >/dev/null 2>&1
+  (cd "$DIR" && exec -a runway-bench-pollers "$binary" serve --config runway.toml \
+    --database "$PG_URL/$DB" --listen "127.0.0.1:$PORT" >"$DIR/server.log" 2>&1) &
+  for _ in $(seq 1 100); do
+    curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null && break
+    sleep 0.1
+  done
+  : > "$DIR/pollers"
+  for i in $(seq 1 "$RUNNERS"); do
+    token=$(curl -s -X POST "$API/registration-tokens" -H "Authorization: Bearer $ADMIN" \
+      -H 'Content-Type: application/json' -d '{"pool": "default", "ttl": 600}' | jq -r .token)
+    runner=$(curl -s -X POST "$API/runners/register" -H 'Content-Type: application/json' \
+      -d "{\"token\": \"$token\", \"name\": \"poller-$i\", \"labels\": [\"self-hosted\", \"linux\", \"x64\"]}" |
+      jq -r .runner_token)
+    poller "$runner" &
+    echo $! >> "$DIR/pollers"
+  done
+  sleep 1 # the pollers reach their wait
+  before=$(commits)
+  for i in $(seq 1 "$JOBS"); do
+    curl -s -o /dev/null -X POST "$API/jobs" -H "Authorization: Bearer $ADMIN" \
+      -H 'Content-Type: application/json' \
+      -d "{\"labels\": [\"linux\"], \"script\": \"true\", \"external_id\": \"trickle-$i\"}"
+    sleep 0.1
+  done
+  sleep 1 # the last jobs complete
+  xargs -r kill < "$DIR/pollers" 2>/dev/null || true
+  pkill -f "runway-bench-pollers" || true
+  wait 2>/dev/null || true
+  after=$(commits)
+  echo $(( (after - before) / JOBS ))
+}
+
+echo "round ${BASE:+base }this (transactions a job, $RUNNERS idle runners)"
+for round in $(seq 1 "$ROUNDS"); do
+  base=""
+  if [ -n "$BASE" ]; then
+    base="$(run "$BASE") "
+  fi
+  echo "$round $base$(run "$RUNWAY")"
+done
