@@ -459,15 +459,7 @@ async fn a_runner_drained_during_a_long_poll_that_starts_takes_no_job() {
     // Let the poll reach its wait (it answers 410 whichever comes first).
     tokio::task::yield_now().await;
     let store = &harness.service.store;
-    let row = store.find_runner("poller").await.unwrap().unwrap();
-    store
-        .apply_runner_event(
-            row.id,
-            &RunnerEvent::DrainRequested,
-            runway_server::clock::now(),
-        )
-        .await
-        .unwrap();
+    drain(&harness, "poller").await;
     let id = harness.submit(&["linux"], None).await;
     let (status, body) = tokio::time::timeout(Duration::from_secs(5), poll)
         .await
@@ -807,15 +799,7 @@ async fn a_completion_can_start_the_next_job(harness: Harness) {
         .await;
     assert_eq!(job["id"].as_i64(), Some(third), "{job}");
     let fourth = harness.submit(&["linux"], None).await;
-    let row = store.find_runner("chain").await.unwrap().unwrap();
-    store
-        .apply_runner_event(
-            row.id,
-            &RunnerEvent::DrainRequested,
-            runway_server::clock::now(),
-        )
-        .await
-        .unwrap();
+    drain(&harness, "chain").await;
     let (status, done) = harness
         .call(
             "POST",
@@ -1126,4 +1110,18 @@ async fn the_event_log_records_queuing_start_and_stop_in_the_spec_shapes() {
     assert_eq!(events[2]["status"], "success");
     assert_eq!(events[0]["flavor"], "default");
     assert!(events[0]["log_timestamp"].as_i64().unwrap() > 1_700_000_000);
+}
+
+/// Asks runner `name` to drain, as an operator would.
+async fn drain(harness: &Harness, name: &str) {
+    let store = &harness.service.store;
+    let row = store.find_runner(name).await.unwrap().unwrap();
+    store
+        .apply_runner_event(
+            row.id,
+            &RunnerEvent::DrainRequested,
+            runway_server::clock::now(),
+        )
+        .await
+        .unwrap();
 }

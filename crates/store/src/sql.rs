@@ -496,27 +496,40 @@ where
             both.rollback().await?;
             return Ok(None);
         };
-        let replaced = bind_columns(sqlx::query(&self.statements.replace_runner), runner_next)
-            .bind(runner.0)
-            .bind(runner_version)
-            .execute(&mut *both)
-            .await?
-            .rows_affected()
-            == 1;
-        if !replaced {
+        let runner = (runner, runner_version, runner_next);
+        if !self.runner_then_log(&mut both, runner, id, log).await? {
             both.rollback().await?;
             return Ok(None);
         }
-        if let Some((exit, text)) = log {
+        both.commit().await?;
+        Ok(Some(Job::try_from(row)?))
+    }
+
+    /// The runner's compare-and-set to `columns`, then, if it held, job
+    /// `id`'s log: whether it held (the caller rolls back when not).
+    async fn runner_then_log(
+        &self,
+        connection: &mut <D::Db as Database>::Connection,
+        (runner, version, columns): (RunnerId, i64, &Columns),
+        id: JobId,
+        log: Option<&(Option<i64>, String)>,
+    ) -> Result<bool, StoreError> {
+        let replaced = bind_columns(sqlx::query(&self.statements.replace_runner), columns)
+            .bind(runner.0)
+            .bind(version)
+            .execute(&mut *connection)
+            .await?
+            .rows_affected()
+            == 1;
+        if let (true, Some((exit, text))) = (replaced, log) {
             sqlx::query(&self.statements.runner_api.put_log)
                 .bind(id.0)
                 .bind(*exit)
                 .bind(text.as_str())
-                .execute(&mut *both)
+                .execute(&mut *connection)
                 .await?;
         }
-        both.commit().await?;
-        Ok(Some(Job::try_from(row)?))
+        Ok(replaced)
     }
 
     /// [`Op::CompleteNext`], for a dialect whose claim that starts a job is
@@ -568,31 +581,20 @@ where
         .await?
         .pop();
         let started = started.map(Job::try_from).transpose()?;
-        let runner = match &started {
+        let final_row = match &started {
             Some(job) => Columns::from(&Runner {
                 job: Some(job.id),
                 ..next.busy.clone()
             }),
             None => Columns::from(&next.finished),
         };
-        let replaced = bind_columns(sqlx::query(&self.statements.replace_runner), &runner)
-            .bind(next.runner.0)
-            .bind(next.runner_version)
-            .execute(&mut *both)
+        let runner = (next.runner, next.runner_version, &final_row);
+        if !self
+            .runner_then_log(&mut both, runner, next.id, next.log.as_ref())
             .await?
-            .rows_affected()
-            == 1;
-        if !replaced {
+        {
             both.rollback().await?;
             return Ok(Outcome::CompletedNext(None, None));
-        }
-        if let Some((exit, text)) = &next.log {
-            sqlx::query(&self.statements.runner_api.put_log)
-                .bind(next.id.0)
-                .bind(*exit)
-                .bind(text.as_str())
-                .execute(&mut *both)
-                .await?;
         }
         both.commit().await?;
         Ok(Outcome::CompletedNext(
