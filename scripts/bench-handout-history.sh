@@ -17,27 +17,15 @@ ADMIN=bench-admin-token-0123456789
 PORT=18770
 DIR=$(mktemp -d)
 trap 'pkill -f "runway-bench-history" 2>/dev/null || true; psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
-cat > "$DIR/runway.toml" <<TOML
-[server]
-admin_tokens = ["$ADMIN"]
-[runner_api]
-poll_timeout = "30s"
-[[pools]]
-name = "default"
-labels = ["self-hosted", "linux", "x64"]
-TOML
+source "$(dirname "$0")/bench-common.sh"
+bench_config
 
 # run empty|history [--start-at-once | --next]
 run() {
   local store=$1
   shift
-  psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB" >/dev/null 2>&1
-  (cd "$DIR" && exec -a runway-bench-history "$RUNWAY" serve --config runway.toml \
-    --database "$PG_URL/$DB" --listen "127.0.0.1:$PORT" >"$DIR/server.log" 2>&1) &
-  for _ in $(seq 1 100); do
-    curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null && break
-    sleep 0.1
-  done
+  fresh_database "$DB"
+  bench_serve runway-bench-history "$RUNWAY" "$PG_URL/$DB" "$PORT" "$DIR/server.log"
   if [ "$store" = history ]; then
     psql -q "$PG_URL/$DB" -f "$SEED" >/dev/null
   fi

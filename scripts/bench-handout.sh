@@ -26,34 +26,22 @@ ADMIN=bench-admin-token-0123456789
 PORT=18750
 DIR=$(mktemp -d)
 trap 'pkill -f "runway-bench-handout" 2>/dev/null || true; psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
-cat > "$DIR/runway.toml" <<TOML
-[server]
-admin_tokens = ["$ADMIN"]
-[runner_api]
-poll_timeout = "30s"
-[[pools]]
-name = "default"
-labels = ["self-hosted", "linux", "x64"]
-TOML
+source "$(dirname "$0")/bench-common.sh"
+bench_config
 
 # run BINARY BACKEND [--start-at-once]: prints the drain rate in jobs/s.
 run() {
   local binary=$1 backend=$2 database
   shift 2
   if [ "$backend" = postgres ]; then
-    psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB" >/dev/null 2>&1
+    fresh_database "$DB"
     database="$PG_URL/$DB"
   else
     rm -f "$DIR"/handout.db*
     database="$DIR/handout.db"
   fi
   # The marker in argv lets the trap find the server.
-  (cd "$DIR" && exec -a runway-bench-handout "$binary" serve --config runway.toml \
-    --database "$database" --listen "127.0.0.1:$PORT" >"$DIR/server.log" 2>&1) &
-  for _ in $(seq 1 100); do
-    curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null && break
-    sleep 0.1
-  done
+  bench_serve runway-bench-handout "$binary" "$database" "$PORT" "$DIR/server.log"
   RUNWAY_TOKEN=$ADMIN "$binary" bench drain --url "http://127.0.0.1:$PORT" --jobs 2000 \
     --runners 16 "$@" | awk '/^drain/ {print $2}'
   pkill -f "runway-bench-handout" || true

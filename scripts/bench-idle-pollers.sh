@@ -32,15 +32,8 @@ cleanup() {
   rm -rf "$DIR"
 }
 trap cleanup EXIT
-cat > "$DIR/runway.toml" <<TOML
-[server]
-admin_tokens = ["$ADMIN"]
-[runner_api]
-poll_timeout = "30s"
-[[pools]]
-name = "default"
-labels = ["self-hosted", "linux", "x64"]
-TOML
+source "$(dirname "$0")/bench-common.sh"
+bench_config
 
 commits() {
   psql "$PG_URL/postgres" -Atc "SELECT xact_commit FROM pg_stat_database WHERE datname = '$DB'"
@@ -65,13 +58,8 @@ poller() {
 # run BINARY: prints transactions committed per job.
 run() {
   local binary=$1 before after token runner i
-  psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB" >/dev/null 2>&1
-  (cd "$DIR" && exec -a runway-bench-pollers "$binary" serve --config runway.toml \
-    --database "$PG_URL/$DB" --listen "127.0.0.1:$PORT" >"$DIR/server.log" 2>&1) &
-  for _ in $(seq 1 100); do
-    curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null && break
-    sleep 0.1
-  done
+  fresh_database "$DB"
+  bench_serve runway-bench-pollers "$binary" "$PG_URL/$DB" "$PORT" "$DIR/server.log"
   : > "$DIR/pollers"
   for i in $(seq 1 "$RUNNERS"); do
     token=$(curl -s -X POST "$API/registration-tokens" -H "Authorization: Bearer $ADMIN" \

@@ -18,34 +18,19 @@ ADMIN=bench-admin-token-0123456789
 SECRET=bench-webhook-secret
 DIR=$(mktemp -d)
 trap 'pkill -f "runway-bench-replicas" 2>/dev/null || true; rm -rf "$DIR"' EXIT
-cat > "$DIR/runway.toml" <<TOML
-[server]
-admin_tokens = ["$ADMIN"]
-[github]
-webhook_secrets = ["$SECRET"]
-[runner_api]
-poll_timeout = "30s"
-[[pools]]
-name = "default"
-labels = ["self-hosted", "linux", "x64"]
-TOML
+source "$(dirname "$0")/bench-common.sh"
+bench_config "[github]
+webhook_secrets = [\"$SECRET\"]"
 
 run() {
   local replicas=$1 urls="" hooks=""
-  psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB" >/dev/null 2>&1
+  fresh_database "$DB"
   for i in $(seq 1 "$replicas"); do
     local port=$((18700 + i))
     # The marker in argv lets the trap find every replica.
-    (cd "$DIR" && exec -a runway-bench-replicas "$RUNWAY" serve --config runway.toml \
-      --database "$PG_URL/$DB" --listen "127.0.0.1:$port" >"$DIR/replica-$i.log" 2>&1) &
+    bench_serve runway-bench-replicas "$RUNWAY" "$PG_URL/$DB" "$port" "$DIR/replica-$i.log"
     urls+="${urls:+,}http://127.0.0.1:$port"
     hooks+="${hooks:+,}http://127.0.0.1:$port/webhooks/github"
-  done
-  for i in $(seq 1 "$replicas"); do
-    for _ in $(seq 1 100); do
-      curl -fs "http://127.0.0.1:$((18700 + i))/readyz" >/dev/null && break
-      sleep 0.1
-    done
   done
   local intake drain
   intake=$(RUNWAY_BENCH_SECRET=$SECRET "$RUNWAY" bench intake --url "$hooks" --count 5000 \

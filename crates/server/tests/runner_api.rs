@@ -445,21 +445,12 @@ async fn a_runner_drained_during_a_long_poll_that_starts_takes_no_job() {
     let token = harness.runner("poller", &["linux"]).await;
     let poll = {
         let harness = harness.clone();
-        tokio::spawn(async move {
-            harness
-                .call(
-                    "POST",
-                    "/api/v1/jobs/request",
-                    &token,
-                    Some(json!({"start": true})),
-                )
-                .await
-        })
+        tokio::spawn(async move { request_started(&harness, &token).await })
     };
     // Let the poll reach its wait (it answers 410 whichever comes first).
     tokio::task::yield_now().await;
     let store = &harness.service.store;
-    drain(&harness, "poller").await;
+    tell_runner(&harness, "poller", RunnerEvent::DrainRequested).await;
     let id = harness.submit(&["linux"], None).await;
     let (status, body) = tokio::time::timeout(Duration::from_secs(5), poll)
         .await
@@ -722,14 +713,7 @@ async fn a_completion_can_start_the_next_job(harness: Harness) {
     let first = harness.submit(&["linux"], None).await;
     let second = harness.submit(&["linux"], None).await;
     let path = |id: i64| format!("/api/v1/jobs/{id}/complete");
-    let (_, job) = harness
-        .call(
-            "POST",
-            "/api/v1/jobs/request",
-            &token,
-            Some(json!({"start": true})),
-        )
-        .await;
+    let (_, job) = request_started(&harness, &token).await;
     assert_eq!(job["id"].as_i64(), Some(first), "{job}");
     let (status, done) = harness
         .call(
@@ -789,17 +773,10 @@ async fn a_completion_can_start_the_next_job(harness: Harness) {
     let waiting = store.get_job(JobId(third)).await.unwrap().unwrap();
     assert_eq!(waiting.state, JobState::Queued);
     // A draining runner completes its job and takes no other.
-    let (_, job) = harness
-        .call(
-            "POST",
-            "/api/v1/jobs/request",
-            &token,
-            Some(json!({"start": true})),
-        )
-        .await;
+    let (_, job) = request_started(&harness, &token).await;
     assert_eq!(job["id"].as_i64(), Some(third), "{job}");
     let fourth = harness.submit(&["linux"], None).await;
-    drain(&harness, "chain").await;
+    tell_runner(&harness, "chain", RunnerEvent::DrainRequested).await;
     let (status, done) = harness
         .call(
             "POST",
@@ -844,16 +821,11 @@ async fn a_job_can_start_at_once() {
     let harness = Harness::runner_api(None).await;
     let token = harness.runner("quick", &["self-hosted", "linux"]).await;
     let store = &harness.service.store;
-    let at_once = Some(json!({"start": true}));
-    let (status, _) = harness
-        .call("POST", "/api/v1/jobs/request", &token, at_once.clone())
-        .await;
+    let (status, _) = request_started(&harness, &token).await;
     assert_eq!(status, StatusCode::NO_CONTENT, "nothing queued");
     let first = harness.submit(&["linux"], None).await;
     let second = harness.submit(&["linux"], None).await;
-    let (status, job) = harness
-        .call("POST", "/api/v1/jobs/request", &token, at_once.clone())
-        .await;
+    let (status, job) = request_started(&harness, &token).await;
     assert_eq!(
         (status, job["id"].as_i64(), job["state"].as_str()),
         (StatusCode::CREATED, Some(first), Some("running")),
@@ -868,9 +840,7 @@ async fn a_job_can_start_at_once() {
         (RunnerState::Busy, Some(JobId(first)))
     );
     // Busy with it, the runner cannot start another; the second job waits.
-    let (status, body) = harness
-        .call("POST", "/api/v1/jobs/request", &token, at_once.clone())
-        .await;
+    let (status, body) = request_started(&harness, &token).await;
     assert_eq!(
         (status, body["code"].as_str()),
         (StatusCode::CONFLICT, Some("runner_unavailable")),
@@ -903,9 +873,7 @@ async fn a_job_can_start_at_once() {
     let runner = store.find_runner("quick").await.unwrap().unwrap();
     assert_eq!((runner.state, runner.job), (RunnerState::Idle, None));
     // Free again, it starts the next one; its history has both steps.
-    let (_, job) = harness
-        .call("POST", "/api/v1/jobs/request", &token, at_once.clone())
-        .await;
+    let (_, job) = request_started(&harness, &token).await;
     assert_eq!(job["id"].as_i64(), Some(second));
     let steps: Vec<JobState> = store
         .job_history(JobId(second))
@@ -924,18 +892,8 @@ async fn a_job_can_start_at_once() {
     // A runner being scaled down is refused before anything starts.
     let leaving = harness.runner("leaving", &["self-hosted", "linux"]).await;
     let id = harness.submit(&["linux"], None).await;
-    let row = store.find_runner("leaving").await.unwrap().unwrap();
-    store
-        .apply_runner_event(
-            row.id,
-            &RunnerEvent::TerminateRequested,
-            runway_server::clock::now(),
-        )
-        .await
-        .unwrap();
-    let (status, body) = harness
-        .call("POST", "/api/v1/jobs/request", &leaving, at_once)
-        .await;
+    tell_runner(&harness, "leaving", RunnerEvent::TerminateRequested).await;
+    let (status, body) = request_started(&harness, &leaving).await;
     assert_eq!(
         (status, body["code"].as_str()),
         (StatusCode::GONE, Some("runner_terminating")),
@@ -1112,16 +1070,25 @@ async fn the_event_log_records_queuing_start_and_stop_in_the_spec_shapes() {
     assert!(events[0]["log_timestamp"].as_i64().unwrap() > 1_700_000_000);
 }
 
-/// Asks runner `name` to drain, as an operator would.
-async fn drain(harness: &Harness, name: &str) {
+/// Moves runner `name` by `event` now, as an operator (a drain) or the
+/// reconciler (a removal) would.
+async fn tell_runner(harness: &Harness, name: &str, event: RunnerEvent) {
     let store = &harness.service.store;
     let row = store.find_runner(name).await.unwrap().unwrap();
     store
-        .apply_runner_event(
-            row.id,
-            &RunnerEvent::DrainRequested,
-            runway_server::clock::now(),
-        )
+        .apply_runner_event(row.id, &event, runway_server::clock::now())
         .await
         .unwrap();
+}
+
+/// `jobs/request` for a job that starts at once (`"start": true`).
+async fn request_started(harness: &Harness, token: &str) -> (StatusCode, Value) {
+    harness
+        .call(
+            "POST",
+            "/api/v1/jobs/request",
+            token,
+            Some(json!({"start": true})),
+        )
+        .await
 }

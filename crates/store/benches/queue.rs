@@ -65,6 +65,22 @@ async fn idle_runner(store: &Arc<dyn Store>, pool: &str, worker: u64) -> Runner 
         .expect("ready")
 }
 
+/// One idle runner of `pool` per worker, each behind its worker's lock
+/// with `state` beside it.
+async fn worker_runners<T>(
+    store: &Arc<dyn Store>,
+    pool: &str,
+    workers: u64,
+    state: impl Fn() -> T,
+) -> Arc<Vec<tokio::sync::Mutex<(Runner, T)>>> {
+    let mut runners = Vec::new();
+    for worker in 0..workers {
+        let runner = idle_runner(store, pool, worker).await;
+        runners.push(tokio::sync::Mutex::new((runner, state())));
+    }
+    Arc::new(runners)
+}
+
 /// A claim of one job of `pool` for `runner`.
 fn claim_one(pool: &str, runner: &Runner) -> Claim {
     Claim {
@@ -356,20 +372,14 @@ fn queue_benchmarks(c: &mut Criterion) {
             name,
             |store, workers, iters| async move {
                 let pool = filled_pool(&*store, name, iters).await;
-                let mut runners = Vec::new();
-                for worker in 0..workers {
-                    runners.push(tokio::sync::Mutex::new(
-                        idle_runner(&store, &pool, worker).await,
-                    ));
-                }
-                let runners = Arc::new(runners);
+                let runners = worker_runners(&store, &pool, workers, || ()).await;
                 run_split(iters, workers, move |worker| {
                     let store = store.clone();
                     let pool = pool.clone();
                     let runners = runners.clone();
                     async move {
                         let mut runner = runners[worker as usize].lock().await;
-                        *runner = hand_out(&*store, &pool, &runner, one_step).await;
+                        runner.0 = hand_out(&*store, &pool, &runner.0, one_step).await;
                     }
                 })
                 .await
@@ -389,12 +399,7 @@ fn queue_benchmarks(c: &mut Criterion) {
         |store, workers, iters| async move {
             // A job to spare per worker: each ends holding one it started.
             let pool = filled_pool(&*store, "chained", iters + workers).await;
-            let mut states = Vec::new();
-            for worker in 0..workers {
-                let runner = idle_runner(&store, &pool, worker).await;
-                states.push(tokio::sync::Mutex::new((runner, None)));
-            }
-            let states = Arc::new(states);
+            let states = worker_runners(&store, &pool, workers, || None).await;
             run_split(iters, workers, move |worker| {
                 let store = store.clone();
                 let pool = pool.clone();

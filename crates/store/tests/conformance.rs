@@ -1897,56 +1897,69 @@ mod cases {
 
     pub async fn concurrent_claims_that_start_never_share_a_job_or_a_runner(store: Arc<dyn Store>) {
         use runway_store::ClaimStart;
-        const RUNNERS: usize = 8;
-        const JOBS: usize = 40;
-        for i in 0..JOBS {
+        race(&store, "race", |store, mut runner, step| async move {
+            let mut ran = Vec::new();
+            for round in 0..RACE_JOBS as i64 {
+                let now = at(1_000 + round);
+                match store.claim_and_start(&step, &runner, now).await.unwrap() {
+                    ClaimStart::Started(moved) => {
+                        let busy = moved.runner.unwrap();
+                        assert_eq!(busy.job, Some(moved.job.id));
+                        let change = complete_change(&runner, now);
+                        let free =
+                            runway_core::moves::finish(&moved.job, &busy, false, now).unwrap();
+                        let done = store
+                            .apply_guarded_with_runner(
+                                moved.job.id,
+                                &change,
+                                (&busy, &free),
+                                Some((Some(0), "ok")),
+                            )
+                            .await
+                            .unwrap()
+                            .expect("the holder completes its job");
+                        assert_eq!(done.job.state, JobState::Completed);
+                        ran.push(moved.job.id);
+                        runner = free;
+                    }
+                    ClaimStart::NoJob => break,
+                    ClaimStart::RunnerChanged(fresh) => panic!("nobody else moves {fresh:?}"),
+                }
+            }
+            ran
+        })
+        .await;
+    }
+
+    /// How many runners [`race`] sets to work, and on how many jobs.
+    const RACE_RUNNERS: usize = 8;
+    const RACE_JOBS: usize = 40;
+
+    /// `RACE_RUNNERS` runners of `pool`, each in a task of its own, working
+    /// through `RACE_JOBS` queued jobs as `work` does (given the store, the
+    /// runner and its claim of one job, it returns the jobs it ran); then
+    /// each job ran once, with its log.
+    async fn race<F, Fut>(store: &Arc<dyn Store>, pool: &str, work: F)
+    where
+        F: Fn(Arc<dyn Store>, runway_core::Runner, Claim) -> Fut,
+        Fut: std::future::Future<Output = Vec<runway_core::JobId>> + Send + 'static,
+    {
+        for i in 0..RACE_JOBS {
             store
-                .enqueue(&api_job(&format!("race-{i}"), "race"), at(i as i64))
+                .enqueue(&api_job(&format!("{pool}-{i}"), pool), at(i as i64))
                 .await
                 .unwrap();
         }
         let mut tasks = Vec::new();
-        for r in 0..RUNNERS {
-            let store = store.clone();
-            let runner = ready_runner(&store, &format!("race-{r}"), "race").await;
-            tasks.push(tokio::spawn(async move {
-                let mut runner = runner;
-                let mut ran = Vec::new();
-                for round in 0..JOBS as i64 {
-                    let now = at(1_000 + round);
-                    let step = Claim {
-                        runner: runner.id,
-                        ..claim("race", runner.id.0, 1)
-                    };
-                    match store.claim_and_start(&step, &runner, now).await.unwrap() {
-                        ClaimStart::Started(moved) => {
-                            let busy = moved.runner.unwrap();
-                            assert_eq!(busy.job, Some(moved.job.id));
-                            let change = complete_change(&runner, now);
-                            let free =
-                                runway_core::moves::finish(&moved.job, &busy, false, now).unwrap();
-                            let done = store
-                                .apply_guarded_with_runner(
-                                    moved.job.id,
-                                    &change,
-                                    (&busy, &free),
-                                    Some((Some(0), "ok")),
-                                )
-                                .await
-                                .unwrap()
-                                .expect("the holder completes its job");
-                            assert_eq!(done.job.state, JobState::Completed);
-                            ran.push(moved.job.id);
-                            runner = free;
-                        }
-                        ClaimStart::NoJob => break,
-                        ClaimStart::RunnerChanged(fresh) => panic!("nobody else moves {fresh:?}"),
-                    }
-                }
-                ran
-            }));
+        for r in 0..RACE_RUNNERS {
+            let runner = ready_runner(store, &format!("{pool}-{r}"), pool).await;
+            let step = Claim {
+                runner: runner.id,
+                ..claim(pool, runner.id.0, 1)
+            };
+            tasks.push(tokio::spawn(work(store.clone(), runner, step)));
         }
-        each_ran_once_with_its_log(&store, tasks, JOBS).await;
+        each_ran_once_with_its_log(store, tasks, RACE_JOBS).await;
     }
 
     /// The jobs each runner task ran: `jobs` in all, none twice, each with
@@ -2159,67 +2172,50 @@ mod cases {
         store: Arc<dyn Store>,
     ) {
         use runway_store::ClaimStart;
-        const RUNNERS: usize = 8;
-        const JOBS: usize = 40;
-        for i in 0..JOBS {
-            store
-                .enqueue(&api_job(&format!("chain-{i}"), "chain"), at(i as i64))
+        race(&store, "chain", |store, runner, step| async move {
+            let mut ran = Vec::new();
+            let (mut job, mut busy) = match store
+                .claim_and_start(&step, &runner, at(1_000))
                 .await
-                .unwrap();
-        }
-        let mut tasks = Vec::new();
-        for r in 0..RUNNERS {
-            let store = store.clone();
-            let runner = ready_runner(&store, &format!("chain-{r}"), "chain").await;
-            tasks.push(tokio::spawn(async move {
-                let step = Claim {
-                    runner: runner.id,
-                    ..claim("chain", runner.id.0, 1)
-                };
-                let mut ran = Vec::new();
-                let (mut job, mut busy) = match store
-                    .claim_and_start(&step, &runner, at(1_000))
+                .unwrap()
+            {
+                ClaimStart::Started(moved) => (moved.job, moved.runner.unwrap()),
+                ClaimStart::NoJob => return ran,
+                ClaimStart::RunnerChanged(fresh) => panic!("nobody else moves {fresh:?}"),
+            };
+            for round in 0..RACE_JOBS as i64 {
+                let now = at(1_001 + round);
+                let free = runway_core::moves::finish(&job, &busy, false, now).unwrap();
+                let (ended, next) = store
+                    .complete_and_start_next(
+                        job.id,
+                        &complete_change(&busy, now),
+                        (&busy, &free),
+                        Some((Some(0), "ok")),
+                        &step,
+                        now,
+                    )
                     .await
                     .unwrap()
-                {
-                    ClaimStart::Started(moved) => (moved.job, moved.runner.unwrap()),
-                    ClaimStart::NoJob => return ran,
-                    ClaimStart::RunnerChanged(fresh) => panic!("nobody else moves {fresh:?}"),
-                };
-                for round in 0..JOBS as i64 {
-                    let now = at(1_001 + round);
-                    let free = runway_core::moves::finish(&job, &busy, false, now).unwrap();
-                    let (ended, next) = store
-                        .complete_and_start_next(
-                            job.id,
-                            &complete_change(&busy, now),
-                            (&busy, &free),
-                            Some((Some(0), "ok")),
-                            &step,
-                            now,
-                        )
-                        .await
-                        .unwrap()
-                        .expect("the holder completes its job");
-                    assert_eq!(ended.job.state, JobState::Completed);
-                    ran.push(job.id);
-                    let runner_now = ended.runner.unwrap();
-                    match next {
-                        Some(next) => {
-                            assert_eq!(runner_now.job, Some(next.id));
-                            assert_eq!(next.state, JobState::Running);
-                            (job, busy) = (next, runner_now);
-                        }
-                        None => {
-                            assert_eq!(runner_now, free);
-                            break;
-                        }
+                    .expect("the holder completes its job");
+                assert_eq!(ended.job.state, JobState::Completed);
+                ran.push(job.id);
+                let runner_now = ended.runner.unwrap();
+                match next {
+                    Some(next) => {
+                        assert_eq!(runner_now.job, Some(next.id));
+                        assert_eq!(next.state, JobState::Running);
+                        (job, busy) = (next, runner_now);
+                    }
+                    None => {
+                        assert_eq!(runner_now, free);
+                        break;
                     }
                 }
-                ran
-            }));
-        }
-        each_ran_once_with_its_log(&store, tasks, JOBS).await;
+            }
+            ran
+        })
+        .await;
         let busy = store
             .list_runners(&runway_store::RunnerFilter::default())
             .await
