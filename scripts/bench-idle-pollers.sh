@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # Idle runners long-polling for jobs that start at once ("start": true)
 # while jobs trickle in one at a time: every submission wakes every waiting
-# runner, so what a wake-up costs is paid once per idle runner. Counts the
-# transactions PostgreSQL committed for the whole run (pg_stat_database;
-# the server is stopped first, so every backend has reported) and divides
-# by the jobs. With BASE=path/to/another/runway, that build is measured in
-# the same rounds, alternating.
+# runner of its pool, so what a wake-up costs is paid once per idle runner;
+# OTHER idle runners of another pool (which no job is for) should cost
+# nothing. Counts the transactions PostgreSQL committed for the whole run
+# (pg_stat_database; the server is stopped first, so every backend has
+# reported) and divides by the jobs. With BASE=path/to/another/runway,
+# that build is measured in the same rounds, alternating.
 #
 #   scripts/bench-idle-pollers.sh [ROUNDS]   (release build first:
 #                                             cargo build --release --locked -p runway)
 #
-# RUNNERS (default 32) pollers, JOBS (default 100) jobs, one every 0.1 s.
+# RUNNERS (default 32) pollers of the jobs' pool, OTHER (default 0) of
+# another pool, JOBS (default 100) jobs, one every 0.1 s.
 # PG_URL (default postgres://postgres@127.0.0.1:5432) names the server; the
 # script creates and drops its own database `runway_bench_pollers`.
 set -euo pipefail
 ROUNDS=${1:-2}
 RUNNERS=${RUNNERS:-32}
+OTHER=${OTHER:-0}
 JOBS=${JOBS:-100}
 RUNWAY=$(realpath "${RUNWAY:-target/release/runway}")
 BASE=${BASE:+$(realpath "$BASE")}
@@ -34,6 +37,11 @@ cleanup() {
 trap cleanup EXIT
 source "$(dirname "$0")/bench-common.sh"
 bench_config
+cat >> "$DIR/runway.toml" <<TOML
+[[pools]]
+name = "other"
+labels = ["self-hosted", "gpu"]
+TOML
 
 commits() {
   psql "$PG_URL/postgres" -Atc "SELECT xact_commit FROM pg_stat_database WHERE datname = '$DB'"
@@ -57,15 +65,17 @@ poller() {
 
 # run BINARY: prints transactions committed per job.
 run() {
-  local binary=$1 before after token runner i
+  local binary=$1 before after token runner i pool labels
   fresh_database "$DB"
   bench_serve runway-bench-pollers "$binary" "$PG_URL/$DB" "$PORT" "$DIR/server.log"
   : > "$DIR/pollers"
-  for i in $(seq 1 "$RUNNERS"); do
+  for i in $(seq 1 $((RUNNERS + OTHER))); do
+    pool=default labels='"self-hosted", "linux", "x64"'
+    [ "$i" -gt "$RUNNERS" ] && pool=other labels='"self-hosted", "gpu"'
     token=$(curl -s -X POST "$API/registration-tokens" -H "Authorization: Bearer $ADMIN" \
-      -H 'Content-Type: application/json' -d '{"pool": "default", "ttl": 600}' | jq -r .token)
+      -H 'Content-Type: application/json' -d "{\"pool\": \"$pool\", \"ttl\": 600}" | jq -r .token)
     runner=$(curl -s -X POST "$API/runners/register" -H 'Content-Type: application/json' \
-      -d "{\"token\": \"$token\", \"name\": \"poller-$i\", \"labels\": [\"self-hosted\", \"linux\", \"x64\"]}" |
+      -d "{\"token\": \"$token\", \"name\": \"poller-$i\", \"labels\": [$labels]}" |
       jq -r .runner_token)
     poller "$runner" &
     echo $! >> "$DIR/pollers"
@@ -86,7 +96,7 @@ run() {
   echo $(( (after - before) / JOBS ))
 }
 
-echo "round ${BASE:+base }this (transactions a job, $RUNNERS idle runners)"
+echo "round ${BASE:+base }this (transactions a job, $RUNNERS idle runners of the jobs' pool, $OTHER of another)"
 for round in $(seq 1 "$ROUNDS"); do
   base=""
   if [ -n "$BASE" ]; then

@@ -371,25 +371,58 @@ pub trait Leadership: Send + Sync {
 
 /// A wake-up one replica sends the others through the store: a job may be
 /// waiting for their long-polling runners, or the leader should reconcile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Wake {
-    JobAvailable,
+    /// A job may be waiting in `pool`; `None`: in any pool (wake every
+    /// long-polling runner).
+    JobAvailable {
+        pool: Option<String>,
+    },
     ReconcileWanted,
 }
 
+/// Longest pool name a wake-up names; a longer one wakes every pool (a
+/// NOTIFY payload holds at most 8,000 bytes).
+const WAKE_POOL_MAX: usize = 1024;
+
 impl Wake {
-    pub fn as_str(self) -> &'static str {
+    /// A job may be waiting in `pool`.
+    pub fn job_in(pool: &str) -> Wake {
+        Wake::JobAvailable {
+            pool: Some(pool.to_owned()),
+        }
+    }
+
+    /// A job may be waiting in any pool.
+    pub fn job_anywhere() -> Wake {
+        Wake::JobAvailable { pool: None }
+    }
+
+    /// The kind of wake-up, for metrics: `job` or `reconcile`.
+    pub fn kind(&self) -> &'static str {
         match self {
-            Wake::JobAvailable => "job",
+            Wake::JobAvailable { .. } => "job",
             Wake::ReconcileWanted => "reconcile",
         }
     }
 
+    /// The wake-up as text: `job`, `job <pool>` (the pool is the rest, spaces
+    /// and all) or `reconcile`.
+    pub fn encode(&self) -> String {
+        match self {
+            Wake::JobAvailable { pool: Some(pool) } if pool.len() <= WAKE_POOL_MAX => {
+                format!("job {pool}")
+            }
+            other => other.kind().to_owned(),
+        }
+    }
+
+    /// [`Wake::encode`]'s text back; `None` for anything else.
     pub fn parse(text: &str) -> Option<Wake> {
         match text {
-            "job" => Some(Wake::JobAvailable),
+            "job" => Some(Wake::job_anywhere()),
             "reconcile" => Some(Wake::ReconcileWanted),
-            _ => None,
+            _ => text.strip_prefix("job ").map(Wake::job_in),
         }
     }
 }
@@ -1078,5 +1111,28 @@ pub fn redact_url(url: &str) -> String {
             parsed.to_string()
         }
         _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Wake;
+
+    #[test]
+    fn wakeups_read_back_as_they_were_written() {
+        let long = "p".repeat(2000);
+        for (wake, text) in [
+            (Wake::job_anywhere(), "job"),
+            (Wake::job_in("linux x64"), "job linux x64"),
+            (Wake::ReconcileWanted, "reconcile"),
+        ] {
+            assert_eq!(wake.encode(), text);
+            assert_eq!(Wake::parse(text), Some(wake));
+        }
+        // A name too long for a notification wakes every pool.
+        assert_eq!(Wake::job_in(&long).encode(), "job");
+        for garbage in ["", "jobs", "reconcile now", "JOB"] {
+            assert_eq!(Wake::parse(garbage), None, "{garbage:?}");
+        }
     }
 }

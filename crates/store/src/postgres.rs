@@ -247,7 +247,7 @@ impl Dialect for PostgresDialect {
         }
         let payloads: Vec<String> = wakes
             .iter()
-            .map(|wake| format!("{from} {}", wake.as_str()))
+            .map(|wake| format!("{from} {}", wake.encode()))
             .collect();
         sqlx::query(&format!(
             "SELECT pg_notify(({WAKE_CHANNEL}), payload) FROM UNNEST($1::text[]) AS p(payload)"

@@ -818,16 +818,18 @@ mod cases {
             // One process owns a SQLite file: nobody else to wake.
             runway_store::Backend::Sqlite => {
                 assert!(listener.is_none());
-                store.announce("a", &[Wake::JobAvailable]).await.unwrap();
+                store.announce("a", &[Wake::job_anywhere()]).await.unwrap();
             }
             runway_store::Backend::Postgres => {
                 let mut listener = listener.expect("PostgreSQL listens");
-                store
-                    .announce("replica-a", &[Wake::JobAvailable, Wake::ReconcileWanted])
-                    .await
-                    .unwrap();
+                let sent = [
+                    Wake::job_anywhere(),
+                    Wake::job_in("linux x64: large"),
+                    Wake::ReconcileWanted,
+                ];
+                store.announce("replica-a", &sent).await.unwrap();
                 let mut heard = Vec::new();
-                for _ in 0..2 {
+                for _ in 0..sent.len() {
                     let next = tokio::time::timeout(Duration::from_secs(10), listener.next())
                         .await
                         .expect("a wake-up within 10 s")
@@ -836,7 +838,7 @@ mod cases {
                 }
                 assert_eq!(
                     heard,
-                    [Wake::JobAvailable, Wake::ReconcileWanted].map(|wake| Heard::Wake {
+                    sent.map(|wake| Heard::Wake {
                         from: "replica-a".into(),
                         wake
                     })

@@ -176,7 +176,7 @@ pub async fn retry_job(service: &Service, actor: &str, id: JobId) -> Result<Job,
         .enqueue(&new_job, now)
         .await
         .map_err(|e| AppError::store(service, "enqueue", e))?;
-    service.wake_runners();
+    service.wake_runners(Some(&pool));
     service.job_arrived();
     audit(
         service,
@@ -287,7 +287,8 @@ pub async fn terminate_runner(
             .map_err(|e| AppError::transition(service, "terminate", e))?,
     };
     service.runner_moved(Some(&terminated));
-    service.wake_runners();
+    // Its own long poll, if it waits in one, sees it must stop.
+    service.wake_runners(Some(&terminated.pool));
     audit(
         service,
         actor,

@@ -108,7 +108,7 @@ pub async fn submit(service: &Service, request: Submission) -> Result<Submitted,
             .jobs_routed
             .get_or_create(&PoolLabel { pool: pool.clone() })
             .inc();
-        service.wake_runners();
+        service.wake_runners(Some(&pool));
         service.job_arrived();
     }
     Ok(Submitted {
@@ -148,6 +148,7 @@ pub async fn claim(
     let deadline = tokio::time::Instant::now() + service.config().runner_api.poll_timeout;
     let mut current = runner.clone();
     let mut changes = 0;
+    let wakes = service.job_wakes.of(&claim.pool);
     loop {
         if current.draining && !current.state.is_terminal() {
             return Err(AppError::new(
@@ -167,7 +168,7 @@ pub async fn claim(
             ));
         }
         // Listen before looking, so a job enqueued in between still wakes us.
-        let notified = service.job_available.notified();
+        let notified = wakes.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
         let claimed = if start {
@@ -218,7 +219,8 @@ pub async fn claim(
         // A claim that starts its job holds only if the runner is still the
         // row it was decided on, and answers with the row as it is when not
         // (`RunnerChanged`): no need to read it first. Every idle runner
-        // wakes on every submission, so that read would be paid by each.
+        // of the pool wakes on each of its submissions, so that read would
+        // be paid by each.
         if !start {
             current = match service.store.get_runner(runner.id).await {
                 Ok(Some(fresh)) => fresh,
@@ -296,7 +298,7 @@ pub async fn provisioning(
                 .apply_job_event(id, &event, now)
                 .await
                 .map_err(|error| AppError::transition(service, "provisioning", error))?;
-            service.wake_runners();
+            service.wake_runners(job.pool.as_deref());
             job
         }
     };
@@ -345,11 +347,11 @@ async fn accept(
         Ok(moved) => moved.job,
         Err(StoreError::RunnerTransition(refused)) => {
             tracing::info!(runner = %runner.id, job = %id, %refused, "accept refused; the job goes back to the queue");
-            let _ = service
+            let requeued = service
                 .store
                 .apply_job_event(id, &JobEvent::Decline { runner: runner.id }, now)
                 .await;
-            service.wake_runners();
+            service.wake_runners(requeued.ok().and_then(|job| job.pool).as_deref());
             return Err(AppError::new(
                 ErrorKind::Conflict,
                 "runner_unavailable",
@@ -724,7 +726,7 @@ pub async fn holder_lost(
         now = %moved.job.state,
         attempts = moved.job.attempts
     );
-    service.wake_runners();
+    service.wake_runners(moved.job.pool.as_deref());
     service.want_reconcile();
     Ok(Some(moved))
 }
@@ -754,8 +756,14 @@ pub async fn sweep_leases(service: &Service, now: Timestamp) -> Result<usize, St
                 .inc();
         }
     }
+    let pools: std::collections::BTreeSet<Option<&str>> = expired
+        .iter()
+        .map(|moved| moved.job.pool.as_deref())
+        .collect();
+    for pool in &pools {
+        service.wake_runners(*pool);
+    }
     if !expired.is_empty() {
-        service.wake_runners();
         service.want_reconcile();
     }
     Ok(expired.len())

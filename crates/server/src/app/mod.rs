@@ -46,8 +46,9 @@ pub struct Service {
     pub store: Arc<dyn Store>,
     pub metrics: Metrics,
     pub evaluations: EvaluationCache,
-    /// Wakes long-polling runners when a job may have become available.
-    pub job_available: tokio::sync::Notify,
+    /// Wakes long-polling runners when a job may have become available,
+    /// by pool.
+    pub job_wakes: crate::app::wakeups::JobWakes,
     /// Asks the reconciler for a round now (a job arrived, a runner ended);
     /// a request made while a round runs gives exactly one more round.
     pub reconcile_wanted: tokio::sync::Notify,
@@ -127,7 +128,7 @@ impl Service {
             store,
             metrics: Metrics::new().with_job_labels(job_labels),
             evaluations: EvaluationCache::default(),
-            job_available: tokio::sync::Notify::new(),
+            job_wakes: crate::app::wakeups::JobWakes::default(),
             reconcile_wanted: tokio::sync::Notify::new(),
             events: crate::telemetry::events::EventLog::disabled(),
             last_plan: std::sync::Mutex::new(None),
@@ -176,11 +177,14 @@ impl Service {
         }
     }
 
-    /// A job may have become available: wakes the runners long-polling
-    /// here and, through the store, on the other replicas.
-    pub fn wake_runners(&self) {
-        self.job_available.notify_waiters();
-        self.outgoing.add(runway_store::Wake::JobAvailable);
+    /// A job may have become available in `pool` (`None`: in any pool):
+    /// wakes the runners of that pool long-polling here and, through the
+    /// store, on the other replicas.
+    pub fn wake_runners(&self, pool: Option<&str>) {
+        self.job_wakes.wake(pool);
+        self.outgoing.add(runway_store::Wake::JobAvailable {
+            pool: pool.map(str::to_owned),
+        });
     }
 
     /// Asks for a reconcile round now, of the leader wherever it runs.

@@ -175,7 +175,7 @@ pub async fn reload(service: &Service, actor: &str) -> Result<Reloaded, AppError
         .map_err(|e| AppError::store(service, "install_worker_configs", e))?;
     service.evaluations.forget_all();
     service.want_reconcile();
-    service.wake_runners();
+    service.wake_runners(None);
     let at = now();
     crate::app::admin::audit(
         service,
