@@ -440,8 +440,11 @@ pub(crate) fn complete_next_postgres() -> String {
 /// `$6` holds both history lines), then the start time (`$7`), the version
 /// the runner must still have (`$8`) and its next columns (`$9`…, the job
 /// NULL: the claimed one is written). Job first, then runner, as every
-/// writer of both locks them. Returns the started job, or nothing when no
-/// job is queued for the runner or the runner changed.
+/// writer of both locks them. Returns one row: the started job's columns,
+/// all NULL when no job is queued for the runner or the runner changed,
+/// and `runner_version`, the runner's version as the statement found it
+/// (NULL if there is no such runner), so a claim that started nothing
+/// tells those two apart without another read.
 pub(crate) fn claim_start_postgres(next_job: &str) -> String {
     format!(
         "WITH next AS ({next_job}), \
@@ -451,7 +454,8 @@ pub(crate) fn claim_start_postgres(next_job: &str) -> String {
                history = jobs.history || $6, version = jobs.version + 2 \
                FROM next, lr WHERE jobs.id = next.id RETURNING jobs.id, {job_columns}), \
          u AS (UPDATE runners SET {runner} FROM lr, next WHERE runners.id = lr.id RETURNING runners.id) \
-         SELECT * FROM j",
+         SELECT j.*, (SELECT runners.version FROM runners WHERE runners.id = $2) AS runner_version \
+         FROM (SELECT 1) AS one LEFT JOIN j ON true",
         job_columns = qualified("jobs", JOB_COLUMNS),
         runner = runner_assignments_with_job(9, "next.id"),
     )

@@ -128,6 +128,9 @@ pub(crate) enum Outcome {
     Recorded(bool),
     /// The job after a guarded change; `None` when the guard did not hold.
     Changed(Option<Box<Job>>),
+    /// [`Op::ClaimStart`]: the started job, or, when none started, the
+    /// runner's stored version if the statement read it (`None`: not read).
+    ClaimedStart(Result<Box<Job>, Option<i64>>),
     /// [`Op::CompleteNext`]: the ended job (`None`, and nothing written,
     /// when its guard or the runner's version did not hold) and the job
     /// that started, if one did.

@@ -408,7 +408,7 @@ where
         let lease_deadline = now.plus(claim.lease).as_millis();
         let started = |sql| {
             bind_claim(
-                sqlx::query_as(sql),
+                sqlx::query(sql),
                 claim,
                 (1, lease_deadline),
                 labels.as_deref(),
@@ -420,23 +420,30 @@ where
             ClaimStartSql::OneStatement(sql) => {
                 let columns = Columns::from(runner_next);
                 // Run to its end, as every write (see `insert_job`).
-                let rows: Vec<JobRow> = bind_columns(started(sql).bind(runner_version), &columns)
+                let rows = bind_columns(started(sql).bind(runner_version), &columns)
                     .fetch_all(&mut *connection)
                     .await?;
-                let jobs = rows
-                    .into_iter()
-                    .map(Job::try_from)
-                    .collect::<Result<_, _>>()?;
-                Ok(Outcome::Claimed(jobs))
+                // One row: the started job's columns (NULL when none
+                // started) and the runner's stored version.
+                let Some(row) = rows.first() else {
+                    return Err(StoreError::Corrupt(
+                        "a claim that starts answered no row".into(),
+                    ));
+                };
+                let started: Option<i64> = row.try_get("id")?;
+                if started.is_none() {
+                    return Ok(Outcome::ClaimedStart(Err(row.try_get("runner_version")?)));
+                }
+                let job = Job::try_from(JobRow::from_row(row)?)?;
+                Ok(Outcome::ClaimedStart(Ok(Box::new(job))))
             }
             ClaimStartSql::ThenRunner(sql) => {
                 let mut both = sqlx::Connection::begin(&mut *connection).await?;
-                let claimed: Option<JobRow> = started(sql).fetch_all(&mut *both).await?.pop();
-                let Some(claimed) = claimed else {
+                let Some(claimed) = started(sql).fetch_all(&mut *both).await?.pop() else {
                     both.rollback().await?;
-                    return Ok(Outcome::Claimed(Vec::new()));
+                    return Ok(Outcome::ClaimedStart(Err(None)));
                 };
-                let job = Job::try_from(claimed)?;
+                let job = Job::try_from(JobRow::from_row(&claimed)?)?;
                 let mut busy = runner_next.clone();
                 busy.job = Some(job.id);
                 let busy = Columns::from(&busy);
@@ -449,10 +456,10 @@ where
                     == 1;
                 if replaced {
                     both.commit().await?;
-                    Ok(Outcome::Claimed(vec![job]))
+                    Ok(Outcome::ClaimedStart(Ok(Box::new(job))))
                 } else {
                     both.rollback().await?;
-                    Ok(Outcome::Claimed(Vec::new()))
+                    Ok(Outcome::ClaimedStart(Err(None)))
                 }
             }
         }
@@ -982,25 +989,30 @@ where
             steps: start_steps(runner.id, now),
             now,
         };
-        let claimed = match self.group.submit(op).await? {
-            Outcome::Claimed(jobs) => jobs,
+        let stored_version = match self.group.submit(op).await? {
+            Outcome::ClaimedStart(Ok(job)) => {
+                let mut busy = runner_next;
+                busy.job = Some(job.id);
+                return Ok(ClaimStart::Started(Box::new(Moved {
+                    job: *job,
+                    runner: Some(busy),
+                })));
+            }
+            Outcome::ClaimedStart(Err(version)) => version,
             _ => {
                 return Err(StoreError::Corrupt(
                     "group commit answered a claim with another outcome".into(),
                 ))
             }
         };
-        if let Some(job) = claimed.into_iter().next() {
-            let mut busy = runner_next;
-            busy.job = Some(job.id);
-            return Ok(ClaimStart::Started(Box::new(Moved {
-                job,
-                runner: Some(busy),
-            })));
-        }
         // Nothing claimed: no job for this runner, or the runner is no
         // longer the row the decision was made on. Versions only grow, so
-        // the same version means the former.
+        // the same version means the former. Where the claim read the
+        // runner's version itself (PostgreSQL), a waiting runner woken for
+        // a job another took pays one statement, not two.
+        if stored_version == Some(runner.version) {
+            return Ok(ClaimStart::NoJob);
+        }
         match self.get_runner(runner.id).await? {
             Some(fresh) if fresh.version == runner.version => Ok(ClaimStart::NoJob),
             Some(fresh) => Ok(ClaimStart::RunnerChanged(Box::new(fresh))),

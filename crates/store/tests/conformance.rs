@@ -1799,6 +1799,27 @@ mod cases {
             ClaimStart::NoJob
         );
         assert_eq!(store.get_runner(runner.id).await.unwrap().unwrap(), runner);
+        // Nothing queued and a stale view of the runner: the fresh row, not
+        // "no job" (a drained runner's long poll must learn of it).
+        let mut behind = runner.clone();
+        behind.version -= 1;
+        assert_eq!(
+            store
+                .claim_and_start(&at_once(&runner), &behind, at(3))
+                .await
+                .unwrap(),
+            ClaimStart::RunnerChanged(Box::new(runner.clone()))
+        );
+        // A runner the store does not have.
+        let mut unknown = runner.clone();
+        unknown.id = runway_core::RunnerId(runner.id.0 + 1_000_000);
+        let missing = store
+            .claim_and_start(&at_once(&unknown), &unknown, at(3))
+            .await;
+        assert!(
+            matches!(missing, Err(StoreError::RunnerNotFound(id)) if id == unknown.id),
+            "{missing:?}"
+        );
 
         let queued = store
             .enqueue(&api_job("first", "default"), at(4))
