@@ -22,11 +22,19 @@ impl Harness {
     /// One pool, `default`; admin and read tokens; short long polls; the
     /// JSON event log written to `events` if given.
     async fn runner_api(events: Option<&std::path::Path>) -> Harness {
+        Harness::runner_api_polling(events, Duration::from_millis(300)).await
+    }
+
+    /// [`Harness::runner_api`] with long polls of `poll_timeout`.
+    async fn runner_api_polling(
+        events: Option<&std::path::Path>,
+        poll_timeout: Duration,
+    ) -> Harness {
         let mut config = Config::default();
         config.server.admin_tokens = vec![Secret::literal(ADMIN)];
         config.server.read_tokens = vec![Secret::literal(READER)];
         config.runner_api = RunnerApiConfig {
-            poll_timeout: Duration::from_millis(300),
+            poll_timeout,
             lease: Duration::from_secs(120),
         };
         config.pools = vec![common::pool("default", &["self-hosted", "linux", "gpu"])];
@@ -433,6 +441,57 @@ async fn a_long_poll_is_woken_by_a_submission() {
         (status, job["id"].as_i64()),
         (StatusCode::CREATED, Some(id))
     );
+}
+
+/// A job wakes one waiting runner, not all: of those whose labels cover
+/// the job's, the one waiting longest. (When every waiter woke, they raced
+/// for each job and any could win.)
+#[tokio::test]
+async fn a_job_goes_to_the_runner_waiting_longest_that_can_take_it() {
+    let harness = Arc::new(Harness::runner_api_polling(None, Duration::from_secs(20)).await);
+    let mut polls = Vec::new();
+    for (name, labels) in [
+        ("first", &["self-hosted", "linux"][..]),
+        ("gpu", &["self-hosted", "linux", "gpu"][..]),
+        ("second", &["self-hosted", "linux"][..]),
+    ] {
+        let token = harness.runner(name, labels).await;
+        let poll = {
+            let harness = harness.clone();
+            tokio::spawn(async move { request_started(&harness, &token).await })
+        };
+        // Each waits before the next comes.
+        let waiting = polls.len() + 1;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while harness.service.waiters.waiting() < waiting {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{name} never waited"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        polls.push(poll);
+    }
+    let gpu_job = harness.submit(&["gpu"], None).await;
+    let linux_job = harness.submit(&["linux"], None).await;
+    let [first, gpu, second] = <[_; 3]>::try_from(polls).unwrap();
+    let got = |poll: tokio::task::JoinHandle<(StatusCode, Value)>| async move {
+        let (status, body) = tokio::time::timeout(Duration::from_secs(10), poll)
+            .await
+            .expect("answered")
+            .expect("task");
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body["id"].as_i64()
+    };
+    assert_eq!(got(gpu).await, Some(gpu_job), "only it has gpu");
+    assert_eq!(got(first).await, Some(linux_job), "waiting longest");
+    assert_eq!(
+        harness.service.waiters.waiting(),
+        1,
+        "the second still waits"
+    );
+    let last = harness.submit(&["linux"], None).await;
+    assert_eq!(got(second).await, Some(last));
 }
 
 /// A runner drained while it long-polls for a job that starts at once is

@@ -176,7 +176,7 @@ pub async fn retry_job(service: &Service, actor: &str, id: JobId) -> Result<Job,
         .enqueue(&new_job, now)
         .await
         .map_err(|e| AppError::store(service, "enqueue", e))?;
-    service.wake_runners(Some(&pool));
+    service.job_queued(&enqueued.job);
     service.job_arrived();
     audit(
         service,

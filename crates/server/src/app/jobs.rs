@@ -108,7 +108,7 @@ pub async fn submit(service: &Service, request: Submission) -> Result<Submitted,
             .jobs_routed
             .get_or_create(&PoolLabel { pool: pool.clone() })
             .inc();
-        service.wake_runners(Some(&pool));
+        service.job_queued(&enqueued.job);
         service.job_arrived();
     }
     Ok(Submitted {
@@ -148,7 +148,9 @@ pub async fn claim(
     let deadline = tokio::time::Instant::now() + service.config().runner_api.poll_timeout;
     let mut current = runner.clone();
     let mut changes = 0;
-    let wakes = service.job_wakes.of(&claim.pool);
+    let mut waiting = service
+        .waiters
+        .enter(&claim.pool, runner.id, claim.runner_labels.as_deref());
     loop {
         if current.draining && !current.state.is_terminal() {
             return Err(AppError::new(
@@ -168,17 +170,19 @@ pub async fn claim(
             ));
         }
         // Listen before looking, so a job enqueued in between still wakes us.
-        let notified = wakes.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
+        waiting.looking();
         let claimed = if start {
             let now = now();
             match service.store.claim_and_start(&claim, &current, now).await {
                 Ok(ClaimStart::Started(moved)) => {
+                    waiting.settled();
                     started(service, &current, &moved.job, now);
                     Some(moved.job)
                 }
-                Ok(ClaimStart::NoJob) => None,
+                Ok(ClaimStart::NoJob) => {
+                    waiting.settled();
+                    None
+                }
                 // Decide again on the runner as it is now (draining?).
                 Ok(ClaimStart::RunnerChanged(fresh)) if changes < MAX_RUNNER_CHANGES => {
                     changes += 1;
@@ -199,13 +203,15 @@ pub async fn claim(
                 Err(e) => return Err(AppError::store(service, "claim_and_start", e)),
             }
         } else {
-            service
+            let claimed = service
                 .store
                 .claim(&claim, now())
                 .await
                 .map_err(|e| AppError::store(service, "claim", e))?
                 .into_iter()
-                .next()
+                .next();
+            waiting.settled();
+            claimed
         };
         if let Some(job) = claimed {
             return Ok(Some(assigned(job, lease)));
@@ -215,12 +221,10 @@ pub async fn claim(
             return Ok(None);
         }
         let wait = (deadline - now_instant).min(REPOLL);
-        let _ = tokio::time::timeout(wait, notified).await;
+        let _ = tokio::time::timeout(wait, waiting.woken()).await;
         // A claim that starts its job holds only if the runner is still the
         // row it was decided on, and answers with the row as it is when not
-        // (`RunnerChanged`): no need to read it first. Every idle runner
-        // of the pool wakes on each of its submissions, so that read would
-        // be paid by each.
+        // (`RunnerChanged`): no need to read it first.
         if !start {
             current = match service.store.get_runner(runner.id).await {
                 Ok(Some(fresh)) => fresh,
@@ -298,7 +302,7 @@ pub async fn provisioning(
                 .apply_job_event(id, &event, now)
                 .await
                 .map_err(|error| AppError::transition(service, "provisioning", error))?;
-            service.wake_runners(job.pool.as_deref());
+            service.job_queued(&job);
             job
         }
     };
@@ -351,7 +355,9 @@ async fn accept(
                 .store
                 .apply_job_event(id, &JobEvent::Decline { runner: runner.id }, now)
                 .await;
-            service.wake_runners(requeued.ok().and_then(|job| job.pool).as_deref());
+            if let Ok(job) = requeued {
+                service.job_queued(&job);
+            }
             return Err(AppError::new(
                 ErrorKind::Conflict,
                 "runner_unavailable",
@@ -726,7 +732,7 @@ pub async fn holder_lost(
         now = %moved.job.state,
         attempts = moved.job.attempts
     );
-    service.wake_runners(moved.job.pool.as_deref());
+    service.job_queued(&moved.job);
     service.want_reconcile();
     Ok(Some(moved))
 }
@@ -756,12 +762,8 @@ pub async fn sweep_leases(service: &Service, now: Timestamp) -> Result<usize, St
                 .inc();
         }
     }
-    let pools: std::collections::BTreeSet<Option<&str>> = expired
-        .iter()
-        .map(|moved| moved.job.pool.as_deref())
-        .collect();
-    for pool in &pools {
-        service.wake_runners(*pool);
+    for moved in &expired {
+        service.job_queued(&moved.job);
     }
     if !expired.is_empty() {
         service.want_reconcile();

@@ -13,6 +13,7 @@ pub mod reload;
 pub mod retention;
 pub mod runners;
 pub mod tokens;
+pub mod waiters;
 pub mod wakeups;
 pub mod worker_configs;
 
@@ -46,9 +47,8 @@ pub struct Service {
     pub store: Arc<dyn Store>,
     pub metrics: Metrics,
     pub evaluations: EvaluationCache,
-    /// Wakes long-polling runners when a job may have become available,
-    /// by pool.
-    pub job_wakes: crate::app::wakeups::JobWakes,
+    /// The runners long-polling here, and which of them a job wakes.
+    pub waiters: crate::app::waiters::Waiters,
     /// Asks the reconciler for a round now (a job arrived, a runner ended);
     /// a request made while a round runs gives exactly one more round.
     pub reconcile_wanted: tokio::sync::Notify,
@@ -128,7 +128,7 @@ impl Service {
             store,
             metrics: Metrics::new().with_job_labels(job_labels),
             evaluations: EvaluationCache::default(),
-            job_wakes: crate::app::wakeups::JobWakes::default(),
+            waiters: crate::app::waiters::Waiters::default(),
             reconcile_wanted: tokio::sync::Notify::new(),
             events: crate::telemetry::events::EventLog::disabled(),
             last_plan: std::sync::Mutex::new(None),
@@ -177,14 +177,27 @@ impl Service {
         }
     }
 
-    /// A job may have become available in `pool` (`None`: in any pool):
-    /// wakes the runners of that pool long-polling here and, through the
+    /// Jobs may have become available in `pool` (`None`: in any pool):
+    /// wakes every runner of that pool long-polling here and, through the
     /// store, on the other replicas.
     pub fn wake_runners(&self, pool: Option<&str>) {
-        self.job_wakes.wake(pool);
+        self.waiters.wake_all(pool);
         self.outgoing.add(runway_store::Wake::JobAvailable {
             pool: pool.map(str::to_owned),
         });
+    }
+
+    /// `job` was queued (enqueued or requeued): wakes one runner here that
+    /// can take it and, through the store, the runners of its pool on the
+    /// other replicas.
+    pub fn job_queued(&self, job: &runway_core::Job) {
+        if job.state != runway_core::JobState::Queued {
+            return;
+        }
+        self.waiters.job_queued(job);
+        if let Some(pool) = &job.pool {
+            self.outgoing.add(runway_store::Wake::job_in(pool));
+        }
     }
 
     /// Asks for a reconcile round now, of the leader wherever it runs.

@@ -3,8 +3,9 @@
 //! at once, and a reconcile request reaches the leader wherever it runs.
 //!
 //! `Service::wake_runners` and `Service::want_reconcile` wake this process
-//! and mark the wake-up in [`Outgoing`]; a job wakes only the runners of its
-//! own pool ([`JobWakes`]), here and on the other replicas; the announcer sends what is marked
+//! and mark the wake-up in [`Outgoing`] (a job's names its pool: it wakes
+//! only that pool's runners; see `app::waiters` for which are woken here);
+//! the announcer sends what is marked
 //! (one statement for whatever piled up while the previous one was in
 //! flight, so its cost does not grow with the request rate), and the
 //! listener turns what other replicas announce into local wake-ups. Its
@@ -14,7 +15,7 @@
 //! re-poll stays the fallback. On SQLite (one process) both workers end at
 //! once: there is nobody else to wake.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -25,50 +26,6 @@ use tokio::sync::watch;
 use crate::app::Service;
 use crate::tasks::Worker;
 use crate::telemetry::metrics::WakeLabels;
-
-/// The runners long-polling on this replica, by pool: a job arriving in
-/// one pool wakes that pool's waiters, not every idle runner of every pool
-/// (each woken runner pays a claim, so waking all would cost a claim per
-/// idle runner of the whole fleet per job).
-#[derive(Default)]
-pub struct JobWakes {
-    pools: Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
-}
-
-impl JobWakes {
-    /// What a runner of `pool` waits on.
-    pub fn of(&self, pool: &str) -> Arc<tokio::sync::Notify> {
-        lock(&self.pools)
-            .entry(pool.to_owned())
-            .or_default()
-            .clone()
-    }
-
-    /// Wakes the waiters of `pool`, or of every pool.
-    pub fn wake(&self, pool: Option<&str>) {
-        let mut pools = lock(&self.pools);
-        match pool {
-            Some(pool) => {
-                if let Some(waiters) = pools.get(pool) {
-                    waiters.notify_waiters();
-                }
-            }
-            None => {
-                // Pools nobody waits on any more (held only here) go.
-                pools.retain(|_, waiters| Arc::strong_count(waiters) > 1);
-                for waiters in pools.values() {
-                    waiters.notify_waiters();
-                }
-            }
-        }
-    }
-
-    /// How many pools have had waiters (for tests).
-    #[cfg(test)]
-    fn pools(&self) -> usize {
-        lock(&self.pools).len()
-    }
-}
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
@@ -202,7 +159,7 @@ async fn listen(service: &Service) -> Result<(), StoreError> {
             Heard::Wake { wake, .. } => {
                 count(service, "received", &wake);
                 match wake {
-                    Wake::JobAvailable { pool } => service.job_wakes.wake(pool.as_deref()),
+                    Wake::JobAvailable { pool } => service.waiters.wake_all(pool.as_deref()),
                     Wake::ReconcileWanted => service.reconcile_wanted.notify_one(),
                 }
             }
@@ -215,7 +172,7 @@ async fn listen(service: &Service) -> Result<(), StoreError> {
 }
 
 fn wake_everything(service: &Service) {
-    service.job_wakes.wake(None);
+    service.waiters.wake_all(None);
     service.reconcile_wanted.notify_one();
 }
 
@@ -269,41 +226,5 @@ mod tests {
             outgoing.add(Wake::job_in(&format!("pool-{pool}")));
         }
         assert_eq!(outgoing.take(), [Wake::job_anywhere()]);
-    }
-
-    /// Polls a waiter once: whether it was woken.
-    fn woken(waiter: &mut std::pin::Pin<Box<tokio::sync::futures::Notified<'_>>>) -> bool {
-        use std::future::Future;
-        let waker = std::task::Waker::noop();
-        let mut context = std::task::Context::from_waker(waker);
-        waiter.as_mut().poll(&mut context).is_ready()
-    }
-
-    #[test]
-    fn a_job_wakes_the_runners_of_its_pool_only() {
-        let wakes = JobWakes::default();
-        let (linux, gpu) = (wakes.of("linux"), wakes.of("gpu"));
-        let mut linux_waiter = Box::pin(linux.notified());
-        let mut gpu_waiter = Box::pin(gpu.notified());
-        linux_waiter.as_mut().enable();
-        gpu_waiter.as_mut().enable();
-        wakes.wake(Some("linux"));
-        wakes.wake(Some("arm"));
-        assert!(woken(&mut linux_waiter));
-        assert!(!woken(&mut gpu_waiter), "another pool's job");
-        wakes.wake(None);
-        assert!(woken(&mut gpu_waiter), "every pool");
-    }
-
-    #[test]
-    fn pools_nobody_waits_on_are_forgotten() {
-        let wakes = JobWakes::default();
-        let held = wakes.of("linux");
-        drop(wakes.of("gone"));
-        wakes.wake(None);
-        assert_eq!(wakes.pools(), 1);
-        drop(held);
-        wakes.wake(None);
-        assert_eq!(wakes.pools(), 0);
     }
 }
