@@ -472,6 +472,11 @@ async fn a_job_goes_to_the_runner_waiting_longest_that_can_take_it() {
         }
         polls.push(poll);
     }
+    let metrics = harness.metrics().await;
+    assert!(
+        metrics.contains("runway_runners_polling{pool=\"default\"} 3"),
+        "{metrics}"
+    );
     let gpu_job = harness.submit(&["gpu"], None).await;
     let linux_job = harness.submit(&["linux"], None).await;
     let [first, gpu, second] = <[_; 3]>::try_from(polls).unwrap();

@@ -124,11 +124,12 @@ impl Service {
     pub fn new(config: Config, store: Arc<dyn Store>) -> Service {
         let job_labels =
             crate::telemetry::metrics::JobLabelSwitches::of(&config.metrics.job_labels);
+        let metrics = Metrics::new().with_job_labels(job_labels);
         Service {
             store,
-            metrics: Metrics::new().with_job_labels(job_labels),
+            waiters: crate::app::waiters::Waiters::counted(metrics.runners_polling.clone()),
+            metrics,
             evaluations: EvaluationCache::default(),
-            waiters: crate::app::waiters::Waiters::default(),
             reconcile_wanted: tokio::sync::Notify::new(),
             events: crate::telemetry::events::EventLog::disabled(),
             last_plan: std::sync::Mutex::new(None),

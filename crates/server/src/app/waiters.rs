@@ -14,8 +14,12 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use runway_core::{Job, JobState, RunnerId};
 use tokio::sync::Notify;
+
+use crate::telemetry::metrics::PoolLabel;
 
 /// What a runner may take, as its claim says.
 #[derive(Debug, Clone)]
@@ -81,9 +85,27 @@ struct Pools {
 #[derive(Default)]
 pub struct Waiters {
     pools: Mutex<Pools>,
+    /// How many wait, by pool (`runway_runners_polling`).
+    gauge: Family<PoolLabel, Gauge>,
 }
 
 impl Waiters {
+    /// Waiters that keep `gauge` at how many wait in each pool.
+    pub fn counted(gauge: Family<PoolLabel, Gauge>) -> Waiters {
+        Waiters {
+            pools: Mutex::default(),
+            gauge,
+        }
+    }
+
+    fn count(&self, pool: &str, waiting: usize) {
+        self.gauge
+            .get_or_create(&PoolLabel {
+                pool: pool.to_owned(),
+            })
+            .set(i64::try_from(waiting).unwrap_or(i64::MAX));
+    }
+
     /// Registers a runner that will wait for jobs of `pool` it can take
     /// (`labels`: its labels, `None` for any). It stays registered until
     /// the returned [`Waiting`] is dropped.
@@ -99,11 +121,9 @@ impl Waiters {
             notify: Notify::new(),
             woken: Mutex::new(Woken::No),
         });
-        pools
-            .waiting
-            .entry(pool.to_owned())
-            .or_default()
-            .push(slot.clone());
+        let slots = pools.waiting.entry(pool.to_owned()).or_default();
+        slots.push(slot.clone());
+        self.count(pool, slots.len());
         Waiting {
             waiters: self,
             pool: pool.to_owned(),
@@ -198,6 +218,7 @@ impl Drop for Waiting<'_> {
             let mut pools = lock(&self.waiters.pools);
             if let Some(slots) = pools.waiting.get_mut(&self.pool) {
                 slots.retain(|slot| slot.id != self.slot.id);
+                self.waiters.count(&self.pool, slots.len());
                 if slots.is_empty() {
                     pools.waiting.remove(&self.pool);
                 }
@@ -290,6 +311,28 @@ mod tests {
         let mut running = job("default", &["linux"]);
         running.state = JobState::Running;
         assert!(!waiters.job_queued(&running));
+    }
+
+    #[test]
+    fn the_gauge_counts_the_waiters_of_each_pool() {
+        let gauge = Family::<PoolLabel, Gauge>::default();
+        let waiters = Waiters::counted(gauge.clone());
+        let of = |pool: &str| {
+            gauge
+                .get_or_create(&PoolLabel {
+                    pool: pool.to_owned(),
+                })
+                .get()
+        };
+        let a = waiters.enter("default", RunnerId(1), None);
+        let b = waiters.enter("default", RunnerId(2), None);
+        let c = waiters.enter("other", RunnerId(3), None);
+        assert_eq!((of("default"), of("other")), (2, 1));
+        drop(a);
+        drop(c);
+        assert_eq!((of("default"), of("other")), (1, 0));
+        drop(b);
+        assert_eq!(of("default"), 0);
     }
 
     #[test]

@@ -261,6 +261,8 @@ pub struct Metrics {
     /// Which job labels series carry.
     pub job_label_switches: JobLabelSwitches,
     pub runners_crashed: Family<PoolLabel, Counter>,
+    /// Runners long-polling for a job on this replica, by pool.
+    pub runners_polling: Family<PoolLabel, Gauge>,
     pub runner_reports_rejected: Family<ReasonLabel, Counter>,
     pub runner_reports: Family<PhaseLabel, Counter>,
     pub runner_idle_duration: HistogramFamily,
@@ -309,6 +311,7 @@ impl Metrics {
             jobs_started: add(r, "jobs_started", "Jobs that started running", Family::<JobLabels, Counter>::default()),
             jobs_completed: add(r, "jobs_completed", "Jobs that completed, by conclusion", Family::<JobConclusionLabels, Counter>::default()),
             runners_crashed: add(r, "runners_crashed", "Runners lost while running a job", Family::<PoolLabel, Counter>::default()),
+            runners_polling: add(r, "runners_polling", "Runners long-polling for a job on this replica (POST /api/v1/jobs/request), by pool", Family::<PoolLabel, Gauge>::default()),
             runner_reports_rejected: add(r, "runner_reports_rejected", "Runner reports refused, by reason; nothing of them is stored", Family::<ReasonLabel, Counter>::default()),
             runner_reports: add(r, "runner_reports", "Runner reports accepted and stored, by phase (pre-job, post-job)", Family::<PhaseLabel, Counter>::default()),
             runner_idle_duration: seconds(r, "runner_idle_duration", "How long a runner was idle before it took a job", Family::new_with_constructor(queue_duration_histogram)),
