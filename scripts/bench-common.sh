@@ -1,7 +1,26 @@
-# Shared by the scripts/bench-*.sh scripts (sourced, not run): the server
-# configuration they measure and how they start a server and wait for it.
-# The caller sets DIR (a scratch directory), ADMIN (the admin token) and
-# PG_URL (the PostgreSQL server).
+# Shared by the scripts/bench-*.sh scripts (sourced, not run): the
+# settings every one takes, the server configuration they measure, how
+# they start a server and wait for it, and how they clean up.
+#
+# Sourcing sets RUNWAY (the binary measured, default the release build),
+# BASE (another binary to compare, if given), PG_URL (the PostgreSQL
+# server, default the local one), ADMIN (the admin token) and DIR (a
+# scratch directory).
+RUNWAY=$(realpath "${RUNWAY:-target/release/runway}")
+BASE=${BASE:+$(realpath "$BASE")}
+PG_URL=${PG_URL:-postgres://postgres@127.0.0.1:5432}
+ADMIN=bench-admin-token-0123456789
+DIR=$(mktemp -d)
+
+# bench_cleanup MARKER [DATABASE]: stops the servers started as MARKER,
+# drops DATABASE if given, removes $DIR. For `trap … EXIT`.
+bench_cleanup() {
+  pkill -f "$1" 2>/dev/null || true
+  if [ -n "${2:-}" ]; then
+    psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $2" >/dev/null 2>&1 || true
+  fi
+  rm -rf "$DIR"
+}
 
 # bench_config [EXTRA_TOML]: writes $DIR/runway.toml — the admin token, a
 # 30 s long poll, one pool `default` — with EXTRA_TOML after [server].

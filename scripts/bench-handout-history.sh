@@ -9,15 +9,11 @@
 #                                                cargo build --release --locked -p runway)
 set -euo pipefail
 ROUNDS=${1:-2}
-RUNWAY=$(realpath "${RUNWAY:-target/release/runway}")
 SEED=$(realpath scripts/handout-history-seed.sql)
-PG_URL=${PG_URL:-postgres://postgres@127.0.0.1:5432}
 DB=runway_bench_history
-ADMIN=bench-admin-token-0123456789
 PORT=18770
-DIR=$(mktemp -d)
-trap 'pkill -f "runway-bench-history" 2>/dev/null || true; psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
 source "$(dirname "$0")/bench-common.sh"
+trap 'bench_cleanup runway-bench-history "$DB"' EXIT
 bench_config
 
 # run empty|history [--start-at-once | --next]

@@ -18,15 +18,10 @@
 # script creates and drops its own database `runway_bench_handout`.
 set -euo pipefail
 ROUNDS=${1:-3}
-RUNWAY=$(realpath "${RUNWAY:-target/release/runway}")
-BASE=${BASE:+$(realpath "$BASE")}
-PG_URL=${PG_URL:-postgres://postgres@127.0.0.1:5432}
 DB=runway_bench_handout
-ADMIN=bench-admin-token-0123456789
 PORT=18750
-DIR=$(mktemp -d)
-trap 'pkill -f "runway-bench-handout" 2>/dev/null || true; psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
 source "$(dirname "$0")/bench-common.sh"
+trap 'bench_cleanup runway-bench-handout "$DB"' EXIT
 bench_config
 
 # run BINARY BACKEND [--start-at-once]: prints the drain rate in jobs/s.

@@ -20,22 +20,15 @@ ROUNDS=${1:-2}
 RUNNERS=${RUNNERS:-32}
 OTHER=${OTHER:-0}
 JOBS=${JOBS:-100}
-RUNWAY=$(realpath "${RUNWAY:-target/release/runway}")
-BASE=${BASE:+$(realpath "$BASE")}
-PG_URL=${PG_URL:-postgres://postgres@127.0.0.1:5432}
 DB=runway_bench_pollers
-ADMIN=bench-admin-token-0123456789
 PORT=18760
 API="http://127.0.0.1:$PORT/api/v1"
-DIR=$(mktemp -d)
+source "$(dirname "$0")/bench-common.sh"
 cleanup() {
-  pkill -f "runway-bench-pollers" 2>/dev/null || true
   [ -f "$DIR/pollers" ] && xargs -r kill 2>/dev/null < "$DIR/pollers" || true
-  psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true
-  rm -rf "$DIR"
+  bench_cleanup runway-bench-pollers "$DB"
 }
 trap cleanup EXIT
-source "$(dirname "$0")/bench-common.sh"
 bench_config
 cat >> "$DIR/runway.toml" <<TOML
 [[pools]]

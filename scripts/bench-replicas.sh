@@ -11,14 +11,10 @@
 # script creates and drops its own database `runway_bench_replicas`.
 set -euo pipefail
 ROUNDS=${1:-3}
-RUNWAY=$(realpath "${RUNWAY:-target/release/runway}")
-PG_URL=${PG_URL:-postgres://postgres@127.0.0.1:5432}
 DB=runway_bench_replicas
-ADMIN=bench-admin-token-0123456789
 SECRET=bench-webhook-secret
-DIR=$(mktemp -d)
-trap 'pkill -f "runway-bench-replicas" 2>/dev/null || true; rm -rf "$DIR"' EXIT
 source "$(dirname "$0")/bench-common.sh"
+trap 'bench_cleanup runway-bench-replicas' EXIT
 bench_config "[github]
 webhook_secrets = [\"$SECRET\"]"
 

@@ -422,19 +422,9 @@ async fn a_long_poll_is_woken_by_a_submission() {
     let harness = Arc::new(Harness::runner_api(None).await);
     let token = harness.runner("waiter", &["linux"]).await;
     // A long poll longer than the test's patience: only a wake-up answers it in time.
-    let waiter = {
-        let harness = harness.clone();
-        tokio::spawn(async move {
-            harness
-                .call("POST", "/api/v1/jobs/request", &token, None)
-                .await
-        })
-    };
+    let waiter = poll_in_background(&harness, token, false);
     let id = harness.submit(&["linux"], None).await;
-    let (status, job) = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("answered")
-        .expect("task");
+    let (status, job) = answer(waiter).await;
     // Either the poll was already waiting and was woken, or it started after
     // the submission and found the job at once; both answer 201.
     assert_eq!(
@@ -456,10 +446,7 @@ async fn a_job_goes_to_the_runner_waiting_longest_that_can_take_it() {
         ("second", &["self-hosted", "linux"][..]),
     ] {
         let token = harness.runner(name, labels).await;
-        let poll = {
-            let harness = harness.clone();
-            tokio::spawn(async move { request_started(&harness, &token).await })
-        };
+        let poll = poll_in_background(&harness, token, true);
         // Each waits before the next comes.
         let waiting = polls.len() + 1;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -480,11 +467,8 @@ async fn a_job_goes_to_the_runner_waiting_longest_that_can_take_it() {
     let gpu_job = harness.submit(&["gpu"], None).await;
     let linux_job = harness.submit(&["linux"], None).await;
     let [first, gpu, second] = <[_; 3]>::try_from(polls).unwrap();
-    let got = |poll: tokio::task::JoinHandle<(StatusCode, Value)>| async move {
-        let (status, body) = tokio::time::timeout(Duration::from_secs(10), poll)
-            .await
-            .expect("answered")
-            .expect("task");
+    let got = |poll| async move {
+        let (status, body) = answer(poll).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
         body["id"].as_i64()
     };
@@ -507,19 +491,13 @@ async fn a_job_goes_to_the_runner_waiting_longest_that_can_take_it() {
 async fn a_runner_drained_during_a_long_poll_that_starts_takes_no_job() {
     let harness = Arc::new(Harness::runner_api(None).await);
     let token = harness.runner("poller", &["linux"]).await;
-    let poll = {
-        let harness = harness.clone();
-        tokio::spawn(async move { request_started(&harness, &token).await })
-    };
+    let poll = poll_in_background(&harness, token, true);
     // Let the poll reach its wait (it answers 410 whichever comes first).
     tokio::task::yield_now().await;
     let store = &harness.service.store;
     tell_runner(&harness, "poller", RunnerEvent::DrainRequested).await;
     let id = harness.submit(&["linux"], None).await;
-    let (status, body) = tokio::time::timeout(Duration::from_secs(5), poll)
-        .await
-        .expect("answered")
-        .expect("task");
+    let (status, body) = answer(poll).await;
     assert_eq!(
         (status, body["code"].as_str()),
         (StatusCode::GONE, Some("runner_draining")),
@@ -1146,6 +1124,32 @@ async fn tell_runner(harness: &Harness, name: &str, event: RunnerEvent) {
 }
 
 /// `jobs/request` for a job that starts at once (`"start": true`).
+/// A `jobs/request` running in the background.
+type Poll = tokio::task::JoinHandle<(StatusCode, Value)>;
+
+/// Starts a `jobs/request` of `token`'s runner in the background (asking
+/// for a job that starts at once if `start`).
+fn poll_in_background(harness: &Arc<Harness>, token: String, start: bool) -> Poll {
+    let harness = harness.clone();
+    tokio::spawn(async move {
+        if start {
+            request_started(&harness, &token).await
+        } else {
+            harness
+                .call("POST", "/api/v1/jobs/request", &token, None)
+                .await
+        }
+    })
+}
+
+/// What a background poll answered, within 10 s.
+async fn answer(poll: Poll) -> (StatusCode, Value) {
+    tokio::time::timeout(Duration::from_secs(10), poll)
+        .await
+        .expect("answered")
+        .expect("task")
+}
+
 async fn request_started(harness: &Harness, token: &str) -> (StatusCode, Value) {
     harness
         .call(

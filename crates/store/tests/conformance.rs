@@ -1801,11 +1801,11 @@ mod cases {
         assert_eq!(store.get_runner(runner.id).await.unwrap().unwrap(), runner);
         // Nothing queued and a stale view of the runner: the fresh row, not
         // "no job" (a drained runner's long poll must learn of it).
-        let mut behind = runner.clone();
-        behind.version -= 1;
+        let mut stale = runner.clone();
+        stale.version -= 1;
         assert_eq!(
             store
-                .claim_and_start(&at_once(&runner), &behind, at(3))
+                .claim_and_start(&at_once(&runner), &stale, at(3))
                 .await
                 .unwrap(),
             ClaimStart::RunnerChanged(Box::new(runner.clone()))
@@ -1830,10 +1830,8 @@ mod cases {
             .enqueue(&api_job("second", "default"), at(5))
             .await
             .unwrap();
-        // A stale view of the runner: nothing is written, the fresh row
-        // comes back to decide on.
-        let mut stale = runner.clone();
-        stale.version -= 1;
+        // The stale view with jobs queued: nothing is written, the fresh
+        // row comes back to decide on.
         assert_eq!(
             store
                 .claim_and_start(&at_once(&runner), &stale, at(6))

@@ -237,7 +237,9 @@ impl Drop for Waiting<'_> {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+/// `mutex`'s guard, poisoned or not (nothing held in these mutexes is left
+/// half-changed by a panic).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -17,21 +17,16 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use runway_store::{Heard, StoreError, Wake};
 use tokio::sync::watch;
 
+use crate::app::waiters::lock;
 use crate::app::Service;
 use crate::tasks::Worker;
 use crate::telemetry::metrics::WakeLabels;
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// More pools than this pending at once are announced as one wake-up of
 /// every pool.
