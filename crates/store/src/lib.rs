@@ -29,6 +29,7 @@
 
 mod common;
 mod group_commit;
+mod held;
 mod postgres;
 mod rows;
 pub mod seed;

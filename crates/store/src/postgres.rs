@@ -15,6 +15,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
 
 use crate::group_commit::{BatchExecutor, GroupCommit, Op, Outcome};
+use crate::held::PING_AFTER_IDLE;
 use crate::rows::{JobRow, JOB_COLUMNS};
 use crate::sql::{describe_sqlx_error, ClaimStartSql, Dialect, Shared, SqlStore};
 use crate::{
@@ -84,9 +85,7 @@ impl SqlStore<PostgresDialect> {
             connect = connect.options([("search_path", schema)]);
         }
         connection.close().await.map_err(open_error)?;
-        let pool = PgPoolOptions::new()
-            .max_connections(options.max_connections)
-            .acquire_timeout(options.connect_timeout)
+        let pool = pool_options(options.max_connections, options.connect_timeout)
             .connect_with(connect)
             .await
             .map_err(open_error)?;
@@ -94,7 +93,10 @@ impl SqlStore<PostgresDialect> {
             target: target.clone(),
             reason: e.to_string(),
         })?;
-        let inner = Arc::new(Shared::new(pool.clone(), pool, target));
+        // Half the pool may wait checked out for the hot path's next write
+        // (crate::held); the other half is always there for the rest.
+        let keep = (options.max_connections / 2) as usize;
+        let inner = Arc::new(Shared::new(pool.clone(), pool, target, keep));
         // Measured (BENCHMARKS.md): on PostgreSQL the server already overlaps
         // WAL flushes of concurrent connections, and the extra hop and
         // BEGIN/COMMIT of shared transactions cost more than they save.
@@ -158,6 +160,28 @@ impl Leadership for PgLeadership {
             .await
             .is_ok()
     }
+}
+
+/// The options of every pool of the store: `max_connections` at most,
+/// waiting up to `acquire_timeout` for one, and a ping only for a
+/// connection idle longer than [`PING_AFTER_IDLE`]. (sqlx's default pings
+/// before *every* acquire: a round trip to the server before each
+/// statement.) One in steady use has just answered; one the server dropped
+/// meanwhile fails its statement and is closed, as it would if it died
+/// between a ping and the statement.
+fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(acquire_timeout)
+        .test_before_acquire(false)
+        .before_acquire(|connection, metadata| {
+            Box::pin(async move {
+                if metadata.idle_for > PING_AFTER_IDLE {
+                    connection.ping().await?;
+                }
+                Ok(true)
+            })
+        })
 }
 
 /// The NOTIFY channel of the schema a connection works in: replicas of one
@@ -274,9 +298,7 @@ impl Dialect for PostgresDialect {
     /// once `term` is no longer the current term of `name`.
     fn fenced(store: &PostgresStore, name: &str, term: i64) -> Option<Arc<dyn Store>> {
         let fence = format!("{name}:{term}");
-        let pool = PgPoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(store.inner.writer.options().get_acquire_timeout())
+        let pool = pool_options(4, store.inner.writer.options().get_acquire_timeout())
             .after_connect(move |connection, _| {
                 let fence = fence.clone();
                 Box::pin(async move {
@@ -288,7 +310,12 @@ impl Dialect for PostgresDialect {
                 })
             })
             .connect_lazy_with((*store.inner.writer.connect_options()).clone());
-        let inner = Arc::new(Shared::new(pool.clone(), pool, store.inner.target.clone()));
+        let inner = Arc::new(Shared::new(
+            pool.clone(),
+            pool,
+            store.inner.target.clone(),
+            2,
+        ));
         let group = GroupCommit::direct(inner.clone());
         Some(Arc::new(PostgresStore { inner, group }))
     }

@@ -24,6 +24,7 @@ use sqlx::{
 
 use crate::common::{bind_claim, bind_guarded, Statements, LIVE_RUNNER};
 use crate::group_commit::{CompleteNext, Op, Outcome};
+use crate::held::Held;
 use crate::rows::{
     bind_columns, history_line, Columns, JobRow, RunnerRow, JOB_COLUMNS, RUNNER_COLUMNS,
 };
@@ -207,11 +208,20 @@ pub(crate) struct Shared<D: Dialect> {
     pub statements: Statements,
     /// The store's description in errors ("SQLite database …").
     pub target: String,
+    /// Up to `keep` of the writer's connections, kept checked out between
+    /// the hot path's writes ([`crate::held`]).
+    pub held: Held<D::Db>,
 }
 
 impl<D: Dialect> Shared<D> {
-    pub fn new(writer: Pool<D::Db>, readers: Pool<D::Db>, target: String) -> Shared<D> {
+    pub fn new(
+        writer: Pool<D::Db>,
+        readers: Pool<D::Db>,
+        target: String,
+        keep: usize,
+    ) -> Shared<D> {
         Shared {
+            held: Held::new(writer.clone(), keep),
             writer,
             readers,
             statements: Statements::new::<D>(),
@@ -370,7 +380,7 @@ where
 
     /// Runs `ops` in one transaction (a lone write in autocommit).
     pub(crate) async fn execute_batch(&self, ops: &[&Op]) -> Result<Vec<Outcome>, StoreError> {
-        let mut connection = self.writer.acquire().await?;
+        let mut connection = self.held.acquire().await?;
         let result = async {
             // A lone one-statement write needs no transaction: autocommit
             // saves the BEGIN and COMMIT round trips. (An enqueue with its
@@ -389,7 +399,7 @@ where
             Ok(outcomes)
         }
         .await;
-        settle(connection, result)
+        connection.settle(result)
     }
 
     /// [`Op::ClaimStart`]: one statement where the dialect has one, else
@@ -1096,7 +1106,7 @@ where
         };
         let labels = claim_labels(claim);
         let (finished_columns, busy_columns) = (Columns::from(finished), Columns::from(&busy));
-        let mut connection = self.writer().acquire().await?;
+        let mut connection = self.inner.held.acquire().await?;
         let result = async {
             let query = bind_guarded(sqlx::query(sql), id, change, &step)
                 .bind(current.id.0)
@@ -1127,7 +1137,7 @@ where
             Ok::<_, StoreError>(ended.map(|job| completed_next(job, next, finished, busy)))
         }
         .await;
-        settle(connection, result)
+        connection.settle(result)
     }
 
     async fn enqueue_with_delivery(

@@ -76,7 +76,10 @@ impl SqlStore<SqliteDialect> {
             .connect_with(options)
             .await
             .map_err(open_error)?;
-        let inner = Arc::new(Shared::new(writer, readers, target));
+        // None kept aside: the single writer connection is also taken
+        // straight from its pool by writes outside the group commit, which
+        // would wait on one kept here.
+        let inner = Arc::new(Shared::new(writer, readers, target, 0));
         // SQLite has one writer: a single committer batches everything.
         let group = GroupCommit::start(1, inner.clone());
         Ok(SqliteStore { inner, group })

@@ -42,13 +42,19 @@ impl Harness {
     }
 
     pub async fn postgres() -> Harness {
+        Harness::postgres_through(&postgres_url()).await
+    }
+
+    /// A PostgreSQL store that reaches the test database through `through`
+    /// (a [`RoundTrips`] proxy's URL); `url` stays the direct one.
+    pub async fn postgres_through(through: &str) -> Harness {
         let url = postgres_url();
         let schema = unique_schema();
         let options = OpenOptions {
             max_connections: 12,
             ..OpenOptions::default()
         };
-        let store = PostgresStore::open(&url, Some(&schema), &options)
+        let store = PostgresStore::open(through, Some(&schema), &options)
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL must be running for the store tests: {e}"));
         Harness {
@@ -125,4 +131,161 @@ macro_rules! on_both_backends {
             )*
         }
     };
+}
+
+/// What the clients of a [`RoundTrips`] proxy asked of PostgreSQL.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Trips {
+    /// Round trips that carried a statement: a `Sync` closing parse, bind
+    /// or execute messages, or a simple `Query`.
+    pub statements: u64,
+    /// Round trips that carried nothing: a lone `Sync` (a ping).
+    pub pings: u64,
+}
+
+impl std::ops::Sub for Trips {
+    type Output = Trips;
+    fn sub(self, before: Trips) -> Trips {
+        Trips {
+            statements: self.statements - before.statements,
+            pings: self.pings - before.pings,
+        }
+    }
+}
+
+/// A loopback TCP proxy in front of the test PostgreSQL that reads the
+/// frontend side of the wire protocol and counts the round trips its
+/// clients make: what a store path costs in trips to the server, whatever
+/// the code that makes them. It can also cut every connection through it,
+/// as a server restart or a lost network would.
+pub struct RoundTrips {
+    /// The test database's URL, through the proxy (TLS off: the proxy reads
+    /// the messages).
+    pub url: String,
+    trips: Arc<std::sync::Mutex<Trips>>,
+    connections: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl RoundTrips {
+    pub async fn start() -> RoundTrips {
+        let mut url = url::Url::parse(&postgres_url()).expect("a PostgreSQL URL");
+        let upstream = format!(
+            "{}:{}",
+            url.host_str().unwrap_or("127.0.0.1"),
+            url.port().unwrap_or(5432)
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        url.set_host(Some("127.0.0.1")).expect("host");
+        url.set_port(Some(port)).expect("port");
+        url.query_pairs_mut().append_pair("sslmode", "disable");
+        let trips = Arc::new(std::sync::Mutex::new(Trips::default()));
+        let connections = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let accept = tokio::spawn({
+            let trips = trips.clone();
+            let connections = connections.clone();
+            async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                        continue;
+                    };
+                    // Each message is forwarded as it is read: no waiting
+                    // for more to fill a segment.
+                    let _ = (client.set_nodelay(true), server.set_nodelay(true));
+                    let task = tokio::spawn(relay(client, server, trips.clone()));
+                    let mut open = connections.lock().expect("connections");
+                    open.retain(|handle: &tokio::task::AbortHandle| !handle.is_finished());
+                    open.push(task.abort_handle());
+                }
+            }
+        });
+        RoundTrips {
+            url: url.to_string(),
+            trips,
+            connections,
+            accept,
+        }
+    }
+
+    pub fn trips(&self) -> Trips {
+        *self.trips.lock().expect("trips")
+    }
+
+    /// Closes every connection open through the proxy.
+    pub fn sever(&self) {
+        for handle in self.connections.lock().expect("connections").drain(..) {
+            handle.abort();
+        }
+    }
+}
+
+impl Drop for RoundTrips {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.sever();
+    }
+}
+
+/// Copies bytes both ways, reading the client's messages on the way.
+async fn relay(
+    client: tokio::net::TcpStream,
+    server: tokio::net::TcpStream,
+    trips: Arc<std::sync::Mutex<Trips>>,
+) {
+    let (from_client, mut to_client) = client.into_split();
+    let (mut from_server, to_server) = server.into_split();
+    let down = tokio::io::copy(&mut from_server, &mut to_client);
+    tokio::select! {
+        _ = down => {}
+        _ = count_frontend(from_client, to_server, trips) => {}
+    }
+}
+
+/// Forwards the frontend's messages, counting its round trips: after the
+/// untyped start-up message, each message is a type byte and a length.
+async fn count_frontend(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    trips: Arc<std::sync::Mutex<Trips>>,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const PROTOCOL_3: u32 = 196_608;
+    loop {
+        let mut length = [0u8; 4];
+        from.read_exact(&mut length).await?;
+        let mut body = vec![0u8; (u32::from_be_bytes(length) as usize).saturating_sub(4)];
+        from.read_exact(&mut body).await?;
+        to.write_all(&[&length[..], &body].concat()).await?;
+        if body
+            .get(..4)
+            .map(|code| u32::from_be_bytes([code[0], code[1], code[2], code[3]]))
+            == Some(PROTOCOL_3)
+        {
+            break;
+        }
+    }
+    let mut carrying = false;
+    loop {
+        let mut header = [0u8; 5];
+        from.read_exact(&mut header).await?;
+        let length = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+        let mut body = vec![0u8; length.saturating_sub(4)];
+        from.read_exact(&mut body).await?;
+        to.write_all(&[&header[..], &body].concat()).await?;
+        let mut trips = trips.lock().expect("trips");
+        match header[0] {
+            b'S' if carrying => {
+                trips.statements += 1;
+                carrying = false;
+            }
+            b'S' => trips.pings += 1,
+            b'Q' => trips.statements += 1,
+            // Flush, Terminate: no statement.
+            b'H' | b'X' => {}
+            _ => carrying = true,
+        }
+    }
 }

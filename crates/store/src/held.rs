@@ -1,0 +1,196 @@
+//! Connections the hot path keeps checked out of the pool between writes.
+//!
+//! sqlx's pool pings a connection (a round trip to the server: a `Sync`
+//! answered by `ReadyForQuery`) every time one is given back, before it is
+//! idle again, and, by default, every time one is taken. On PostgreSQL that
+//! is up to three round trips for a one-statement write instead of one:
+//! `tests/round_trips.rs` counts them on the wire. Acquiring is dealt with
+//! by the pool's options (a ping only after a second idle); giving back
+//! cannot be turned off, so the store's hot writes take their connection
+//! from here instead: a connection whose write finished (ran to its end,
+//! succeeded) is kept for the next write, not given back. One whose write
+//! failed, or that was dropped mid-statement (a cancelled request), goes
+//! back to the pool, whose ping on release is then exactly what it is for.
+//!
+//! At most `keep` connections wait here, so the pool always has the rest
+//! for everything else; those idle longer than [`PING_AFTER_IDLE`] are
+//! pinged before use, and those idle longer than [`GIVE_BACK_AFTER`] go back
+//! to the pool (whose idle timeout and lifetime then apply).
+
+use std::ops::{Deref, DerefMut};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection, Database, Pool};
+
+use crate::StoreError;
+
+/// A connection idle at most this long is used without a ping: it has just
+/// answered. One idle for longer is pinged first and replaced if the
+/// server does not answer.
+pub(crate) const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+
+/// A kept connection idle this long goes back to the pool.
+const GIVE_BACK_AFTER: Duration = Duration::from_secs(30);
+
+/// A kept connection that has been out of the pool this long goes back
+/// after its next write, so the pool's `max_lifetime` applies to it too.
+const RECYCLE_AFTER: Duration = Duration::from_secs(300);
+
+struct Kept<DB: Database> {
+    connection: PoolConnection<DB>,
+    /// When it was taken from the pool.
+    taken: Instant,
+    /// When its last write finished.
+    since: Instant,
+}
+
+/// The hot path's connections: see the module's documentation.
+pub(crate) struct Held<DB: Database> {
+    pool: Pool<DB>,
+    idle: Mutex<Vec<Kept<DB>>>,
+    keep: usize,
+}
+
+impl<DB: Database> Held<DB> {
+    /// Keeps at most `keep` of `pool`'s connections between writes (0: none,
+    /// every connection goes back to the pool).
+    pub(crate) fn new(pool: Pool<DB>, keep: usize) -> Held<DB> {
+        Held {
+            pool,
+            idle: Mutex::new(Vec::new()),
+            keep,
+        }
+    }
+
+    /// A connection for a write: the one kept last, or one from the pool.
+    pub(crate) async fn acquire(&self) -> Result<HeldConnection<'_, DB>, sqlx::Error> {
+        loop {
+            let kept = self.lock().pop();
+            let Some(mut kept) = kept else { break };
+            if kept.since.elapsed() <= PING_AFTER_IDLE {
+                return Ok(self.hold(kept));
+            }
+            match kept.connection.ping().await {
+                Ok(()) => return Ok(self.hold(kept)),
+                Err(error) => {
+                    tracing::info!(%error, "a kept database connection did not answer; replacing it");
+                    kept.connection.close_on_drop();
+                }
+            }
+        }
+        let connection = self.pool.acquire().await?;
+        let now = Instant::now();
+        Ok(self.hold(Kept {
+            connection,
+            taken: now,
+            since: now,
+        }))
+    }
+
+    fn hold(&self, kept: Kept<DB>) -> HeldConnection<'_, DB> {
+        HeldConnection {
+            kept: Some(kept),
+            home: self,
+            reusable: false,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Kept<DB>>> {
+        // A panic while holding the lock leaves a plain list: still sound.
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Keeps `kept` for the next write, room allowing; gives back to the
+    /// pool what it cannot keep and what has waited too long.
+    fn put_back(&self, mut kept: Kept<DB>) {
+        let now = Instant::now();
+        kept.since = now;
+        let mut give_back = Vec::new();
+        {
+            let mut idle = self.lock();
+            // Oldest first: the ones that have waited longest.
+            let stale = idle
+                .iter()
+                .take_while(|waiting| now.duration_since(waiting.since) > GIVE_BACK_AFTER)
+                .count();
+            give_back.extend(idle.drain(..stale));
+            if idle.len() < self.keep && now.duration_since(kept.taken) < RECYCLE_AFTER {
+                idle.push(kept);
+            } else {
+                give_back.push(kept);
+            }
+        }
+        // Dropped outside the lock: each goes back through the pool.
+        drop(give_back);
+    }
+}
+
+/// A connection out of [`Held`] for one write. Dropped, it goes back to
+/// the pool unless [`HeldConnection::settle`] found its write done.
+pub(crate) struct HeldConnection<'a, DB: Database> {
+    kept: Option<Kept<DB>>,
+    home: &'a Held<DB>,
+    reusable: bool,
+}
+
+impl<DB: Database> HeldConnection<'_, DB> {
+    /// `result` of the write made on this connection. Done, the connection
+    /// is kept for the next write. Failed in the database, it is closed
+    /// rather than reused: a failed transaction can leave a connection out
+    /// of step with its database (after `SQLITE_FULL` or an I/O error SQLite
+    /// rolls the transaction back by itself, sqlx's count of open
+    /// transactions does not know, and its next "transaction" would be a
+    /// savepoint inside one that never commits, every later write answered
+    /// as done and never durable). Any other failure sends it back to the
+    /// pool, which pings it first.
+    pub(crate) fn settle<T>(mut self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        match &result {
+            Ok(_) => self.reusable = true,
+            Err(StoreError::Database(_)) => {
+                tracing::warn!(
+                    "closing a database connection after a failed write; the next write opens a new one"
+                );
+                if let Some(kept) = self.kept.as_mut() {
+                    kept.connection.close_on_drop();
+                }
+            }
+            Err(_) => {}
+        }
+        result
+    }
+}
+
+impl<DB: Database> Deref for HeldConnection<'_, DB> {
+    type Target = DB::Connection;
+
+    fn deref(&self) -> &DB::Connection {
+        match &self.kept {
+            Some(kept) => &kept.connection,
+            None => unreachable!("a held connection is present until dropped"),
+        }
+    }
+}
+
+impl<DB: Database> DerefMut for HeldConnection<'_, DB> {
+    fn deref_mut(&mut self) -> &mut DB::Connection {
+        match &mut self.kept {
+            Some(kept) => &mut kept.connection,
+            None => unreachable!("a held connection is present until dropped"),
+        }
+    }
+}
+
+impl<DB: Database> Drop for HeldConnection<'_, DB> {
+    fn drop(&mut self) {
+        if let Some(kept) = self.kept.take() {
+            if self.reusable {
+                self.home.put_back(kept);
+            }
+            // Otherwise `kept` drops here: back to the pool, pinged.
+        }
+    }
+}
