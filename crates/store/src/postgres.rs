@@ -93,10 +93,10 @@ impl SqlStore<PostgresDialect> {
             target: target.clone(),
             reason: e.to_string(),
         })?;
-        // Half the pool may wait checked out for the hot path's next write
-        // (crate::held); the other half is always there for the rest.
+        // Half the pool may wait checked out for the hot path's next read
+        // or write (crate::held); the other half is always there for the rest.
         let keep = (options.max_connections / 2) as usize;
-        let inner = Arc::new(Shared::new(pool.clone(), pool, target, keep));
+        let inner = Arc::new(Shared::new(pool.clone(), pool, target, keep, None));
         // Measured (BENCHMARKS.md): on PostgreSQL the server already overlaps
         // WAL flushes of concurrent connections, and the extra hop and
         // BEGIN/COMMIT of shared transactions cost more than they save.
@@ -315,6 +315,7 @@ impl Dialect for PostgresDialect {
             pool,
             store.inner.target.clone(),
             2,
+            None,
         ));
         let group = GroupCommit::direct(inner.clone());
         Some(Arc::new(PostgresStore { inner, group }))

@@ -208,25 +208,37 @@ pub(crate) struct Shared<D: Dialect> {
     pub statements: Statements,
     /// The store's description in errors ("SQLite database …").
     pub target: String,
-    /// Up to `keep` of the writer's connections, kept checked out between
-    /// the hot path's writes ([`crate::held`]).
+    /// Some of the writer's connections, kept checked out between the hot
+    /// path's writes ([`crate::held`]).
     pub held: Held<D::Db>,
+    /// The same for the hot path's reads, where they have a pool of their
+    /// own; `None` where reads and writes share one (PostgreSQL).
+    held_reads: Option<Held<D::Db>>,
 }
 
 impl<D: Dialect> Shared<D> {
+    /// `keep` connections at most held for writes, and, where `readers` is
+    /// a pool of its own, `keep_reads` for reads.
     pub fn new(
         writer: Pool<D::Db>,
         readers: Pool<D::Db>,
         target: String,
         keep: usize,
+        keep_reads: Option<usize>,
     ) -> Shared<D> {
         Shared {
             held: Held::new(writer.clone(), keep),
+            held_reads: keep_reads.map(|keep| Held::new(readers.clone(), keep)),
             writer,
             readers,
             statements: Statements::new::<D>(),
             target,
         }
+    }
+
+    /// Where the hot path's reads take their connection.
+    pub fn held_reads(&self) -> &Held<D::Db> {
+        self.held_reads.as_ref().unwrap_or(&self.held)
     }
 }
 
@@ -831,10 +843,13 @@ where
     }
 
     async fn get_job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
-        let row: Option<JobRow> = sqlx::query_as(&self.inner.statements.job_by_id)
+        let mut connection = self.inner.held_reads().acquire().await?;
+        let row = sqlx::query_as(&self.inner.statements.job_by_id)
             .bind(id.0)
-            .fetch_optional(self.reader())
-            .await?;
+            .fetch_optional(&mut *connection)
+            .await
+            .map_err(StoreError::from);
+        let row: Option<JobRow> = connection.settle(row)?;
         row.map(Job::try_from).transpose()
     }
 
@@ -1222,10 +1237,13 @@ where
     }
 
     async fn get_runner(&self, id: RunnerId) -> Result<Option<Runner>, StoreError> {
-        let row: Option<RunnerRow> = sqlx::query_as(&self.inner.statements.runner_by_id)
+        let mut connection = self.inner.held_reads().acquire().await?;
+        let row = sqlx::query_as(&self.inner.statements.runner_by_id)
             .bind(id.0)
-            .fetch_optional(self.reader())
-            .await?;
+            .fetch_optional(&mut *connection)
+            .await
+            .map_err(StoreError::from);
+        let row: Option<RunnerRow> = connection.settle(row)?;
         row.map(Runner::try_from).transpose()
     }
 
@@ -1566,12 +1584,15 @@ where
         Ok(value.flatten())
     }
 
+    /// Every runner API call starts here: a held connection (one round trip).
     async fn find_runner_by_token(&self, token_hash: &str) -> Result<Option<Runner>, StoreError> {
-        let row: Option<RunnerRow> =
-            sqlx::query_as(&self.inner.statements.runner_api.runner_by_token)
-                .bind(token_hash)
-                .fetch_optional(self.reader())
-                .await?;
+        let mut connection = self.inner.held_reads().acquire().await?;
+        let row = sqlx::query_as(&self.inner.statements.runner_api.runner_by_token)
+            .bind(token_hash)
+            .fetch_optional(&mut *connection)
+            .await
+            .map_err(StoreError::from);
+        let row: Option<RunnerRow> = connection.settle(row)?;
         row.map(Runner::try_from).transpose()
     }
 

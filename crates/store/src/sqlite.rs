@@ -58,8 +58,12 @@ impl SqlStore<SqliteDialect> {
             target: target.clone(),
             reason: describe_sqlx_error(&e),
         };
+        // No ping before a connection is handed out: a SQLite connection is
+        // a file, not a socket that can die idle, and sqlx's ping is a hop
+        // to the connection's thread and back.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
+            .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(options.clone())
             .await
@@ -73,13 +77,15 @@ impl SqlStore<SqliteDialect> {
             })?;
         let readers = SqlitePoolOptions::new()
             .max_connections(4)
+            .test_before_acquire(false)
             .connect_with(options)
             .await
             .map_err(open_error)?;
-        // None kept aside: the single writer connection is also taken
+        // No writer connection kept aside: the single one is also taken
         // straight from its pool by writes outside the group commit, which
-        // would wait on one kept here.
-        let inner = Arc::new(Shared::new(writer, readers, target, 0));
+        // would wait on one kept here. Two of the four readers are kept for
+        // the hot path's reads (crate::held).
+        let inner = Arc::new(Shared::new(writer, readers, target, 0, Some(2)));
         // SQLite has one writer: a single committer batches everything.
         let group = GroupCommit::start(1, inner.clone());
         Ok(SqliteStore { inner, group })

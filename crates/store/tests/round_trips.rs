@@ -4,7 +4,8 @@
 //! only in a benchmark: an enqueue, a claim that starts its job, a claim that
 //! finds nothing, a completion with its runner and log, and a completion that
 //! starts the runner's next job are one round trip each — a job handed out
-//! in one step costs two, a runner working through a queue one.
+//! in one step costs two, a runner working through a queue one — and so are
+//! the reads of a runner by its token or id and of a job by its id.
 
 mod common;
 
@@ -184,6 +185,24 @@ async fn the_hot_path_is_one_round_trip_a_write() {
         }
     }
 
+    // The reads every runner API call and hand-out makes.
+    let mut reads = Vec::new();
+    for round in 0..6 {
+        let (found, cost) = trips(&proxy, store.find_runner_by_token("no-such-token")).await;
+        assert!(found.expect("read").is_none());
+        reads.push(cost);
+        let (found, cost) = trips(&proxy, store.get_runner(runner.id)).await;
+        assert!(found.expect("read").is_some());
+        reads.push(cost);
+        let (found, cost) = trips(&proxy, store.get_job(job.id)).await;
+        assert!(found.expect("read").is_some());
+        reads.push(cost);
+        if round == 0 {
+            // The first round prepared the statements.
+            reads.clear();
+        }
+    }
+
     assert_eq!(nothing, ONE, "a claim that finds no job");
     // A ping is a round trip too, before a statement on a connection idle
     // for over a second; none belongs here, but a stalled test machine may
@@ -193,6 +212,7 @@ async fn the_hot_path_is_one_round_trip_a_write() {
         ("an enqueue", &enqueues),
         ("a write of the one-step hand-out", &one_step_writes),
         ("a chained completion", &chained),
+        ("a read by token or id", &reads),
     ] {
         assert!(
             costs.iter().all(|cost| cost.statements == 1),
