@@ -15,7 +15,8 @@
 //! At most `keep` connections wait here, so the pool always has the rest
 //! for everything else; those idle longer than [`PING_AFTER_IDLE`] are
 //! pinged before use, and those idle longer than [`GIVE_BACK_AFTER`] go back
-//! to the pool (whose idle timeout and lifetime then apply).
+//! to the pool at the next statement (the pool's idle timeout and lifetime
+//! then apply).
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Mutex;
@@ -66,6 +67,9 @@ impl<DB: Database> Held<DB> {
 
     /// A connection for a write: the one kept last, or one from the pool.
     pub(crate) async fn acquire(&self) -> Result<HeldConnection<'_, DB>, sqlx::Error> {
+        let stale = stale(&mut self.lock(), Instant::now());
+        // Dropped outside the lock: each goes back through the pool.
+        drop(stale);
         loop {
             let kept = self.lock().pop();
             let Some(mut kept) = kept else { break };
@@ -112,12 +116,7 @@ impl<DB: Database> Held<DB> {
         let mut give_back = Vec::new();
         {
             let mut idle = self.lock();
-            // Oldest first: the ones that have waited longest.
-            let stale = idle
-                .iter()
-                .take_while(|waiting| now.duration_since(waiting.since) > GIVE_BACK_AFTER)
-                .count();
-            give_back.extend(idle.drain(..stale));
+            give_back.extend(stale(&mut idle, now));
             if idle.len() < self.keep && now.duration_since(kept.taken) < RECYCLE_AFTER {
                 idle.push(kept);
             } else {
@@ -127,6 +126,16 @@ impl<DB: Database> Held<DB> {
         // Dropped outside the lock: each goes back through the pool.
         drop(give_back);
     }
+}
+
+/// The kept connections idle longer than [`GIVE_BACK_AFTER`], taken out of
+/// `idle` (oldest first: the first to be put back).
+fn stale<DB: Database>(idle: &mut Vec<Kept<DB>>, now: Instant) -> Vec<Kept<DB>> {
+    let count = idle
+        .iter()
+        .take_while(|waiting| now.duration_since(waiting.since) > GIVE_BACK_AFTER)
+        .count();
+    idle.drain(..count).collect()
 }
 
 /// A connection out of [`Held`] for one write. Dropped, it goes back to
