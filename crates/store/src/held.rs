@@ -76,10 +76,19 @@ impl<DB: Database> Held<DB> {
             if kept.since.elapsed() <= PING_AFTER_IDLE {
                 return Ok(self.hold(kept));
             }
-            match kept.connection.ping().await {
-                Ok(()) => return Ok(self.hold(kept)),
-                Err(error) => {
+            // Bounded as the pool bounds its own ping: a server that has
+            // gone silent must not hold the caller longer than an acquire.
+            let limit = self.pool.options().get_acquire_timeout();
+            match tokio::time::timeout(limit, kept.connection.ping()).await {
+                Ok(Ok(())) => return Ok(self.hold(kept)),
+                Ok(Err(error)) => {
                     tracing::info!(%error, "a kept database connection did not answer; replacing it");
+                    kept.connection.close_on_drop();
+                }
+                Err(_) => {
+                    tracing::info!(
+                        "a kept database connection did not answer in time; replacing it"
+                    );
                     kept.connection.close_on_drop();
                 }
             }

@@ -249,3 +249,41 @@ async fn a_connection_dropped_while_idle_is_replaced_before_a_statement() {
     );
     assert!(cost.statements >= 1, "{cost:?}");
 }
+
+/// A kept connection idle for over a second is pinged before use; a server
+/// that has gone silent does not answer, and the caller gets an error within
+/// the acquire timeout instead of waiting for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_server_fails_a_statement_within_the_acquire_timeout() {
+    let proxy = RoundTrips::start().await;
+    let options = runway_store::OpenOptions {
+        max_connections: 4,
+        connect_timeout: Duration::from_secs(1),
+    };
+    let harness = Harness::postgres_with(&proxy.url, options).await;
+    let store = &*harness.store;
+    store
+        .enqueue(&api_job("before", "p"), at(1))
+        .await
+        .expect("enqueue");
+    proxy.go_silent();
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let asked = std::time::Instant::now();
+    let answered = tokio::time::timeout(
+        Duration::from_secs(30),
+        store.enqueue(&api_job("after", "p"), at(2)),
+    )
+    .await
+    .expect("an answer, not a hang");
+    assert!(
+        answered.is_err(),
+        "nothing reached the server: {answered:?}"
+    );
+    // The kept connection's ping (1 s), then the pool's connection attempt
+    // (1 s); generous for a loaded machine, far from "for ever".
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+}

@@ -48,12 +48,17 @@ impl Harness {
     /// A PostgreSQL store that reaches the test database through `through`
     /// (a [`RoundTrips`] proxy's URL); `url` stays the direct one.
     pub async fn postgres_through(through: &str) -> Harness {
-        let url = postgres_url();
-        let schema = unique_schema();
         let options = OpenOptions {
             max_connections: 12,
             ..OpenOptions::default()
         };
+        Harness::postgres_with(through, options).await
+    }
+
+    /// [`Harness::postgres_through`] with `options`.
+    pub async fn postgres_with(through: &str, options: OpenOptions) -> Harness {
+        let url = postgres_url();
+        let schema = unique_schema();
         let store = PostgresStore::open(through, Some(&schema), &options)
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL must be running for the store tests: {e}"));
@@ -165,6 +170,7 @@ pub struct RoundTrips {
     trips: Arc<std::sync::Mutex<Trips>>,
     connections: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
     accept: tokio::task::JoinHandle<()>,
+    silent: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl RoundTrips {
@@ -184,9 +190,11 @@ impl RoundTrips {
         url.query_pairs_mut().append_pair("sslmode", "disable");
         let trips = Arc::new(std::sync::Mutex::new(Trips::default()));
         let connections = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let silent = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let accept = tokio::spawn({
             let trips = trips.clone();
             let connections = connections.clone();
+            let silent = silent.clone();
             async move {
                 while let Ok((client, _)) = listener.accept().await {
                     let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
@@ -195,7 +203,7 @@ impl RoundTrips {
                     // Each message is forwarded as it is read: no waiting
                     // for more to fill a segment.
                     let _ = (client.set_nodelay(true), server.set_nodelay(true));
-                    let task = tokio::spawn(relay(client, server, trips.clone()));
+                    let task = tokio::spawn(relay(client, server, trips.clone(), silent.clone()));
                     let mut open = connections.lock().expect("connections");
                     open.retain(|handle: &tokio::task::AbortHandle| !handle.is_finished());
                     open.push(task.abort_handle());
@@ -207,11 +215,19 @@ impl RoundTrips {
             trips,
             connections,
             accept,
+            silent,
         }
     }
 
     pub fn trips(&self) -> Trips {
         *self.trips.lock().expect("trips")
+    }
+
+    /// From now on nothing a client sends reaches the server, and the
+    /// connections stay open: a server gone silent (a network partition, a
+    /// hung host).
+    pub fn go_silent(&self) {
+        self.silent.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Closes every connection open through the proxy.
@@ -234,13 +250,14 @@ async fn relay(
     client: tokio::net::TcpStream,
     server: tokio::net::TcpStream,
     trips: Arc<std::sync::Mutex<Trips>>,
+    silent: Arc<std::sync::atomic::AtomicBool>,
 ) {
     let (from_client, mut to_client) = client.into_split();
     let (mut from_server, to_server) = server.into_split();
     let down = tokio::io::copy(&mut from_server, &mut to_client);
     tokio::select! {
         _ = down => {}
-        _ = count_frontend(from_client, to_server, trips) => {}
+        _ = count_frontend(from_client, to_server, trips, silent) => {}
     }
 }
 
@@ -250,15 +267,23 @@ async fn count_frontend(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     trips: Arc<std::sync::Mutex<Trips>>,
+    silent: Arc<std::sync::atomic::AtomicBool>,
 ) -> std::io::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let forward = |message: Vec<u8>| {
+        // Lost on the way, once the proxy has gone silent.
+        let lost = silent.load(std::sync::atomic::Ordering::SeqCst);
+        (!lost).then_some(message)
+    };
     const PROTOCOL_3: u32 = 196_608;
     loop {
         let mut length = [0u8; 4];
         from.read_exact(&mut length).await?;
         let mut body = vec![0u8; (u32::from_be_bytes(length) as usize).saturating_sub(4)];
         from.read_exact(&mut body).await?;
-        to.write_all(&[&length[..], &body].concat()).await?;
+        if let Some(message) = forward([&length[..], &body].concat()) {
+            to.write_all(&message).await?;
+        }
         if body
             .get(..4)
             .map(|code| u32::from_be_bytes([code[0], code[1], code[2], code[3]]))
@@ -274,7 +299,9 @@ async fn count_frontend(
         let length = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
         let mut body = vec![0u8; length.saturating_sub(4)];
         from.read_exact(&mut body).await?;
-        to.write_all(&[&header[..], &body].concat()).await?;
+        if let Some(message) = forward([&header[..], &body].concat()) {
+            to.write_all(&message).await?;
+        }
         let mut trips = trips.lock().expect("trips");
         match header[0] {
             b'S' if carrying => {
