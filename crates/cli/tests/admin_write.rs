@@ -325,6 +325,11 @@ fn a_paused_pool_says_so_and_a_reload_applies_a_valid_file_and_refuses_a_bad_one
     wait_until("SIGHUP reloads the config", 10, || {
         api.pool("arm").is_some() && api.pool("gpu").is_none()
     });
+    // The reload swaps the config, then records itself: the pools can show
+    // the new file a moment before the audit trail does.
+    wait_until("the SIGHUP reload in the audit trail", 10, || {
+        api.get("/api/v1/audit?limit=1")["entries"][0]["actor"] == "signal:SIGHUP"
+    });
     let audit = api.get("/api/v1/audit?limit=2")["entries"].clone();
     assert_eq!(audit[0]["action"], "config.reload");
     assert_eq!(audit[0]["actor"], "signal:SIGHUP");
