@@ -212,3 +212,81 @@ impl<DB: Database> Drop for HeldConnection<'_, DB> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use sqlx::sqlite::SqlitePoolOptions;
+
+    use super::Held;
+    use crate::StoreError;
+
+    async fn pool(max: u32) -> sqlx::SqlitePool {
+        SqlitePoolOptions::new()
+            .max_connections(max)
+            .connect("sqlite::memory:")
+            .await
+            .expect("an in-memory pool")
+    }
+
+    /// Polls `done` until it holds, for at most ten seconds: a connection
+    /// given back returns to the pool's idle queue from a task of its own.
+    async fn eventually(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "never: {what}");
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn at_most_keep_connections_are_kept_the_rest_go_back_to_the_pool() {
+        let pool = pool(3).await;
+        let held = Held::new(pool.clone(), 1);
+        let first = held.acquire().await.expect("one");
+        let second = held.acquire().await.expect("two");
+        assert_eq!(pool.size(), 2);
+        drop(first.settle(Ok::<_, StoreError>(())));
+        drop(second.settle(Ok::<_, StoreError>(())));
+        // One kept, out of the pool's idle queue; the other back in it.
+        eventually("one connection back in the pool", || pool.num_idle() == 1).await;
+        assert_eq!(held.lock().len(), 1);
+        // The kept one is the next one used: the pool's idle one stays.
+        let again = held.acquire().await.expect("again");
+        assert_eq!((held.lock().len(), pool.num_idle()), (0, 1));
+        drop(again.settle(Ok::<_, StoreError>(())));
+        assert_eq!(held.lock().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_connection_whose_statement_failed_or_was_dropped_is_not_kept() {
+        let pool = pool(3).await;
+        let held = Held::new(pool.clone(), 2);
+        let failed = held.acquire().await.expect("one");
+        let result: Result<(), StoreError> = Err(StoreError::Corrupt("a failed read".into()));
+        assert!(failed.settle(result).is_err());
+        let dropped = held.acquire().await.expect("two");
+        drop(dropped);
+        assert_eq!(held.lock().len(), 0, "neither is kept");
+        eventually("both back in the pool", || pool.num_idle() == 2).await;
+
+        // Failed in the database: closed, not given back to be reused.
+        let closed = held.acquire().await.expect("three");
+        let result: Result<(), StoreError> = Err(sqlx::Error::PoolTimedOut.into());
+        assert!(closed.settle(result).is_err());
+        eventually("the pool one connection smaller", || pool.size() == 1).await;
+        assert_eq!(held.lock().len(), 0);
+    }
+
+    #[tokio::test]
+    async fn keeping_none_gives_every_connection_back() {
+        let pool = pool(2).await;
+        let held = Held::new(pool.clone(), 0);
+        let connection = held.acquire().await.expect("one");
+        drop(connection.settle(Ok::<_, StoreError>(())));
+        assert_eq!(held.lock().len(), 0);
+        eventually("back in the pool", || pool.num_idle() == 1).await;
+    }
+}
