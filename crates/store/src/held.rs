@@ -137,6 +137,23 @@ impl<DB: Database> Held<DB> {
     }
 }
 
+impl<DB: Database> Drop for Held<DB> {
+    /// A pooled connection given back goes home from a task of its own,
+    /// which needs a runtime: with one, the kept connections are given back
+    /// as any other; without (a store dropped after `block_on` returned),
+    /// they are closed where they are.
+    fn drop(&mut self) {
+        let kept = std::mem::take(&mut *self.lock());
+        if tokio::runtime::Handle::try_current().is_ok() {
+            drop(kept);
+        } else {
+            for kept in kept {
+                drop(kept.connection.detach());
+            }
+        }
+    }
+}
+
 /// The kept connections idle longer than [`GIVE_BACK_AFTER`], taken out of
 /// `idle` (oldest first: the first to be put back).
 fn stale<DB: Database>(idle: &mut Vec<Kept<DB>>, now: Instant) -> Vec<Kept<DB>> {
@@ -278,6 +295,26 @@ mod tests {
         assert!(closed.settle(result).is_err());
         eventually("the pool one connection smaller", || pool.size() == 1).await;
         assert_eq!(held.lock().len(), 0);
+    }
+
+    /// As the benchmarks and tests do: a store opened inside `block_on`,
+    /// dropped after it returned, where no task can be spawned.
+    #[test]
+    fn kept_connections_are_closed_when_dropped_outside_a_runtime() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (pool, held) = runtime.block_on(async {
+            let pool = pool(2).await;
+            let held = Held::new(pool.clone(), 2);
+            let connection = held.acquire().await.expect("one");
+            drop(connection.settle(Ok::<_, StoreError>(())));
+            (pool, held)
+        });
+        assert_eq!(held.lock().len(), 1);
+        drop(held);
+        assert_eq!(pool.size(), 0, "closed, and the pool knows");
     }
 
     #[tokio::test]
