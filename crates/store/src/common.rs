@@ -97,6 +97,8 @@ pub(crate) struct Statements {
     pub guarded_pair: Option<String>,
     /// [`crate::sql::Dialect::complete_next_statement`].
     pub complete_next: Option<String>,
+    /// [`crate::sql::Dialect::enqueue_delivery_statement`].
+    pub enqueue_delivery: Option<String>,
     pub insert_job: String,
     pub job_by_id: String,
     pub job_by_external_id: String,
@@ -290,6 +292,7 @@ impl Statements {
             claim_start: D::claim_start_statement(),
             guarded_pair: D::guarded_pair_statement(),
             complete_next: D::complete_next_statement(),
+            enqueue_delivery: D::enqueue_delivery_statement(),
             insert_job,
             job_by_id,
             job_by_external_id,
@@ -381,6 +384,24 @@ pub(crate) fn guarded_pair_postgres() -> String {
 /// its row after the completion. Locks: the ended job, the runner, then
 /// the next job with `SKIP LOCKED` (never waits). Returns the ended job
 /// (`part` 0) and the started one (`part` 1).
+pub(crate) fn enqueue_delivery_postgres() -> String {
+    let count = column_count(JOB_COLUMNS);
+    let delivery = count + 1;
+    format!(
+        "WITH d AS (INSERT INTO deliveries (delivery_id, event, action, external_id, outcome, received_at) \
+                VALUES (${delivery}, ${}, ${}, ${}, ${}, ${}) ON CONFLICT (delivery_id) DO NOTHING RETURNING 1), \
+         j AS (INSERT INTO jobs ({JOB_COLUMNS}) VALUES ({}) \
+               ON CONFLICT (source, external_id) DO NOTHING RETURNING id, {JOB_COLUMNS}) \
+         SELECT (SELECT count(*) FROM d) AS new_delivery, j.* FROM (SELECT 1) AS one LEFT JOIN j ON true",
+        delivery + 1,
+        delivery + 2,
+        delivery + 3,
+        delivery + 4,
+        delivery + 5,
+        crate::rows::placeholders(1, count)
+    )
+}
+
 pub(crate) fn complete_next_postgres() -> String {
     let idle_first = 17;
     let count = column_count(RUNNER_COLUMNS);

@@ -259,6 +259,10 @@ impl Dialect for PostgresDialect {
         Some(crate::common::complete_next_postgres())
     }
 
+    fn enqueue_delivery_statement() -> Option<String> {
+        Some(crate::common::enqueue_delivery_postgres())
+    }
+
     /// PostgreSQL's autovacuum makes deleted rows' space reusable.
     async fn reclaim_space(_store: &PostgresStore, _pages: u32) -> Result<(), StoreError> {
         Ok(())

@@ -124,6 +124,15 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         None
     }
 
+    /// A job and the delivery that brought it, each inserted unless already
+    /// stored, in one statement ([`crate::common::enqueue_delivery_postgres`]:
+    /// the job's columns `$1`…, then the delivery's six; one row, the
+    /// delivery's `new_delivery` count and the job's columns, NULL when the
+    /// job was stored already); `None` writes them in a transaction.
+    fn enqueue_delivery_statement() -> Option<String> {
+        None
+    }
+
     async fn reclaim_space(store: &SqlStore<Self>, pages: u32) -> Result<(), StoreError>;
 
     async fn try_lead(
@@ -353,6 +362,51 @@ where
             .execute(&mut *connection)
             .await?;
         Ok(result.rows_affected() == 1)
+    }
+
+    /// [`Dialect::enqueue_delivery_statement`]'s one statement, and the read
+    /// of the stored job when there was one already (a redelivery, or the
+    /// same job from another source of events).
+    async fn enqueue_delivery(
+        &self,
+        connection: &mut <D::Db as Database>::Connection,
+        sql: &str,
+        job: &NewJob,
+        delivery: &Delivery,
+        now: Timestamp,
+    ) -> Result<(Enqueued, bool), StoreError> {
+        let columns = Columns::from(&job.initial(JobId(0), now));
+        // Run to its end, as every write (see `insert_job`).
+        let rows = bind_columns(sqlx::query(sql), &columns)
+            .bind(delivery.id.as_str())
+            .bind(delivery.event.as_str())
+            .bind(delivery.action.as_deref())
+            .bind(delivery.external_id.as_deref())
+            .bind(delivery.outcome.as_str())
+            .bind(delivery.received_at.as_millis())
+            .fetch_all(&mut *connection)
+            .await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| StoreError::Corrupt("an enqueue answered no row".into()))?;
+        let new_delivery = row.try_get::<i64, _>("new_delivery")? == 1;
+        if row.try_get::<Option<i64>, _>("id")?.is_some() {
+            let job = Job::try_from(JobRow::from_row(row)?)?;
+            return Ok((Enqueued { job, created: true }, new_delivery));
+        }
+        let existing: JobRow = sqlx::query_as(&self.statements.job_by_external_id)
+            .bind(job.source.as_str())
+            .bind(job.external_id.as_str())
+            .fetch_one(&mut *connection)
+            .await?;
+        let job = Job::try_from(existing)?;
+        Ok((
+            Enqueued {
+                job,
+                created: false,
+            },
+            new_delivery,
+        ))
     }
 
     /// Inserts a job, or reads the one already stored under its key.
@@ -1161,6 +1215,14 @@ where
         delivery: Option<&Delivery>,
         now: Timestamp,
     ) -> Result<(Enqueued, bool), StoreError> {
+        if let (Some(delivery), Some(sql)) = (delivery, &self.inner.statements.enqueue_delivery) {
+            let mut connection = self.inner.held.acquire().await?;
+            let result = self
+                .inner
+                .enqueue_delivery(&mut connection, sql, job, delivery, now)
+                .await;
+            return connection.settle(result);
+        }
         let op = Op::Enqueue {
             job: job.clone(),
             delivery: delivery.cloned(),

@@ -155,6 +155,11 @@ mod cases {
             .await
             .unwrap();
         assert!(enqueued.created && new_delivery);
+        assert_eq!(
+            store.get_job(enqueued.job.id).await.unwrap().as_ref(),
+            Some(&enqueued.job),
+            "the job answered is the job stored"
+        );
         let (again, new_delivery) = store
             .enqueue_with_delivery(&api_job("42", "default"), Some(&delivery), at(11))
             .await
@@ -163,6 +168,21 @@ mod cases {
             !again.created && !new_delivery,
             "a redelivery creates nothing"
         );
+        assert_eq!(again.job, enqueued.job, "the stored job, as it is");
+        let later = Delivery {
+            id: "a-later-delivery-about-42".into(),
+            ..delivery.clone()
+        };
+        let (same, new_delivery) = store
+            .enqueue_with_delivery(&api_job("42", "default"), Some(&later), at(12))
+            .await
+            .unwrap();
+        assert!(
+            !same.created && new_delivery,
+            "a new delivery about a stored job records the delivery only"
+        );
+        assert_eq!(same.job, enqueued.job);
+        assert!(store.delivery_seen(&later.id).await.unwrap());
         assert!(store.delivery_seen(&delivery.id).await.unwrap());
         assert!(
             !store.record_delivery(&delivery).await.unwrap(),

@@ -1,7 +1,7 @@
 //! What the PostgreSQL hot path costs in round trips to the server, counted
 //! on the wire by a proxy (`common::RoundTrips`), so a change that adds one
 //! (a read before a write, a ping before every statement) fails here, not
-//! only in a benchmark: an enqueue, a claim that starts its job, a claim that
+//! only in a benchmark: an enqueue (with or without its webhook delivery), a claim that starts its job, a claim that
 //! finds nothing, a completion with its runner and log, and a completion that
 //! starts the runner's next job are one round trip each — a job handed out
 //! in one step costs two, a runner working through a queue one — and so are
@@ -146,6 +146,34 @@ async fn the_hot_path_is_one_round_trip_a_write() {
         assert!(enqueued.expect("enqueue").created);
         enqueues.push(cost);
     }
+    // A webhook's job with its delivery (warmed by the first).
+    let mut deliveries = Vec::new();
+    for i in 0..6 {
+        let delivery = runway_store::Delivery {
+            id: format!("delivery-{i}"),
+            event: "workflow_job".to_owned(),
+            action: Some("queued".to_owned()),
+            external_id: Some(format!("hook-{i}")),
+            outcome: "queued".to_owned(),
+            received_at: at(7),
+        };
+        let (stored, cost) = trips(
+            &proxy,
+            store.enqueue_with_delivery(
+                &api_job(&format!("hook-{i}"), "other"),
+                Some(&delivery),
+                at(7),
+            ),
+        )
+        .await;
+        assert_eq!(
+            stored.map(|(e, new)| (e.created, new)).expect("enqueue"),
+            (true, true)
+        );
+        if i > 0 {
+            deliveries.push(cost);
+        }
+    }
     let mut one_step_writes = Vec::new();
     for _ in 0..10 {
         let (free, writes) = one_step(&proxy, store, runner).await;
@@ -210,6 +238,7 @@ async fn the_hot_path_is_one_round_trip_a_write() {
     // most a pause or two.
     for (what, costs) in [
         ("an enqueue", &enqueues),
+        ("an enqueue with its delivery", &deliveries),
         ("a write of the one-step hand-out", &one_step_writes),
         ("a chained completion", &chained),
         ("a read by token or id", &reads),
