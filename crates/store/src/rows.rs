@@ -240,6 +240,19 @@ impl TryFrom<RunnerRow> for Runner {
     }
 }
 
+impl From<&crate::Delivery> for Columns {
+    fn from(delivery: &crate::Delivery) -> Columns {
+        Columns(vec![
+            text(&delivery.id),
+            text(&delivery.event),
+            Value::Text(delivery.action.clone()),
+            Value::Text(delivery.external_id.clone()),
+            text(&delivery.outcome),
+            int(delivery.received_at.as_millis()),
+        ])
+    }
+}
+
 impl From<&Runner> for Columns {
     fn from(runner: &Runner) -> Columns {
         let ms = |t: Option<Timestamp>| Value::Int(t.map(Timestamp::as_millis));
@@ -280,7 +293,8 @@ fn text(value: &str) -> Value {
 }
 
 /// The values of a job's [`JOB_COLUMNS`] or a runner's [`RUNNER_COLUMNS`],
-/// in that order.
+/// in that order; or a delivery's (id, event, action, external id,
+/// outcome, received at), as its inserts take them.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Columns(Vec<Value>);
 

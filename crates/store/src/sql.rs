@@ -352,13 +352,8 @@ where
         connection: &mut <D::Db as Database>::Connection,
         delivery: &Delivery,
     ) -> Result<bool, StoreError> {
-        let result = sqlx::query(&self.statements.insert_delivery)
-            .bind(delivery.id.as_str())
-            .bind(delivery.event.as_str())
-            .bind(delivery.action.as_deref())
-            .bind(delivery.external_id.as_deref())
-            .bind(delivery.outcome.as_str())
-            .bind(delivery.received_at.as_millis())
+        let columns = Columns::from(delivery);
+        let result = bind_columns(sqlx::query(&self.statements.insert_delivery), &columns)
             .execute(&mut *connection)
             .await?;
         Ok(result.rows_affected() == 1)
@@ -376,14 +371,9 @@ where
         now: Timestamp,
     ) -> Result<(Enqueued, bool), StoreError> {
         let columns = Columns::from(&job.initial(JobId(0), now));
+        let delivery = Columns::from(delivery);
         // Run to its end, as every write (see `insert_job`).
-        let rows = bind_columns(sqlx::query(sql), &columns)
-            .bind(delivery.id.as_str())
-            .bind(delivery.event.as_str())
-            .bind(delivery.action.as_deref())
-            .bind(delivery.external_id.as_deref())
-            .bind(delivery.outcome.as_str())
-            .bind(delivery.received_at.as_millis())
+        let rows = bind_columns(bind_columns(sqlx::query(sql), &columns), &delivery)
             .fetch_all(&mut *connection)
             .await?;
         let row = rows
