@@ -1,4 +1,4 @@
-//! Connections the hot path keeps checked out of the pool between writes.
+//! Connections the hot path keeps checked out of the pool between statements.
 //!
 //! sqlx's pool pings a connection (a round trip to the server: a `Sync`
 //! answered by `ReadyForQuery`) every time one is given back, before it is
@@ -6,9 +6,10 @@
 //! is up to three round trips for a one-statement write instead of one:
 //! `tests/round_trips.rs` counts them on the wire. Acquiring is dealt with
 //! by the pool's options (a ping only after a second idle); giving back
-//! cannot be turned off, so the store's hot writes take their connection
-//! from here instead: a connection whose write finished (ran to its end,
-//! succeeded) is kept for the next write, not given back. One whose write
+//! cannot be turned off, so the store's hot statements (its writes, and the
+//! reads every runner API call makes) take their connection from here
+//! instead: a connection whose statement finished (ran to its end,
+//! succeeded) is kept for the next one, not given back. One whose statement
 //! failed, or that was dropped mid-statement (a cancelled request), goes
 //! back to the pool, whose ping on release is then exactly what it is for.
 //!
@@ -36,14 +37,14 @@ pub(crate) const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 const GIVE_BACK_AFTER: Duration = Duration::from_secs(30);
 
 /// A kept connection that has been out of the pool this long goes back
-/// after its next write, so the pool's `max_lifetime` applies to it too.
+/// after its next statement, so the pool's `max_lifetime` applies to it too.
 const RECYCLE_AFTER: Duration = Duration::from_secs(300);
 
 struct Kept<DB: Database> {
     connection: PoolConnection<DB>,
     /// When it was taken from the pool.
     taken: Instant,
-    /// When its last write finished.
+    /// When its last statement finished.
     since: Instant,
 }
 
@@ -55,8 +56,8 @@ pub(crate) struct Held<DB: Database> {
 }
 
 impl<DB: Database> Held<DB> {
-    /// Keeps at most `keep` of `pool`'s connections between writes (0: none,
-    /// every connection goes back to the pool).
+    /// Keeps at most `keep` of `pool`'s connections between statements (0:
+    /// none, every connection goes back to the pool).
     pub(crate) fn new(pool: Pool<DB>, keep: usize) -> Held<DB> {
         Held {
             pool,
@@ -65,7 +66,7 @@ impl<DB: Database> Held<DB> {
         }
     }
 
-    /// A connection for a write: the one kept last, or one from the pool.
+    /// A connection for a statement: the one kept last, or one from the pool.
     pub(crate) async fn acquire(&self) -> Result<HeldConnection<'_, DB>, sqlx::Error> {
         let stale = stale(&mut self.lock(), Instant::now());
         // Dropped outside the lock: each goes back through the pool.
@@ -117,8 +118,8 @@ impl<DB: Database> Held<DB> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Keeps `kept` for the next write, room allowing; gives back to the
-    /// pool what it cannot keep and what has waited too long.
+    /// Keeps `kept` for the next statement, room allowing; gives back to
+    /// the pool what it cannot keep and what has waited too long.
     fn put_back(&self, mut kept: Kept<DB>) {
         let now = Instant::now();
         kept.since = now;
@@ -164,8 +165,9 @@ fn stale<DB: Database>(idle: &mut Vec<Kept<DB>>, now: Instant) -> Vec<Kept<DB>> 
     idle.drain(..count).collect()
 }
 
-/// A connection out of [`Held`] for one write. Dropped, it goes back to
-/// the pool unless [`HeldConnection::settle`] found its write done.
+/// A connection out of [`Held`] for one statement (or transaction).
+/// Dropped, it goes back to the pool unless [`HeldConnection::settle`]
+/// found its statement done.
 pub(crate) struct HeldConnection<'a, DB: Database> {
     kept: Option<Kept<DB>>,
     home: &'a Held<DB>,
@@ -173,8 +175,8 @@ pub(crate) struct HeldConnection<'a, DB: Database> {
 }
 
 impl<DB: Database> HeldConnection<'_, DB> {
-    /// `result` of the write made on this connection. Done, the connection
-    /// is kept for the next write. Failed in the database, it is closed
+    /// `result` of the statement made on this connection. Done, the connection
+    /// is kept for the next one. Failed in the database, it is closed
     /// rather than reused: a failed transaction can leave a connection out
     /// of step with its database (after `SQLITE_FULL` or an I/O error SQLite
     /// rolls the transaction back by itself, sqlx's count of open
