@@ -1,8 +1,8 @@
 //! What the PostgreSQL hot path costs in round trips to the server, counted
 //! on the wire by a proxy (`common::RoundTrips`), so a change that adds one
 //! (a read before a write, a ping before every statement) fails here, not
-//! only in a benchmark: an enqueue (with or without its webhook delivery), a claim that starts its job, a claim that
-//! finds nothing, a completion with its runner and log, and a completion that
+//! only in a benchmark: an enqueue (with or without its webhook delivery), a
+//! claim that starts its job, a claim that finds nothing, a completion with its runner and log, and a completion that
 //! starts the runner's next job are one round trip each — a job handed out
 //! in one step costs two, a runner working through a queue one — and so are
 //! the reads of a runner by its token or id and of a job by its id.
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::{api_job, at, Harness, RoundTrips, Trips};
 use runway_core::runner::NewRunner;
-use runway_core::{moves, Conclusion, JobEvent, Runner, RunnerEvent};
+use runway_core::{moves, Conclusion, Job, JobEvent, Runner, RunnerEvent};
 use runway_store::{Claim, ClaimStart, Store};
 
 fn claim(runner: &Runner) -> Claim {
@@ -61,23 +61,25 @@ const ONE: Trips = Trips {
     pings: 0,
 };
 
-/// One job through `runner` in one step (claim and start, then the
-/// completion), returning the runner freed and the trips of each write.
-async fn one_step(proxy: &RoundTrips, store: &dyn Store, runner: Runner) -> (Runner, [Trips; 2]) {
-    let (started, start) = trips(
-        proxy,
-        store.claim_and_start(&claim(&runner), &runner, at(3)),
-    )
-    .await;
+/// A job claimed and started for `runner` (one must be queued for it):
+/// the job, the runner busy with it, and the trips of the write.
+async fn start(proxy: &RoundTrips, store: &dyn Store, runner: &Runner) -> (Job, Runner, Trips) {
+    let (started, cost) = trips(proxy, store.claim_and_start(&claim(runner), runner, at(3))).await;
     let ClaimStart::Started(moved) = started.expect("claim and start") else {
         panic!("a job is queued for an idle runner");
     };
-    let busy = moved.runner.expect("the runner moved");
-    let free = moves::finish(&moved.job, &busy, false, at(5)).expect("busy with it");
+    (moved.job, moved.runner.expect("the runner moved"), cost)
+}
+
+/// One job through `runner` in one step (claim and start, then the
+/// completion), returning the runner freed and the trips of each write.
+async fn one_step(proxy: &RoundTrips, store: &dyn Store, runner: Runner) -> (Runner, [Trips; 2]) {
+    let (job, busy, start) = start(proxy, store, &runner).await;
+    let free = moves::finish(&job, &busy, false, at(5)).expect("busy with it");
     let (completed, complete) = trips(
         proxy,
         store.apply_guarded_with_runner(
-            moved.job.id,
+            job.id,
             &success(&busy),
             (&busy, &free),
             Some((Some(0), "ok")),
@@ -86,6 +88,31 @@ async fn one_step(proxy: &RoundTrips, store: &dyn Store, runner: Runner) -> (Run
     .await;
     completed.expect("complete").expect("the holder completes");
     (free, [start, complete])
+}
+
+/// `job` completed on `busy` with the runner's next job started in the
+/// same write: the runner after, its next job if one was queued, the trips.
+async fn complete_next(
+    proxy: &RoundTrips,
+    store: &dyn Store,
+    job: &Job,
+    busy: &Runner,
+) -> (Runner, Option<Job>, Trips) {
+    let free = moves::finish(job, busy, false, at(5)).expect("busy with it");
+    let (done, cost) = trips(
+        proxy,
+        store.complete_and_start_next(
+            job.id,
+            &success(busy),
+            (busy, &free),
+            Some((Some(0), "ok")),
+            &claim(busy),
+            at(5),
+        ),
+    )
+    .await;
+    let (ended, next) = done.expect("complete").expect("the holder completes");
+    (ended.runner.expect("the runner moved"), next, cost)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,36 +131,16 @@ async fn the_hot_path_is_one_round_trip_a_write() {
             .expect("enqueue");
     }
     runner = one_step(&proxy, store, runner).await.0;
-    let (_, nothing) = {
-        let (started, _) = trips(
-            &proxy,
-            store.claim_and_start(&claim(&runner), &runner, at(3)),
-        )
-        .await;
-        let ClaimStart::Started(moved) = started.expect("claim") else {
-            panic!("the second warm-up job is queued");
-        };
-        let busy = moved.runner.expect("the runner moved");
-        let free = moves::finish(&moved.job, &busy, false, at(5)).expect("busy");
-        let (ended, _) = store
-            .complete_and_start_next(
-                moved.job.id,
-                &success(&busy),
-                (&busy, &free),
-                Some((Some(0), "ok")),
-                &claim(&busy),
-                at(5),
-            )
-            .await
-            .expect("complete")
-            .expect("the holder completes");
-        runner = ended.runner.expect("the runner moved");
-        trips(
-            &proxy,
-            store.claim_and_start(&claim(&runner), &runner, at(6)),
-        )
-        .await
-    };
+    let (job, busy, _) = start(&proxy, store, &runner).await;
+    let (free, next, _) = complete_next(&proxy, store, &job, &busy).await;
+    assert!(next.is_none(), "two jobs were queued for the warm-up");
+    runner = free;
+    let (claimed, nothing) = trips(
+        &proxy,
+        store.claim_and_start(&claim(&runner), &runner, at(6)),
+    )
+    .await;
+    assert!(matches!(claimed.expect("claim"), ClaimStart::NoJob));
 
     // Measured: twenty enqueues, ten jobs handed out in one step, ten chained.
     let mut enqueues = Vec::new();
@@ -180,33 +187,12 @@ async fn the_hot_path_is_one_round_trip_a_write() {
         runner = free;
         one_step_writes.extend(writes);
     }
-    let (started, first) = trips(
-        &proxy,
-        store.claim_and_start(&claim(&runner), &runner, at(8)),
-    )
-    .await;
-    let ClaimStart::Started(moved) = started.expect("claim") else {
-        panic!("ten jobs are left");
-    };
-    let (mut job, mut busy) = (moved.job, moved.runner.expect("the runner moved"));
+    let (mut job, mut busy, first) = start(&proxy, store, &runner).await;
     let mut chained = vec![first];
     for left in (0..10).rev() {
-        let free = moves::finish(&job, &busy, false, at(9)).expect("busy with it");
-        let (done, cost) = trips(
-            &proxy,
-            store.complete_and_start_next(
-                job.id,
-                &success(&busy),
-                (&busy, &free),
-                Some((Some(0), "ok")),
-                &claim(&busy),
-                at(9),
-            ),
-        )
-        .await;
+        let (free, next, cost) = complete_next(&proxy, store, &job, &busy).await;
         chained.push(cost);
-        let (ended, next) = done.expect("complete").expect("the holder completes");
-        busy = ended.runner.expect("the runner moved");
+        busy = free;
         match next {
             Some(next) => job = next,
             None => assert_eq!(left, 0, "a job was left queued"),
