@@ -175,27 +175,15 @@ pub(crate) struct HeldConnection<'a, DB: Database> {
 }
 
 impl<DB: Database> HeldConnection<'_, DB> {
-    /// `result` of the statement made on this connection. Done, the connection
-    /// is kept for the next one. Failed in the database, it is closed
-    /// rather than reused: a failed transaction can leave a connection out
-    /// of step with its database (after `SQLITE_FULL` or an I/O error SQLite
-    /// rolls the transaction back by itself, sqlx's count of open
-    /// transactions does not know, and its next "transaction" would be a
-    /// savepoint inside one that never commits, every later write answered
-    /// as done and never durable). Any other failure sends it back to the
-    /// pool, which pings it first.
+    /// `result` of the statement made on this connection. Done, the
+    /// connection is kept for the next one. Failed in the database, it is
+    /// closed rather than reused ([`crate::sql::close_if_failed`]); any other
+    /// failure sends it back to the pool, which pings it first.
     pub(crate) fn settle<T>(mut self, result: Result<T, StoreError>) -> Result<T, StoreError> {
-        match &result {
-            Ok(_) => self.reusable = true,
-            Err(StoreError::Database(_)) => {
-                tracing::warn!(
-                    "closing a database connection after a failed write; the next write opens a new one"
-                );
-                if let Some(kept) = self.kept.as_mut() {
-                    kept.connection.close_on_drop();
-                }
-            }
-            Err(_) => {}
+        if result.is_ok() {
+            self.reusable = true;
+        } else if let Some(kept) = self.kept.as_mut() {
+            crate::sql::close_if_failed(&mut kept.connection, &result);
         }
         result
     }

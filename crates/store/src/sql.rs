@@ -262,24 +262,33 @@ impl<D: Dialect> SqlStore<D> {
 }
 
 /// `result` of a write on `connection`, which is closed rather than reused
-/// when the write failed in the database. A failed transaction can leave a
-/// connection out of step with its database: after `SQLITE_FULL` or an I/O
-/// error SQLite rolls the transaction back by itself, sqlx's count of open
-/// transactions does not know, and its next "transaction" turns out to be
-/// a savepoint inside one that never commits, so every later write on that
-/// connection would be answered as done and never become durable. A new
-/// connection starts clean.
+/// when the write failed in the database ([`close_if_failed`]).
 pub(crate) fn settle<DB: Database, T>(
     mut connection: PoolConnection<DB>,
     result: Result<T, StoreError>,
 ) -> Result<T, StoreError> {
+    close_if_failed(&mut connection, &result);
+    result
+}
+
+/// Marks `connection` to be closed, not reused, when `result` is a failure
+/// in the database. A failed transaction can leave a connection out of
+/// step with its database: after `SQLITE_FULL` or an I/O error SQLite rolls
+/// the transaction back by itself, sqlx's count of open transactions does
+/// not know, and its next "transaction" turns out to be a savepoint inside
+/// one that never commits, so every later write on that connection would
+/// be answered as done and never become durable. A new connection starts
+/// clean.
+pub(crate) fn close_if_failed<DB: Database, T>(
+    connection: &mut PoolConnection<DB>,
+    result: &Result<T, StoreError>,
+) {
     if matches!(result, Err(StoreError::Database(_))) {
         tracing::warn!(
             "closing a database connection after a failed write; the next write opens a new one"
         );
         connection.close_on_drop();
     }
-    result
 }
 
 /// The database's own words for what went wrong, without sqlx's wrapping.
