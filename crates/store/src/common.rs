@@ -374,16 +374,11 @@ pub(crate) fn guarded_pair_postgres() -> String {
     )
 }
 
-/// PostgreSQL: [`guarded_pair_postgres`] (`$1`–`$35`, the runner's row
-/// after the completion from `$17`), then, if both locks held, the oldest
-/// queued job the runner may take started on it, in one statement. The
-/// claim's parameters: pool (`$36`), the lease's end (`$37`), the runner's
-/// labels (`$38`, JSON or NULL), both history lines (`$39`), the start time
-/// (`$40`), and the runner's busy row (`$41`…, its job NULL: the claimed
-/// one is written). The runner gets its busy row if a job was found, else
-/// its row after the completion. Locks: the ended job, the runner, then
-/// the next job with `SKIP LOCKED` (never waits). Returns the ended job
-/// (`part` 0) and the started one (`part` 1).
+/// PostgreSQL: a job and its webhook delivery in one statement (two
+/// inserting CTEs, each skipping a row already stored; one commit).
+/// Parameters: the job's columns (`$1`…), then the delivery's six. One
+/// row: `new_delivery` (1 when the delivery was new) and the job's
+/// columns, NULL when the job was stored already.
 pub(crate) fn enqueue_delivery_postgres() -> String {
     let count = column_count(JOB_COLUMNS);
     let delivery = count + 1;
@@ -402,6 +397,16 @@ pub(crate) fn enqueue_delivery_postgres() -> String {
     )
 }
 
+/// PostgreSQL: [`guarded_pair_postgres`] (`$1`–`$35`, the runner's row
+/// after the completion from `$17`), then, if both locks held, the oldest
+/// queued job the runner may take started on it, in one statement. The
+/// claim's parameters: pool (`$36`), the lease's end (`$37`), the runner's
+/// labels (`$38`, JSON or NULL), both history lines (`$39`), the start time
+/// (`$40`), and the runner's busy row (`$41`…, its job NULL: the claimed
+/// one is written). The runner gets its busy row if a job was found, else
+/// its row after the completion. Locks: the ended job, the runner, then
+/// the next job with `SKIP LOCKED` (never waits). Returns the ended job
+/// (`part` 0) and the started one (`part` 1).
 pub(crate) fn complete_next_postgres() -> String {
     let idle_first = 17;
     let count = column_count(RUNNER_COLUMNS);
