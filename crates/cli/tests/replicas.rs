@@ -14,6 +14,9 @@ use std::path::Path;
 
 use common::{metric, wait_until, PgSchema, Process};
 
+/// The admin token of every replica here.
+const ADMIN: &str = "replicas-admin-token";
+
 fn serve(dir: &Path, database: &str) -> (Process, String) {
     common::serve_in(dir, &["--config", "runway.toml", "--database", database])
 }
@@ -22,7 +25,7 @@ fn serve(dir: &Path, database: &str) -> (Process, String) {
 fn cluster(base: &str) -> serde_json::Value {
     common::client()
         .get(format!("{base}/api/v1/cluster"))
-        .bearer_auth("replicas-admin-token")
+        .bearer_auth(ADMIN)
         .send()
         .and_then(|r| r.json())
         .expect("the cluster view")
@@ -102,16 +105,10 @@ providers = ["cloud"]
     });
 }
 
-/// A job submitted on one replica reaches a runner long-polling on the
-/// other through a wake-up (LISTEN/NOTIFY), not the long poll's timer, and
-/// a job that arrives on a follower asks the leader for a round the same
-/// way. Counted, not timed: the follower sent both kinds of wake-up and the
-/// leader received them.
-#[test]
-fn wake_ups_cross_replicas() {
-    const ADMIN: &str = "replicas-admin-token";
-    // (the same token as `cluster` uses)
-    let schema = PgSchema::create("runway_wakeups");
+/// A directory with a `runway.toml` for replicas that serve long-polling
+/// runners: the admin token, a 30 s poll, pool `default` (self-hosted,
+/// linux), 4 connections each.
+fn runner_api_config() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("runway.toml"),
@@ -122,6 +119,18 @@ fn wake_ups_cross_replicas() {
         ),
     )
     .unwrap();
+    dir
+}
+
+/// A job submitted on one replica reaches a runner long-polling on the
+/// other through a wake-up (LISTEN/NOTIFY), not the long poll's timer, and
+/// a job that arrives on a follower asks the leader for a round the same
+/// way. Counted, not timed: the follower sent both kinds of wake-up and the
+/// leader received them.
+#[test]
+fn wake_ups_cross_replicas() {
+    let schema = PgSchema::create("runway_wakeups");
+    let dir = runner_api_config();
     let (_leader, a) = serve(dir.path(), &schema.scoped);
     wait_until("the first replica to lead", 30, || {
         metric(&a, "runway_leader") == 1.0
@@ -168,6 +177,56 @@ fn wake_ups_cross_replicas() {
         wakes(&b, "received", "job"),
         0.0,
         "the follower sent, it did not hear"
+    );
+}
+
+/// A job queued on one replica wakes *one* of the runners long-polling on
+/// another that can take it, not all of them (each woken runner pays a
+/// claim, and only one gets the job): four agents poll the first replica,
+/// five jobs are submitted one after another on the second, and the first
+/// counts five runners woken (`runway_runners_woken_total`), where waking
+/// the pool would count up to twenty.
+#[test]
+fn a_job_from_another_replica_wakes_one_runner() {
+    const AGENTS: usize = 4;
+    const JOBS: usize = 5;
+    let schema = PgSchema::create("runway_one_wake");
+    let dir = runner_api_config();
+    let (_a, a) = serve(dir.path(), &schema.scoped);
+    let (_b, b) = serve(dir.path(), &schema.scoped);
+    let _agents: Vec<Process> = (0..AGENTS)
+        .map(|i| {
+            common::agent(
+                dir.path(),
+                &a,
+                ADMIN,
+                &format!("r{i}"),
+                "self-hosted,linux",
+                &[],
+            )
+        })
+        .collect();
+    let polling = || metric(&a, "runway_runners_polling{pool=\"default\"}");
+    let woken = || metric(&a, "runway_runners_woken_total{pool=\"default\"}");
+    wait_until("every agent to poll the first replica", 60, || {
+        polling() == AGENTS as f64
+    });
+    // Whatever woke them before (a listener's first session wakes all).
+    let before = woken();
+    for i in 0..JOBS {
+        let id = common::submit(&b, ADMIN, &format!("echo {i}"));
+        wait_until("the job to complete", 60, || {
+            common::job(&b, ADMIN, id)["state"] == "completed"
+        });
+        wait_until("every agent to poll again", 60, || {
+            polling() == AGENTS as f64
+        });
+    }
+    assert_eq!(
+        woken() - before,
+        JOBS as f64,
+        "one runner woken a job{}",
+        common::agent_logs(dir.path())
     );
 }
 

@@ -379,8 +379,49 @@ pub enum Wake {
     JobAvailable {
         pool: Option<String>,
     },
+    /// `count` jobs were queued in `pool`, each wanting `wanted`: a replica
+    /// wakes up to `count` of its runners of that pool that can take one
+    /// (not every runner of the pool, who would all pay a claim for it).
+    JobsQueued {
+        pool: String,
+        wanted: Wanted,
+        count: u32,
+    },
     ReconcileWanted,
 }
+
+/// What a queued job asks of a runner, as a wake-up carries it: its
+/// labels, lowercase, and the runners it excluded (it declined them).
+#[derive(
+    Debug,
+    Clone,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct Wanted {
+    pub labels: Vec<String>,
+    pub excluded: Vec<i64>,
+}
+
+/// [`Wake::JobsQueued`] on the wire: `queued ` and this as JSON.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct QueuedWire {
+    pool: String,
+    labels: Vec<String>,
+    excluded: Vec<i64>,
+    count: u32,
+}
+
+/// Longest text a wake-up is sent as; a longer one of jobs queued in a
+/// pool wakes the whole pool instead (a NOTIFY payload holds at most 8,000
+/// bytes, and the sender's replica name goes with it).
+const WAKE_TEXT_MAX: usize = 6_000;
 
 /// Longest pool name a wake-up names; a longer one wakes every pool (a
 /// NOTIFY payload holds at most 8,000 bytes).
@@ -402,17 +443,39 @@ impl Wake {
     /// The kind of wake-up, for metrics: `job` or `reconcile`.
     pub fn kind(&self) -> &'static str {
         match self {
-            Wake::JobAvailable { .. } => "job",
+            Wake::JobAvailable { .. } | Wake::JobsQueued { .. } => "job",
             Wake::ReconcileWanted => "reconcile",
         }
     }
 
     /// The wake-up as text: `job`, `job <pool>` (the pool is the rest, spaces
-    /// and all) or `reconcile`.
+    /// and all), `queued <JSON: pool, labels, excluded, count>` or
+    /// `reconcile`. Jobs queued with more labels or exclusions than a
+    /// notification holds are sent as `job <pool>` (every runner of the
+    /// pool looks), a pool name too long as `job` (every runner looks).
     pub fn encode(&self) -> String {
         match self {
             Wake::JobAvailable { pool: Some(pool) } if pool.len() <= WAKE_POOL_MAX => {
                 format!("job {pool}")
+            }
+            Wake::JobsQueued { pool, .. } if pool.len() > WAKE_POOL_MAX => {
+                Wake::job_anywhere().encode()
+            }
+            Wake::JobsQueued {
+                pool,
+                wanted,
+                count,
+            } => {
+                let wire = QueuedWire {
+                    pool: pool.clone(),
+                    labels: wanted.labels.clone(),
+                    excluded: wanted.excluded.clone(),
+                    count: *count,
+                };
+                match serde_json::to_string(&wire) {
+                    Ok(json) if json.len() < WAKE_TEXT_MAX => format!("queued {json}"),
+                    _ => Wake::job_in(pool).encode(),
+                }
             }
             other => other.kind().to_owned(),
         }
@@ -423,7 +486,20 @@ impl Wake {
         match text {
             "job" => Some(Wake::job_anywhere()),
             "reconcile" => Some(Wake::ReconcileWanted),
-            _ => text.strip_prefix("job ").map(Wake::job_in),
+            _ => {
+                if let Some(json) = text.strip_prefix("queued ") {
+                    let wire: QueuedWire = serde_json::from_str(json).ok()?;
+                    return Some(Wake::JobsQueued {
+                        pool: wire.pool,
+                        wanted: Wanted {
+                            labels: wire.labels,
+                            excluded: wire.excluded,
+                        },
+                        count: wire.count,
+                    });
+                }
+                text.strip_prefix("job ").map(Wake::job_in)
+            }
         }
     }
 }
@@ -1117,7 +1193,7 @@ pub fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::Wake;
+    use super::{Wake, Wanted};
 
     #[test]
     fn wakeups_read_back_as_they_were_written() {
@@ -1132,6 +1208,42 @@ mod tests {
         }
         // A name too long for a notification wakes every pool.
         assert_eq!(Wake::job_in(&long).encode(), "job");
+
+        // Jobs queued: what they want and how many, as JSON.
+        let queued = Wake::JobsQueued {
+            pool: "linux x64".into(),
+            wanted: Wanted {
+                labels: vec!["self-hosted".into(), "gpu".into()],
+                excluded: vec![7, 9],
+            },
+            count: 3,
+        };
+        let text = queued.encode();
+        assert_eq!(
+            text,
+            r#"queued {"pool":"linux x64","labels":["self-hosted","gpu"],"excluded":[7,9],"count":3}"#
+        );
+        assert_eq!(Wake::parse(&text), Some(queued));
+        // Too much to send: every runner of the pool looks; of a pool with
+        // too long a name, every runner.
+        let many = Wake::JobsQueued {
+            pool: "linux".into(),
+            wanted: Wanted {
+                labels: vec!["l".repeat(100); 100],
+                excluded: vec![],
+            },
+            count: 1,
+        };
+        assert_eq!(many.encode(), "job linux");
+        let nameless = Wake::JobsQueued {
+            pool: long.clone(),
+            wanted: Wanted::default(),
+            count: 1,
+        };
+        assert_eq!(nameless.encode(), "job");
+        for garbage in ["queued", "queued {", r#"queued {"pool":"p"}"#, "queued []"] {
+            assert_eq!(Wake::parse(garbage), None, "{garbage:?}");
+        }
         for garbage in ["", "jobs", "reconcile now", "JOB"] {
             assert_eq!(Wake::parse(garbage), None, "{garbage:?}");
         }

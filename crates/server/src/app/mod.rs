@@ -127,7 +127,10 @@ impl Service {
         let metrics = Metrics::new().with_job_labels(job_labels);
         Service {
             store,
-            waiters: crate::app::waiters::Waiters::counted(metrics.runners_polling.clone()),
+            waiters: crate::app::waiters::Waiters::counted(
+                metrics.runners_polling.clone(),
+                metrics.runners_woken.clone(),
+            ),
             metrics,
             evaluations: EvaluationCache::default(),
             reconcile_wanted: tokio::sync::Notify::new(),
@@ -189,15 +192,18 @@ impl Service {
     }
 
     /// `job` was queued (enqueued or requeued): wakes one runner here that
-    /// can take it and, through the store, the runners of its pool on the
-    /// other replicas.
+    /// can take it and, through the store, one on each other replica.
     pub fn job_queued(&self, job: &runway_core::Job) {
         if job.state != runway_core::JobState::Queued {
             return;
         }
         self.waiters.job_queued(job);
         if let Some(pool) = &job.pool {
-            self.outgoing.add(runway_store::Wake::job_in(pool));
+            self.outgoing.add(runway_store::Wake::JobsQueued {
+                pool: pool.clone(),
+                wanted: crate::app::waiters::wanted(job),
+                count: 1,
+            });
         }
     }
 

@@ -14,9 +14,11 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use runway_core::{Job, JobState, RunnerId};
+use runway_store::Wanted;
 use tokio::sync::Notify;
 
 use crate::telemetry::metrics::PoolLabel;
@@ -55,6 +57,23 @@ impl JobWanted {
             excluded: job.excluded_runners.clone(),
         }
     }
+
+    /// What another replica's wake-up says its jobs want.
+    fn announced(wanted: &Wanted) -> JobWanted {
+        JobWanted {
+            labels: wanted.labels.iter().map(|l| l.to_lowercase()).collect(),
+            excluded: wanted.excluded.iter().copied().map(RunnerId).collect(),
+        }
+    }
+}
+
+/// What `job` wants of a runner, as a wake-up to other replicas says it.
+pub fn wanted(job: &Job) -> Wanted {
+    let JobWanted { labels, excluded } = JobWanted::of(job);
+    Wanted {
+        labels,
+        excluded: excluded.into_iter().map(|runner| runner.0).collect(),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,15 +106,27 @@ pub struct Waiters {
     pools: Mutex<Pools>,
     /// How many wait, by pool (`runway_runners_polling`).
     gauge: Family<PoolLabel, Gauge>,
+    /// How many were woken, by pool (`runway_runners_woken_total`).
+    woken: Family<PoolLabel, Counter>,
 }
 
 impl Waiters {
-    /// Waiters that keep `gauge` at how many wait in each pool.
-    pub fn counted(gauge: Family<PoolLabel, Gauge>) -> Waiters {
+    /// Waiters that keep `gauge` at how many wait in each pool and count
+    /// in `woken` each waiter woken.
+    pub fn counted(gauge: Family<PoolLabel, Gauge>, woken: Family<PoolLabel, Counter>) -> Waiters {
         Waiters {
             pools: Mutex::default(),
             gauge,
+            woken,
         }
+    }
+
+    fn count_woken(&self, pool: &str, woken: usize) {
+        self.woken
+            .get_or_create(&PoolLabel {
+                pool: pool.to_owned(),
+            })
+            .inc_by(u64::try_from(woken).unwrap_or(u64::MAX));
     }
 
     fn count(&self, pool: &str, waiting: usize) {
@@ -141,6 +172,18 @@ impl Waiters {
         }
     }
 
+    /// Another replica queued `count` jobs of `pool` that each want
+    /// `wanted`: wakes up to `count` waiters here that can take one, as
+    /// [`Waiters::job_queued`] does for each.
+    pub fn jobs_queued(&self, pool: &str, wanted: &Wanted, count: u32) {
+        let wanted = JobWanted::announced(wanted);
+        for _ in 0..count {
+            if !self.wake_one(pool, wanted.clone()) {
+                break;
+            }
+        }
+    }
+
     fn wake_one(&self, pool: &str, wanted: JobWanted) -> bool {
         let pools = lock(&self.pools);
         let Some(slots) = pools.waiting.get(pool) else {
@@ -154,6 +197,7 @@ impl Waiters {
             if *woken == Woken::No {
                 *woken = Woken::For(wanted);
                 slot.notify.notify_one();
+                self.count_woken(pool, 1);
                 return true;
             }
         }
@@ -163,13 +207,16 @@ impl Waiters {
     /// Wakes every waiter of `pool`, or of every pool.
     pub fn wake_all(&self, pool: Option<&str>) {
         let pools = lock(&self.pools);
-        let slots: Vec<&Arc<Slot>> = match pool {
-            Some(pool) => pools.waiting.get(pool).into_iter().flatten().collect(),
-            None => pools.waiting.values().flatten().collect(),
+        let slots: Vec<(&String, &Vec<Arc<Slot>>)> = match pool {
+            Some(pool) => pools.waiting.get_key_value(pool).into_iter().collect(),
+            None => pools.waiting.iter().collect(),
         };
-        for slot in slots {
-            *lock(&slot.woken) = Woken::ForAny;
-            slot.notify.notify_one();
+        for (pool, slots) in slots {
+            for slot in slots {
+                *lock(&slot.woken) = Woken::ForAny;
+                slot.notify.notify_one();
+            }
+            self.count_woken(pool, slots.len());
         }
     }
 
@@ -275,6 +322,46 @@ mod tests {
         woken.as_mut().poll(&mut context).is_ready()
     }
 
+    /// How many waiters of `pool` were woken, as the metric counts them.
+    fn woken_in(waiters: &Waiters, pool: &str) -> u64 {
+        waiters
+            .woken
+            .get_or_create(&PoolLabel {
+                pool: pool.to_owned(),
+            })
+            .get()
+    }
+
+    #[test]
+    fn jobs_another_replica_queued_wake_as_many_runners_that_can_take_them() {
+        let waiters = Waiters::default();
+        let linux = labels(&["self-hosted", "linux"]);
+        let excluded = waiters.enter("default", RunnerId(1), None);
+        let windows = waiters.enter("default", RunnerId(2), Some(&labels(&["windows"])));
+        let first = waiters.enter("default", RunnerId(3), Some(&linux));
+        let second = waiters.enter("default", RunnerId(4), None);
+        let third = waiters.enter("default", RunnerId(5), Some(&linux));
+        let elsewhere = waiters.enter("other", RunnerId(6), None);
+        // Two jobs that want `Linux` and declined runner 1.
+        let wanted = Wanted {
+            labels: vec!["Linux".into()],
+            excluded: vec![1],
+        };
+        waiters.jobs_queued("default", &wanted, 2);
+        assert!(woken(&first) && woken(&second));
+        assert!(!woken(&excluded) && !woken(&windows) && !woken(&third) && !woken(&elsewhere));
+        assert_eq!(woken_in(&waiters, "default"), 2);
+        // More jobs than runners that can take them: each such runner once.
+        waiters.jobs_queued("default", &wanted, 5);
+        assert!(woken(&third) && !woken(&excluded) && !woken(&windows));
+        assert_eq!(woken_in(&waiters, "default"), 3);
+        // A wake-up of the whole pool wakes and counts each of its runners.
+        waiters.wake_all(Some("default"));
+        assert!(woken(&excluded) && woken(&windows) && !woken(&elsewhere));
+        assert_eq!(woken_in(&waiters, "default"), 8);
+        assert_eq!(woken_in(&waiters, "other"), 0);
+    }
+
     #[test]
     fn a_job_wakes_the_longest_waiting_runner_that_can_take_it() {
         let waiters = Waiters::default();
@@ -318,7 +405,7 @@ mod tests {
     #[test]
     fn the_gauge_counts_the_waiters_of_each_pool() {
         let gauge = Family::<PoolLabel, Gauge>::default();
-        let waiters = Waiters::counted(gauge.clone());
+        let waiters = Waiters::counted(gauge.clone(), Family::default());
         let of = |pool: &str| {
             gauge
                 .get_or_create(&PoolLabel {

@@ -263,6 +263,7 @@ pub struct Metrics {
     pub runners_crashed: Family<PoolLabel, Counter>,
     /// Runners long-polling for a job on this replica, by pool.
     pub runners_polling: Family<PoolLabel, Gauge>,
+    pub runners_woken: Family<PoolLabel, Counter>,
     pub runner_reports_rejected: Family<ReasonLabel, Counter>,
     pub runner_reports: Family<PhaseLabel, Counter>,
     pub runner_idle_duration: HistogramFamily,
@@ -312,6 +313,7 @@ impl Metrics {
             jobs_completed: add(r, "jobs_completed", "Jobs that completed, by conclusion", Family::<JobConclusionLabels, Counter>::default()),
             runners_crashed: add(r, "runners_crashed", "Runners lost while running a job", Family::<PoolLabel, Counter>::default()),
             runners_polling: add(r, "runners_polling", "Runners long-polling for a job on this replica (POST /api/v1/jobs/request), by pool", Family::<PoolLabel, Gauge>::default()),
+            runners_woken: add(r, "runners_woken", "Long-polling runners woken on this replica to look for a job, by pool: one a queued job (here or on another replica), each of the pool when what arrived is not known", Family::<PoolLabel, Counter>::default()),
             runner_reports_rejected: add(r, "runner_reports_rejected", "Runner reports refused, by reason; nothing of them is stored", Family::<ReasonLabel, Counter>::default()),
             runner_reports: add(r, "runner_reports", "Runner reports accepted and stored, by phase (pre-job, post-job)", Family::<PhaseLabel, Counter>::default()),
             runner_idle_duration: seconds(r, "runner_idle_duration", "How long a runner was idle before it took a job", Family::new_with_constructor(queue_duration_histogram)),
