@@ -18,12 +18,27 @@ pub const LIVE_JOB: &str = "state IN ('queued', 'provisioning', 'running')";
 pub const FINISHED_JOB: &str = "state IN ('completed', 'failed', 'cancelled', 'unroutable')";
 
 /// Each job started at or after `$1` with its pool and queue time
-/// (`started_at - enqueued_at`), newest first, at most `$2`: served by the
-/// `jobs_started_at` index (sqlite 0014, postgres 0015), so it reads the
-/// window, not the history.
-pub const QUEUE_TIMES: &str = "SELECT pool, started_at - enqueued_at FROM jobs \
-     WHERE started_at >= $1 AND pool IS NOT NULL \
-     ORDER BY started_at DESC LIMIT $2";
+/// (`started_at - enqueued_at`), newest first, at most `$2`. It reads the
+/// window, not the history, without an index of every job's start (which
+/// each start and completion would write): a job started since the cutoff
+/// is either live (the live jobs, few) or finished since the cutoff, as it
+/// finished after it started (a range of `jobs_finished`). On SQLite the
+/// finished part names its index: without statistics its planner prefers
+/// the state index, which holds every finished job.
+pub fn queue_times(backend: crate::Backend) -> String {
+    let finished_index = match backend {
+        crate::Backend::Sqlite => " INDEXED BY jobs_finished",
+        crate::Backend::Postgres => "",
+    };
+    format!(
+        "SELECT pool, started_at - enqueued_at FROM ( \
+         SELECT pool, started_at, enqueued_at FROM jobs WHERE {LIVE_JOB} AND started_at >= $1 \
+         UNION ALL \
+         SELECT pool, started_at, enqueued_at FROM jobs{finished_index} \
+         WHERE {FINISHED_JOB} AND finished_at >= $1 AND started_at >= $1) AS window_jobs \
+         WHERE pool IS NOT NULL ORDER BY started_at DESC LIMIT $2"
+    )
+}
 
 /// An ended runner: the predicate of the `runners_ended` index.
 const ENDED_RUNNER: &str = "state IN ('terminated', 'failed', 'crashed')";
@@ -351,18 +366,20 @@ fn runner_assignments_with_job(first: usize, job: &str) -> String {
 /// [`guarded_job`]'s `$1`–`$14`, then the runner's id (`$15`), the version
 /// it must still have (`$16`), its next columns (`$17`…), then whether to
 /// write a log (`1`/`0`), its exit code and its text. Rows are locked job
-/// first, then runner, as every writer of both does; the writes happen
-/// only if both locks found their row as expected. Returns the job.
+/// first (`lj`), then runner, as every writer of both does; the runner's
+/// compare-and-set is its UPDATE (which locks it, and re-checks the
+/// version after waiting for another writer), and the job and log are
+/// written from the runner's updated row, so nothing is written unless both
+/// rows were as expected. Returns the job.
 pub(crate) fn guarded_pair_postgres() -> String {
     let runner_first = 17;
     let log = runner_first + column_count(RUNNER_COLUMNS);
     format!(
         "WITH lj AS (SELECT id FROM jobs WHERE id = $1 AND {GUARD} FOR UPDATE), \
-         lr AS (SELECT runners.id FROM runners, lj WHERE runners.id = $15 AND runners.version = $16 \
-                FOR UPDATE OF runners), \
-         j AS (UPDATE jobs SET {GUARDED_SET} FROM lr WHERE jobs.id = $1 RETURNING jobs.id, {job_columns}), \
-         u AS (UPDATE runners SET {runner} FROM lr WHERE runners.id = lr.id RETURNING runners.id), \
-         l AS (INSERT INTO job_logs (job_id, exit_code, log) SELECT lj.id, ${exit}, ${text} FROM lj, lr \
+         u AS (UPDATE runners SET {runner} FROM lj WHERE runners.id = $15 AND runners.version = $16 \
+               RETURNING runners.id), \
+         j AS (UPDATE jobs SET {GUARDED_SET} FROM u WHERE jobs.id = $1 RETURNING jobs.id, {job_columns}), \
+         l AS (INSERT INTO job_logs (job_id, exit_code, log) SELECT lj.id, ${exit}, ${text} FROM lj, u \
                WHERE ${flag} = 1 \
                ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log) \
          SELECT * FROM j",
@@ -404,9 +421,12 @@ pub(crate) fn enqueue_delivery_postgres() -> String {
 /// labels (`$38`, JSON or NULL), both history lines (`$39`), the start time
 /// (`$40`), and the runner's busy row (`$41`…, its job NULL: the claimed
 /// one is written). The runner gets its busy row if a job was found, else
-/// its row after the completion. Locks: the ended job, the runner, then
-/// the next job with `SKIP LOCKED` (never waits). Returns the ended job
-/// (`part` 0) and the started one (`part` 1).
+/// its row after the completion. Locks: the ended job, the next job with
+/// `SKIP LOCKED` (never waits, so holding it while the runner's lock is
+/// awaited makes no cycle: a writer of a job and a runner locks the job
+/// first), then the runner by its compare-and-set UPDATE; the jobs and the
+/// log are written from the runner's updated row, so all or nothing.
+/// Returns the ended job (`part` 0) and the started one (`part` 1).
 pub(crate) fn complete_next_postgres() -> String {
     let idle_first = 17;
     let count = column_count(RUNNER_COLUMNS);
@@ -431,23 +451,20 @@ pub(crate) fn complete_next_postgres() -> String {
         .join(", ");
     format!(
         "WITH lj AS (SELECT id FROM jobs WHERE id = $1 AND {GUARD} FOR UPDATE), \
-         lr AS (SELECT runners.id FROM runners, lj WHERE runners.id = $15 AND runners.version = $16 \
-                FOR UPDATE OF runners), \
-         j AS (UPDATE jobs SET {GUARDED_SET} FROM lr WHERE jobs.id = $1 RETURNING jobs.id, {job_columns}), \
-         lg AS (INSERT INTO job_logs (job_id, exit_code, log) SELECT lj.id, ${exit}, ${text} FROM lj, lr \
-                WHERE ${flag} = 1 \
-                ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log), \
-         next AS (SELECT jobs.id FROM jobs WHERE EXISTS (SELECT 1 FROM lr) \
+         next AS (SELECT jobs.id FROM jobs WHERE EXISTS (SELECT 1 FROM lj) \
                   AND jobs.state = 'queued' AND jobs.pool = ${pool} \
                   AND (jobs.excluded_runners = '[]' OR NOT (jobs.excluded_runners::jsonb @> to_jsonb($15::bigint))) \
-                  AND (${labels}::text IS NULL OR NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(jobs.labels::jsonb) AS l(v) \
-                       WHERE lower(l.v) NOT IN (SELECT jsonb_array_elements_text(${labels}::jsonb)))) \
+                  AND (${labels}::text IS NULL OR lower(jobs.labels)::jsonb <@ ${labels}::jsonb) \
                   ORDER BY jobs.enqueued_at, jobs.id LIMIT 1 FOR UPDATE SKIP LOCKED), \
+         u AS (UPDATE runners SET {runner} FROM lj LEFT JOIN next ON true \
+               WHERE runners.id = $15 AND runners.version = $16 RETURNING runners.id), \
+         j AS (UPDATE jobs SET {GUARDED_SET} FROM u WHERE jobs.id = $1 RETURNING jobs.id, {job_columns}), \
+         lg AS (INSERT INTO job_logs (job_id, exit_code, log) SELECT lj.id, ${exit}, ${text} FROM lj, u \
+                WHERE ${flag} = 1 \
+                ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log), \
          n AS (UPDATE jobs SET state = 'running', runner_id = $15, lease_deadline = ${lease}, \
                started_at = ${started}, history = jobs.history || ${steps}, version = jobs.version + 2 \
-               FROM next WHERE jobs.id = next.id RETURNING jobs.id, {job_columns}), \
-         u AS (UPDATE runners SET {runner} FROM lr LEFT JOIN next ON true \
-               WHERE runners.id = lr.id RETURNING runners.id) \
+               FROM next, u WHERE jobs.id = next.id RETURNING jobs.id, {job_columns}) \
          SELECT 0::bigint AS part, j.* FROM j UNION ALL SELECT 1::bigint AS part, n.* FROM n",
         job_columns = qualified("jobs", JOB_COLUMNS),
         flag = log,

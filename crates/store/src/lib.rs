@@ -47,7 +47,7 @@ use runway_core::{
     RunnerId, RunnerState, RunnerTransitionError, Timestamp,
 };
 
-pub use common::{FINISHED_JOB, LIVE_JOB, LIVE_RUNNER, QUEUE_TIMES};
+pub use common::{queue_times, FINISHED_JOB, LIVE_JOB, LIVE_RUNNER};
 pub use postgres::{PostgresDialect, PostgresStore};
 pub use sql::{Dialect, SqlStore};
 pub use sqlite::{SqliteDialect, SqliteStore};

@@ -219,11 +219,14 @@ fn key(job: &Job) -> (&'static str, String) {
 /// The queued jobs a claim takes, locked: up to `$4` of pool `$1` that
 /// runner `$2` did not decline and whose labels the runner's (`$5`, a JSON
 /// list in lowercase, or NULL for any) all cover, oldest first; rows
-/// another claimer holds are skipped, not waited for.
+/// another claimer holds are skipped, not waited for. The cover is one
+/// jsonb containment of the job's labels, lowercased as JSON text, in the
+/// runner's: the labels are written as plain JSON strings, whose escapes
+/// hold no letter to lowercase, so that is each label lowercased; and a
+/// subplan per label would be set up again each execution.
 const NEXT_QUEUED: &str = "SELECT id FROM jobs WHERE state = 'queued' AND pool = $1 \
      AND (excluded_runners = '[]' OR NOT (excluded_runners::jsonb @> to_jsonb($2::bigint))) \
-     AND ($5::text IS NULL OR NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(labels::jsonb) AS l(v) \
-          WHERE lower(l.v) NOT IN (SELECT jsonb_array_elements_text($5::jsonb)))) \
+     AND ($5::text IS NULL OR lower(labels)::jsonb <@ $5::jsonb) \
      ORDER BY enqueued_at, id LIMIT $4 \
      FOR UPDATE SKIP LOCKED";
 

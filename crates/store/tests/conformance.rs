@@ -46,6 +46,7 @@ on_both_backends!(
     a_claim_that_starts_is_a_claim_and_an_accept_in_one_write,
     concurrent_claims_that_start_never_share_a_job_or_a_runner,
     a_completion_can_start_the_runners_next_job_in_the_same_write,
+    a_completion_starts_only_a_next_job_the_runner_can_take,
     runners_working_through_a_queue_one_write_a_job_never_share_a_job,
     a_guarded_change_with_its_runner_writes_all_or_nothing,
 );
@@ -374,6 +375,17 @@ mod cases {
             .await
             .unwrap();
         assert_eq!(gpu[0].external_id, "gpu");
+        // Labels whose JSON form holds escapes compare the same way.
+        store
+            .enqueue(&job("quoted", &["self-hosted", "Say \"Hi\"\\"]), at(5))
+            .await
+            .unwrap();
+        let quoted = store
+            .claim(&labelled(3, &["SELF-HOSTED", "say \"hi\"\\"]), at(6))
+            .await
+            .unwrap();
+        let names: Vec<&str> = quoted.iter().map(|j| j.external_id.as_str()).collect();
+        assert_eq!(names, ["quoted"]);
     }
 
     pub async fn registration_tokens_are_single_use_and_expire(store: Arc<dyn Store>) {
@@ -1159,7 +1171,9 @@ mod cases {
     }
 
     /// Queue time is `started_at - enqueued_at`, of the jobs started at or
-    /// after the window's start only, newest first, at most `limit`.
+    /// after the window's start only (running or finished; a job that
+    /// started before it and finished in it is not), newest first, at most
+    /// `limit`.
     pub async fn queue_times_are_those_of_jobs_started_in_the_window(store: Arc<dyn Store>) {
         for (n, (enqueued, started)) in [(0, 1_000), (0, 5_000), (10_000, 40_000)]
             .iter()
@@ -1183,6 +1197,35 @@ mod cases {
                 .await
                 .unwrap();
         }
+        // Started before the window, finished in it: not in the window.
+        let long = store
+            .enqueue(&api_job("long", "default"), at(1_000))
+            .await
+            .unwrap()
+            .job;
+        store
+            .claim(&claim("default", 1, 1), at(1_000))
+            .await
+            .unwrap();
+        store.accept(long.id, RunnerId(1), at(1_500)).await.unwrap();
+        store
+            .complete(long.id, RunnerId(1), Conclusion::Success, at(60_000))
+            .await
+            .unwrap();
+        // Started in the window and still running: in it.
+        let running = store
+            .enqueue(&api_job("running", "default"), at(20_000))
+            .await
+            .unwrap()
+            .job;
+        store
+            .claim(&claim("default", 1, 1), at(20_000))
+            .await
+            .unwrap();
+        store
+            .accept(running.id, RunnerId(1), at(45_000))
+            .await
+            .unwrap();
         store
             .enqueue(&api_job("never-started", "default"), at(0))
             .await
@@ -1191,9 +1234,14 @@ mod cases {
         assert_eq!(
             store.queue_times(at(2_000), 10).await.unwrap(),
             [
+                ("default".to_owned(), secs(25)),
                 ("default".to_owned(), secs(30)),
                 ("default".to_owned(), secs(5))
             ]
+        );
+        assert_eq!(
+            store.queue_times(at(42_000), 10).await.unwrap(),
+            [("default".to_owned(), secs(25))]
         );
         assert_eq!(store.queue_times(at(0), 1).await.unwrap().len(), 1);
         assert!(store.queue_times(at(50_000), 10).await.unwrap().is_empty());
@@ -2061,6 +2109,47 @@ mod cases {
         }
         .guarded(now)
         .unwrap()
+    }
+
+    /// The job a completion starts next is one the runner's labels cover
+    /// (case-insensitively) and that it did not decline, as a claim's.
+    pub async fn a_completion_starts_only_a_next_job_the_runner_can_take(store: Arc<dyn Store>) {
+        let runner = ready_runner(&store, "picky", "default").await;
+        let at_once = Claim {
+            runner: runner.id,
+            runner_labels: Some(vec!["self-hosted".into(), "Linux".into()]),
+            ..claim("default", runner.id.0, 1)
+        };
+        let labelled = |id: &str, labels: &[&str]| NewJob {
+            labels: labels.iter().map(|l| (*l).to_owned()).collect(),
+            ..api_job(id, "default")
+        };
+        queued(&store, "first", 3).await;
+        let (one, busy) = start_one(&store, &at_once, &runner, 4).await;
+        let gpu = labelled("gpu", &["self-hosted", "gpu"]);
+        store.enqueue(&gpu, at(5)).await.unwrap();
+        let declined = store
+            .enqueue(&labelled("declined", &["linux"]), at(6))
+            .await
+            .unwrap()
+            .job;
+        let mut excluded = declined.clone();
+        excluded.excluded_runners.insert(runner.id);
+        excluded.version += 1;
+        assert!(store.replace_job(&declined, &excluded).await.unwrap());
+        let linux = store
+            .enqueue(&labelled("linux", &["SELF-HOSTED", "LINUX"]), at(7))
+            .await
+            .unwrap()
+            .job;
+        let change = complete_change(&runner, at(8));
+        let free = runway_core::moves::finish(&one, &busy, false, at(8)).unwrap();
+        let (_, next) = store
+            .complete_and_start_next(one.id, &change, (&busy, &free), None, &at_once, at(8))
+            .await
+            .unwrap()
+            .expect("the holder completes");
+        assert_eq!(next.map(|job| job.id), Some(linux.id));
     }
 
     pub async fn a_completion_can_start_the_runners_next_job_in_the_same_write(
