@@ -421,12 +421,14 @@ pub(crate) fn enqueue_delivery_postgres() -> String {
 /// labels (`$38`, JSON or NULL), both history lines (`$39`), the start time
 /// (`$40`), and the runner's busy row (`$41`…, its job NULL: the claimed
 /// one is written). The runner gets its busy row if a job was found, else
-/// its row after the completion. Locks: the ended job, the next job with
-/// `SKIP LOCKED` (never waits, so holding it while the runner's lock is
-/// awaited makes no cycle: a writer of a job and a runner locks the job
-/// first), then the runner by its compare-and-set UPDATE; the jobs and the
-/// log are written from the runner's updated row, so all or nothing.
-/// Returns the ended job (`part` 0) and the started one (`part` 1).
+/// its row after the completion. Locks: the ended job, the runner, then
+/// the next job with `SKIP LOCKED` (never waits). The next job is claimed
+/// and started by `runway_start_next` (migration 0019), a statement of its
+/// own: its re-check of a row another claimer changed sets up only itself,
+/// not every part of this statement. It runs only if both locks held (it
+/// is joined to the runner's lock), and nothing else here writes the job
+/// it starts. Returns the ended job (`part` 0) and the started one (`part`
+/// 1).
 pub(crate) fn complete_next_postgres() -> String {
     let idle_first = 17;
     let count = column_count(RUNNER_COLUMNS);
@@ -451,22 +453,19 @@ pub(crate) fn complete_next_postgres() -> String {
         .join(", ");
     format!(
         "WITH lj AS (SELECT id FROM jobs WHERE id = $1 AND {GUARD} FOR UPDATE), \
-         next AS (SELECT jobs.id FROM jobs WHERE EXISTS (SELECT 1 FROM lj) \
-                  AND jobs.state = 'queued' AND jobs.pool = ${pool} \
-                  AND (jobs.excluded_runners = '[]' OR NOT (jobs.excluded_runners::jsonb @> to_jsonb($15::bigint))) \
-                  AND (${labels}::text IS NULL OR lower(jobs.labels)::jsonb <@ ${labels}::jsonb) \
-                  ORDER BY jobs.enqueued_at, jobs.id LIMIT 1 FOR UPDATE SKIP LOCKED), \
-         u AS (UPDATE runners SET {runner} FROM lj LEFT JOIN next ON true \
-               WHERE runners.id = $15 AND runners.version = $16 RETURNING runners.id), \
-         j AS (UPDATE jobs SET {GUARDED_SET} FROM u WHERE jobs.id = $1 RETURNING jobs.id, {job_columns}), \
-         lg AS (INSERT INTO job_logs (job_id, exit_code, log) SELECT lj.id, ${exit}, ${text} FROM lj, u \
+         lr AS (SELECT runners.id FROM runners, lj WHERE runners.id = $15 AND runners.version = $16 \
+                FOR UPDATE OF runners), \
+         next AS (SELECT started.* FROM lr, \
+                  runway_start_next(${pool}, lr.id, ${labels}, ${lease}, ${started}, ${steps}) AS started), \
+         j AS (UPDATE jobs SET {GUARDED_SET} FROM lr WHERE jobs.id = $1 RETURNING jobs.id, {job_columns}), \
+         lg AS (INSERT INTO job_logs (job_id, exit_code, log) SELECT lj.id, ${exit}, ${text} FROM lj, lr \
                 WHERE ${flag} = 1 \
                 ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log), \
-         n AS (UPDATE jobs SET state = 'running', runner_id = $15, lease_deadline = ${lease}, \
-               started_at = ${started}, history = jobs.history || ${steps}, version = jobs.version + 2 \
-               FROM next, u WHERE jobs.id = next.id RETURNING jobs.id, {job_columns}) \
-         SELECT 0::bigint AS part, j.* FROM j UNION ALL SELECT 1::bigint AS part, n.* FROM n",
+         u AS (UPDATE runners SET {runner} FROM lr LEFT JOIN next ON true \
+               WHERE runners.id = lr.id RETURNING runners.id) \
+         SELECT 0::bigint AS part, j.* FROM j UNION ALL SELECT 1::bigint AS part, next.id, {next_columns} FROM next",
         job_columns = qualified("jobs", JOB_COLUMNS),
+        next_columns = qualified("next", JOB_COLUMNS),
         flag = log,
         exit = log + 1,
         text = log + 2,
