@@ -36,8 +36,11 @@ pub struct SoakArgs {
     /// Connections the intake run keeps busy.
     #[arg(long, default_value_t = 16)]
     concurrency: u64,
-    /// Requests to each read endpoint, one at a time.
-    #[arg(long, default_value_t = 500)]
+    /// Requests to each read endpoint, one at a time. Enough that they
+    /// span several reconcile rounds (one a second): with 500, the reads
+    /// took about a second, so whether a round fell among them decided the
+    /// p99 of a phase.
+    #[arg(long, default_value_t = 5_000)]
     requests: u32,
     /// Reconcile rounds to average (one a second).
     #[arg(long, default_value_t = 15)]
