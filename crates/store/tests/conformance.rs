@@ -1175,57 +1175,37 @@ mod cases {
     /// started before it and finished in it is not), newest first, at most
     /// `limit`.
     pub async fn queue_times_are_those_of_jobs_started_in_the_window(store: Arc<dyn Store>) {
-        for (n, (enqueued, started)) in [(0, 1_000), (0, 5_000), (10_000, 40_000)]
-            .iter()
-            .enumerate()
-        {
+        // Each job: enqueued, claimed and started, then finished if given.
+        let jobs = [
+            ("q0", 0, 1_000, Some(1_001)),
+            ("q1", 0, 5_000, Some(5_001)),
+            ("q2", 10_000, 40_000, Some(40_001)),
+            // Started before the window, finished in it: not in the window.
+            ("long", 1_000, 1_500, Some(60_000)),
+            // Started in the window and still running: in it.
+            ("running", 20_000, 45_000, None),
+        ];
+        for (name, enqueued, started, finished) in jobs {
             let job = store
-                .enqueue(&api_job(&format!("q{n}"), "default"), at(*enqueued))
+                .enqueue(&api_job(name, "default"), at(enqueued))
                 .await
                 .unwrap()
                 .job;
             store
-                .claim(&claim("default", 1, 1), at(*enqueued))
+                .claim(&claim("default", 1, 1), at(enqueued))
                 .await
                 .unwrap();
             store
-                .accept(job.id, RunnerId(1), at(*started))
+                .accept(job.id, RunnerId(1), at(started))
                 .await
                 .unwrap();
-            store
-                .complete(job.id, RunnerId(1), Conclusion::Success, at(*started + 1))
-                .await
-                .unwrap();
+            if let Some(finished) = finished {
+                store
+                    .complete(job.id, RunnerId(1), Conclusion::Success, at(finished))
+                    .await
+                    .unwrap();
+            }
         }
-        // Started before the window, finished in it: not in the window.
-        let long = store
-            .enqueue(&api_job("long", "default"), at(1_000))
-            .await
-            .unwrap()
-            .job;
-        store
-            .claim(&claim("default", 1, 1), at(1_000))
-            .await
-            .unwrap();
-        store.accept(long.id, RunnerId(1), at(1_500)).await.unwrap();
-        store
-            .complete(long.id, RunnerId(1), Conclusion::Success, at(60_000))
-            .await
-            .unwrap();
-        // Started in the window and still running: in it.
-        let running = store
-            .enqueue(&api_job("running", "default"), at(20_000))
-            .await
-            .unwrap()
-            .job;
-        store
-            .claim(&claim("default", 1, 1), at(20_000))
-            .await
-            .unwrap();
-        store
-            .accept(running.id, RunnerId(1), at(45_000))
-            .await
-            .unwrap();
         store
             .enqueue(&api_job("never-started", "default"), at(0))
             .await
