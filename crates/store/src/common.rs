@@ -131,6 +131,8 @@ pub(crate) struct Statements {
     pub runner_api: RunnerApiStatements,
     /// Per [`crate::Prunable`], in `Prunable::ALL` order.
     pub prune: [Vec<String>; 8],
+    /// [`queue_times`] for the dialect.
+    pub queue_times: String,
 }
 
 pub(crate) struct RunnerApiStatements {
@@ -303,6 +305,7 @@ impl Statements {
             worker_configs: WorkerConfigStatements::new(),
             runner_api: RunnerApiStatements::new(),
             prune: crate::Prunable::ALL.map(|what| prune_statements(what, D::BACKEND)),
+            queue_times: queue_times(D::BACKEND),
             claim: D::claim_statement(),
             claim_start: D::claim_start_statement(),
             guarded_pair: D::guarded_pair_statement(),

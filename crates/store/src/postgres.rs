@@ -223,7 +223,10 @@ fn key(job: &Job) -> (&'static str, String) {
 /// jsonb containment of the job's labels, lowercased as JSON text, in the
 /// runner's: the labels are written as plain JSON strings, whose escapes
 /// hold no letter to lowercase, so that is each label lowercased; and a
-/// subplan per label would be set up again each execution.
+/// subplan per label would be set up again each execution. The chained
+/// completion's claim, `runway_start_next` (migration 0019), repeats this
+/// selection in PL/pgSQL: a change here is a migration there too (the
+/// conformance cases on labels and declines run both).
 const NEXT_QUEUED: &str = "SELECT id FROM jobs WHERE state = 'queued' AND pool = $1 \
      AND (excluded_runners = '[]' OR NOT (excluded_runners::jsonb @> to_jsonb($2::bigint))) \
      AND ($5::text IS NULL OR lower(labels)::jsonb <@ $5::jsonb) \

@@ -962,7 +962,7 @@ where
         since: Timestamp,
         limit: u32,
     ) -> Result<Vec<(String, std::time::Duration)>, StoreError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(&crate::queue_times(D::BACKEND))
+        let rows: Vec<(String, i64)> = sqlx::query_as(&self.inner.statements.queue_times)
             .bind(since.as_millis())
             .bind(i64::from(limit))
             .fetch_all(self.reader())
