@@ -196,12 +196,38 @@ struct Client {
     token: String,
 }
 
+/// How long one request may take, unless said otherwise: a replica that
+/// was paused or cut off mid-request must not hold a runner for longer
+/// (without a load balancer that cuts such connections, nothing else
+/// would end it).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a job request may take: the server holds it for its
+/// `[runner_api] poll_timeout` (30 s by default) before answering 204.
+const JOB_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How long the agent keeps trying to register while the server cannot
+/// answer (a restart, a database failover: 503s and refused connections):
+/// a runner that gives up at the first 503 wastes its boot.
+const REGISTRATION_PATIENCE: Duration = Duration::from_secs(300);
+
 impl Client {
     async fn post(&self, path: &str, body: Value) -> anyhow::Result<(StatusCode, Value)> {
+        self.post_within(path, body, REQUEST_TIMEOUT).await
+    }
+
+    /// One POST that takes at most `timeout`.
+    async fn post_within(
+        &self,
+        path: &str,
+        body: Value,
+        timeout: Duration,
+    ) -> anyhow::Result<(StatusCode, Value)> {
         let response = self
             .http
             .post(format!("{}{path}", self.base))
             .bearer_auth(&self.token)
+            .timeout(timeout)
             .json(&body)
             .send()
             .await
@@ -274,7 +300,7 @@ fn termination() -> watch::Receiver<bool> {
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let base = args.url.trim_end_matches('/').to_owned();
     let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(15 * 60))
+        .connect_timeout(Duration::from_secs(10))
         .build()
         .context("cannot build the HTTP client")?;
     let name = args.name.clone().unwrap_or_else(default_name);
@@ -295,12 +321,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         base: base.clone(),
         token: String::new(),
     };
-    let (status, registered) = registration
-        .post(
-            "/api/v1/runners/register",
-            json!({"token": args.token, "name": name, "labels": args.labels}),
-        )
-        .await?;
+    let (status, registered) = register(&registration, &args, &name).await?;
     if status != StatusCode::CREATED {
         bail!(
             "registration as {name:?} refused ({status}): {}",
@@ -343,7 +364,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let mut terminating = termination();
     let mut failures: u32 = 0;
     loop {
-        let request = client.post("/api/v1/jobs/request", json!({"labels": args.labels}));
+        let request = client.post_within(
+            "/api/v1/jobs/request",
+            json!({"labels": args.labels}),
+            JOB_REQUEST_TIMEOUT,
+        );
         let answer = tokio::select! {
             _ = terminating.wait_for(|t| *t) => {
                 tracing::info!("terminating while idle");
@@ -386,6 +411,49 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         if args.once || *terminating.borrow() {
             return Ok(());
         }
+    }
+}
+
+/// Registers, asking again while the server cannot answer — refused
+/// connections, timeouts, 429 and 5xx (a 503 is what a replica answers
+/// while its database is away) — with jittered doubling waits for up to
+/// [`REGISTRATION_PATIENCE`]. A refusal (401: the token is unknown, used
+/// or expired; 409: the name is taken) ends it: asking again cannot help.
+/// A registration applied whose answer was lost comes back as 401 (its
+/// token is one-time), said so in the error.
+async fn register(
+    client: &Client,
+    args: &AgentArgs,
+    name: &str,
+) -> anyhow::Result<(StatusCode, Value)> {
+    let body = json!({"token": args.token, "name": name, "labels": args.labels});
+    let deadline = tokio::time::Instant::now() + REGISTRATION_PATIENCE;
+    let mut wait = Duration::from_millis(200);
+    let mut retried = false;
+    loop {
+        let outcome = client.post("/api/v1/runners/register", body.clone()).await;
+        let again = match &outcome {
+            Ok((status, _)) => status.is_server_error() || *status == StatusCode::TOO_MANY_REQUESTS,
+            Err(_) => true,
+        };
+        if !again || tokio::time::Instant::now() + wait >= deadline {
+            if retried {
+                if let Ok((StatusCode::UNAUTHORIZED, _)) = &outcome {
+                    bail!("registration as {name:?} refused after a retry: an earlier attempt may have registered (its answer was lost) and used the one-time token");
+                }
+            }
+            return outcome;
+        }
+        tracing::warn!(
+            runner = name,
+            ?outcome,
+            ?wait,
+            "cannot register yet; asking again"
+        );
+        let jitter = rand::random::<f64>() * 0.5 + 0.75;
+        tokio::time::sleep(wait.mul_f64(jitter)).await;
+        wait = (wait * 2).min(Duration::from_secs(5));
+        retried = true;
     }
 }
 
@@ -561,7 +629,15 @@ async fn run_job(
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(lease / 3).await;
-                let Ok(answer) = http.post(&url).bearer_auth(&token).send().await else {
+                // Each heartbeat gives up within a third of the lease, so
+                // one that hangs on a paused replica does not stop the next.
+                let sent = http
+                    .post(&url)
+                    .bearer_auth(&token)
+                    .timeout(lease / 3)
+                    .send()
+                    .await;
+                let Ok(answer) = sent else {
                     continue;
                 };
                 if answer.status() == StatusCode::CONFLICT {

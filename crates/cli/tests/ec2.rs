@@ -30,6 +30,66 @@ struct Faults {
     zone: Mutex<Option<String>>,
     /// Every RunInstances: (client token, market, zone, refused).
     launches: Mutex<Vec<(String, String, String, bool)>>,
+    /// DescribeInstances leaves out each instance for this long after its
+    /// RunInstances answered (EC2's documented eventual consistency).
+    hide_for: Mutex<std::time::Duration>,
+    /// Every call is answered this much later.
+    delay: Mutex<std::time::Duration>,
+    /// When each launched instance's RunInstances answered.
+    launched_at: Mutex<BTreeMap<String, std::time::Instant>>,
+}
+
+/// The text of every `<instanceId>` in `xml`.
+fn instance_ids(xml: &str) -> Vec<String> {
+    xml.split("<instanceId>")
+        .skip(1)
+        .filter_map(|rest| {
+            rest.split_once("</instanceId>")
+                .map(|(id, _)| id.to_owned())
+        })
+        .collect()
+}
+
+/// `xml` (a DescribeInstances answer) without the reservations that hold
+/// an instance of `hidden`. A reservation is a direct `<item>` of
+/// `<reservationSet>`; items nest, so depth is counted.
+fn without_instances(xml: &str, hidden: &[String]) -> String {
+    let (Some(start), Some(end)) = (xml.find("<reservationSet>"), xml.find("</reservationSet>"))
+    else {
+        return xml.to_owned();
+    };
+    let body_start = start + "<reservationSet>".len();
+    let body = &xml[body_start..end];
+    let mut kept = String::new();
+    let mut depth = 0usize;
+    let mut item_start = None;
+    let mut at = 0;
+    while at < body.len() {
+        let rest = &body[at..];
+        if rest.starts_with("<item>") {
+            if depth == 0 {
+                item_start = Some(at);
+            }
+            depth += 1;
+            at += "<item>".len();
+        } else if rest.starts_with("</item>") {
+            depth -= 1;
+            at += "</item>".len();
+            if depth == 0 {
+                let item = &body[item_start.take().unwrap_or(0)..at];
+                if !instance_ids(item).iter().any(|id| hidden.contains(id)) {
+                    kept.push_str(item);
+                }
+            }
+        } else {
+            let step = rest.chars().next().map_or(1, char::len_utf8);
+            if depth == 0 {
+                kept.push_str(&rest[..step]);
+            }
+            at += step;
+        }
+    }
+    format!("{}{kept}{}", &xml[..body_start], &xml[end..])
 }
 
 impl Faults {
@@ -58,16 +118,7 @@ struct Proxy {
 }
 
 fn proxy(moto: &str) -> Proxy {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
     let faults = Arc::new(Faults::default());
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
     let (upstream, state) = (moto.to_owned(), faults.clone());
     let forward = reqwest::Client::new();
     let app = axum::Router::new().fallback(
@@ -79,7 +130,12 @@ fn proxy(moto: &str) -> Proxy {
             async move {
                 let form: BTreeMap<String, String> =
                     url::form_urlencoded::parse(&body).into_owned().collect();
-                if form.get("Action").map(String::as_str) == Some("RunInstances") {
+                let delay = *faults.delay.lock().unwrap();
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                let action = form.get("Action").cloned().unwrap_or_default();
+                if action == "RunInstances" {
                     let market = form
                         .get("InstanceMarketOptions.MarketType")
                         .cloned()
@@ -112,13 +168,7 @@ fn proxy(moto: &str) -> Proxy {
                             .into_response();
                     }
                 }
-                let mut request = forward.request(method, format!("{upstream}{uri}"));
-                for (name, value) in &headers {
-                    if name != "host" && name != "content-length" {
-                        request = request.header(name, value);
-                    }
-                }
-                match request.body(body).send().await {
+                match common::forward(&forward, &upstream, method, &uri, &headers, body).await {
                     Ok(answer) => {
                         let status = answer.status();
                         let kind = answer
@@ -127,6 +177,26 @@ fn proxy(moto: &str) -> Proxy {
                             .cloned()
                             .unwrap_or(axum::http::HeaderValue::from_static("text/xml"));
                         let bytes = answer.bytes().await.unwrap_or_default();
+                        let text = String::from_utf8_lossy(&bytes).into_owned();
+                        if action == "RunInstances" && status.is_success() {
+                            let mut born = faults.launched_at.lock().unwrap();
+                            for id in instance_ids(&text) {
+                                born.entry(id).or_insert_with(std::time::Instant::now);
+                            }
+                        }
+                        let hide_for = *faults.hide_for.lock().unwrap();
+                        if action == "DescribeInstances" && !hide_for.is_zero() {
+                            let hidden: Vec<String> = faults
+                                .launched_at
+                                .lock()
+                                .unwrap()
+                                .iter()
+                                .filter(|(_, at)| at.elapsed() < hide_for)
+                                .map(|(id, _)| id.clone())
+                                .collect();
+                            let text = without_instances(&text, &hidden);
+                            return (status, [("content-type", kind)], text).into_response();
+                        }
                         (status, [("content-type", kind)], bytes).into_response()
                     }
                     Err(error) => {
@@ -136,9 +206,7 @@ fn proxy(moto: &str) -> Proxy {
             }
         },
     );
-    runtime.spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let (url, runtime) = common::serve_router(app);
     Proxy {
         url,
         faults,
@@ -196,6 +264,16 @@ fn network(ec2: &aws_sdk_ec2::Client, runtime: &tokio::runtime::Runtime) -> Netw
 }
 
 fn serve(dir: &Path, endpoint: &str, provider: &str, worker_config: &Value) -> (Process, String) {
+    serve_with_quota(dir, endpoint, provider, 6, worker_config)
+}
+
+fn serve_with_quota(
+    dir: &Path,
+    endpoint: &str,
+    provider: &str,
+    max_instances: u32,
+    worker_config: &Value,
+) -> (Process, String) {
     std::fs::write(dir.join("worker-config.json"), worker_config.to_string()).unwrap();
     std::fs::write(
         dir.join("runway.toml"),
@@ -211,7 +289,7 @@ interval = "300ms"
 kind = "ec2"
 region = "us-east-1"
 endpoint_url = "{endpoint}"
-max_instances = 6
+max_instances = {max_instances}
 boot_seconds = 60
 {provider}
 
@@ -740,4 +818,99 @@ fn spot_first_on_demand_when_spot_fails_and_back_to_spot() {
     let instances = launched(&ec2, &runtime);
     assert!(is_spot(&instances[2]), "{:?}", instances[2]);
     assert_eq!(tag(&instances[2], "runway:offer"), spot);
+}
+
+#[test]
+fn the_proxy_hides_exactly_the_reservations_of_hidden_instances() {
+    let xml = "<DescribeInstancesResponse><requestId>r</requestId><reservationSet>\
+        <item><reservationId>r-1</reservationId><instancesSet><item><instanceId>i-1</instanceId>\
+        <tagSet><item><key>a</key></item></tagSet></item></instancesSet></item>\
+        <item><reservationId>r-2</reservationId><instancesSet><item><instanceId>i-2</instanceId>\
+        </item></instancesSet></item></reservationSet></DescribeInstancesResponse>";
+    let kept = without_instances(xml, &["i-1".to_owned()]);
+    assert_eq!(instance_ids(&kept), ["i-2"]);
+    assert!(kept.ends_with("</reservationSet></DescribeInstancesResponse>"));
+    assert_eq!(without_instances(xml, &[]), xml);
+}
+
+/// What runway's runners of pool `linux` are, by state.
+fn runner_states(base: &str) -> BTreeMap<String, usize> {
+    let mut states = BTreeMap::new();
+    for runner in get_json(base, "/api/v1/runners?pool=linux")["runners"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+    {
+        *states
+            .entry(runner["state"].as_str().unwrap_or_default().to_owned())
+            .or_default() += 1;
+    }
+    states
+}
+
+/// EC2's eventual consistency: with each new instance missing from
+/// `DescribeInstances` for 1, 2 and 5 s (a proxy in front of moto hides
+/// it), 3 jobs on a quota of 3 get 3 launches, never more than 3 live
+/// instances, and no runner failed for the lag. Then the slow-calls case:
+/// every call 0.3 s late and twice as many jobs as quota — no runner
+/// failed, no launch counted failed (the quota is capacity), 3 launches.
+#[test]
+fn a_lagging_describe_and_slow_calls_launch_once_per_job_within_the_quota() {
+    for (hide_secs, delay_ms, jobs) in [(1, 0, 3), (2, 0, 3), (5, 0, 3), (0, 300, 6)] {
+        let Some(moto) = moto::start() else {
+            return;
+        };
+        let runtime = runtime();
+        let ec2 = runtime.block_on(moto::client(&moto.url));
+        let network = network(&ec2, &runtime);
+        let proxy = proxy(&moto.url);
+        *proxy.faults.hide_for.lock().unwrap() = std::time::Duration::from_secs(hide_secs);
+        *proxy.faults.delay.lock().unwrap() = std::time::Duration::from_millis(delay_ms);
+        let dir = tempfile::tempdir().unwrap();
+        let (_runway, base) = serve_with_quota(
+            dir.path(),
+            &proxy.url,
+            "instance_types = [\"m5.large\"]\nzones = [\"us-east-1a\", \"us-east-1b\"]\npurchase_options = [\"on-demand\"]\non_demand_prices = { \"m5.large\" = 0.096 }",
+            3,
+            &worker_config(&network),
+        );
+        for _ in 0..jobs {
+            submit(&base);
+        }
+        let case = format!("hidden {hide_secs}s, calls {delay_ms}ms late, {jobs} jobs");
+        wait_until(&format!("three launches ({case})"), 60, || {
+            proxy.faults.launches().len() >= 3
+        });
+        // Watch for twice the hiding time and a few rounds more: what
+        // breaks under lag shows in that window.
+        let watch = std::time::Instant::now() + std::time::Duration::from_secs(2 * hide_secs + 4);
+        while std::time::Instant::now() < watch {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let live_now = live(&launched(&ec2, &runtime)).len();
+            assert!(
+                live_now <= 3,
+                "{case}: {live_now} instances live against a quota of 3"
+            );
+            let states = runner_states(&base);
+            assert_eq!(
+                states.get("failed"),
+                None,
+                "{case}: runners failed: {states:?}"
+            );
+        }
+        assert_eq!(
+            proxy.faults.launches().len(),
+            3,
+            "{case}: launches {:?}",
+            proxy.faults.launches()
+        );
+        let failed_creates = common::metric(
+            &base,
+            r#"runway_offer_creates_total{provider="aws",offer="m5.large/us-east-1a/on-demand",result="failed"}"#,
+        ) + common::metric(
+            &base,
+            r#"runway_offer_creates_total{provider="aws",offer="m5.large/us-east-1b/on-demand",result="failed"}"#,
+        );
+        assert_eq!(failed_creates, 0.0, "{case}: a create counted failed");
+    }
 }

@@ -846,3 +846,55 @@ fn jobs_github_runs_at_once_end_with_their_runners() {
                 .all(|r| matches!(r["state"].as_str(), Some("terminated" | "failed")))
     });
 }
+
+/// GitHub rate-limits the message poll (a secondary limit: 403 with
+/// `Retry-After: 5`, and a 429 with the same): runway makes no poll and
+/// asks for no token until the five seconds are over (a 403 is not an
+/// expired token), then carries on, and counts the refusal by cause.
+#[test]
+fn a_rate_limited_poll_waits_for_retry_after_and_asks_for_no_token() {
+    let h = Harness::start(2, 0);
+    let set = h.scale_set();
+    for (fault, status) in [
+        (
+            Fault::secondary_rate_limit(Endpoint::GetMessage, Some(Duration::from_secs(5))),
+            403,
+        ),
+        (
+            Fault::too_many_requests(Endpoint::GetMessage, Some(Duration::from_secs(5))),
+            429,
+        ),
+    ] {
+        let refused = || {
+            h.emulator
+                .requests_to(Endpoint::GetMessage)
+                .iter()
+                .filter(|r| r.status == status)
+                .count()
+        };
+        let polls = || h.emulator.requests_to(Endpoint::GetMessage).len();
+        let sessions = || h.emulator.requests_to(Endpoint::Sessions).len();
+        h.emulator.inject(fault.times(1));
+        wait_until("a poll refused by the rate limit", 30, || refused() == 1);
+        let limited_at = std::time::Instant::now();
+        let (polls_then, sessions_then) = (polls(), sessions());
+        wait_until("the next poll", 30, || polls() > polls_then);
+        let waited = limited_at.elapsed();
+        assert!(
+            waited >= Duration::from_millis(4_800),
+            "polled again {waited:?} after a {status} with Retry-After: 5"
+        );
+        assert_eq!(
+            sessions(),
+            sessions_then,
+            "a {status} rate limit refreshed or reopened the session"
+        );
+    }
+    survives(&h, set, "a job after the rate limits");
+    assert!(
+        metric(
+            &h.base,
+            r#"runway_scale_set_refusals_total{pool="ss",kind="rate_limited"}"#
+        ) >= 2.0
+    );
+}

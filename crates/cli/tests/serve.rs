@@ -617,3 +617,48 @@ fn background_workers_show_their_state_and_failures() {
         "{sweeper}"
     );
 }
+
+/// A worker configuration with a key its pool's EC2 provider does not
+/// know is refused where the operator is: by `runway config check` and by
+/// `serve` at start, each naming the key (not when a job first needs a
+/// runner, at 3 a.m.).
+#[test]
+fn an_unknown_ec2_key_is_refused_by_config_check_and_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("runway.toml"),
+        r#"[server]
+listen = "127.0.0.1:0"
+
+[providers.aws]
+kind = "ec2"
+region = "us-east-1"
+instance_types = ["m5.large"]
+zones = ["us-east-1a"]
+
+[[pools]]
+name = "linux"
+labels = ["linux"]
+providers = ["aws"]
+
+[[worker_configs]]
+id = "linux"
+pools = ["linux"]
+[[worker_configs.rules]]
+rule_id = "network"
+values = { ec2 = { ImageId = "ami-1", SecurityGroupId = ["sg-1"] } }
+"#,
+    )
+    .unwrap();
+    for command in [
+        &["config", "check", "--config", "runway.toml"][..],
+        &["serve", "--config", "runway.toml"][..],
+    ] {
+        let output = runway(dir.path(), command).output().unwrap();
+        let line = assert_one_line_failure(&output);
+        assert!(
+            line.contains("ec2.SecurityGroupId") && line.contains("worker_configs[0]"),
+            "{command:?}: {line}"
+        );
+    }
+}

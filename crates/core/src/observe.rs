@@ -4,7 +4,10 @@
 //! event it returns; everything else in that step (deleting, deregistering
 //! at GitHub) is I/O around this decision.
 
+use std::time::Duration;
+
 use crate::runner::{Runner, RunnerEvent, RunnerState};
+use crate::time::Timestamp;
 
 /// What the provider says of the runner's instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,17 +39,49 @@ pub enum Readiness {
     RunnerRegisters,
 }
 
+/// When the list was taken and how far a provider's list may lag behind
+/// its creates: cloud APIs are eventually consistent (EC2 documents that
+/// a just-launched instance can be missing from `DescribeInstances` for a
+/// while), so a list that began less than `lag` after an instance's create
+/// returned says nothing by leaving it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listing {
+    /// When the list call began.
+    pub started_at: Timestamp,
+    /// The provider's `list_lag`.
+    pub lag: Duration,
+}
+
+impl Listing {
+    /// Whether this list can be trusted to show the instance of `runner`
+    /// by its absence: its create returned at least `lag` before the list
+    /// began. A runner whose create has not returned (no
+    /// `provisioning_at`) is covered by its boot timeout, not by lists.
+    pub fn shows_absence_of(&self, runner: &Runner) -> bool {
+        match runner.provisioning_at {
+            Some(created) => self.started_at.since(created) >= self.lag,
+            None => true,
+        }
+    }
+}
+
 /// The event the report means for `runner` (whose instance is
 /// `instance_id`), or `None` when it changes nothing. A vanished or failed
 /// instance fails a booting or idle runner, crashes a busy one and ends a
 /// terminating one; a stopped or unknown one changes nothing (a stopped one
-/// is started again, see [`wants_start`]).
+/// is started again, see [`wants_start`]). An instance missing from a list
+/// that may still lag behind its create (`listing`) is "not visible yet",
+/// not gone: nothing changes.
 pub fn observe(
     runner: &Runner,
     instance_id: &str,
     instance: Observed,
     readiness: Readiness,
+    listing: Listing,
 ) -> Option<RunnerEvent> {
+    if instance == Observed::Absent && !listing.shows_absence_of(runner) {
+        return None; // Not visible yet.
+    }
     let gone = matches!(instance, Observed::Absent | Observed::Failed);
     match runner.state {
         RunnerState::Provisioning
@@ -80,7 +115,12 @@ pub fn wants_start(runner: &Runner, instance: Observed) -> bool {
 mod tests {
     use super::*;
     use crate::runner::{NewRunner, RunnerId};
-    use crate::time::Timestamp;
+
+    /// A list taken long after every create, with no lag.
+    const TRUSTED: Listing = Listing {
+        started_at: Timestamp::from_millis(1_000_000),
+        lag: Duration::ZERO,
+    };
 
     /// Every (runner state, report, readiness) the reconciler can meet, and
     /// the event it means.
@@ -101,7 +141,7 @@ mod tests {
             for instance in [Absent, Pending, Running, Stopped, Failed, Unknown] {
                 for readiness in [MachineRunning, RunnerRegisters] {
                     runner.state = state;
-                    let mut event = observe(&runner, "i-1", instance, readiness)
+                    let mut event = observe(&runner, "i-1", instance, readiness, TRUSTED)
                         .map(|e| e.name())
                         .unwrap_or("-");
                     if wants_start(&runner, instance) {
@@ -149,5 +189,51 @@ mod tests {
             terminating  Failed   RunnerRegisters  termination
         "#]]
         .assert_eq(&table);
+    }
+
+    /// An instance missing from a list that began within the provider's
+    /// lag after its create returned is not visible yet: nothing changes,
+    /// whatever the runner's state; once the lag has passed, it is gone.
+    #[test]
+    fn a_just_created_instance_missing_from_the_list_is_not_visible_yet() {
+        let mut runner = NewRunner {
+            name: "r".into(),
+            pool: "p".into(),
+            provider: "ec2".into(),
+            labels: vec![],
+        }
+        .initial(RunnerId(1), Timestamp::from_millis(0));
+        runner.provisioning_at = Some(Timestamp::from_millis(10_000));
+        let lag = Duration::from_secs(5);
+        for state in [
+            RunnerState::Provisioning,
+            RunnerState::Idle,
+            RunnerState::Busy,
+        ] {
+            runner.state = state;
+            for (listed_at, gone) in [(10_000, false), (14_999, false), (15_000, true)] {
+                let listing = Listing {
+                    started_at: Timestamp::from_millis(listed_at),
+                    lag,
+                };
+                let event = observe(
+                    &runner,
+                    "i-1",
+                    Observed::Absent,
+                    Readiness::RunnerRegisters,
+                    listing,
+                );
+                assert_eq!(event.is_some(), gone, "{state} listed at {listed_at}");
+                // A failed instance is reported, not hidden: it counts at once.
+                let failed = observe(
+                    &runner,
+                    "i-1",
+                    Observed::Failed,
+                    Readiness::RunnerRegisters,
+                    listing,
+                );
+                assert!(failed.is_some(), "{state}: a failed instance is not lag");
+            }
+        }
     }
 }

@@ -147,6 +147,10 @@ pub struct Ec2Config {
     pub boot_command: Option<String>,
     pub max_instances: u32,
     pub boot_time: Duration,
+    /// How long a launched instance may be missing from
+    /// `DescribeInstances` (eventual consistency): it counts against the
+    /// quota meanwhile.
+    pub list_lag: Duration,
     pub controller_id: String,
     pub legacy_controller_id: Option<String>,
 }
@@ -258,6 +262,24 @@ pub const LAUNCH_KEYS: [&str; 10] = [
     "MetadataOptions",
     "InstanceType",
 ];
+
+/// What is wrong with the `ec2` object of one rule's `values`, naming the
+/// key. A rule holds part of the settings (another may give the image), so
+/// each key present is checked as [`LaunchSettings::from_launch_config`]
+/// reads it, and none is required.
+pub fn check_rule_values(values: &Value) -> Result<(), String> {
+    let Some(ec2) = values.get("ec2") else {
+        return Ok(());
+    };
+    let Some(object) = ec2.as_object() else {
+        return Err("ec2 must be an object of RunInstances settings".into());
+    };
+    let mut whole = object.clone();
+    whole
+        .entry("ImageId")
+        .or_insert_with(|| Value::String("ami-checked-elsewhere".into()));
+    LaunchSettings::from_launch_config(&serde_json::json!({ "ec2": whole })).map(drop)
+}
 
 impl LaunchSettings {
     /// The settings in `launch_config` (the evaluated worker
@@ -479,9 +501,17 @@ fn shell_quote(value: &str) -> String {
 
 struct State {
     /// Instances this provider counts against its quota: the last list's,
-    /// plus creates since (a reservation `creating:NAME` while a create is
-    /// in flight), minus deletes.
+    /// plus launches the list does not show yet, minus deletes.
     live: BTreeSet<String>,
+    /// Quota slots held for runners whose create has not returned (by
+    /// runner name): taken by [`Provider::reserve`] before the runner's
+    /// record and create, or by `create` itself, before any call to AWS.
+    reserved: BTreeSet<String>,
+    /// Launches not yet seen in a list, and when each returned: counted
+    /// until a list shows them or `list_lag` has passed.
+    launched: BTreeMap<String, Instant>,
+    /// Instances the latest list saw shutting down or terminated.
+    gone: BTreeSet<String>,
     /// Spot $/hour per (instance type, zone).
     spot_prices: BTreeMap<(String, String), f64>,
     prices_read: Option<Instant>,
@@ -489,6 +519,13 @@ struct State {
     interruptions: BTreeMap<String, Vec<Timestamp>>,
     /// Interrupted instances already counted.
     counted: BTreeSet<String>,
+}
+
+impl State {
+    /// Slots counted against the quota: live instances and reservations.
+    fn used(&self) -> u32 {
+        (self.live.len() + self.reserved.len()) as u32
+    }
 }
 
 pub struct Ec2Provider {
@@ -499,6 +536,26 @@ pub struct Ec2Provider {
 }
 
 impl Ec2Provider {
+    /// Holds a quota slot for runner `name` (kept if it holds one already),
+    /// or refuses with [`ProviderError::Quota`].
+    fn take_slot(&self, name: &str) -> Result<(), ProviderError> {
+        let mut state = self
+            .state
+            .lock()
+            .map_err(|_| self.transient("state lock poisoned".into()))?;
+        if state.reserved.contains(name) {
+            return Ok(());
+        }
+        if state.used() >= self.config.max_instances {
+            return Err(ProviderError::Quota {
+                provider: self.config.name.clone(),
+                limit: self.config.max_instances,
+            });
+        }
+        state.reserved.insert(name.to_owned());
+        Ok(())
+    }
+
     pub fn new(config: Ec2Config, clock: Arc<dyn Clock>) -> Ec2Provider {
         Ec2Provider {
             config,
@@ -506,6 +563,9 @@ impl Ec2Provider {
             client: OnceCell::new(),
             state: Mutex::new(State {
                 live: BTreeSet::new(),
+                reserved: BTreeSet::new(),
+                launched: BTreeMap::new(),
+                gone: BTreeSet::new(),
                 spot_prices: BTreeMap::new(),
                 prices_read: None,
                 interruptions: BTreeMap::new(),
@@ -809,34 +869,29 @@ impl Provider for Ec2Provider {
             .map_err(|e| self.permanent(e))?;
         let settings = LaunchSettings::from_launch_config(&request.launch_config)
             .map_err(|e| self.permanent(format!("worker configuration: {e}")))?;
-        if let Some(found) = self.find_by_name(&request.name).await? {
-            if let Ok(mut state) = self.state.lock() {
-                state.live.insert(found.id.0.clone());
-            }
-            return Ok(found);
-        }
-        let reservation = format!("creating:{}", request.name);
-        {
-            let mut state = self
-                .state
-                .lock()
-                .map_err(|_| self.transient("state lock poisoned".into()))?;
-            if state.live.len() as u32 >= self.config.max_instances {
-                return Err(ProviderError::Quota {
-                    provider: self.config.name.clone(),
-                    limit: self.config.max_instances,
-                });
-            }
-            state.live.insert(reservation.clone());
-        }
+        // The quota slot first, before any call: a round that plans while
+        // this create looks itself up must see the slot taken.
+        self.take_slot(&request.name)?;
         let release = |id: Option<&str>| {
             if let Ok(mut state) = self.state.lock() {
-                state.live.remove(&reservation);
+                state.reserved.remove(&request.name);
                 if let Some(id) = id {
                     state.live.insert(id.to_owned());
+                    state.launched.insert(id.to_owned(), Instant::now());
                 }
             }
         };
+        match self.find_by_name(&request.name).await {
+            Ok(Some(found)) => {
+                release(Some(&found.id.0));
+                return Ok(found);
+            }
+            Ok(None) => {}
+            Err(error) => {
+                release(None);
+                return Err(error);
+            }
+        }
         let command = self
             .config
             .boot_command
@@ -972,6 +1027,7 @@ impl Provider for Ec2Provider {
         }
         if let Ok(mut state) = self.state.lock() {
             state.live.remove(&id.0);
+            state.launched.remove(&id.0);
         }
         Ok(())
     }
@@ -1007,6 +1063,10 @@ impl Provider for Ec2Provider {
             .send();
         let mut listed = Vec::new();
         let mut interrupted: Vec<(String, String)> = Vec::new();
+        // Every instance described, gone ones too: a launch the list has
+        // shown (running or already terminated) is no longer lagging.
+        let mut seen = BTreeSet::new();
+        let mut gone = BTreeSet::new();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| self.sdk_error("DescribeInstances", &e))?;
             for described in page.reservations().iter().flat_map(|r| r.instances()) {
@@ -1017,7 +1077,9 @@ impl Provider for Ec2Provider {
                     let offer = tag_value(described.tags(), OFFER_TAG).unwrap_or_default();
                     interrupted.push((instance.id.0.clone(), offer));
                 }
+                seen.insert(instance.id.0.clone());
                 if observed.gone {
+                    gone.insert(instance.id.0.clone());
                     continue;
                 }
                 listed.push(instance);
@@ -1025,17 +1087,20 @@ impl Provider for Ec2Provider {
         }
         let now = self.clock.now();
         if let Ok(mut state) = self.state.lock() {
-            let reserved: Vec<String> = state
-                .live
-                .iter()
-                .filter(|id| id.starts_with("creating:"))
-                .cloned()
-                .collect();
+            // A launch the list does not show yet still counts, until the
+            // list shows it or `list_lag` has passed since it returned
+            // (then it is gone, or AWS never started it).
+            let lag = self.config.list_lag;
+            state
+                .launched
+                .retain(|id, at| !seen.contains(id) && at.elapsed() < lag);
+            let unlisted: Vec<String> = state.launched.keys().cloned().collect();
+            state.gone = gone;
             state.live = listed
                 .iter()
                 .filter(|i| i.state != InstanceState::Failed)
                 .map(|i| i.id.0.clone())
-                .chain(reserved)
+                .chain(unlisted)
                 .collect();
             for (id, offer) in interrupted {
                 if state.counted.insert(id.clone()) {
@@ -1056,7 +1121,7 @@ impl Provider for Ec2Provider {
 
     fn bid(&self, _pool: &str, capacity: u32) -> Vec<Offer> {
         let (used, prices) = match self.state.lock() {
-            Ok(state) => (state.live.len() as u32, state.spot_prices.clone()),
+            Ok(state) => (state.used(), state.spot_prices.clone()),
             Err(_) => return Vec::new(),
         };
         let left = self.config.max_instances.saturating_sub(used).min(capacity);
@@ -1102,6 +1167,23 @@ impl Provider for Ec2Provider {
 
     fn runners_register(&self) -> bool {
         true
+    }
+
+    fn reserve(&self, name: &str) -> Result<(), ProviderError> {
+        self.take_slot(name)
+    }
+
+    fn seen_gone(&self, id: &InstanceId) -> bool {
+        self.state
+            .lock()
+            .map(|state| state.gone.contains(&id.0))
+            .unwrap_or(false)
+    }
+
+    fn unreserve(&self, name: &str) {
+        if let Ok(mut state) = self.state.lock() {
+            state.reserved.remove(name);
+        }
     }
 }
 

@@ -166,6 +166,19 @@ impl ProviderKind {
         }
     }
 
+    /// What this kind refuses in one worker-configuration rule's `values`
+    /// (before rules are merged), naming the key: an `ec2` object with a
+    /// key RunInstances settings do not have (`ec2.SecurityGroupId` for
+    /// `SecurityGroupIds`) or a value of the wrong shape. Checked where the
+    /// operator is — `runway config check`, `serve`'s start and reload, a
+    /// PUT of a worker configuration — not when a job first needs a runner.
+    pub fn check_rule_values(&self, values: &serde_json::Value) -> Result<(), String> {
+        match self {
+            ProviderKind::Ec2 { .. } => crate::ec2::check_rule_values(values),
+            _ => Ok(()),
+        }
+    }
+
     /// What is wrong with this kind's own settings, as (key, message).
     pub fn check(&self) -> Result<(), (&'static str, String)> {
         if let ProviderKind::Ec2 {
@@ -239,6 +252,8 @@ pub struct ProviderSpec {
     pub price_per_hour: f64,
     /// Boot time, uniform between the two (equal for a fixed time).
     pub boot_seconds: (f64, f64),
+    /// How long a created instance may be missing from the list.
+    pub list_lag: Duration,
     /// Host environment variables (names or prefixes) a child may inherit
     /// besides the base (`environment.rs`).
     pub environment_variables: Vec<String>,
@@ -389,6 +404,7 @@ pub fn build(spec: &ProviderSpec, context: &BuildContext) -> Result<Arc<dyn Prov
                     boot_command: boot_command.clone(),
                     max_instances: spec.max_instances,
                     boot_time: spec.mean_boot_time(),
+                    list_lag: spec.list_lag,
                     controller_id: context.controller_id.clone(),
                     legacy_controller_id: context.legacy_controller_id.clone(),
                 },
@@ -421,6 +437,7 @@ mod tests {
             max_instances: 3,
             price_per_hour: 0.5,
             boot_seconds: (10.0, 20.0),
+            list_lag: Duration::ZERO,
             environment_variables: Vec::new(),
             pools: vec!["pool".into()],
         }

@@ -146,6 +146,31 @@ pub trait Provider: Send + Sync {
     /// Offers for up to `capacity` new runners of `pool`.
     fn bid(&self, pool: &str, capacity: u32) -> Vec<Offer>;
 
+    /// Holds a quota slot for the runner `name` that is about to be
+    /// created, before its record is written and its create called, so a
+    /// round that plans meanwhile (its bid) sees the slot taken. A create
+    /// of that name uses the slot; [`Provider::unreserve`] gives back one
+    /// that no create will use. [`ProviderError::Quota`] when none is left:
+    /// capacity, not a failure. Providers that count their creates
+    /// otherwise keep the default, which holds nothing.
+    fn reserve(&self, name: &str) -> Result<(), ProviderError> {
+        let _ = name;
+        Ok(())
+    }
+
+    /// Whether the latest list saw instance `id` ended (EC2 lists a
+    /// terminated instance for a while): its absence from the list is then
+    /// no lag to wait out (`list_lag`), it is gone for sure.
+    fn seen_gone(&self, id: &InstanceId) -> bool {
+        let _ = id;
+        false
+    }
+
+    /// Gives back the slot [`Provider::reserve`] held for `name`.
+    fn unreserve(&self, name: &str) {
+        let _ = name;
+    }
+
     /// The condition inputs a launch on `offer` adds to the evaluation of
     /// the pool's worker configuration (an EC2 offer's `region`,
     /// `availabilityZone`, `instanceType` and `purchaseOption`), so rules

@@ -177,6 +177,7 @@ fn ec2(url: &str) -> Harness {
         boot_command: None,
         max_instances: 4,
         boot_time: Duration::from_secs(60),
+        list_lag: Duration::from_secs(60),
         controller_id: uuid::Uuid::new_v4().to_string(),
         legacy_controller_id: None,
     };

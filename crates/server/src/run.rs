@@ -125,6 +125,7 @@ pub async fn run(
     // Nothing reconciles until the lead is held (at once on SQLite; on
     // PostgreSQL by the one replica holding the advisory lock).
     service.leading = std::sync::atomic::AtomicBool::new(false);
+    service.lease = std::sync::Mutex::new(crate::app::lease::Lease::NotHeld);
     let _ = service.address.set(format!("http://{address}"));
     let service = Arc::new(service);
     let (stop, stopped) = tokio::sync::watch::channel(false);

@@ -1284,3 +1284,161 @@ async fn a_job_whose_runners_machine_vanishes_is_requeued_at_once() {
         "requeued at once: {job:?}"
     );
 }
+
+/// A cloud whose list shows an instance only `hide` after its create
+/// returned (EC2's eventual consistency), with a quota it holds for creates
+/// in flight (`Provider::reserve`). Every create counted.
+struct Lagging {
+    clock: Arc<ManualClock>,
+    hide: Duration,
+    quota: u32,
+    state: std::sync::Mutex<LaggingState>,
+}
+
+#[derive(Default)]
+struct LaggingState {
+    /// (instance, when its create returned)
+    instances: Vec<(Instance, Timestamp)>,
+    reserved: std::collections::BTreeSet<String>,
+    creates: u32,
+    most_at_once: u32,
+}
+
+impl LaggingState {
+    fn used(&self) -> u32 {
+        (self.instances.len() + self.reserved.len()) as u32
+    }
+}
+
+#[async_trait]
+impl Provider for Lagging {
+    fn name(&self) -> &str {
+        "lagging"
+    }
+    fn reserve(&self, name: &str) -> Result<(), ProviderError> {
+        let mut state = self.state.lock().unwrap();
+        if state.used() >= self.quota {
+            return Err(ProviderError::Quota {
+                provider: "lagging".into(),
+                limit: self.quota,
+            });
+        }
+        state.reserved.insert(name.to_owned());
+        Ok(())
+    }
+    fn unreserve(&self, name: &str) {
+        self.state.lock().unwrap().reserved.remove(name);
+    }
+    async fn create(&self, request: &CreateRequest) -> Result<Instance, ProviderError> {
+        let mut state = self.state.lock().unwrap();
+        if !state.reserved.remove(&request.name) && state.used() >= self.quota {
+            return Err(ProviderError::Quota {
+                provider: "lagging".into(),
+                limit: self.quota,
+            });
+        }
+        let instance = Instance {
+            id: InstanceId(format!("i-{}", request.name)),
+            name: request.name.clone(),
+            state: runway_providers::InstanceState::Running,
+        };
+        state.instances.push((instance.clone(), self.clock.now()));
+        state.creates += 1;
+        state.most_at_once = state.most_at_once.max(state.instances.len() as u32);
+        Ok(instance)
+    }
+    async fn delete(&self, id: &InstanceId) -> Result<(), ProviderError> {
+        self.state
+            .lock()
+            .unwrap()
+            .instances
+            .retain(|(i, _)| &i.id != id);
+        Ok(())
+    }
+    async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
+        let now = self.clock.now();
+        Ok(self
+            .state
+            .lock()
+            .unwrap()
+            .instances
+            .iter()
+            .filter(|(_, at)| now.since(*at) >= self.hide)
+            .map(|(i, _)| i.clone())
+            .collect())
+    }
+    fn bid(&self, _: &str, capacity: u32) -> Vec<Offer> {
+        let used = self.state.lock().unwrap().used();
+        runway_providers::quota_offer(
+            "lagging",
+            self.quota,
+            used,
+            capacity,
+            0.1,
+            Duration::from_secs(60),
+            1.0,
+        )
+    }
+    fn runners_register(&self) -> bool {
+        true
+    }
+}
+
+/// Each new instance is missing from the list for `hide`; the provider
+/// declares `list_lag`. With the lag covered: one launch per job, never
+/// over the quota, no runner failed. With `list_lag` 0 (the old
+/// behaviour) the same weather fails runners and launches again: the test
+/// can fail.
+#[tokio::test]
+async fn instances_a_lagging_list_does_not_show_yet_are_not_vanished() {
+    for (hide_secs, list_lag_secs, holds) in
+        [(1, 10, true), (2, 10, true), (5, 10, true), (2, 0, false)]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let mut declared = runway_server::config::ProviderConfig::new(
+            "lagging",
+            runway_providers::factory::ProviderKind::Sim {
+                fail_rate: 0.0,
+                seed: 0,
+            },
+        );
+        declared.list_lag = Duration::from_secs(list_lag_secs);
+        let config = Config {
+            pools: vec![PoolConfig {
+                providers: vec!["lagging".into()],
+                ..linux_pool(0, 10)
+            }],
+            providers: vec![declared],
+            ..Config::default()
+        };
+        let store = common::sqlite_store(&dir.path().join("runway.db")).await;
+        let service = Arc::new(Service::new(config, store));
+        let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
+        let cloud = Arc::new(Lagging {
+            clock: clock.clone(),
+            hide: Duration::from_secs(hide_secs),
+            quota: 3,
+            state: Default::default(),
+        });
+        let providers: BTreeMap<String, Arc<dyn Provider>> =
+            BTreeMap::from([("lagging".to_owned(), cloud.clone() as Arc<dyn Provider>)]);
+        let reconciler = Reconciler::new(service.clone(), providers);
+        for i in 0..5 {
+            service.store.enqueue(&job(i), clock.now()).await.unwrap();
+        }
+        // Twelve seconds of rounds every 300 ms.
+        for _ in 0..40 {
+            reconciler.reconcile_once(clock.now()).await.unwrap();
+            clock.advance(Duration::from_millis(300));
+        }
+        let failed = count(&service, RunnerState::Failed).await;
+        let state = cloud.state.lock().unwrap();
+        let fine = (state.creates, state.most_at_once, failed) == (3, 3, 0);
+        assert_eq!(
+            fine, holds,
+            "hidden {hide_secs}s, list_lag {list_lag_secs}s: {} launches for 5 jobs at quota 3, {} at once, {failed} runners failed",
+            state.creates, state.most_at_once
+        );
+        assert!(state.most_at_once <= 3, "over the quota");
+    }
+}

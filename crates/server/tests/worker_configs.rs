@@ -353,3 +353,47 @@ async fn concurrent_puts_with_the_same_if_match_let_exactly_one_win() {
         .count();
     assert_eq!((wins, conflicts), (1, 7), "{statuses:?}");
 }
+
+/// A key the pool's EC2 provider does not know (`ec2.SecurityGroupId`
+/// for `SecurityGroupIds`) is a 422 naming it, not an error when the
+/// first job needs a runner; a value of the wrong shape too. The keys
+/// spelled right are taken.
+#[tokio::test]
+async fn provider_keys_the_pools_providers_refuse_are_a_422_naming_the_key() {
+    let mut config = Config::default();
+    config.server.admin_tokens = vec![Secret::literal(ADMIN)];
+    config.providers = vec![ProviderConfig::for_kind("aws", "ec2").unwrap()];
+    let harness = Harness::new(config).await;
+    let with = |ec2: Value| {
+        json!({"pools": ["local"], "rules": [
+            {"rule_id": "ami", "values": {"ec2": {"ImageId": "ami-1"}}},
+            {"rule_id": "network", "values": {"ec2": ec2}},
+        ]})
+    };
+    for (ec2, key) in [
+        (json!({"SecurityGroupId": ["sg-1"]}), "ec2.SecurityGroupId"),
+        (json!({"SecurityGroupIds": "sg-1"}), "ec2.SecurityGroupIds"),
+        (json!({"InstanceType": "m5.large"}), "ec2.InstanceType"),
+    ] {
+        let (status, _, error) = harness
+            .admin("PUT", "/api/v1/worker-configs/net", None, Some(with(ec2)))
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{error}");
+        let message = error["error"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(key) && message.contains("\"network\""),
+            "names the key and the rule: {error}"
+        );
+    }
+    let (status, _, error) = harness
+        .admin(
+            "PUT",
+            "/api/v1/worker-configs/net",
+            None,
+            Some(with(
+                json!({"SecurityGroupIds": ["sg-1"], "SubnetId": "subnet-1"}),
+            )),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{error}");
+}

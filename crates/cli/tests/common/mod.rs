@@ -563,3 +563,40 @@ pub fn run_checker(mut command: Command, what: &str) -> String {
     assert!(output.status.success(), "{what} failed:\n{text}");
     text
 }
+
+/// Serves `app` on a free loopback port from a runtime of its own (kept
+/// alive by the returned runtime): a fault-injecting proxy of a test.
+pub fn serve_router(app: axum::Router) -> (String, tokio::runtime::Runtime) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime for the proxy");
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("a loopback port");
+    let url = format!("http://{}", listener.local_addr().expect("its address"));
+    runtime.spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, runtime)
+}
+
+/// Sends a request a proxy received on to `upstream`, with its headers
+/// (but `host` and `content-length`, which the client sets again).
+pub async fn forward(
+    client: &reqwest::Client,
+    upstream: &str,
+    method: axum::http::Method,
+    uri: &axum::http::Uri,
+    headers: &axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> reqwest::Result<reqwest::Response> {
+    let mut request = client.request(method, format!("{upstream}{uri}"));
+    for (name, value) in headers {
+        if name != "host" && name != "content-length" {
+            request = request.header(name, value);
+        }
+    }
+    request.body(body).send().await
+}

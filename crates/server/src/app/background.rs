@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::app::lease::Lease;
 use crate::app::Service;
 use crate::clock::now;
 use crate::tasks::Worker;
@@ -131,14 +132,21 @@ async fn keep_the_lead(
     lead: &mut Option<Box<dyn runway_store::Leadership>>,
     silence: Duration,
 ) -> Result<(), runway_store::StoreError> {
+    // The lease runs from before the check: the server keeps the lock for
+    // `silence` after the check's statement ended, which is later.
+    let checked = std::time::Instant::now();
     let held = match lead.as_mut() {
         Some(held) => held.still_held().await,
         None => false,
     };
     if held {
+        let term = service.term.load(std::sync::atomic::Ordering::SeqCst);
+        service.set_lease(Lease::renewed(term, checked, silence));
         return Ok(());
     }
     if lead.take().is_some() {
+        // No side effect from here on, whatever a round in flight does.
+        service.set_lease(Lease::NotHeld);
         service.term.store(0, std::sync::atomic::Ordering::SeqCst);
         tracing::warn!("lost the lead (its database session ended); trying again");
     }
@@ -152,6 +160,7 @@ async fn keep_the_lead(
                 .await
                 .inspect_err(|_| service.metrics.store_error("begin_term"))?;
             service.lead_in(term);
+            service.set_lease(Lease::renewed(term, checked, silence));
             *lead = Some(new);
             tracing::info!(
                 term,

@@ -9,6 +9,7 @@ pub mod explain;
 pub mod garm;
 pub mod intake;
 pub mod jobs;
+pub mod lease;
 pub mod reload;
 pub mod retention;
 pub mod runners;
@@ -87,6 +88,9 @@ pub struct Service {
     /// The term of this replica's lead (`Store::begin_term`), 0 while it
     /// does not lead.
     pub term: std::sync::atomic::AtomicI64,
+    /// The lead as this replica's own clock knows it (`may_act`), renewed
+    /// by `background::leadership`.
+    pub lease: std::sync::Mutex<crate::app::lease::Lease>,
     /// The store for the leader's own actions in its latest term
     /// (`Store::fenced`): once another replica has begun a later term, its
     /// writes to runners and once-keys are refused. Kept after the lead is
@@ -155,6 +159,7 @@ impl Service {
             started_at: now(),
             address: std::sync::OnceLock::new(),
             term: std::sync::atomic::AtomicI64::new(0),
+            lease: std::sync::Mutex::new(crate::app::lease::Lease::Unmanaged),
             leader_store: std::sync::RwLock::new(None),
             outgoing: crate::app::wakeups::Outgoing::default(),
             runner_downloads: std::sync::Mutex::new(std::collections::BTreeMap::new()),
@@ -224,6 +229,14 @@ impl Service {
             .unwrap_or_else(|| self.store.clone())
     }
 
+    /// Sets what this replica knows of its lead (`background::leadership`).
+    pub fn set_lease(&self, lease: crate::app::lease::Lease) {
+        match self.lease.lock() {
+            Ok(mut current) => *current = lease,
+            Err(poisoned) => *poisoned.into_inner() = lease,
+        }
+    }
+
     /// This replica has begun leading in `term`.
     pub fn lead_in(&self, term: i64) {
         let fenced = self
@@ -234,6 +247,52 @@ impl Service {
             *store = Some(fenced);
         }
         self.term.store(term, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether this replica may make a side effect outside the store now
+    /// (a provider call, a GitHub or scale-set call, a retention pass):
+    /// it leads, its lease runs by its own clock, and the store has begun
+    /// no later term. Call it right before the call, after waiting for a
+    /// provider's lane: what waited behind a hung call is dropped once the
+    /// term is over. A refusal is logged and counted
+    /// (`runway_leader_fenced_calls_total`).
+    pub async fn may_act(&self, operation: &'static str) -> Result<(), crate::app::lease::Deposed> {
+        let outcome = self.confirm_lead().await;
+        if let Err(reason) = &outcome {
+            self.metrics
+                .leader_fenced_calls
+                .get_or_create(&crate::telemetry::metrics::OperationReasonLabels {
+                    operation,
+                    reason: reason.code(),
+                })
+                .inc();
+            tracing::warn!(operation, %reason, "not done: this replica cannot show it still leads");
+        }
+        outcome
+    }
+
+    async fn confirm_lead(&self) -> Result<(), crate::app::lease::Deposed> {
+        use crate::app::lease::{Deposed, Lease};
+        if !self.is_leader() {
+            return Err(Deposed::NotLeading);
+        }
+        let lease = self.lease.lock().map(|l| *l).unwrap_or(Lease::NotHeld);
+        let term = match lease.term_at(std::time::Instant::now())? {
+            Some(term) => term,
+            None => match self.term.load(std::sync::atomic::Ordering::SeqCst) {
+                0 => return Ok(()), // Unmanaged and no term: nothing to check.
+                term => term,
+            },
+        };
+        match self.store.leader(crate::app::background::LEAD).await {
+            Ok(Some(current)) if current.term == term => Ok(()),
+            Ok(Some(current)) => Err(Deposed::LaterTerm {
+                mine: term,
+                current: current.term,
+            }),
+            Ok(None) => Err(Deposed::Unconfirmed("no term is recorded".into())),
+            Err(error) => Err(Deposed::Unconfirmed(error.to_string())),
+        }
     }
 
     /// Whether this replica runs the reconciler and the GitHub healer now.

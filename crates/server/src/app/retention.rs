@@ -56,6 +56,11 @@ pub async fn prune(service: &Service, now: Timestamp) -> Result<Pruned, StoreErr
         let before = now.minus(kept);
         let mut total = 0;
         for _ in 0..MAX_BATCHES {
+            // The leader's work: a replica that cannot show it still
+            // leads (paused, deposed) deletes nothing more.
+            if service.may_act("retention").await.is_err() {
+                return Ok(pruned);
+            }
             let deleted = store.prune(what, before, retention.batch).await?;
             total += deleted;
             if deleted < u64::from(retention.batch) {

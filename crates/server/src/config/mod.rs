@@ -409,6 +409,13 @@ pub struct ProviderConfig {
     /// `sim` instances take, and what the others' bids say to expect.
     #[serde(with = "runway_providers::settings::boot_seconds")]
     pub boot_seconds: (f64, f64),
+    /// How long an instance may be missing from the provider's list after
+    /// its create returned (cloud APIs are eventually consistent): until
+    /// then its absence is "not visible yet", not "vanished". By kind:
+    /// `ec2` 60 s, `exec` 30 s (GARM providers list real clouds), `process`
+    /// and `sim` 0 (their lists are what they just did).
+    #[serde(with = "runway_providers::settings::duration")]
+    pub list_lag: Duration,
     /// `process`, `exec`: host environment variables (names, or prefixes
     /// such as `"AWS_"`) the child may inherit besides the base (`PATH`,
     /// `HOME`, `LANG`, `TMPDIR`, the proxy variables). Nothing else of
@@ -423,6 +430,11 @@ impl ProviderConfig {
     /// second, free.
     pub fn new(name: &str, kind: ProviderKind) -> ProviderConfig {
         let local = matches!(kind, ProviderKind::Process { .. });
+        let list_lag = match kind {
+            ProviderKind::Ec2 { .. } => Duration::from_secs(60),
+            ProviderKind::Exec { .. } => Duration::from_secs(30),
+            _ => Duration::ZERO,
+        };
         ProviderConfig {
             name: name.to_owned(),
             kind,
@@ -431,6 +443,7 @@ impl ProviderConfig {
             max_instances: if local { 4 } else { 100 },
             price_per_hour: if local { 0.0 } else { 0.10 },
             boot_seconds: if local { (1.0, 1.0) } else { (120.0, 180.0) },
+            list_lag,
             environment_variables: Vec::new(),
         }
     }
@@ -449,6 +462,7 @@ impl ProviderConfig {
             max_instances: self.max_instances,
             price_per_hour: self.price_per_hour,
             boot_seconds: self.boot_seconds,
+            list_lag: self.list_lag,
             environment_variables: self.environment_variables.clone(),
             pools,
         }
@@ -999,6 +1013,38 @@ impl Config {
         }
     }
 
+    /// What the providers its pools may use refuse in `config`'s rules
+    /// (each kind checks its own keys: `ProviderKind::check_rule_values`),
+    /// naming the rule and the key. A configuration of no known pool is
+    /// checked against every provider.
+    pub fn check_provider_values(&self, config: &WorkerConfig) -> Result<(), String> {
+        let mut providers: Vec<&ProviderConfig> = Vec::new();
+        for pool in self.pools.iter().filter(|p| config.pools.contains(&p.name)) {
+            for provider in &self.providers {
+                let allowed = pool.providers.is_empty() || pool.providers.contains(&provider.name);
+                if allowed && !providers.iter().any(|p| p.name == provider.name) {
+                    providers.push(provider);
+                }
+            }
+        }
+        if providers.is_empty() {
+            providers = self.providers.iter().collect();
+        }
+        for rule in &config.rules {
+            for provider in &providers {
+                provider.kind.check_rule_values(&rule.values).map_err(|e| {
+                    format!(
+                        "rule {:?}: {e} (refused by provider {:?}, kind {})",
+                        rule.rule_id,
+                        provider.name,
+                        provider.kind.name()
+                    )
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     fn validate(&self) -> Result<(), (String, String)> {
         for provider in &self.providers {
             if runway_core::RunnerOrigin::is_reserved(&provider.name) {
@@ -1045,6 +1091,8 @@ impl Config {
             config
                 .check(&schemas)
                 .map_err(|e| (key.clone(), e.to_string()))?;
+            self.check_provider_values(config)
+                .map_err(|e| (key.clone(), e))?;
             for pool in &config.pools {
                 if let Some(owner) = owners.insert(pool, &config.id) {
                     return Err((
@@ -1341,7 +1389,7 @@ mod providers {
 
     /// The keys every kind takes, for an error about one it does not.
     const COMMON_KEYS: &str =
-        "conditions, required_keys, max_instances, price_per_hour, boot_seconds, environment_variables";
+        "conditions, required_keys, max_instances, price_per_hour, boot_seconds, list_lag, environment_variables";
 
     /// One provider's table, over the defaults of its kind.
     fn read(name: &str, table: toml::Table) -> Result<ProviderConfig, String> {
@@ -1623,7 +1671,7 @@ mod tests {
         check(
             "[providers.cloud]\nkind = \"sim\"\ncommand = [\"runway\"]\n",
             expect![[
-                r#"error: config runway.toml: [providers.cloud]: unknown field `command`, expected `fail_rate` or `seed` for kind "sim", or one every kind takes: conditions, required_keys, max_instances, price_per_hour, boot_seconds, environment_variables"#
+                r#"error: config runway.toml: [providers.cloud]: unknown field `command`, expected `fail_rate` or `seed` for kind "sim", or one every kind takes: conditions, required_keys, max_instances, price_per_hour, boot_seconds, list_lag, environment_variables"#
             ]],
         );
         check(

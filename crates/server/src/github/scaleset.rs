@@ -184,6 +184,42 @@ pub struct ScaleSetClient {
     /// The pool, for the metrics.
     pool: String,
     admin: tokio::sync::Mutex<Option<Admin>>,
+    /// No request before this: GitHub rate-limited the pool's calls
+    /// (429, or 403 with `Retry-After` or a rate-limit message), and every
+    /// call of this client — the listener's, the reconciler's — waits.
+    hold: std::sync::Mutex<Option<Timestamp>>,
+}
+
+/// How long a rate limit with no `Retry-After` and no reset time holds
+/// the calls back: GitHub's documentation says to wait at least a minute.
+const RATE_LIMIT_WAIT: Duration = Duration::from_secs(60);
+
+/// How long GitHub asks the client to wait, if the answer is a rate
+/// limit: `Retry-After` (seconds), else the reset time of a spent primary
+/// limit, else [`RATE_LIMIT_WAIT`]; `None` for any other answer (a 403 that
+/// is not a rate limit is a refusal, never a reason to refresh a token).
+fn rate_limit_wait(
+    status: StatusCode,
+    headers: &reqwest::header::HeaderMap,
+    body: &Value,
+    now: Timestamp,
+) -> Option<Duration> {
+    let number =
+        |name: &str| -> Option<u64> { headers.get(name)?.to_str().ok()?.trim().parse().ok() };
+    let retry_after = number("retry-after").map(Duration::from_secs);
+    let spent = number("x-ratelimit-remaining") == Some(0);
+    let says_so = body["message"]
+        .as_str()
+        .is_some_and(|m| m.to_lowercase().contains("rate limit"));
+    let limited = status == StatusCode::TOO_MANY_REQUESTS
+        || (status == StatusCode::FORBIDDEN && (retry_after.is_some() || spent || says_so));
+    if !limited {
+        return None;
+    }
+    let reset = number("x-ratelimit-reset")
+        .filter(|_| spent)
+        .map(|at| Timestamp::from_millis(at as i64 * 1000).since(now));
+    Some(retry_after.or(reset).unwrap_or(RATE_LIMIT_WAIT))
 }
 
 /// The `exp` of a JWT, if it has one (the signature is the service's
@@ -334,6 +370,7 @@ impl ScaleSetClient {
             config_url,
             pool: pool.to_owned(),
             admin: tokio::sync::Mutex::new(None),
+            hold: std::sync::Mutex::new(None),
         }
     }
 
@@ -429,6 +466,16 @@ impl ScaleSetClient {
         auth: Auth<'_>,
     ) -> Result<Answer, GithubError> {
         let operation = call.operation;
+        let now = crate::clock::now();
+        if let Some(until) = self.hold.lock().ok().and_then(|hold| *hold) {
+            if now < until {
+                // Rate-limited: not sent, so the limit is not extended.
+                return Err(GithubError::Budget {
+                    operation,
+                    retry_at: until,
+                });
+            }
+        }
         let authorization = match auth {
             Auth::Bearer(token) => format!("Bearer {}", token.expose()),
             Auth::RemoteAuth(token) => format!("RemoteAuth {}", token.expose()),
@@ -457,11 +504,52 @@ impl ScaleSetClient {
         })?;
         let status = response.status();
         metrics.github_request(operation, status.as_str());
+        let headers = response.headers().clone();
         let text = response.text().await.unwrap_or_default();
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let now = crate::clock::now();
+        if let Some(wait) = rate_limit_wait(status, &headers, &body, now) {
+            // Jittered up to a fifth longer, so the pools' clients do not
+            // all come back in the same second.
+            let wait = wait.mul_f64(1.0 + rand::random::<f64>() * 0.2);
+            let until = now.plus(wait);
+            if let Ok(mut hold) = self.hold.lock() {
+                *hold = Some(hold.map_or(until, |held| held.max(until)));
+            }
+            metrics
+                .scale_set_refusals
+                .get_or_create(&PoolKindLabels {
+                    pool: self.pool.clone(),
+                    kind: "rate_limited",
+                })
+                .inc();
+            tracing::warn!(pool = %self.pool, operation, status = status.as_u16(), wait_ms = wait.as_millis() as u64, "GitHub rate-limited the scale set's calls; none before the wait is over");
+            return Err(GithubError::Budget {
+                operation,
+                retry_at: until,
+            });
+        }
+        if status.is_client_error() || status.is_server_error() {
+            let kind = match status.as_u16() {
+                401 => "unauthorized",
+                403 => "forbidden",
+                404 => "not_found",
+                409 => "conflict",
+                code if code >= 500 => "server_error",
+                _ => "other",
+            };
+            metrics
+                .scale_set_refusals
+                .get_or_create(&PoolKindLabels {
+                    pool: self.pool.clone(),
+                    kind,
+                })
+                .inc();
+        }
         Ok(Answer {
             operation,
             status,
-            body: serde_json::from_str(&text).unwrap_or(Value::Null),
+            body,
         })
     }
 

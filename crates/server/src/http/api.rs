@@ -317,7 +317,7 @@ fn wait_details(reason: &WaitReason, has_providers: bool) -> Value {
         }
         WaitReason::NoProviderCapacity => json!({
             "hint": if has_providers {
-                "the pool's providers have no quota left"
+                "no offer: each of the pool's providers is at its max_instances (instances and creates in flight), or bids nothing"
             } else {
                 "no runner can start for this pool yet: register one (runway agent) or configure a provider"
             }

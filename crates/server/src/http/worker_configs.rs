@@ -196,6 +196,16 @@ async fn write(
     }
     let config = dto.into_core(&id);
     checked(&config, &service.schemas())?;
+    service
+        .config()
+        .check_provider_values(&config)
+        .map_err(|message| {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_worker_config",
+                message,
+            )
+        })?;
     let existed = service
         .store
         .get_worker_config(&id)

@@ -345,6 +345,11 @@ impl Healer {
             tracing::warn!(%hook, guid = %attempt.guid, asks = MAX_ASKS, "webhook delivery still failing after its redeliveries; given up (the re-check still corrects its job)");
             return Ok(Asked::Enough);
         };
+        if self.service.may_act("github_redeliver").await.is_err() {
+            // Deposed between its claims and the call: the once-keys were
+            // written in this term (fenced), so the next leader asks.
+            return Ok(Asked::Failed { budget: false });
+        }
         match self
             .client
             .redeliver(&self.service.metrics, hook, attempt.id)

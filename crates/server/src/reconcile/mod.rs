@@ -18,9 +18,10 @@ use runway_core::planner::{
 };
 use runway_core::runner::NewRunner;
 use runway_core::{JobId, RunnerEvent, RunnerId, RunnerState, Timestamp};
-use runway_providers::{CreateRequest, InstanceId, InstanceState, Provider};
+use runway_providers::{CreateRequest, InstanceId, InstanceState, Provider, ProviderError};
 use runway_store::StoreError;
 
+use crate::app::lease::Deposed;
 use crate::app::Service;
 use crate::config::{PoolConfig, PoolGithub};
 use crate::github::api::GithubError;
@@ -30,6 +31,18 @@ use crate::telemetry::metrics::DeleteResult;
 struct Health {
     consecutive_failures: u32,
     backoff: Option<Backoff>,
+}
+
+/// Why a create batch stopped before its last runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stopped {
+    /// The provider (or GitHub) refused for good, or GitHub said no.
+    Refused,
+    /// The provider has no quota left.
+    Quota,
+    /// This replica can no longer show it leads: nothing more is done,
+    /// records included (they are the next leader's).
+    Deposed,
 }
 
 /// What one round did, for logs and tests.
@@ -385,6 +398,20 @@ impl Inner {
         lane.acquire_owned().await.ok()
     }
 
+    /// A permit of `provider`'s lane for a call that changes something
+    /// (`operation`), once this replica has shown it still leads
+    /// (`Service::may_act`), checked after the wait for the lane: a call
+    /// that queued behind a hung one is dropped if the term ended meanwhile.
+    async fn permit_to_act(
+        &self,
+        provider: &str,
+        operation: &'static str,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Deposed> {
+        let permit = self.permit(provider).await;
+        self.service.may_act(operation).await?;
+        Ok(permit)
+    }
+
     /// Starts a list of every provider that has none running, and waits
     /// for them as for any call.
     async fn refresh_lists(self: &Arc<Self>, now: Timestamp) -> Result<(), StoreError> {
@@ -470,8 +497,14 @@ impl Inner {
                     .collect()
             };
             tasks.extend(self.orphans(name, provider, &instances, &runners));
-            self.observe_provider(name, provider, &instances, &judged, now, report, &mut tasks)
-                .await?;
+            let listing = runway_core::observe::Listing {
+                started_at: listed.started_at,
+                lag: self.list_lag(name),
+            };
+            self.observe_provider(
+                name, provider, &instances, &judged, listing, now, report, &mut tasks,
+            )
+            .await?;
         }
         report.merge(self.collect(tasks).await?);
         Ok(())
@@ -486,6 +519,7 @@ impl Inner {
         provider: &Arc<dyn Provider>,
         instances: &[runway_providers::Instance],
         runners: &[runway_core::Runner],
+        listing: runway_core::observe::Listing,
         now: Timestamp,
         report: &mut Report,
         tasks: &mut Vec<Task>,
@@ -546,7 +580,9 @@ impl Inner {
                         }
                     }
                     let deleted = {
-                        let _permit = this.permit(&name).await;
+                        let Ok(_permit) = this.permit_to_act(&name, "delete").await else {
+                            return Ok(report);
+                        };
                         provider.delete(&instance_id).await
                     };
                     match deleted {
@@ -567,6 +603,8 @@ impl Inner {
                 continue;
             }
             let observed = match by_id.get(&instance_id) {
+                // Listed as ended: gone for sure, no lag to wait out.
+                None if provider.seen_gone(&instance_id) => Observed::Failed,
                 None => Observed::Absent,
                 Some(InstanceState::Pending) => Observed::Pending,
                 Some(InstanceState::Running) => Observed::Running,
@@ -584,7 +622,9 @@ impl Inner {
                 );
                 tasks.extend(self.spawn(Some(runner.id), async move {
                     let started = {
-                        let _permit = this.permit(&name).await;
+                        let Ok(_permit) = this.permit_to_act(&name, "start").await else {
+                            return Ok(Report::default());
+                        };
                         provider.start(&instance_id).await
                     };
                     match started {
@@ -603,8 +643,8 @@ impl Inner {
             } else {
                 Readiness::MachineRunning
             };
-            let Some(event) = observe(runner, &instance_id.0, observed, readiness) else {
-                continue;
+            let Some(event) = observe(runner, &instance_id.0, observed, readiness, listing) else {
+                continue; // Nothing changes (or its instance is not visible yet).
             };
             let ready = event == RunnerEvent::Ready;
             // A runway-API job whose runner's machine is gone goes back to
@@ -653,6 +693,18 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// How long provider `name`'s list may lag behind its creates
+    /// (`[providers.NAME] list_lag`).
+    fn list_lag(&self, name: &str) -> Duration {
+        self.service
+            .config()
+            .providers
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.list_lag)
+            .unwrap_or_default()
     }
 
     /// The GitHub side of `pool`, if it is a GitHub pool.
@@ -756,6 +808,12 @@ impl Inner {
         else {
             return Ok(Ok(true)); // It never got a JIT configuration.
         };
+        if let Err(deposed) = self.service.may_act("github_deregister").await {
+            return Ok(Err(GithubError::Transport {
+                operation: "deregister runner",
+                message: deposed.to_string(),
+            }));
+        }
         let deleted = if github.scale_set.is_some() {
             // Registered in the scale set: removed through the Actions service.
             let Some(handle) = self.service.scale_sets.get(&runner.pool) else {
@@ -877,7 +935,9 @@ impl Inner {
             let mut report = Report::default();
             for orphan in orphans {
                 let deleted = {
-                    let _permit = this.permit(&name).await;
+                    let Ok(_permit) = this.permit_to_act(&name, "delete_orphan").await else {
+                        break; // Deposed: the next leader judges them again.
+                    };
                     provider.delete(&orphan.id).await
                 };
                 match deleted {
@@ -1250,10 +1310,21 @@ impl Inner {
         };
         let (mut succeeded, mut last_error) = (0u32, None);
         let mut failed = Vec::new();
+        // Every runner's quota slot and record first, before any call: a
+        // round that plans while this batch works sees them all (its
+        // records as supply, its slots in the provider's bid), so it
+        // neither asks for them again nor gives their quota to another
+        // pool. A provider with no slot left stops the batch there:
+        // capacity, not a failure.
+        let mut batch = Vec::new();
         for _ in 0..*count {
             let suffix: u32 = rand::thread_rng().gen();
             let name = format!("{pool}-{:08x}", suffix);
-            let runner = store
+            if let Err(error) = backend.reserve(&name) {
+                tracing::debug!(%provider, %error, "no quota slot for another runner this round");
+                break;
+            }
+            let created = store
                 .create_runner(
                     &NewRunner {
                         name: name.clone(),
@@ -1263,9 +1334,40 @@ impl Inner {
                     },
                     now,
                 )
-                .await?;
+                .await;
+            let runner = match created {
+                Ok(runner) => runner,
+                Err(error) => {
+                    backend.unreserve(&name);
+                    for (runner, _) in &batch {
+                        let runner: &runway_core::Runner = runner;
+                        backend.unreserve(&runner.name);
+                    }
+                    return Err(error);
+                }
+            };
             // Nothing else concludes about it while it is created.
-            let _working = self.working_on(runner.id);
+            let working = self.working_on(runner.id);
+            batch.push((runner, working));
+        }
+        let mut stopped: Option<Stopped> = None;
+        for (runner, _working) in batch {
+            let name = runner.name.clone();
+            if let Some(why) = &stopped {
+                // The batch stopped before this one's turn.
+                backend.unreserve(&name);
+                match why {
+                    // Ended if the store still takes this term's writes (a
+                    // lease that ran out; a later term's store refuses).
+                    Stopped::Deposed => {
+                        if let Err(error) = self.never_started(&runner, now).await {
+                            tracing::debug!(%error, runner = %runner.name, "a deposed leader's runner record is left to the next leader");
+                        }
+                    }
+                    _ => self.never_started(&runner, now).await?,
+                }
+                continue;
+            }
             let mut bootstrap = BTreeMap::from([
                 ("RUNWAY_URL".to_owned(), self.runner_url()),
                 ("RUNWAY_RUNNER_NAME".to_owned(), name.clone()),
@@ -1273,13 +1375,25 @@ impl Inner {
                 ("RUNWAY_POOL".to_owned(), pool.clone()),
             ]);
             if let Some(github) = &pool_config.github {
+                if self.service.may_act("github_jit_config").await.is_err() {
+                    backend.unreserve(&name);
+                    stopped = Some(Stopped::Deposed);
+                    if let Err(error) = self.never_started(&runner, now).await {
+                        tracing::debug!(%error, runner = %runner.name, "a deposed leader's runner record is left to the next leader");
+                    }
+                    continue;
+                }
                 match self.jit_config(github, &runner, &labels, now).await? {
                     Some(encoded) => {
                         bootstrap.insert("RUNWAY_JIT_CONFIG".to_owned(), encoded);
                     }
                     None => {
+                        // GitHub said no (the record is failed); the next
+                        // round asks again.
+                        backend.unreserve(&name);
                         report.create_failures += 1;
-                        break; // GitHub said no; the next round asks again.
+                        stopped = Some(Stopped::Refused);
+                        continue;
                     }
                 }
             }
@@ -1339,7 +1453,7 @@ impl Inner {
                 None
             };
             let request = CreateRequest {
-                name,
+                name: name.clone(),
                 pool: pool.clone(),
                 offer: offer.clone(),
                 labels: labels.clone(),
@@ -1348,7 +1462,14 @@ impl Inner {
                 instance_api,
             };
             let created = {
-                let _permit = self.permit(provider).await;
+                let Ok(_permit) = self.permit_to_act(provider, "create").await else {
+                    backend.unreserve(&name);
+                    stopped = Some(Stopped::Deposed);
+                    if let Err(error) = self.never_started(&runner, now).await {
+                        tracing::debug!(%error, runner = %runner.name, "a deposed leader's runner record is left to the next leader");
+                    }
+                    continue;
+                };
                 backend.create(&request).await
             };
             match created {
@@ -1373,7 +1494,29 @@ impl Inner {
                     report.created += 1;
                     self.learn(provider, &offer, true, now);
                 }
+                Err(ProviderError::Quota { .. }) => {
+                    // Another create took the slot (a provider that holds
+                    // none ahead): capacity, not a failed launch; the offer's
+                    // reliability is untouched.
+                    backend.unreserve(&name);
+                    metrics
+                        .offer_creates
+                        .get_or_create(&crate::telemetry::metrics::OfferResultLabels {
+                            provider: provider.clone(),
+                            offer: offer.clone(),
+                            result: "quota",
+                        })
+                        .inc();
+                    self.never_started(&runner, now).await?;
+                    if let Some(github) = &pool_config.github {
+                        if let Err(error) = self.deregister(github, &runner).await? {
+                            tracing::warn!(runner = %runner.name, %error, "cannot deregister a runner the provider had no quota for");
+                        }
+                    }
+                    stopped = Some(Stopped::Quota);
+                }
                 Err(error) => {
+                    backend.unreserve(&name);
                     self.provider_error(provider, "create", &error.to_string());
                     report.create_failures += 1;
                     self.learn(provider, &offer, false, now);
@@ -1381,7 +1524,7 @@ impl Inner {
                     last_error = Some(error.to_string());
                     failed.push((runner, error.to_string()));
                     if permanent {
-                        break; // The rest would fail the same way.
+                        stopped = Some(Stopped::Refused); // The rest would fail the same way.
                     }
                 }
             }
@@ -1413,6 +1556,25 @@ impl Inner {
             }
         }
         Ok(report)
+    }
+
+    /// Ends `runner`, whose create was never made (its batch stopped first,
+    /// or the provider had no quota): terminated, as a runner that is no
+    /// longer needed, not failed: nothing was tried and nothing broke.
+    async fn never_started(
+        &self,
+        runner: &runway_core::Runner,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let store = self.store();
+        for event in [RunnerEvent::TerminateRequested, RunnerEvent::Terminated] {
+            match store.apply_runner_event(runner.id, &event, now).await {
+                Ok(_) => {}
+                Err(StoreError::RunnerTransition(_) | StoreError::RunnerNotFound(_)) => break,
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
     }
 
     /// Deletes runner `runner_id` of `pool` (failing it first with
@@ -1513,7 +1675,9 @@ impl Inner {
             return Ok(());
         };
         let deleted = {
-            let _permit = self.permit(&runner.provider).await;
+            let Ok(_permit) = self.permit_to_act(&runner.provider, "delete").await else {
+                return Ok(());
+            };
             provider.delete(&InstanceId(instance)).await
         };
         match deleted {

@@ -121,6 +121,13 @@ impl Listener {
             self.close().await;
             return Ok(());
         };
+        // A session, an acquisition and an acknowledgement are the
+        // leader's to make: a listener of a replica that cannot show it
+        // still leads makes none.
+        self.service
+            .may_act("scale_set")
+            .await
+            .map_err(|deposed| deposed.to_string())?;
         // Found once, and again when GitHub lost it or a reload changed
         // what it should be.
         let settings = (github.clone(), labels.clone());
@@ -287,6 +294,10 @@ impl Listener {
         // acknowledgement fails (then a later session may get it again,
         // which changes nothing).
         self.last = message.id;
+        self.service
+            .may_act("scale_set_acknowledge")
+            .await
+            .map_err(|deposed| deposed.to_string())?;
         self.client()
             .delete_message(metrics, &session, message.id)
             .await
@@ -297,9 +308,16 @@ impl Listener {
 
     async fn poll_failed(&mut self, session: &Session, error: GithubError) -> Result<(), String> {
         let metrics = &self.service.metrics;
+        if let GithubError::Budget { retry_at, .. } = error {
+            // Rate-limited: no call of this pool before GitHub's wait is
+            // over (the client holds them all back meanwhile).
+            self.wait_until(retry_at).await;
+            return Ok(());
+        }
         match status_of(&error) {
-            Some(401) | Some(403) => {
-                // The queue token expired: a new one for the same session.
+            Some(401) => {
+                // The queue token expired: a new one for the same session
+                // (only a 401 means that; a 403 is a refusal or a limit).
                 match self.client().refresh_session(metrics, session).await {
                     Ok(fresh) => {
                         tracing::info!(pool = %self.pool, "message queue token refreshed");
@@ -318,6 +336,16 @@ impl Listener {
                 Ok(())
             }
             _ => Err(error.to_string()),
+        }
+    }
+
+    /// Waits until `until` (or shutdown).
+    async fn wait_until(&self, until: Timestamp) {
+        let wait = until.since(crate::clock::now());
+        let mut shutdown = self.shutdown.clone();
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            _ = shutdown.wait_for(|stop| *stop) => {}
         }
     }
 
@@ -375,6 +403,10 @@ impl Listener {
         let acquired: BTreeSet<i64> = if available.is_empty() {
             BTreeSet::new()
         } else {
+            self.service
+                .may_act("scale_set_acquire")
+                .await
+                .map_err(|deposed| deposed.to_string())?;
             self.client()
                 .acquire_jobs(&self.service.metrics, session, &available)
                 .await

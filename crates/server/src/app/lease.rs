@@ -1,0 +1,99 @@
+//! The leader's lease, as its own clock knows it, and the gate every side
+//! effect outside the store passes (`Service::may_act`).
+//!
+//! The store fences a deposed leader's writes by term; a cloud, a GARM
+//! provider or GitHub cannot check a term. So before each such call the
+//! leader asks itself two things: does the lease it renewed still run by
+//! its own monotonic clock (a process that wakes from a pause finds the
+//! deadline passed before it does anything), and has no later term begun
+//! in the store (a session that ended, a replica that took over while
+//! this one was busy). A call that fails either is not made.
+
+use std::time::{Duration, Instant};
+
+/// What this replica knows of its lead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    /// No leadership keeper runs (a test's service): the `leading` flag
+    /// and, once a term is recorded, the store's term decide.
+    Unmanaged,
+    /// Held in `term` until `until` unless renewed.
+    Held { term: i64, until: Instant },
+    /// Not held.
+    NotHeld,
+}
+
+/// How much of the silence the server allows a lease may use: the lock
+/// is held for `silence` after the holder's last statement ended, which
+/// is after the check that renewed the lease began; a fifth is left for
+/// the two clocks' rates and the call about to be made.
+const USABLE: f64 = 0.8;
+
+impl Lease {
+    /// A lease of `term` renewed by a check that began at `checked`, for a
+    /// lock the server keeps `silence` after its holder's last statement.
+    pub fn renewed(term: i64, checked: Instant, silence: Duration) -> Lease {
+        Lease::Held {
+            term,
+            until: checked + silence.mul_f64(USABLE),
+        }
+    }
+
+    /// The term this lease lets its holder act in at `now`; `Err` with why
+    /// not. `Ok(None)`: unmanaged, no term to check.
+    pub fn term_at(&self, now: Instant) -> Result<Option<i64>, Deposed> {
+        match *self {
+            Lease::Unmanaged => Ok(None),
+            Lease::NotHeld => Err(Deposed::NotLeading),
+            Lease::Held { term, until } if now < until => Ok(Some(term)),
+            Lease::Held { .. } => Err(Deposed::LeaseExpired),
+        }
+    }
+}
+
+/// Why a side effect was not made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Deposed {
+    #[error("this replica does not lead")]
+    NotLeading,
+    #[error("this replica's lease ran out (paused or cut off) before it was renewed")]
+    LeaseExpired,
+    #[error("a later term ({current}) has begun; this replica's was {mine}")]
+    LaterTerm { mine: i64, current: i64 },
+    #[error("the store cannot confirm the term: {0}")]
+    Unconfirmed(String),
+}
+
+impl Deposed {
+    /// The metric label of the reason.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Deposed::NotLeading => "not_leading",
+            Deposed::LeaseExpired => "lease_expired",
+            Deposed::LaterTerm { .. } => "later_term",
+            Deposed::Unconfirmed(_) => "unconfirmed",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_runs_for_most_of_the_silence_from_its_check() {
+        let checked = Instant::now();
+        let lease = Lease::renewed(7, checked, Duration::from_secs(10));
+        assert_eq!(lease.term_at(checked), Ok(Some(7)));
+        assert_eq!(
+            lease.term_at(checked + Duration::from_millis(7_999)),
+            Ok(Some(7))
+        );
+        assert_eq!(
+            lease.term_at(checked + Duration::from_secs(8)),
+            Err(Deposed::LeaseExpired)
+        );
+        assert_eq!(Lease::NotHeld.term_at(checked), Err(Deposed::NotLeading));
+        assert_eq!(Lease::Unmanaged.term_at(checked), Ok(None));
+    }
+}
