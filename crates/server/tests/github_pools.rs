@@ -675,3 +675,50 @@ async fn a_runner_whose_machine_vanished_is_deregistered_too() {
         "no stale registration left"
     );
 }
+
+/// A JIT runner that finishes its job and exits before runway has taken
+/// the completion in is not recorded crashed: its machine is gone while
+/// it is still busy, and the completion that arrives after makes it
+/// terminated. One whose completion never comes is judged crashed after
+/// the grace.
+#[tokio::test]
+async fn a_runner_gone_before_its_completion_arrived_finished_and_did_not_crash() {
+    let h = Harness::start(4_000, |_| {}).await;
+    for id in [901, 902] {
+        h.fake.queue_job(id, &labels());
+        h.fake.deliver(id, "queued", false).await;
+    }
+    h.reconcile().await;
+    h.reconcile().await;
+    let names: Vec<String> = h
+        .provider
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.name.clone())
+        .collect();
+    for (id, name) in [901, 902].iter().zip(&names) {
+        h.fake.start_job(*id, name);
+        assert_eq!(h.fake.deliver(*id, "in_progress", false).await, 202);
+        let instance = h.runner(name).await.instance_id.unwrap();
+        h.provider
+            .delete(&InstanceId(instance))
+            .await
+            .expect("the runner exits with its job");
+    }
+    // Both machines are gone while the runners are busy.
+    h.reconcile().await;
+    for name in &names {
+        assert_eq!(h.runner(name).await.state, RunnerState::Busy, "{name}");
+    }
+    // 901's completion arrives: its runner ends as terminated.
+    h.fake.complete_job(901, "success");
+    assert_eq!(h.fake.deliver(901, "completed", false).await, 202);
+    h.reconcile().await;
+    assert_eq!(h.runner(&names[0]).await.state, RunnerState::Terminated);
+    // 902's never does: crashed once the grace is over.
+    let later = runway_server::clock::now().plus(runway_server::reconcile::COMPLETION_GRACE);
+    h.reconciler.reconcile_once(later).await.unwrap();
+    assert_eq!(h.runner(&names[1]).await.state, RunnerState::Crashed);
+}

@@ -654,3 +654,47 @@ async fn a_webhook_for_a_scale_set_pools_job_changes_nothing() {
         "no job of the scale-set pool from a webhook"
     );
 }
+
+/// An org webhook for a job that asks for a scale set by its name
+/// (`[self-hosted, NAME]`, `[NAME]`, with or without the pool's own
+/// labels) is that scale set's job, which its queue brings: nothing is
+/// stored. A job that asks for more than the scale set has is not its.
+#[tokio::test]
+async fn a_webhook_for_a_job_asking_for_a_scale_set_by_name_stores_nothing() {
+    let mut scale_set_pool = pool("ss", &["self-hosted", "linux"]);
+    scale_set_pool.github = Some(runway_server::config::PoolGithub {
+        target: runway_server::config::Target::Org("octo-org".into()),
+        runner_group_id: 1,
+        scale_set: Some("runway-linux".into()),
+        runner_group: None,
+    });
+    let harness = Harness::new(config(vec![scale_set_pool], &[])).await;
+    let queued: serde_json::Value =
+        serde_json::from_slice(&fixture("workflow_job.queued.6.json")).unwrap();
+    for (i, (labels, theirs)) in [
+        (vec!["self-hosted", "runway-linux"], true),
+        (vec!["runway-linux"], true),
+        (vec!["self-hosted", "Runway-Linux", "linux"], true),
+        (vec!["self-hosted", "runway-linux", "gpu"], false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut body = queued.clone();
+        body["workflow_job"]["id"] = serde_json::json!(9_000 + i);
+        body["workflow_job"]["labels"] = serde_json::json!(labels);
+        let body = serde_json::to_vec(&body).unwrap();
+        let before = harness.jobs().await.len();
+        let (status, answer) = harness
+            .webhook("workflow_job", &format!("by-name-{i}"), &body)
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{labels:?}: {answer}");
+        let stored = harness.jobs().await.len() - before;
+        if theirs {
+            assert_eq!(answer["outcome"], "scale_set_pool", "{labels:?}: {answer}");
+            assert_eq!(stored, 0, "{labels:?}: a second job beside the scale set's");
+        } else {
+            assert_eq!(answer["outcome"], "unroutable", "{labels:?}: {answer}");
+        }
+    }
+}

@@ -216,6 +216,10 @@ fn route_new_job(service: &Service, payload: &WorkflowJob) -> Entry {
         return Entry::Route(Route::Pool(origin.pool.clone()));
     }
     let config = service.config();
+    if let Some(pool) = scale_set_pool_of(&config, &payload.labels) {
+        tracing::debug!(job_id = payload.job_id, %pool, "a webhook for a job of a scale set by its name: its queue brings it");
+        return Entry::ScaleSetPool;
+    }
     match config.route(&payload.labels, &config.github.required_labels) {
         RouteDecision::Ignore { .. } => {
             count_rejection(service, "github_hosted");
@@ -236,6 +240,22 @@ fn route_new_job(service: &Service, payload: &WorkflowJob) -> Entry {
             Entry::Route(Route::Unroutable { reason: detail })
         }
     }
+}
+
+/// The scale-set pool whose scale set a job asks for by name
+/// (`runs-on: NAME` or `[self-hosted, NAME]`, with at most the pool's own
+/// labels besides): GitHub gives such a job to the scale set, whose queue
+/// brings it to runway, so its webhook must not make a second job.
+fn scale_set_pool_of(config: &crate::config::Config, labels: &[String]) -> Option<String> {
+    let named = |label: &str, name: &str| label.eq_ignore_ascii_case(name);
+    config.pools.iter().find_map(|pool| {
+        let name = pool.github.as_ref()?.scale_set.as_deref()?;
+        let asks_by_name = labels.iter().any(|l| named(l, name));
+        let all_its_own = labels.iter().all(|l| {
+            named(l, name) || named(l, "self-hosted") || pool.labels.iter().any(|own| named(l, own))
+        });
+        (asks_by_name && all_its_own).then(|| pool.name.clone())
+    })
 }
 
 /// The route of a job seen for the first time, or the answer when it is

@@ -138,7 +138,17 @@ struct Inner {
     /// new runner before). A refusing GitHub is asked again after a backoff,
     /// not every round.
     jit_backoff: Mutex<BTreeMap<String, (u32, Timestamp)>>,
+    /// Busy runners of GitHub pools whose machine was found gone, and
+    /// since when: judged only after [`COMPLETION_GRACE`].
+    vanished_busy: Mutex<BTreeMap<RunnerId, Timestamp>>,
 }
+
+/// How long a busy GitHub runner whose machine is gone waits for its
+/// job's completion (`JobCompleted`, the `completed` webhook) before it is
+/// judged crashed: a JIT runner exits as soon as its job is done, often
+/// before runway has taken the completion in, and such a runner finished,
+/// it did not crash.
+pub const COMPLETION_GRACE: Duration = Duration::from_secs(90);
 
 /// A predictive pool's forecast, the settings it was made with, and the
 /// newest job it has been fed (`None`: not seeded yet).
@@ -240,6 +250,7 @@ impl Reconciler {
                 reliability: Mutex::new(BTreeMap::new()),
                 forecasts: Mutex::new(BTreeMap::new()),
                 jit_backoff: Mutex::new(BTreeMap::new()),
+                vanished_busy: Mutex::new(BTreeMap::new()),
             }),
         }
     }
@@ -646,6 +657,12 @@ impl Inner {
             let Some(event) = observe(runner, &instance_id.0, observed, readiness, listing) else {
                 continue; // Nothing changes (or its instance is not visible yet).
             };
+            if matches!(event, RunnerEvent::Crashed { .. })
+                && github.is_some()
+                && !self.completion_grace_over(runner.id, now)
+            {
+                continue; // Its completion may still be on its way.
+            }
             let ready = event == RunnerEvent::Ready;
             // A runway-API job whose runner's machine is gone goes back to
             // the queue now, with the runner's crash, not at its lease's end.
@@ -693,6 +710,23 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// Whether busy runner `runner`, whose machine is gone, has waited
+    /// [`COMPLETION_GRACE`] for its job's completion since this replica
+    /// first saw it gone. Runners no longer waiting are forgotten here
+    /// once their grace would be long over.
+    fn completion_grace_over(&self, runner: RunnerId, now: Timestamp) -> bool {
+        let Ok(mut vanished) = self.vanished_busy.lock() else {
+            return true;
+        };
+        vanished.retain(|_, since| now.since(*since) < COMPLETION_GRACE * 4);
+        let since = *vanished.entry(runner).or_insert(now);
+        let over = now.since(since) >= COMPLETION_GRACE;
+        if over {
+            vanished.remove(&runner);
+        }
+        over
     }
 
     /// How long provider `name`'s list may lag behind its creates
