@@ -898,3 +898,41 @@ fn a_rate_limited_poll_waits_for_retry_after_and_asks_for_no_token() {
         ) >= 2.0
     );
 }
+
+/// GitHub deletes the scale set, with its jobs, while two acquired jobs
+/// wait for runners: once runway has created the scale set again, those
+/// jobs end (cancelled, saying why) and the pool returns to `min_idle`.
+#[test]
+fn jobs_of_a_deleted_scale_set_end_when_it_is_created_again() {
+    let h = Harness::start(2, 0);
+    let set = h.scale_set();
+    for _ in 0..2 {
+        h.emulator.queue_job(set, [SCALE_SET]);
+    }
+    stores(&h, 2, "the two jobs stored");
+    wait_until("two JIT runners for them", 30, || {
+        h.started_with_jit().len() == 2
+    });
+    h.runtime.block_on(async {
+        h.emulator
+            .client()
+            .delete_runner_scale_set(set)
+            .await
+            .unwrap();
+    });
+    wait_until("both jobs ended", 30, || {
+        h.job_states() == ["cancelled", "cancelled"]
+    });
+    let reasons: Vec<String> = h
+        .jobs()
+        .iter()
+        .map(|j| j["reason"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        reasons.iter().all(|r| r.contains("scale set was deleted")),
+        "{reasons:?}"
+    );
+    wait_until("the pool back at min_idle (0)", 30, || {
+        h.live_runners().is_empty()
+    });
+}

@@ -156,7 +156,7 @@ fn fenced(service: &Service) -> u64 {
     let metrics = service.metrics.encode();
     metrics
         .lines()
-        .filter(|l| l.starts_with("runway_leader_fenced_calls_total{"))
+        .filter(|l| l.starts_with("runway_fenced_calls_total{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
 }
@@ -252,9 +252,10 @@ async fn a_leader_whose_lease_ran_out_makes_no_provider_call() {
         "a create after the lease ran out"
     );
     assert!(fenced(&service) > 0);
-    assert!(service.metrics.encode().contains(
-        "runway_leader_fenced_calls_total{operation=\"create\",reason=\"lease_expired\"}"
-    ));
+    assert!(service
+        .metrics
+        .encode()
+        .contains("runway_fenced_calls_total{operation=\"create\",reason=\"lease_expired\"}"));
     // Renewed: the same round creates.
     service.set_lease(Lease::renewed(
         term,

@@ -255,12 +255,12 @@ impl Service {
     /// no later term. Call it right before the call, after waiting for a
     /// provider's lane: what waited behind a hung call is dropped once the
     /// term is over. A refusal is logged and counted
-    /// (`runway_leader_fenced_calls_total`).
+    /// (`runway_fenced_calls_total`).
     pub async fn may_act(&self, operation: &'static str) -> Result<(), crate::app::lease::Deposed> {
         let outcome = self.confirm_lead().await;
         if let Err(reason) = &outcome {
             self.metrics
-                .leader_fenced_calls
+                .fenced_calls
                 .get_or_create(&crate::telemetry::metrics::OperationReasonLabels {
                     operation,
                     reason: reason.code(),

@@ -191,11 +191,64 @@ impl Listener {
                     .await
                     .map_err(|e| e.to_string())?;
                 tracing::info!(pool = %self.pool, scale_set = %name, id = set.id, labels = ?wanted, "created the scale set");
+                self.end_jobs_of_a_deleted_scale_set().await?;
                 set
             }
         };
         self.handle.set_id(Some(set.id));
         Ok(set.id)
+    }
+
+    /// Ends the pool's queued jobs when its scale set had to be created:
+    /// they came from a scale set GitHub has since deleted with its jobs
+    /// (a scale-set pool's jobs come only from its queue), and no queue
+    /// will bring them again; left queued they would keep runners warm for
+    /// jobs that no longer exist. Each is cancelled, saying why (audited).
+    async fn end_jobs_of_a_deleted_scale_set(&self) -> Result<(), String> {
+        let reason = "its scale set was deleted at GitHub, with its jobs";
+        let mut ended = 0;
+        loop {
+            let queued = self
+                .service
+                .store
+                .list_jobs(&runway_store::JobFilter {
+                    pool: Some(self.pool.clone()),
+                    state: Some(runway_core::JobState::Queued),
+                    limit: Some(500),
+                    ..runway_store::JobFilter::default()
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            if queued.is_empty() {
+                break;
+            }
+            let mut progress = false;
+            for job in queued {
+                match crate::app::admin::cancel_job(
+                    &self.service,
+                    "scale-set listener",
+                    job.id,
+                    Some(reason.to_owned()),
+                )
+                .await
+                {
+                    Ok(_) => {
+                        ended += 1;
+                        progress = true;
+                    }
+                    Err(error) => {
+                        tracing::warn!(pool = %self.pool, job = %job.id, %error, "cannot end a job of a deleted scale set")
+                    }
+                }
+            }
+            if !progress {
+                break;
+            }
+        }
+        if ended > 0 {
+            tracing::warn!(pool = %self.pool, jobs = ended, "ended the queued jobs of a scale set GitHub deleted");
+        }
+        Ok(())
     }
 
     /// Opens the scale set's session. A session runway left behind (a

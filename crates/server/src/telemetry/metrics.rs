@@ -296,7 +296,7 @@ pub struct Metrics {
     pub scale_set_messages: Family<PoolKindLabels, Counter>,
     pub scale_set_sessions: Family<PoolKindLabels, Counter>,
     pub scale_set_token_refreshes: Family<PoolKindLabels, Counter>,
-    pub leader_fenced_calls: Family<OperationReasonLabels, Counter>,
+    pub fenced_calls: Family<OperationReasonLabels, Counter>,
     pub scale_set_refusals: Family<PoolKindLabels, Counter>,
 }
 
@@ -348,7 +348,7 @@ impl Metrics {
             scale_set_messages: add(r, "scale_set_messages", "Scale-set queue messages, by kind (received; acknowledged: after their effects were stored)", Family::<PoolKindLabels, Counter>::default()),
             scale_set_sessions: add(r, "scale_set_sessions", "Scale-set message sessions, by kind (opened, conflict: held by another listener, replaced: a stale one of runway's deleted, lost: dropped by GitHub, closed)", Family::<PoolKindLabels, Counter>::default()),
             scale_set_token_refreshes: add(r, "scale_set_token_refreshes", "Scale-set tokens fetched again, by kind (admin, queue)", Family::<PoolKindLabels, Counter>::default()),
-            leader_fenced_calls: add(r, "leader_fenced_calls", "Side effects outside the store (provider, GitHub and scale-set calls, retention) a replica did not make because it could not show it still led, by operation and reason (not_leading, lease_expired, later_term, unconfirmed)", Family::<OperationReasonLabels, Counter>::default()),
+            fenced_calls: add(r, "fenced_calls", "Side effects outside the store (provider, GitHub and scale-set calls, retention) a replica did not make because it could not show it still led, by operation and reason (not_leading, lease_expired, later_term, unconfirmed)", Family::<OperationReasonLabels, Counter>::default()),
             scale_set_refusals: add(r, "scale_set_refusals", "Scale-set calls GitHub refused, by cause (rate_limited: 429 or a 403 rate limit, after which no call is made until its wait is over; unauthorized, forbidden, not_found, conflict, server_error, other)", Family::<PoolKindLabels, Counter>::default()),
             job_label_switches: JobLabelSwitches::all(),
             registry: Registry::default(),
