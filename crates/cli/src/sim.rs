@@ -89,6 +89,7 @@ pub fn setup_of(config: &Config, seed: u64) -> Setup {
                     boot_timeout: p.boot_timeout,
                     providers: p.providers.clone(),
                     paused: false,
+                    delete_surplus_boots: false,
                 },
                 labels: p.labels.clone(),
                 ephemeral: p.ephemeral,

@@ -29,6 +29,7 @@ fn fleet() -> Snapshot {
                 boot_timeout: Duration::from_secs(600),
                 providers: vec![],
                 paused: false,
+                delete_surplus_boots: false,
             },
             queued: (0..100)
                 .map(|j| QueuedJob {

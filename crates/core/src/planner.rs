@@ -22,7 +22,8 @@
 //! takes job B leaves A queued and still creating demand.
 //!
 //! New runners go to the cheapest reliable offers first (price ÷
-//! reliability, then boot time), split across providers when one lacks
+//! reliability, then boot time; offers that tie share them one by one, so
+//! two zones at one price each get half), split across providers when one lacks
 //! quota; providers in back-off are skipped.
 
 use std::collections::BTreeMap;
@@ -46,6 +47,9 @@ pub struct PoolPolicy {
     /// An operator paused the pool: its queue is kept and its runners
     /// keep taking jobs, but no runner is started for it.
     pub paused: bool,
+    /// Runners still booting beyond what the pool wants are deleted at
+    /// once (billing per second) instead of booting and idling out.
+    pub delete_surplus_boots: bool,
 }
 
 /// A queued job as the planner sees it.
@@ -367,26 +371,69 @@ fn plan_pool(
     let mut left = to_create;
     let mut created: Vec<String> = Vec::new();
     let mut taken: BTreeMap<&str, u32> = BTreeMap::new();
-    for offer in offers {
-        if left == 0 {
-            break;
+    // Offers that tie (same cost, boot time and preference: the same
+    // instance type in two zones, say) share the creates one by one, so a
+    // zone's outage takes half the new runners, not all of them.
+    let ties = |a: &Offer, b: &Offer| {
+        (offer_cost(a) - offer_cost(b)).abs() <= 1e-9 * offer_cost(a).abs().max(1.0)
+            && a.boot_time == b.boot_time
+            && preference(policy, &a.provider) == preference(policy, &b.provider)
+    };
+    let mut start = 0;
+    while start < offers.len() && left > 0 {
+        let mut end = start + 1;
+        while end < offers.len() && ties(offers[start], offers[end]) {
+            end += 1;
         }
-        let taken = taken.entry(offer.provider.as_str()).or_default();
-        let count = left.min(offer.capacity.saturating_sub(*taken));
-        if count == 0 {
-            continue;
+        let group = &offers[start..end];
+        let mut counts = vec![0u32; group.len()];
+        loop {
+            let mut placed = false;
+            for (k, offer) in group.iter().enumerate() {
+                if left == 0 {
+                    break;
+                }
+                let taken = taken.entry(offer.provider.as_str()).or_default();
+                if *taken < offer.capacity {
+                    *taken += 1;
+                    counts[k] += 1;
+                    left -= 1;
+                    placed = true;
+                }
+            }
+            if !placed || left == 0 {
+                break;
+            }
         }
-        *taken += count;
-        out.actions.push(Action::Create {
-            pool: policy.name.clone(),
-            provider: offer.provider.clone(),
-            offer: offer.key.clone(),
-            count,
-        });
-        created.extend(std::iter::repeat_n(offer.provider.clone(), count as usize));
-        left -= count;
+        for (offer, count) in group.iter().zip(counts) {
+            if count == 0 {
+                continue;
+            }
+            out.actions.push(Action::Create {
+                pool: policy.name.clone(),
+                provider: offer.provider.clone(),
+                offer: offer.key.clone(),
+                count,
+            });
+            created.extend(std::iter::repeat_n(offer.provider.clone(), count as usize));
+        }
+        start = end;
     }
     let unplaced = left;
+
+    // Booting runners beyond want, where the pool says so: the newest
+    // first (the oldest is closest to ready).
+    let surplus_boots = (i + p).saturating_sub(want).min(p);
+    if policy.delete_surplus_boots && surplus_boots > 0 {
+        let mut newest: Vec<&&RunnerView> = booting.iter().collect();
+        newest.sort_by_key(|r| std::cmp::Reverse((r.requested_at, r.id)));
+        for runner in newest.into_iter().take(surplus_boots as usize) {
+            out.actions.push(Action::Delete {
+                pool: policy.name.clone(),
+                runner: runner.id,
+            });
+        }
+    }
 
     // Scale down: idle runners beyond want, longest idle first, past grace.
     if i > want {

@@ -26,6 +26,7 @@ fn policy(min_idle: u32, max_runners: u32) -> PoolPolicy {
         boot_timeout: Duration::from_secs(10 * 60),
         providers: vec![],
         paused: false,
+        delete_surplus_boots: false,
     }
 }
 
@@ -201,6 +202,7 @@ fn a_failing_provider_is_skipped_and_explained() {
         policy: PoolPolicy {
             providers: vec!["cheap".into(), "dear".into()],
             paused: false,
+            delete_surplus_boots: false,
             ..policy(0, 10)
         },
         queued: jobs(3),
@@ -248,6 +250,77 @@ fn the_cheapest_reliable_capacity_goes_first_and_quota_splits() {
             job 103: runner_requested RunnerRequested { provider: "spot" }
         "#]],
     );
+}
+
+/// The same instance type at the same price in two zones: the creates
+/// are shared one by one (a zone's outage takes half of them), within the
+/// provider's quota that both offers share.
+#[test]
+fn offers_that_tie_share_the_creates() {
+    let zone = |key: &str| Offer {
+        key: key.into(),
+        ..offer("aws", 4, 0.096, 1.0)
+    };
+    check(
+        one_pool(PoolSnapshot {
+            unlisted: 0,
+            policy: policy(0, 10),
+            queued: jobs(5),
+            runners: vec![],
+            offers: vec![
+                zone("m5.large/us-east-1a/on-demand"),
+                zone("m5.large/us-east-1b/on-demand"),
+            ],
+        }),
+        at(0),
+        expect![[r#"
+            pool linux: queued=5 idle=0 booting=0 busy=0 want=5
+            create 2 via aws/m5.large/us-east-1a/on-demand
+            create 2 via aws/m5.large/us-east-1b/on-demand
+            job 100: runner_requested RunnerRequested { provider: "aws" }
+            job 101: runner_requested RunnerRequested { provider: "aws" }
+            job 102: runner_requested RunnerRequested { provider: "aws" }
+            job 103: runner_requested RunnerRequested { provider: "aws" }
+            job 104: no_provider_capacity NoProviderCapacity
+        "#]],
+    );
+}
+
+/// Where billing is per second (`delete_surplus_boots`), runners still
+/// booting beyond what the pool wants go at once, newest first; by
+/// default they boot and idle out after the grace.
+#[test]
+fn surplus_boots_are_deleted_only_where_the_pool_says_so() {
+    for delete in [false, true] {
+        let runners = vec![
+            runner(1, RunnerState::Provisioning, 0, None),
+            runner(2, RunnerState::Provisioning, 1, None),
+            runner(3, RunnerState::Requested, 2, None),
+        ];
+        let plan = plan(
+            &one_pool(PoolSnapshot {
+                unlisted: 0,
+                policy: PoolPolicy {
+                    delete_surplus_boots: delete,
+                    ..policy(0, 10)
+                },
+                queued: jobs(1),
+                runners,
+                offers: vec![offer("sim", 10, 0.1, 1.0)],
+            }),
+            at(3),
+        );
+        let deleted: Vec<i64> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Delete { runner, .. } => Some(runner.0),
+                _ => None,
+            })
+            .collect();
+        let expected: Vec<i64> = if delete { vec![3, 2] } else { vec![] };
+        assert_eq!(deleted, expected, "delete_surplus_boots = {delete}");
+    }
 }
 
 #[test]

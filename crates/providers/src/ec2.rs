@@ -1124,10 +1124,9 @@ impl Provider for Ec2Provider {
             Ok(state) => (state.used(), state.spot_prices.clone()),
             Err(_) => return Vec::new(),
         };
+        // At quota the offers stay, with capacity 0: what each would cost
+        // and how reliable it is stays visible while none can start.
         let left = self.config.max_instances.saturating_sub(used).min(capacity);
-        if left == 0 {
-            return Vec::new();
-        }
         let now = self.clock.now();
         self.config
             .offer_keys()

@@ -194,8 +194,9 @@ pub trait Provider: Send + Sync {
 }
 
 /// A provider's offer: what its quota leaves of `max_instances` with
-/// `used` instances, up to the `capacity` asked for (no offer at all when
-/// nothing is left).
+/// `used` instances, up to the `capacity` asked for (capacity 0 when
+/// nothing is left: the offer is still shown, with its price and
+/// reliability, in explanations and metrics).
 pub fn quota_offer(
     provider: &str,
     max_instances: u32,
@@ -206,9 +207,6 @@ pub fn quota_offer(
     reliability: f64,
 ) -> Vec<Offer> {
     let left = max_instances.saturating_sub(used).min(capacity);
-    if left == 0 {
-        return Vec::new();
-    }
     vec![Offer {
         provider: provider.to_owned(),
         key: String::new(),

@@ -123,9 +123,10 @@ async fn quota_is_respected_by_creates_and_bids(h: &Harness) {
             .await
             .expect("within quota");
     }
+    let offers = h.provider.bid("linux", 1);
     assert!(
-        h.provider.bid("linux", 1).is_empty(),
-        "no offer without quota"
+        offers.iter().all(|o| o.capacity == 0),
+        "no capacity without quota: {offers:?}"
     );
     let error = h
         .provider

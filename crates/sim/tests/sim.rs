@@ -24,6 +24,7 @@ fn setup(max_runners: u32, boot_seconds: (f64, f64)) -> Setup {
                 boot_timeout: Duration::from_secs(600),
                 providers: vec![],
                 paused: false,
+                delete_surplus_boots: false,
             },
             labels: vec!["self-hosted".into(), "linux".into()],
             ephemeral: true,

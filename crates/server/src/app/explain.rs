@@ -23,6 +23,7 @@ pub fn policy(pool: &PoolConfig, paused: bool) -> PoolPolicy {
         boot_timeout: pool.boot_timeout,
         providers: pool.providers.clone(),
         paused,
+        delete_surplus_boots: pool.surplus_boots == crate::config::SurplusBoots::Delete,
     }
 }
 

@@ -506,6 +506,14 @@ pub struct PoolConfig {
     /// Providers this pool may use, in preference order (empty: any).
     #[serde(default)]
     pub providers: Vec<String>,
+    /// What becomes of runners still booting when the demand that asked
+    /// for them is gone (the job was cancelled, or taken by a runner that
+    /// freed up): `keep` (the default: where a machine is billed by the
+    /// hour, or its boot is most of its cost, a booted runner serves the
+    /// next job, and one past demand idles out after `idle_grace`), or
+    /// `delete` (where billing is per second: stop paying at once).
+    #[serde(default)]
+    pub surplus_boots: SurplusBoots,
     /// One job per runner.
     #[serde(default = "pool_defaults::ephemeral")]
     pub ephemeral: bool,
@@ -552,6 +560,15 @@ mod pool_defaults {
     }
 }
 
+/// A pool's choice for runners booting beyond demand (`surplus_boots`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SurplusBoots {
+    #[default]
+    Keep,
+    Delete,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ScalingPolicy {
@@ -572,6 +589,7 @@ impl PoolConfig {
             idle_grace: pool_defaults::idle_grace(),
             boot_timeout: pool_defaults::boot_timeout(),
             providers: Vec::new(),
+            surplus_boots: SurplusBoots::Keep,
             ephemeral: pool_defaults::ephemeral(),
             policy: ScalingPolicy::Runway,
             wait_value: pool_defaults::wait_value(),
@@ -1610,6 +1628,7 @@ mod tests {
                 idle_grace = "300s"
                 boot_timeout = "600s"
                 providers = []
+                surplus_boots = "keep"
                 ephemeral = true
                 policy = "runway"
                 wait_value = 1.75
@@ -1962,6 +1981,7 @@ mod tests {
                 idle_grace = "300s"
                 boot_timeout = "600s"
                 providers = []
+                surplus_boots = "keep"
                 ephemeral = true
                 policy = "runway"
                 wait_value = 1.75
