@@ -1,0 +1,204 @@
+//! The GitHub side of a GitHub pool's runners: just-in-time configurations, deregistration before a machine goes, runners GitHub keeps for jobs runway never heard of.
+
+use super::*;
+
+impl Inner {
+    /// The GitHub side of `pool`, if it is a GitHub pool.
+    pub(super) fn github_pool(&self, pool: &str) -> Option<PoolGithub> {
+        self.service
+            .config()
+            .pool(pool)
+            .and_then(|p| p.github.clone())
+    }
+
+    /// Registers `runner` with GitHub as a just-in-time runner and returns
+    /// its encoded configuration; `None` (the runner recorded as failed)
+    /// when GitHub or the request budget said no.
+    pub(super) async fn jit_config(
+        &self,
+        github: &PoolGithub,
+        runner: &runway_core::Runner,
+        labels: &[String],
+        now: Timestamp,
+    ) -> Result<Option<String>, StoreError> {
+        let store = &self.store();
+        let result = match (&github.scale_set, &self.service.github) {
+            // A scale-set pool's runners register in its scale set.
+            (Some(scale_set), _) => match self
+                .service
+                .scale_sets
+                .get(&runner.pool)
+                .and_then(|handle| Some((handle.id()?, handle)))
+            {
+                Some((id, handle)) => handle
+                    .client
+                    .generate_jit_config(&self.service.metrics, id, &runner.name)
+                    .await
+                    .map_err(|e| e.to_string()),
+                None => Err(format!(
+                    "scale set {scale_set:?} not found or created yet (its listener keeps trying)"
+                )),
+            },
+            (None, Some(client)) => client
+                .generate_jitconfig(
+                    &self.service.metrics,
+                    &github.target,
+                    &runner.name,
+                    labels,
+                    github.runner_group_id,
+                )
+                .await
+                .map_err(|e| e.to_string()),
+            (None, None) => Err("no GitHub credentials ([github] token or App)".to_owned()),
+        };
+        let result = result.inspect_err(|_| self.jit_failed(&runner.pool, now));
+        match result {
+            Ok(jit) => {
+                if let Ok(mut backoff) = self.jit_backoff.lock() {
+                    backoff.remove(&runner.pool);
+                }
+                store
+                    .set_runner_external_id(runner.id, &jit.runner_id.to_string())
+                    .await?;
+                Ok(Some(jit.encoded))
+            }
+            Err(error) => {
+                tracing::warn!(pool = %runner.pool, runner = %runner.name, %error, "no JIT runner configuration; runner not started");
+                let failed = RunnerEvent::Failed {
+                    reason: format!("no JIT configuration: {error}"),
+                };
+                store.apply_runner_event(runner.id, &failed, now).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    pub(super) fn jit_backing_off(&self, pool: &str, now: Timestamp) -> bool {
+        self.jit_backoff
+            .lock()
+            .map(|backoff| backoff.get(pool).is_some_and(|(_, until)| now < *until))
+            .unwrap_or(false)
+    }
+
+    fn jit_failed(&self, pool: &str, now: Timestamp) {
+        if let Ok(mut backoff) = self.jit_backoff.lock() {
+            let entry = backoff.entry(pool.to_owned()).or_insert((0, now));
+            entry.0 += 1;
+            let delay = backoff_delay(entry.0, rand::thread_rng().gen_range(0.5..=1.0));
+            entry.1 = now.plus(delay);
+        }
+    }
+
+    /// Removes `runner`'s GitHub registration. `Ok(true)`: gone (or never
+    /// registered); `Ok(false)`: GitHub refused or could not be asked.
+    pub(super) async fn deregister(
+        &self,
+        github: &PoolGithub,
+        runner: &runway_core::Runner,
+    ) -> Result<Result<bool, GithubError>, StoreError> {
+        let Some(github_id) = self
+            .store()
+            .runner_external_id(runner.id)
+            .await?
+            .and_then(|id| id.parse::<u64>().ok())
+        else {
+            return Ok(Ok(true)); // It never got a JIT configuration.
+        };
+        if let Err(deposed) = self.service.may_act("github_deregister").await {
+            return Ok(Err(GithubError::Transport {
+                operation: "deregister runner",
+                message: deposed.to_string(),
+            }));
+        }
+        let deleted = if github.scale_set.is_some() {
+            // Registered in the scale set: removed through the Actions service.
+            let Some(handle) = self.service.scale_sets.get(&runner.pool) else {
+                return Ok(Ok(false));
+            };
+            handle
+                .client
+                .delete_runner(&self.service.metrics, github_id)
+                .await
+        } else {
+            let Some(client) = &self.service.github else {
+                return Ok(Ok(false));
+            };
+            client
+                .delete_runner(&self.service.metrics, &github.target, github_id)
+                .await
+        };
+        match deleted {
+            Ok(_) => {
+                // Asked once: an empty id means "deregistered".
+                self.store().set_runner_external_id(runner.id, "").await?;
+                Ok(Ok(true))
+            }
+            Err(error) => Ok(Err(error)),
+        }
+    }
+
+    /// Deregister before delete: `true` when the instance may go. A runner
+    /// GitHub says is running a job becomes busy (its job named by the
+    /// job's own webhook) and keeps its instance.
+    pub(super) async fn release(
+        &self,
+        github: &PoolGithub,
+        runner: &runway_core::Runner,
+        now: Timestamp,
+        report: &mut Report,
+    ) -> Result<bool, StoreError> {
+        match self.deregister(github, runner).await? {
+            Ok(gone) => Ok(gone),
+            Err(GithubError::RunnerBusy(_)) => {
+                tracing::info!(pool = %runner.pool, runner = %runner.name, "GitHub says the runner is running a job; kept");
+                self.service
+                    .metrics
+                    .runner_delete_requests
+                    .get_or_create(&crate::telemetry::metrics::PoolResultLabels {
+                        pool: runner.pool.clone(),
+                        result: DeleteResult::RefusedBusy,
+                    })
+                    .inc();
+                report.delete_refused_busy += 1;
+                if let Err(error) = self
+                    .store()
+                    .apply_runner_event(runner.id, &RunnerEvent::RemovalRefused, now)
+                    .await
+                {
+                    tracing::debug!(%error, runner = %runner.name, "runner changed meanwhile");
+                }
+                Ok(false)
+            }
+            Err(error) => {
+                tracing::warn!(pool = %runner.pool, runner = %runner.name, %error, "cannot deregister the runner from GitHub yet; its instance is kept");
+                Ok(false)
+            }
+        }
+    }
+
+    /// A runner GitHub kept for a job runway never heard of: once that has
+    /// lasted `[github] recheck_after`, ask GitHub again; when it lets the
+    /// runner go (the ephemeral runner's job is over), the runner finishes
+    /// and is terminated like any other.
+    pub(super) async fn settle_unknown_job(
+        &self,
+        github: &PoolGithub,
+        runner: &runway_core::Runner,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let since = runner.busy_at.unwrap_or(runner.requested_at);
+        if now.since(since) < self.service.config().github.recheck_after {
+            return Ok(());
+        }
+        if let Ok(true) = self.deregister(github, runner).await? {
+            tracing::info!(runner = %runner.name, "GitHub let go of a runner whose job runway never heard of");
+            self.service.finish_runner_job(runner.id, now).await;
+            // Deregistered already: nothing must ever give it work again.
+            let _ = self
+                .store()
+                .apply_runner_event(runner.id, &RunnerEvent::TerminateRequested, now)
+                .await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,323 @@
+//! Observation: each provider's list taken by a round, and what it means for the runners it judges (`core::observe` decides).
+
+use super::*;
+
+impl Inner {
+    /// Starts a list of every provider that has none running, and waits
+    /// for them as for any call.
+    async fn refresh_lists(self: &Arc<Self>, now: Timestamp) -> Result<(), StoreError> {
+        let mut tasks = Vec::new();
+        let providers = self.providers();
+        for (name, provider) in &providers.by_name {
+            let Ok(mut listing) = self.listing.lock() else {
+                continue;
+            };
+            let entry = listing.entry(name.clone()).or_default();
+            if entry.in_flight {
+                continue; // Still running since an earlier round.
+            }
+            entry.in_flight = true;
+            drop(listing);
+            let (this, name, provider) = (self.clone(), name.clone(), provider.clone());
+            tasks.extend(self.spawn(None, async move {
+                let outcome = {
+                    let _permit = this.permit(&name).await;
+                    provider.list().await.map_err(|e| e.to_string())
+                };
+                if let Ok(mut listing) = this.listing.lock() {
+                    let entry = listing.entry(name).or_default();
+                    entry.in_flight = false;
+                    entry.latest = Some(Listed {
+                        started_at: now,
+                        outcome,
+                    });
+                }
+                Ok(Report::default())
+            }));
+        }
+        self.collect(tasks).await.map(drop)
+    }
+
+    /// Brings runner records in line with what providers report: booted
+    /// instances make their runners idle, vanished ones fail (or crash, if
+    /// busy). Each provider's latest list is used once; a provider whose
+    /// list is still running is observed in a later round.
+    pub(super) async fn observe(
+        self: &Arc<Self>,
+        now: Timestamp,
+        report: &mut Report,
+    ) -> Result<(), StoreError> {
+        self.refresh_lists(now).await?;
+        let mut lists: BTreeMap<String, Listed> = self
+            .listing
+            .lock()
+            .map(|mut listing| {
+                listing
+                    .iter_mut()
+                    .filter_map(|(name, entry)| Some((name.clone(), entry.latest.take()?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        // One read of the live runners per round, after the lists were
+        // taken: a record is written before its instance is created, so
+        // every listed instance's record is in it. Each provider's part
+        // below touches only its own runners, so the snapshot stays true.
+        let runners = self.store().list_live_runners(None).await?;
+        let mut tasks = Vec::new();
+        let providers = self.providers();
+        for (name, provider) in &providers.by_name {
+            let Some(listed) = lists.remove(name) else {
+                continue;
+            };
+            let instances = match listed.outcome {
+                Ok(instances) => instances,
+                Err(error) => {
+                    self.provider_error(name, "list", &error);
+                    continue;
+                }
+            };
+            let judged: Vec<runway_core::Runner> = {
+                let in_flight = self.in_flight.lock().map(|f| f.clone()).unwrap_or_default();
+                runners
+                    .iter()
+                    .filter(|r| &r.provider == name && !r.state.is_terminal())
+                    // Nothing is concluded about a runner a task is working
+                    // on, or one requested after the list began.
+                    .filter(|r| !in_flight.contains(&r.id) && r.requested_at < listed.started_at)
+                    .cloned()
+                    .collect()
+            };
+            tasks.extend(self.orphans(name, provider, &instances, &runners));
+            let listing = runway_core::observe::Listing {
+                started_at: listed.started_at,
+                lag: self.list_lag(name),
+            };
+            self.observe_provider(
+                name, provider, &instances, &judged, listing, now, report, &mut tasks,
+            )
+            .await?;
+        }
+        report.merge(self.collect(tasks).await?);
+        Ok(())
+    }
+
+    /// Observes `runners` of provider `name` against its `instances`;
+    /// provider calls it needs go to `tasks`.
+    #[allow(clippy::too_many_arguments)]
+    async fn observe_provider(
+        self: &Arc<Self>,
+        name: &str,
+        provider: &Arc<dyn Provider>,
+        instances: &[runway_providers::Instance],
+        runners: &[runway_core::Runner],
+        listing: runway_core::observe::Listing,
+        now: Timestamp,
+        report: &mut Report,
+        tasks: &mut Vec<Task>,
+    ) -> Result<(), StoreError> {
+        let store = &self.store();
+        let by_id: BTreeMap<&InstanceId, InstanceState> =
+            instances.iter().map(|i| (&i.id, i.state)).collect();
+        let registers = provider.runners_register();
+        for runner in runners {
+            let instance_id = match &runner.instance_id {
+                Some(id) => InstanceId(id.clone()),
+                None => {
+                    // Its create never returned (runway stopped in
+                    // between): the instance, if any, carries its name.
+                    let Some(found) = instances.iter().find(|i| i.name == runner.name) else {
+                        continue; // boot_timeout covers a create that never happened.
+                    };
+                    let started = RunnerEvent::ProvisioningStarted {
+                        instance_id: found.id.0.clone(),
+                    };
+                    if store
+                        .apply_runner_event(runner.id, &started, now)
+                        .await
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    found.id.clone()
+                }
+            };
+            let github = self.github_pool(&runner.pool);
+            if let (Some(github), RunnerState::Busy, None) =
+                (github.as_ref(), runner.state, runner.job)
+            {
+                self.settle_unknown_job(github, runner, now).await?;
+                continue;
+            }
+            if runner.state == RunnerState::Terminating && by_id.contains_key(&instance_id) {
+                // Terminated outside a scale-down (an ephemeral runner
+                // after its job): deregister, then delete its instance.
+                let (this, runner, provider, name) = (
+                    self.clone(),
+                    runner.clone(),
+                    provider.clone(),
+                    name.to_owned(),
+                );
+                tasks.extend(self.spawn(Some(runner.id), async move {
+                    let mut report = Report::default();
+                    if let Some(github) = this.github_pool(&runner.pool) {
+                        if runner.busy_at.is_some() {
+                            // A just-in-time runner runs one job, and GitHub
+                            // removes it when that job is over: asking again
+                            // would only wait on the request budget while the
+                            // finished runner holds the pool's capacity.
+                            this.store().set_runner_external_id(runner.id, "").await?;
+                        } else if !this.release(&github, &runner, now, &mut report).await? {
+                            return Ok(report);
+                        }
+                    }
+                    let deleted = {
+                        let Ok(_permit) = this.permit_to_act(&name, "delete").await else {
+                            return Ok(report);
+                        };
+                        provider.delete(&instance_id).await
+                    };
+                    match deleted {
+                        Ok(()) => {
+                            if this
+                                .store()
+                                .apply_runner_event(runner.id, &RunnerEvent::Terminated, now)
+                                .await
+                                .is_ok()
+                            {
+                                report.deleted += 1;
+                            }
+                        }
+                        Err(error) => this.provider_error(&name, "delete", &error.to_string()),
+                    }
+                    Ok(report)
+                }));
+                continue;
+            }
+            let observed = match by_id.get(&instance_id) {
+                // Listed as ended: gone for sure, no lag to wait out.
+                None if provider.seen_gone(&instance_id) => Observed::Failed,
+                None => Observed::Absent,
+                Some(InstanceState::Pending) => Observed::Pending,
+                Some(InstanceState::Running) => Observed::Running,
+                Some(InstanceState::Stopped) => Observed::Stopped,
+                Some(InstanceState::Failed) => Observed::Failed,
+                Some(InstanceState::Unknown) => Observed::Unknown,
+            };
+            if wants_start(runner, observed) {
+                // Stopped, not gone (GARM's `stopped`): started again.
+                let (this, provider, name, runner_name) = (
+                    self.clone(),
+                    provider.clone(),
+                    name.to_owned(),
+                    runner.name.clone(),
+                );
+                tasks.extend(self.spawn(Some(runner.id), async move {
+                    let started = {
+                        let Ok(_permit) = this.permit_to_act(&name, "start").await else {
+                            return Ok(Report::default());
+                        };
+                        provider.start(&instance_id).await
+                    };
+                    match started {
+                        Ok(()) => tracing::info!(runner = %runner_name, instance = %instance_id, "started a stopped instance again"),
+                        Err(error) => this.provider_error(&name, "start", &error.to_string()),
+                    }
+                    Ok(Report::default())
+                }));
+                continue;
+            }
+            // A runner that registers itself is ready when it says so,
+            // not when its machine is up. A GitHub pool's runners
+            // register with GitHub, not with runway.
+            let readiness = if registers && github.is_none() {
+                Readiness::RunnerRegisters
+            } else {
+                Readiness::MachineRunning
+            };
+            let Some(event) = observe(runner, &instance_id.0, observed, readiness, listing) else {
+                continue; // Nothing changes (or its instance is not visible yet).
+            };
+            if matches!(event, RunnerEvent::Crashed { .. })
+                && github.is_some()
+                && !self.completion_grace_over(runner.id, now)
+            {
+                continue; // Its completion may still be on its way.
+            }
+            let ready = event == RunnerEvent::Ready;
+            // A runway-API job whose runner's machine is gone goes back to
+            // the queue now, with the runner's crash, not at its lease's end.
+            let moved = match (&event, runner.job, &github) {
+                (RunnerEvent::Crashed { .. }, Some(job), None) => {
+                    crate::app::jobs::holder_lost(&self.service, job, runner.id, &event, now)
+                        .await?
+                        .is_some()
+                }
+                _ => false,
+            };
+            if !moved
+                && store
+                    .apply_runner_event(runner.id, &event, now)
+                    .await
+                    .is_err()
+            {
+                continue;
+            }
+            if matches!(event, RunnerEvent::Crashed { .. }) {
+                *report.crashed.entry(runner.pool.clone()).or_default() += 1;
+            }
+            if let (Some(github), false) = (github, ready) {
+                // Its machine is gone: so must its registration be.
+                if let Err(error) = self.deregister(&github, runner).await? {
+                    tracing::debug!(runner = %runner.name, %error, "registration of a vanished runner left to GitHub");
+                }
+            }
+            if ready {
+                let installed = now.since(runner.requested_at);
+                self.service
+                    .metrics
+                    .runner_installed(&runner.pool, installed);
+                self.service.events.emit(
+                    "runner_installed",
+                    serde_json::json!({
+                        "flavor": runner.pool,
+                        "duration": installed.as_secs_f64().round() as u64,
+                    }),
+                    now,
+                );
+                report.marked_ready += 1;
+            } else {
+                report.marked_lost += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether busy runner `runner`, whose machine is gone, has waited
+    /// [`COMPLETION_GRACE`] for its job's completion since this replica
+    /// first saw it gone. Runners no longer waiting are forgotten here
+    /// once their grace would be long over.
+    fn completion_grace_over(&self, runner: RunnerId, now: Timestamp) -> bool {
+        let Ok(mut vanished) = self.vanished_busy.lock() else {
+            return true;
+        };
+        vanished.retain(|_, since| now.since(*since) < COMPLETION_GRACE * 4);
+        let since = *vanished.entry(runner).or_insert(now);
+        let over = now.since(since) >= COMPLETION_GRACE;
+        if over {
+            vanished.remove(&runner);
+        }
+        over
+    }
+
+    /// How long provider `name`'s list may lag behind its creates
+    /// (`[providers.NAME] list_lag`).
+    fn list_lag(&self, name: &str) -> Duration {
+        self.service
+            .config()
+            .providers
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.list_lag)
+            .unwrap_or_default()
+    }
+}
