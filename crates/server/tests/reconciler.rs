@@ -1442,3 +1442,54 @@ async fn instances_a_lagging_list_does_not_show_yet_are_not_vanished() {
         assert!(state.most_at_once <= 3, "over the quota");
     }
 }
+
+/// A runner record written by a replica that stopped (or lost the lead)
+/// before its create — a create batch writes every record first — is
+/// failed at the next observation, not counted as booting until
+/// `boot_timeout` while its job waits; the job gets a runner at once.
+#[tokio::test]
+async fn a_runner_requested_but_never_created_is_failed_and_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = service(&dir, linux_pool(0, 5)).await;
+    let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
+    let sim = SimProvider::new(
+        SimConfig {
+            boot_time: BootTime::Fixed(Duration::from_secs(30)),
+            ..SimConfig::default()
+        },
+        clock.clone(),
+    );
+    let providers: BTreeMap<String, Arc<dyn Provider>> =
+        BTreeMap::from([("sim".to_owned(), Arc::new(sim) as Arc<dyn Provider>)]);
+    service.store.enqueue(&job(1), clock.now()).await.unwrap();
+    // What a deposed replica left: a record for the job, no create.
+    let left = service
+        .store
+        .create_runner(
+            &runway_core::runner::NewRunner {
+                name: "linux-deadbeef".into(),
+                pool: "linux".into(),
+                provider: "sim".into(),
+                labels: vec!["linux".into()],
+            },
+            clock.now(),
+        )
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(1));
+    let reconciler = Reconciler::new(service.clone(), providers);
+    let (report, _) = reconciler.reconcile_once(clock.now()).await.unwrap();
+    let left = service.store.get_runner(left.id).await.unwrap().unwrap();
+    assert_eq!(left.state, RunnerState::Failed, "{left:?}");
+    assert!(
+        left.reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("never made"),
+        "{left:?}"
+    );
+    assert_eq!(
+        report.created, 1,
+        "the job's runner, in the same round: {report:?}"
+    );
+}

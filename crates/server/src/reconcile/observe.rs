@@ -126,7 +126,17 @@ impl Inner {
                     // Its create never returned (runway stopped in
                     // between): the instance, if any, carries its name.
                     let Some(found) = instances.iter().find(|i| i.name == runner.name) else {
-                        continue; // boot_timeout covers a create that never happened.
+                        if runner.state == RunnerState::Requested {
+                            // No task here works on it and no instance carries
+                            // its name: the replica or process that wrote it
+                            // stopped, or lost the lead, before its create
+                            // (a batch writes every record first). Left, it
+                            // would count as booting until boot_timeout while
+                            // its jobs wait; an instance its create makes after
+                            // all is an orphan, and deleted as one.
+                            self.never_created(runner, now, report).await?;
+                        }
+                        continue;
                     };
                     let started = RunnerEvent::ProvisioningStarted {
                         instance_id: found.id.0.clone(),
@@ -319,5 +329,35 @@ impl Inner {
             .find(|p| p.name == name)
             .map(|p| p.list_lag)
             .unwrap_or_default()
+    }
+
+    /// Fails `runner`, requested but never created (see `observe_provider`),
+    /// and lets go of its GitHub registration if it had one.
+    async fn never_created(
+        &self,
+        runner: &runway_core::Runner,
+        now: Timestamp,
+        report: &mut Report,
+    ) -> Result<(), StoreError> {
+        let failed = RunnerEvent::Failed {
+            reason: "its create was never made (the replica that requested it stopped or lost the lead first)"
+                .into(),
+        };
+        if self
+            .store()
+            .apply_runner_event(runner.id, &failed, now)
+            .await
+            .is_err()
+        {
+            return Ok(()); // Changed meanwhile: the next round looks again.
+        }
+        tracing::warn!(runner = %runner.name, pool = %runner.pool, "a runner requested but never created is failed");
+        report.marked_lost += 1;
+        if let Some(github) = self.github_pool(&runner.pool) {
+            if let Err(error) = self.deregister(&github, runner).await? {
+                tracing::debug!(runner = %runner.name, %error, "registration of a runner never created left to GitHub");
+            }
+        }
+        Ok(())
     }
 }
