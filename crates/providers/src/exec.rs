@@ -106,6 +106,10 @@ pub struct ExecConfig {
     pub max_instances: u32,
     pub price_per_hour: f64,
     pub boot_time: Duration,
+    /// How long a created instance may be missing from `ListInstances`
+    /// (a GARM provider lists a real cloud): it counts against
+    /// `max_instances` meanwhile.
+    pub list_lag: Duration,
     /// This installation's id, a UUID (`GARM_CONTROLLER_ID`).
     pub controller_id: String,
     /// The id of an installation from before the UUIDs, whose instances
@@ -205,7 +209,13 @@ impl From<CallError> for ProviderError {
 
 pub struct ExecProvider {
     config: ExecConfig,
+    /// Instances counted against the quota as of the last list: the
+    /// listed ones and launches the list does not show yet.
     used: AtomicU32,
+    /// Quota slots held for runners about to be created (by name).
+    reserved: Mutex<std::collections::BTreeSet<String>>,
+    /// Launches not yet seen in a list, and when each returned.
+    launched: Mutex<BTreeMap<String, std::time::Instant>>,
     /// Instances created by this process, by name: a retried create finds
     /// the first even when the executable itself is not idempotent.
     created: Mutex<BTreeMap<String, InstanceId>>,
@@ -288,6 +298,8 @@ impl ExecProvider {
         ExecProvider {
             config,
             used: AtomicU32::new(0),
+            reserved: Mutex::new(std::collections::BTreeSet::new()),
+            launched: Mutex::new(BTreeMap::new()),
             created: Mutex::new(BTreeMap::new()),
             located: Mutex::new(BTreeMap::new()),
             extra_specs: Mutex::new(BTreeMap::new()),
@@ -687,7 +699,25 @@ impl ExecProvider {
         if let Ok(mut created) = self.created.lock() {
             created.insert(request.name.clone(), instance.id.clone());
         }
+        if let Ok(mut launched) = self.launched.lock() {
+            launched.insert(instance.id.0.clone(), std::time::Instant::now());
+        }
+        self.unreserve_slot(&request.name);
         self.used.store(used + 1, Ordering::SeqCst);
+    }
+
+    fn unreserve_slot(&self, name: &str) {
+        if let Ok(mut reserved) = self.reserved.lock() {
+            reserved.remove(name);
+        }
+    }
+
+    /// Slots held for creates other than `name`'s.
+    fn reserved_besides(&self, name: &str) -> u32 {
+        self.reserved
+            .lock()
+            .map(|reserved| reserved.iter().filter(|n| n.as_str() != name).count() as u32)
+            .unwrap_or(0)
     }
 }
 
@@ -725,8 +755,10 @@ impl Provider for ExecProvider {
                 return Ok(instance);
             }
         }
-        let used = self.list().await?.len() as u32;
-        if used >= self.config.max_instances {
+        self.list().await?;
+        let used = self.used.load(Ordering::SeqCst);
+        if used + self.reserved_besides(&request.name) >= self.config.max_instances {
+            self.unreserve_slot(&request.name);
             return Err(ProviderError::Quota {
                 provider: self.config.name.clone(),
                 limit: self.config.max_instances,
@@ -759,6 +791,7 @@ impl Provider for ExecProvider {
                 }
             }
             Err(error) => {
+                self.unreserve_slot(&request.name);
                 // GARM's contract: clean up a failed create by name.
                 let _ = self
                     .call(Command::DeleteInstance, &scope, Some(&request.name), None)
@@ -766,6 +799,7 @@ impl Provider for ExecProvider {
                 return Err(error.into());
             }
         };
+        self.unreserve_slot(&request.name);
         let value = self.parse_json(Command::CreateInstance, &stdout)?;
         if value.get("status").and_then(Value::as_str) == Some("error") {
             let fault = fault_text(&value).unwrap_or_else(|| "no provider_fault given".to_owned());
@@ -808,6 +842,9 @@ impl Provider for ExecProvider {
             Err(error) => return Err(error.into()),
         }
         self.forget(id);
+        if let Ok(mut launched) = self.launched.lock() {
+            launched.remove(&id.0);
+        }
         self.used
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 Some(n.saturating_sub(1))
@@ -840,8 +877,44 @@ impl Provider for ExecProvider {
             // Every legacy list came back empty: none is left to look after.
             self.legacy_left.store(false, Ordering::SeqCst);
         }
-        self.used.store(instances.len() as u32, Ordering::SeqCst);
+        // A launch the list does not show yet still counts, until the
+        // list shows it or `list_lag` has passed since it returned.
+        let unlisted = self
+            .launched
+            .lock()
+            .map(|mut launched| {
+                launched.retain(|id, at| {
+                    at.elapsed() < self.config.list_lag && !instances.iter().any(|i| &i.id.0 == id)
+                });
+                launched.len()
+            })
+            .unwrap_or(0);
+        self.used
+            .store((instances.len() + unlisted) as u32, Ordering::SeqCst);
         Ok(instances)
+    }
+
+    fn reserve(&self, name: &str) -> Result<(), ProviderError> {
+        let mut reserved = self
+            .reserved
+            .lock()
+            .map_err(|_| self.error("quota lock poisoned".into()))?;
+        if reserved.contains(name) {
+            return Ok(());
+        }
+        let used = self.used.load(Ordering::SeqCst) + reserved.len() as u32;
+        if used >= self.config.max_instances {
+            return Err(ProviderError::Quota {
+                provider: self.config.name.clone(),
+                limit: self.config.max_instances,
+            });
+        }
+        reserved.insert(name.to_owned());
+        Ok(())
+    }
+
+    fn unreserve(&self, name: &str) {
+        self.unreserve_slot(name);
     }
 
     fn bid(&self, pool: &str, capacity: u32) -> Vec<Offer> {
@@ -851,7 +924,8 @@ impl Provider for ExecProvider {
         crate::quota_offer(
             &self.config.name,
             self.config.max_instances,
-            self.used.load(Ordering::SeqCst),
+            self.used.load(Ordering::SeqCst)
+                + self.reserved.lock().map(|r| r.len() as u32).unwrap_or(0),
             capacity,
             self.config.price_per_hour,
             self.config.boot_time,

@@ -370,6 +370,7 @@ pub fn build(spec: &ProviderSpec, context: &BuildContext) -> Result<Arc<dyn Prov
                 max_instances: spec.max_instances,
                 price_per_hour: spec.price_per_hour,
                 boot_time: spec.mean_boot_time(),
+                list_lag: spec.list_lag,
                 controller_id: context.controller_id.clone(),
                 legacy_controller_id: context.legacy_controller_id.clone(),
                 interface_version: *interface_version,

@@ -432,6 +432,7 @@ fn exec_config(dir: &std::path::Path, command: &str) -> ExecConfig {
         max_instances: 3,
         price_per_hour: 0.05,
         boot_time: Duration::from_secs(1),
+        list_lag: Duration::from_secs(30),
         controller_id: CONTROLLER.to_owned(),
         legacy_controller_id: None,
         interface_version: InterfaceVersion::V011,

@@ -49,6 +49,7 @@ fn config(dir: &Path, executable: PathBuf, version: InterfaceVersion) -> ExecCon
         max_instances: 5,
         price_per_hour: 0.05,
         boot_time: Duration::from_secs(1),
+        list_lag: Duration::from_secs(30),
         controller_id: CONTROLLER.to_owned(),
         legacy_controller_id: None,
         interface_version: version,
@@ -394,4 +395,52 @@ async fn instances_of_an_installation_from_before_the_uuids_are_still_found() {
     new.remove_all().await.unwrap();
     assert!(new.list().await.unwrap().is_empty());
     assert_eq!(old_call("ListInstances", "").trim(), "[]");
+}
+
+/// A GARM provider lists a real cloud, whose list lags behind its creates:
+/// a launch the list does not show yet counts against `max_instances` for
+/// `list_lag` (with no lag, the old behaviour, a third launch goes over a
+/// quota of two). Slots held for creates about to be made count as well.
+#[tokio::test]
+async fn launches_a_lagging_list_does_not_show_count_against_the_quota() {
+    for (lag, third_refused) in [(Duration::from_secs(30), true), (Duration::ZERO, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        answer(dir.path(), "ListInstances", "[]", 0);
+        let provider = ExecProvider::new(ExecConfig {
+            max_instances: 2,
+            list_lag: lag,
+            ..config(dir.path(), scripted(dir.path()), InterfaceVersion::V011)
+        });
+        let mut outcomes = Vec::new();
+        for i in 1..=3 {
+            answer(
+                dir.path(),
+                "CreateInstance",
+                &format!(r#"{{"provider_id":"i-{i}","name":"r-{i}","status":"running"}}"#),
+                0,
+            );
+            outcomes.push(provider.create(&request(&format!("r-{i}"))).await);
+        }
+        assert!(outcomes[..2].iter().all(Result::is_ok), "{outcomes:?}");
+        assert_eq!(
+            matches!(
+                outcomes[2],
+                Err(runway_providers::ProviderError::Quota { .. })
+            ),
+            third_refused,
+            "list_lag {lag:?}: {outcomes:?}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    answer(dir.path(), "ListInstances", "[]", 0);
+    let provider = ExecProvider::new(ExecConfig {
+        max_instances: 2,
+        ..config(dir.path(), scripted(dir.path()), InterfaceVersion::V011)
+    });
+    provider.reserve("a").unwrap();
+    provider.reserve("b").unwrap();
+    assert!(provider.reserve("c").is_err(), "no third slot");
+    assert_eq!(provider.bid("linux", 5)[0].capacity, 0);
+    provider.unreserve("a");
+    assert_eq!(provider.bid("linux", 5)[0].capacity, 1);
 }
