@@ -531,6 +531,8 @@ impl State {
 pub struct Ec2Provider {
     config: Ec2Config,
     clock: Arc<dyn Clock>,
+    /// Asked right before each call that changes an instance.
+    fence: crate::Fence,
     client: OnceCell<aws_sdk_ec2::Client>,
     state: Mutex<State>,
 }
@@ -556,10 +558,23 @@ impl Ec2Provider {
         Ok(())
     }
 
+    /// The provider, asking `fence` right before each call that changes
+    /// an instance (RunInstances, TerminateInstances, StartInstances).
+    pub fn fenced(mut self, fence: crate::Fence) -> Ec2Provider {
+        self.fence = fence;
+        self
+    }
+
+    /// `Err` when the fence refuses `call`: it is not made.
+    fn check_fence(&self, call: &str) -> Result<(), ProviderError> {
+        (self.fence)().map_err(|why| self.transient(format!("{call} not made: {why}")))
+    }
+
     pub fn new(config: Ec2Config, clock: Arc<dyn Clock>) -> Ec2Provider {
         Ec2Provider {
             config,
             clock,
+            fence: crate::unfenced(),
             client: OnceCell::new(),
             state: Mutex::new(State {
                 live: BTreeSet::new(),
@@ -983,6 +998,10 @@ impl Provider for Ec2Provider {
                     .build(),
             );
         }
+        if let Err(error) = self.check_fence("RunInstances") {
+            release(None);
+            return Err(error);
+        }
         let started = match run.send().await {
             Ok(started) => started,
             Err(error) => {
@@ -1015,6 +1034,7 @@ impl Provider for Ec2Provider {
             return Ok(());
         }
         let client = self.client().await;
+        self.check_fence("TerminateInstances")?;
         match client
             .terminate_instances()
             .instance_ids(&id.0)
@@ -1034,6 +1054,7 @@ impl Provider for Ec2Provider {
 
     async fn start(&self, id: &InstanceId) -> Result<(), ProviderError> {
         let client = self.client().await;
+        self.check_fence("StartInstances")?;
         client
             .start_instances()
             .instance_ids(&id.0)

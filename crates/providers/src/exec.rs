@@ -143,6 +143,11 @@ impl Command {
         }
     }
 
+    /// Whether the command changes instances (the fence is asked first).
+    fn changes_instances(self) -> bool {
+        !matches!(self, Command::GetInstance | Command::ListInstances)
+    }
+
     /// Whether interface `version` sends this command the pool's id.
     fn takes_pool(self, version: InterfaceVersion) -> bool {
         match version {
@@ -209,6 +214,8 @@ impl From<CallError> for ProviderError {
 
 pub struct ExecProvider {
     config: ExecConfig,
+    /// Asked right before each call that changes an instance.
+    fence: crate::Fence,
     /// Instances counted against the quota as of the last list: the
     /// listed ones and launches the list does not show yet.
     used: AtomicU32,
@@ -294,9 +301,16 @@ fn fault_text(value: &Value) -> Option<String> {
 
 impl ExecProvider {
     pub fn new(config: ExecConfig) -> ExecProvider {
+        ExecProvider::fenced(config, crate::unfenced())
+    }
+
+    /// A provider that asks `fence` right before each call that changes
+    /// an instance (create, delete, start, stop, remove all).
+    pub fn fenced(config: ExecConfig, fence: crate::Fence) -> ExecProvider {
         let legacy = config.legacy_controller_id.is_some();
         ExecProvider {
             config,
+            fence,
             used: AtomicU32::new(0),
             reserved: Mutex::new(std::collections::BTreeSet::new()),
             launched: Mutex::new(BTreeMap::new()),
@@ -408,6 +422,14 @@ impl ExecProvider {
         }
         if let Some(instance) = instance {
             own.push(("GARM_INSTANCE_ID", instance.into()));
+        }
+        if operation.changes_instances() {
+            if let Err(why) = (self.fence)() {
+                return Err(CallError::Other(ProviderError::Transient {
+                    provider: self.config.name.clone(),
+                    message: format!("{} not made: {why}", operation.as_str()),
+                }));
+            }
         }
         let mut command = tokio::process::Command::new(&self.config.executable);
         // As GARM does: a clean environment, never runway's own (its

@@ -281,6 +281,8 @@ pub struct BuildContext {
     pub legacy_controller_id: Option<String>,
     /// This binary: what a `process` command's first element `runway` means.
     pub runway_exe: Option<PathBuf>,
+    /// Asked right before each call that changes a cloud (`exec`, `ec2`).
+    pub fence: crate::Fence,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -360,21 +362,24 @@ pub fn build(spec: &ProviderSpec, context: &BuildContext) -> Result<Arc<dyn Prov
                     format!("{} is not a file", executable.display()),
                 ));
             }
-            Arc::new(ExecProvider::new(ExecConfig {
-                name: spec.name.clone(),
-                executable: executable.clone(),
-                config_file: config_file.clone(),
-                pools: spec.pools.clone(),
-                timeout: *timeout,
-                environment_variables: spec.environment_variables.clone(),
-                max_instances: spec.max_instances,
-                price_per_hour: spec.price_per_hour,
-                boot_time: spec.mean_boot_time(),
-                list_lag: spec.list_lag,
-                controller_id: context.controller_id.clone(),
-                legacy_controller_id: context.legacy_controller_id.clone(),
-                interface_version: *interface_version,
-            }))
+            Arc::new(ExecProvider::fenced(
+                ExecConfig {
+                    name: spec.name.clone(),
+                    executable: executable.clone(),
+                    config_file: config_file.clone(),
+                    pools: spec.pools.clone(),
+                    timeout: *timeout,
+                    environment_variables: spec.environment_variables.clone(),
+                    max_instances: spec.max_instances,
+                    price_per_hour: spec.price_per_hour,
+                    boot_time: spec.mean_boot_time(),
+                    list_lag: spec.list_lag,
+                    controller_id: context.controller_id.clone(),
+                    legacy_controller_id: context.legacy_controller_id.clone(),
+                    interface_version: *interface_version,
+                },
+                context.fence.clone(),
+            ))
         }
         ProviderKind::Ec2 {
             region,
@@ -390,27 +395,30 @@ pub fn build(spec: &ProviderSpec, context: &BuildContext) -> Result<Arc<dyn Prov
             spec.kind
                 .check()
                 .map_err(|(key, message)| invalid(key, message))?;
-            Arc::new(Ec2Provider::new(
-                Ec2Config {
-                    name: spec.name.clone(),
-                    region: region.clone(),
-                    endpoint_url: endpoint_url.clone(),
-                    profile: profile.clone(),
-                    instance_types: instance_types.clone(),
-                    zones: zones.clone(),
-                    purchase_options: purchase_options.clone(),
-                    on_demand_prices: on_demand_prices.clone(),
-                    price_per_hour: spec.price_per_hour,
-                    spot_price_refresh: *spot_price_refresh,
-                    boot_command: boot_command.clone(),
-                    max_instances: spec.max_instances,
-                    boot_time: spec.mean_boot_time(),
-                    list_lag: spec.list_lag,
-                    controller_id: context.controller_id.clone(),
-                    legacy_controller_id: context.legacy_controller_id.clone(),
-                },
-                context.clock.clone(),
-            ))
+            Arc::new(
+                Ec2Provider::new(
+                    Ec2Config {
+                        name: spec.name.clone(),
+                        region: region.clone(),
+                        endpoint_url: endpoint_url.clone(),
+                        profile: profile.clone(),
+                        instance_types: instance_types.clone(),
+                        zones: zones.clone(),
+                        purchase_options: purchase_options.clone(),
+                        on_demand_prices: on_demand_prices.clone(),
+                        price_per_hour: spec.price_per_hour,
+                        spot_price_refresh: *spot_price_refresh,
+                        boot_command: boot_command.clone(),
+                        max_instances: spec.max_instances,
+                        boot_time: spec.mean_boot_time(),
+                        list_lag: spec.list_lag,
+                        controller_id: context.controller_id.clone(),
+                        legacy_controller_id: context.legacy_controller_id.clone(),
+                    },
+                    context.clock.clone(),
+                )
+                .fenced(context.fence.clone()),
+            )
         }
     };
     Ok(provider)
@@ -428,6 +436,7 @@ mod tests {
             controller_id: "test".into(),
             legacy_controller_id: None,
             runway_exe: None,
+            fence: crate::unfenced(),
         }
     }
 

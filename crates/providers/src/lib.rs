@@ -193,6 +193,21 @@ pub trait Provider: Send + Sync {
     }
 }
 
+/// Asked by a provider right before a call that changes something in the
+/// cloud (create, delete, start, stop): `Err` with why the caller may no
+/// longer act (`runway serve`: this replica does not lead, or its lease ran
+/// out while it was paused), and the call is not made. The reconciler
+/// checks the same before each call; this check comes after whatever the
+/// provider does first (an `exec` provider's lookups, a pause in between),
+/// so the window in which a deposed replica's call can still go out is the
+/// spawn or send itself.
+pub type Fence = std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// A fence that never refuses (tests, the simulator, one process alone).
+pub fn unfenced() -> Fence {
+    std::sync::Arc::new(|| Ok(()))
+}
+
 /// A provider's offer: what its quota leaves of `max_instances` with
 /// `used` instances, up to the `capacity` asked for (capacity 0 when
 /// nothing is left: the offer is still shown, with its price and

@@ -78,11 +78,25 @@ pub async fn run(
     let (controller_id, legacy_controller_id) = controller_ids(store.as_ref())
         .await
         .map_err(RunError::ControllerId)?;
+    // Providers ask this right before a call that changes a cloud: the
+    // leader's own clock says whether it still leads (`Service::may_lead_now`);
+    // the service exists once it is running.
+    let serving: Arc<std::sync::OnceLock<std::sync::Weak<Service>>> = Arc::default();
+    let fence: runway_providers::Fence = {
+        let serving = serving.clone();
+        Arc::new(
+            move || match serving.get().and_then(std::sync::Weak::upgrade) {
+                Some(service) => service.may_lead_now(),
+                None => Err("runway is not running yet".into()),
+            },
+        )
+    };
     let context = BuildContext {
         clock: Arc::new(runway_providers::SystemClock),
         controller_id,
         legacy_controller_id,
         runway_exe: options.runway_exe.clone(),
+        fence,
     };
     let mut providers = BTreeMap::new();
     for spec in config.provider_specs() {
@@ -128,6 +142,7 @@ pub async fn run(
     service.lease = std::sync::Mutex::new(crate::app::lease::Lease::NotHeld);
     let _ = service.address.set(format!("http://{address}"));
     let service = Arc::new(service);
+    let _ = serving.set(Arc::downgrade(&service));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut workers = vec![
         tokio::spawn(crate::app::background::leadership(

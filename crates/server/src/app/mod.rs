@@ -271,6 +271,23 @@ impl Service {
         outcome
     }
 
+    /// Whether this replica leads and its lease still runs by its own
+    /// clock, at this instant: what a provider asks right before a call
+    /// that changes a cloud (`runway_providers::Fence`). No store read: it
+    /// catches a pause or a lost lead between the reconciler's own check
+    /// (`may_act`) and the call.
+    pub fn may_lead_now(&self) -> Result<(), String> {
+        use crate::app::lease::{Deposed, Lease};
+        if !self.is_leader() {
+            return Err(Deposed::NotLeading.to_string());
+        }
+        let lease = self.lease.lock().map(|l| *l).unwrap_or(Lease::NotHeld);
+        lease
+            .term_at(std::time::Instant::now())
+            .map(drop)
+            .map_err(|deposed| deposed.to_string())
+    }
+
     async fn confirm_lead(&self) -> Result<(), crate::app::lease::Deposed> {
         use crate::app::lease::{Deposed, Lease};
         if !self.is_leader() {
