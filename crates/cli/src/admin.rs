@@ -40,7 +40,9 @@ pub struct SubmitArgs {
     /// Seconds the job may run.
     #[arg(long, default_value_t = 3600)]
     timeout: u64,
-    /// Submitting the same id twice returns the first job.
+    /// Submitting the same id twice returns the first job. Default: a
+    /// random one, so that the command's own retries (after a timeout, a
+    /// refused connection or a 5xx, as during a failover) make one job.
     #[arg(long)]
     external_id: Option<String>,
     /// Wait for the job to finish, print its log and exit with its exit code.
@@ -81,20 +83,46 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<std::process::ExitCode> 
             .join(" ")
     };
     let client = reqwest::Client::new();
-    let response = client
-        .post(format!("{base}/api/v1/jobs"))
-        .bearer_auth(&token)
-        .json(&serde_json::json!({
-            "labels": args.labels,
-            "script": script,
-            "timeout_seconds": args.timeout,
-            "external_id": args.external_id,
-        }))
-        .send()
-        .await
-        .with_context(|| format!("cannot reach {base}"))?;
-    let status = response.status();
-    let body: serde_json::Value = response.json().await.unwrap_or_default();
+    let external_id = args
+        .external_id
+        .clone()
+        .unwrap_or_else(|| format!("submit-{:032x}", rand::random::<u128>()));
+    let request = serde_json::json!({
+        "labels": args.labels,
+        "script": script,
+        "timeout_seconds": args.timeout,
+        "external_id": external_id,
+    });
+    // Asked again, with the same external id, while the server cannot
+    // answer (a restart, a failover): one job however many answers were
+    // lost. At most a minute; each try at most 30 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut wait = std::time::Duration::from_millis(200);
+    let (status, body) = loop {
+        let sent = client
+            .post(format!("{base}/api/v1/jobs"))
+            .bearer_auth(&token)
+            .timeout(std::time::Duration::from_secs(30))
+            .json(&request)
+            .send()
+            .await;
+        let again = match &sent {
+            Ok(response) => {
+                response.status().is_server_error()
+                    || response.status() == reqwest::StatusCode::TOO_MANY_REQUESTS
+            }
+            Err(_) => true,
+        };
+        if !again || std::time::Instant::now() + wait >= deadline {
+            let response = sent.with_context(|| format!("cannot reach {base}"))?;
+            let status = response.status();
+            let body: serde_json::Value = response.json().await.unwrap_or_default();
+            break (status, body);
+        }
+        eprintln!("{base} cannot take the job yet; asking again in {wait:?}");
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(std::time::Duration::from_secs(5));
+    };
     if !status.is_success() {
         bail!(
             "{base} refused the job ({status}): {}",

@@ -143,3 +143,47 @@ fn an_agent_carries_on_through_503s_at_registration_heartbeat_and_completion() {
         agent_log()
     );
 }
+
+/// `runway submit` through two 503s: it asks again with the same external
+/// id (its own, random, when none is given) and the job is one job.
+#[test]
+fn submit_asks_again_through_503s_and_makes_one_job() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path());
+    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    let proxy = proxy(&base);
+    proxy
+        .faults
+        .refuse
+        .lock()
+        .unwrap()
+        .insert("/api/v1/jobs", 2);
+    let output = runway(dir.path())
+        .args([
+            "submit",
+            "--url",
+            &proxy.url,
+            "--labels",
+            "self-hosted,linux",
+        ])
+        .args(["--", "true"])
+        .env("RUNWAY_TOKEN", ADMIN)
+        .output()
+        .expect("runway submit");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        proxy.faults.refused.lock().unwrap().get("/api/v1/jobs"),
+        Some(&2)
+    );
+    let jobs = common::client()
+        .get(format!("{base}/api/v1/jobs"))
+        .bearer_auth(ADMIN)
+        .send()
+        .and_then(|r| r.json::<serde_json::Value>())
+        .expect("jobs");
+    assert_eq!(jobs["jobs"].as_array().map(Vec::len), Some(1), "{jobs}");
+}
