@@ -201,8 +201,17 @@ fn cloud_instances(dir: &Path) -> usize {
         .unwrap_or(0)
 }
 
+/// One HTTP client per thread, kept: its connections are reused instead
+/// of a new one through the balancer for every request.
+fn thread_client() -> reqwest::blocking::Client {
+    thread_local! {
+        static CLIENT: reqwest::blocking::Client = client();
+    }
+    CLIENT.with(Clone::clone)
+}
+
 fn api(balancer: &str, path: &str) -> Option<serde_json::Value> {
-    client()
+    thread_client()
         .get(format!("{balancer}{path}"))
         .bearer_auth(ADMIN)
         .send()
@@ -222,7 +231,7 @@ fn submit_until_acknowledged(balancer: &str, id: u32, ran: &Path, stop: &AtomicB
     });
     let deadline = Instant::now() + Duration::from_secs(120);
     while Instant::now() < deadline && !stop.load(SeqCst) {
-        let answer = client()
+        let answer = thread_client()
             .post(format!("{balancer}/api/v1/jobs"))
             .bearer_auth(ADMIN)
             .json(&body)
@@ -250,8 +259,11 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
     let root = dir.path();
     std::fs::create_dir_all(root.join("cloud")).unwrap();
     let ports: Vec<u16> = (0..REPLICAS).map(|_| free_port()).collect();
-    let balancer =
-        common::Balancer::start(ports.iter().map(|p| format!("127.0.0.1:{p}")).collect());
+    // Room for every connection of the run: clients, runners, samples.
+    let balancer = common::Balancer::start_for(
+        ports.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
+        200 * seconds as usize + 50_000,
+    );
     write_configs(root, &ports, &balancer.url);
     let mut replicas: Vec<Replica> = ports
         .iter()
@@ -280,7 +292,7 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
         );
         std::thread::spawn(move || {
             let mut id = 0;
-            while !stop.load(SeqCst) && id < 2_000 {
+            while !stop.load(SeqCst) && id < 20_000 {
                 if submit_until_acknowledged(&balancer, id, &ran, &stop) {
                     acknowledged.lock().unwrap().push(id);
                 }

@@ -473,6 +473,12 @@ pub struct Balancer {
 
 impl Balancer {
     pub fn start(backends: Vec<String>) -> Balancer {
+        Balancer::start_for(backends, 10_000)
+    }
+
+    /// A balancer that serves at most `connections` connections (a bound
+    /// for a longer run's load).
+    pub fn start_for(backends: Vec<String>, connections: usize) -> Balancer {
         use std::sync::atomic::{AtomicBool, Ordering};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the balancer");
         let address = listener.local_addr().expect("its address");
@@ -480,7 +486,7 @@ impl Balancer {
         let stopping = stop.clone();
         std::thread::spawn(move || {
             let mut next = 0usize;
-            for client in listener.incoming().take(10_000) {
+            for client in listener.incoming().take(connections) {
                 if stopping.load(Ordering::SeqCst) {
                     break;
                 }
