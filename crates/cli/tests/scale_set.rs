@@ -157,6 +157,17 @@ impl Harness {
         id.unwrap()
     }
 
+    /// Deletes scale set `set` as GitHub does (with its jobs).
+    fn delete_scale_set(&self, set: ScaleSetId) {
+        self.runtime.block_on(async {
+            self.emulator
+                .client()
+                .delete_runner_scale_set(set)
+                .await
+                .unwrap();
+        });
+    }
+
     fn api(&self, path: &str) -> Value {
         client()
             .get(format!("{}{path}", self.base))
@@ -457,13 +468,7 @@ fn a_dropped_session_is_opened_again() {
 fn a_scale_set_github_deleted_is_created_again() {
     let h = Harness::start(2, 0);
     let set = h.scale_set();
-    h.runtime.block_on(async {
-        h.emulator
-            .client()
-            .delete_runner_scale_set(set)
-            .await
-            .unwrap();
-    });
+    h.delete_scale_set(set);
     let mut again = None;
     wait_until("the scale set created again, with a session", 30, || {
         let state = h.emulator.state();
@@ -913,13 +918,7 @@ fn jobs_of_a_deleted_scale_set_end_when_it_is_created_again() {
     wait_until("two JIT runners for them", 30, || {
         h.started_with_jit().len() == 2
     });
-    h.runtime.block_on(async {
-        h.emulator
-            .client()
-            .delete_runner_scale_set(set)
-            .await
-            .unwrap();
-    });
+    h.delete_scale_set(set);
     wait_until("both jobs ended", 30, || {
         h.job_states() == ["cancelled", "cancelled"]
     });
