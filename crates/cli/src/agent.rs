@@ -419,14 +419,20 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
 /// while its database is away) — with jittered doubling waits for up to
 /// [`REGISTRATION_PATIENCE`]. A refusal (401: the token is unknown, used
 /// or expired; 409: the name is taken) ends it: asking again cannot help.
-/// A registration applied whose answer was lost comes back as 401 (its
-/// token is one-time), said so in the error.
+/// Every try carries the same `attempt` key, made here and kept only in
+/// memory: a registration applied whose answer was lost (the connection
+/// cut after runway acted) is answered again, with the same runner,
+/// instead of a 401 for a used one-time token.
 async fn register(
     client: &Client,
     args: &AgentArgs,
     name: &str,
 ) -> anyhow::Result<(StatusCode, Value)> {
-    let body = json!({"token": args.token, "name": name, "labels": args.labels});
+    let attempt: String = (0..32)
+        .map(|_| char::from_digit(rand::random::<u32>() % 16, 16).unwrap_or('0'))
+        .collect();
+    let body =
+        json!({"token": args.token, "name": name, "labels": args.labels, "attempt": attempt});
     let deadline = tokio::time::Instant::now() + REGISTRATION_PATIENCE;
     let mut wait = Duration::from_millis(200);
     let mut retried = false;
@@ -439,7 +445,7 @@ async fn register(
         if !again || tokio::time::Instant::now() + wait >= deadline {
             if retried {
                 if let Ok((StatusCode::UNAUTHORIZED, _)) = &outcome {
-                    bail!("registration as {name:?} refused after a retry: an earlier attempt may have registered (its answer was lost) and used the one-time token");
+                    bail!("registration as {name:?} refused after a retry: the one-time token was used by another registration or has expired");
                 }
             }
             return outcome;

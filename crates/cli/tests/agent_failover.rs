@@ -1,11 +1,12 @@
 //! `runway agent` across a failover: in front of `runway serve`, a
 //! loopback proxy answers 503 (what a replica says while its database is
-//! away) to the agent's first registration, heartbeats and completions;
-//! the agent carries on through each and the job completes once.
+//! away) to the agent's registration, heartbeats and completions, or cuts
+//! the connection before the request reaches runway or after runway acted
+//! on it; the agent carries on through each and the job runs and completes
+//! once.
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -14,18 +15,37 @@ use common::{runway, wait_until, Process};
 
 const ADMIN: &str = "agent-failover-admin-token";
 
-/// How many of the next requests whose path ends with each key the proxy
-/// refuses with 503, and how many it refused.
+/// What the proxy does to a request instead of passing it on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    /// Answers 503, as a replica whose database is away does.
+    Refuse,
+    /// Cuts the connection before the request reaches runway.
+    CutBefore,
+    /// Passes the request on, then cuts the connection before the answer
+    /// reaches the agent: runway did it, the agent cannot know.
+    CutAfter,
+}
+
+/// The faults still to meet, in order, for requests whose path ends with
+/// each key; and those met.
 #[derive(Default)]
 struct Faults {
-    refuse: Mutex<BTreeMap<&'static str, u32>>,
-    refused: Mutex<BTreeMap<&'static str, u32>>,
+    planned: Mutex<Vec<(&'static str, Fault)>>,
+    met: Mutex<Vec<(&'static str, Fault)>>,
 }
 
 struct Proxy {
     url: String,
     faults: Arc<Faults>,
     _runtime: tokio::runtime::Runtime,
+}
+
+/// Ends the connection's task without an answer: the client sees the
+/// connection closed (`resume_unwind` skips the panic hook, so nothing is
+/// printed; axum serves each connection in its own task).
+fn cut_connection() -> ! {
+    std::panic::resume_unwind(Box::new("connection cut by the test proxy"))
 }
 
 fn proxy(upstream: &str) -> Proxy {
@@ -41,14 +61,16 @@ fn proxy(upstream: &str) -> Proxy {
             async move {
                 use axum::response::IntoResponse;
                 let path = uri.path().to_owned();
-                {
-                    let mut refuse = faults.refuse.lock().unwrap();
-                    if let Some((key, left)) = refuse
-                        .iter_mut()
-                        .find(|(k, n)| path.ends_with(**k) && **n > 0)
-                    {
-                        *left -= 1;
-                        *faults.refused.lock().unwrap().entry(key).or_default() += 1;
+                let fault = {
+                    let mut planned = faults.planned.lock().unwrap();
+                    let next = planned.iter().position(|(k, _)| path.ends_with(*k));
+                    next.map(|i| planned.remove(i))
+                };
+                if let Some(met) = fault {
+                    faults.met.lock().unwrap().push(met);
+                }
+                match fault.map(|(_, f)| f) {
+                    Some(Fault::Refuse) => {
                         return (
                             axum::http::StatusCode::SERVICE_UNAVAILABLE,
                             [("content-type", "application/json")],
@@ -56,8 +78,14 @@ fn proxy(upstream: &str) -> Proxy {
                         )
                             .into_response();
                     }
+                    Some(Fault::CutBefore) => cut_connection(),
+                    Some(Fault::CutAfter) | None => {}
                 }
-                match common::forward(&forward, &upstream, method, &uri, &headers, body).await {
+                let answer = match common::forward(
+                    &forward, &upstream, method, &uri, &headers, body,
+                )
+                .await
+                {
                     Ok(answer) => {
                         let status = answer.status();
                         let bytes = answer.bytes().await.unwrap_or_default();
@@ -66,7 +94,11 @@ fn proxy(upstream: &str) -> Proxy {
                     Err(error) => {
                         (axum::http::StatusCode::BAD_GATEWAY, error.to_string()).into_response()
                     }
+                };
+                if fault.is_some_and(|(_, f)| f == Fault::CutAfter) {
+                    cut_connection();
                 }
+                answer
             }
         },
     );
@@ -90,17 +122,15 @@ fn write_config(dir: &Path) {
     .unwrap();
 }
 
-#[test]
-fn an_agent_carries_on_through_503s_at_registration_heartbeat_and_completion() {
+/// Runs one job on a `runway agent --once` behind the proxy with `faults`
+/// planned, and checks it ran once, was never requeued, and that every
+/// fault was met.
+fn an_agent_carries_on_through(faults: &[(&'static str, Fault)]) {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path());
     let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
     let proxy = proxy(&base);
-    proxy.faults.refuse.lock().unwrap().extend([
-        ("/runners/register", 3),
-        ("/heartbeat", 1),
-        ("/complete", 3),
-    ]);
+    proxy.faults.planned.lock().unwrap().extend(faults);
     let log = std::fs::File::create(dir.path().join("agent.log")).unwrap();
     let _agent = Process(
         runway(dir.path())
@@ -118,10 +148,17 @@ fn an_agent_carries_on_through_503s_at_registration_heartbeat_and_completion() {
             .expect("start runway agent"),
     );
     // Long enough for two heartbeats (every 2 s with a 6 s lease): the
-    // first is refused, the second keeps the lease.
-    let job = common::submit(&base, ADMIN, "sleep 5; echo carried on");
+    // first may be refused or cut, the second keeps the lease.
+    let job = common::submit(
+        &base,
+        ADMIN,
+        &format!(
+            "echo ran >> '{}'; sleep 5; echo carried on",
+            dir.path().join("ran.log").display()
+        ),
+    );
     let agent_log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
-    wait_until("the job to complete through the 503s", 60, || {
+    wait_until("the job to complete through the faults", 60, || {
         common::job(&base, ADMIN, job)["state"] == "completed"
     });
     let done = common::job(&base, ADMIN, job);
@@ -131,17 +168,65 @@ fn an_agent_carries_on_through_503s_at_registration_heartbeat_and_completion() {
         "ran once, never requeued: {done}\n{}",
         agent_log()
     );
-    let refused = proxy.faults.refused.lock().unwrap().clone();
     assert_eq!(
-        refused,
-        BTreeMap::from([
-            ("/complete", 3),
-            ("/heartbeat", 1),
-            ("/runners/register", 3)
-        ]),
-        "every step met its 503s: {}",
-        agent_log()
+        std::fs::read_to_string(dir.path().join("ran.log")).unwrap_or_default(),
+        "ran\n",
+        "the job ran once"
     );
+    let mut met = proxy.faults.met.lock().unwrap().clone();
+    let mut expected = faults.to_vec();
+    met.sort();
+    expected.sort();
+    assert_eq!(met, expected, "every fault was met: {}", agent_log());
+    // The agent's own runner record ended with its one job.
+    let runners = common::client()
+        .get(format!("{base}/api/v1/runners"))
+        .bearer_auth(ADMIN)
+        .send()
+        .and_then(|r| r.json::<serde_json::Value>())
+        .expect("runners");
+    assert_eq!(
+        runners["runners"].as_array().map(Vec::len),
+        Some(1),
+        "one runner record: {runners}"
+    );
+}
+
+#[test]
+fn an_agent_carries_on_through_503s_at_registration_heartbeat_and_completion() {
+    an_agent_carries_on_through(&[
+        ("/runners/register", Fault::Refuse),
+        ("/runners/register", Fault::Refuse),
+        ("/runners/register", Fault::Refuse),
+        ("/heartbeat", Fault::Refuse),
+        ("/complete", Fault::Refuse),
+        ("/complete", Fault::Refuse),
+        ("/complete", Fault::Refuse),
+    ]);
+}
+
+#[test]
+fn an_agent_carries_on_through_cut_connections_at_registration() {
+    an_agent_carries_on_through(&[
+        ("/runners/register", Fault::CutBefore),
+        ("/runners/register", Fault::CutAfter),
+    ]);
+}
+
+#[test]
+fn an_agent_carries_on_through_cut_connections_at_heartbeat() {
+    an_agent_carries_on_through(&[
+        ("/heartbeat", Fault::CutBefore),
+        ("/heartbeat", Fault::CutAfter),
+    ]);
+}
+
+#[test]
+fn an_agent_carries_on_through_cut_connections_at_completion() {
+    an_agent_carries_on_through(&[
+        ("/complete", Fault::CutBefore),
+        ("/complete", Fault::CutAfter),
+    ]);
 }
 
 /// `runway submit` through two 503s: it asks again with the same external
@@ -152,12 +237,10 @@ fn submit_asks_again_through_503s_and_makes_one_job() {
     write_config(dir.path());
     let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
     let proxy = proxy(&base);
-    proxy
-        .faults
-        .refuse
-        .lock()
-        .unwrap()
-        .insert("/api/v1/jobs", 2);
+    proxy.faults.planned.lock().unwrap().extend([
+        ("/api/v1/jobs", Fault::Refuse),
+        ("/api/v1/jobs", Fault::Refuse),
+    ]);
     let output = runway(dir.path())
         .args([
             "submit",
@@ -175,10 +258,7 @@ fn submit_asks_again_through_503s_and_makes_one_job() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(
-        proxy.faults.refused.lock().unwrap().get("/api/v1/jobs"),
-        Some(&2)
-    );
+    assert_eq!(proxy.faults.met.lock().unwrap().len(), 2);
     let jobs = common::client()
         .get(format!("{base}/api/v1/jobs"))
         .bearer_auth(ADMIN)

@@ -570,13 +570,15 @@ async fn self_registering_runners_adopt_their_record_and_orphans_are_deleted() {
         .store
         .register_runner(
             &runway_server::app::tokens::token_hash(&token),
+            None,
             "whatever-it-calls-itself",
             &[],
             "runner-token-hash",
             now.plus(Duration::from_secs(2)),
         )
         .await
-        .unwrap();
+        .unwrap()
+        .runner;
     assert_eq!(
         (registered.id, registered.state),
         (runner.id, RunnerState::Idle)

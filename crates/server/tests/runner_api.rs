@@ -186,6 +186,59 @@ async fn scopes_and_registration() {
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
 
+/// A registration whose answer was lost, asked again with its `attempt`,
+/// gives the same runner with a new token; the lost token stops working;
+/// a malformed attempt is a 400 and changes nothing.
+#[tokio::test]
+async fn a_registration_asked_again_with_its_attempt_is_the_same_runner() {
+    let harness = Harness::runner_api(None).await;
+    let (_, token) = harness
+        .call(
+            "POST",
+            "/api/v1/registration-tokens",
+            ADMIN,
+            Some(json!({"pool": "default"})),
+        )
+        .await;
+    let register = |attempt: &'static str| {
+        let body = json!({"token": token["token"], "name": "again", "labels": ["linux"], "attempt": attempt});
+        let harness = &harness;
+        async move {
+            harness
+                .call("POST", "/api/v1/runners/register", "", Some(body))
+                .await
+        }
+    };
+    let (status, body) = register("short").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let attempt = "0123456789abcdef0123456789abcdef";
+    let (status, first) = register(attempt).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    let (status, again) = register(attempt).await;
+    assert_eq!(status, StatusCode::CREATED, "{again}");
+    assert_eq!(again["runner_id"], first["runner_id"], "one runner");
+    assert_ne!(again["runner_token"], first["runner_token"]);
+    for (token, expected, what) in [
+        (&first, StatusCode::UNAUTHORIZED, "the lost answer's token"),
+        (&again, StatusCode::NO_CONTENT, "the new token works"),
+    ] {
+        let token = token["runner_token"].as_str().unwrap();
+        let (status, _) = harness
+            .call("POST", "/api/v1/jobs/request", token, None)
+            .await;
+        assert_eq!(status, expected, "{what}");
+    }
+    let (status, _) = register("fedcba9876543210fedcba9876543210").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "another attempt: used");
+    let runners = harness
+        .service
+        .store
+        .list_runners(&runway_store::RunnerFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(runners.len(), 1);
+}
+
 #[tokio::test]
 async fn submission_is_idempotent_and_refuses_unroutable_labels() {
     let harness = Harness::runner_api(None).await;

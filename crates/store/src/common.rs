@@ -138,6 +138,8 @@ pub(crate) struct Statements {
 pub(crate) struct RunnerApiStatements {
     pub insert_registration: String,
     pub redeem_registration: String,
+    pub registered_by: String,
+    pub repeat_registration: String,
     pub set_runner_token: String,
     pub runner_by_token: String,
     pub insert_setting: String,
@@ -166,9 +168,14 @@ impl RunnerApiStatements {
     fn new() -> RunnerApiStatements {
         RunnerApiStatements {
             insert_registration: "INSERT INTO registration_tokens (token_hash, pool, created_at, expires_at, runner_id) VALUES ($1, $2, $3, $4, $5)".into(),
-            redeem_registration: "UPDATE registration_tokens SET used_at = $2 \
+            redeem_registration: "UPDATE registration_tokens SET used_at = $2, attempt_hash = $3 \
                  WHERE token_hash = $1 AND used_at IS NULL AND expires_at > $2 RETURNING pool, runner_id"
                     .into(),
+            registered_by: "UPDATE registration_tokens SET used_by = $2 WHERE token_hash = $1".into(),
+            repeat_registration: "SELECT used_by FROM registration_tokens \
+                 WHERE token_hash = $1 AND used_at IS NOT NULL AND expires_at > $2 \
+                 AND attempt_hash = $3 AND used_by IS NOT NULL"
+                .into(),
             set_runner_token: "UPDATE runners SET token_hash = $2 WHERE id = $1".into(),
             runner_by_token: format!("SELECT id, {RUNNER_COLUMNS} FROM runners WHERE token_hash = $1"),
             insert_setting: "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING".into(),

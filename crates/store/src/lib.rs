@@ -244,6 +244,15 @@ impl Prunable {
     }
 }
 
+/// What redeeming a registration token made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    pub runner: Runner,
+    /// The same attempt asked again (its first answer was lost): the
+    /// runner registered then, now with the new runner token.
+    pub repeated: bool,
+}
+
 /// A GARM instance token's record (only its hash is stored).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceToken {
@@ -858,14 +867,22 @@ pub trait Store: Send + Sync + 'static {
     /// ready), with its own token (hash). `InvalidToken` when the
     /// registration token is unknown, used or expired, or its bound record
     /// is no longer waiting for its runner.
+    ///
+    /// `attempt_hash` (the hash of a key the registering agent made for
+    /// this one registration) makes the registration repeatable: the same
+    /// token and attempt asked again while the token is unexpired, and the
+    /// runner it registered is still idle with no job ever, name and
+    /// labels the same, give that runner again with `runner_token_hash` as
+    /// its token (the earlier one, whose answer was lost, no longer works).
     async fn register_runner(
         &self,
         registration_token_hash: &str,
+        attempt_hash: Option<&str>,
         name: &str,
         labels: &[String],
         runner_token_hash: &str,
         now: Timestamp,
-    ) -> Result<Runner, StoreError>;
+    ) -> Result<Registration, StoreError>;
 
     /// The installation-wide value of `key`: `candidate` the first time it
     /// is asked (stored then), the stored value ever after, whichever

@@ -86,7 +86,7 @@ fn start_steps(runner: RunnerId, now: Timestamp) -> String {
 }
 use crate::{
     Backend, Claim, ClaimStart, Delivery, Enqueued, Expect, JobCount, JobFilter, Leadership, Moved,
-    RunnerFilter, Store, StoreError, StoredWorkerConfig, Wake, WakeListener,
+    Registration, RunnerFilter, Store, StoreError, StoredWorkerConfig, Wake, WakeListener,
 };
 
 /// What one SQL backend does its own way. Implemented by
@@ -1372,21 +1372,67 @@ where
     async fn register_runner(
         &self,
         registration_token_hash: &str,
+        attempt_hash: Option<&str>,
         name: &str,
         labels: &[String],
         runner_token_hash: &str,
         now: Timestamp,
-    ) -> Result<Runner, StoreError> {
+    ) -> Result<Registration, StoreError> {
         let sql = &self.inner.statements.runner_api;
         let mut connection = self.writer().acquire().await?;
-        let result: Result<Runner, StoreError> = async {
+        let result: Result<Registration, StoreError> = async {
             let mut transaction = sqlx::Connection::begin(&mut *connection).await?;
             let redeemed: Option<(String, Option<i64>)> = sqlx::query_as(&sql.redeem_registration)
                 .bind(registration_token_hash)
                 .bind(now.as_millis())
+                .bind(attempt_hash)
                 .fetch_optional(&mut *transaction)
                 .await?;
-            let (pool, bound) = redeemed.ok_or(StoreError::InvalidToken)?;
+            let Some((pool, bound)) = redeemed else {
+                // Used (or unknown, or expired): the same attempt again?
+                let Some(attempt_hash) = attempt_hash else {
+                    return Err(StoreError::InvalidToken);
+                };
+                let used_by: Option<i64> = sqlx::query_scalar(&sql.repeat_registration)
+                    .bind(registration_token_hash)
+                    .bind(now.as_millis())
+                    .bind(attempt_hash)
+                    .fetch_optional(&mut *transaction)
+                    .await?
+                    .flatten();
+                let id = used_by.ok_or(StoreError::InvalidToken)?;
+                let row: Option<RunnerRow> = sqlx::query_as(&self.inner.statements.runner_by_id)
+                    .bind(id)
+                    .fetch_optional(&mut *transaction)
+                    .await?;
+                let runner = row
+                    .map(Runner::try_from)
+                    .transpose()?
+                    .ok_or(StoreError::InvalidToken)?;
+                let untouched = matches!(
+                    runner.state,
+                    runway_core::RunnerState::Requested
+                        | runway_core::RunnerState::Provisioning
+                        | runway_core::RunnerState::Idle
+                ) && runner.job.is_none()
+                    && runner.busy_at.is_none()
+                    && runner.name == name
+                    && (runner.origin() != runway_core::RunnerOrigin::Registered
+                        || runner.labels == labels);
+                if !untouched {
+                    return Err(StoreError::InvalidToken);
+                }
+                sqlx::query(&sql.set_runner_token)
+                    .bind(runner.id.0)
+                    .bind(runner_token_hash)
+                    .execute(&mut *transaction)
+                    .await?;
+                transaction.commit().await?;
+                return Ok(Registration {
+                    runner,
+                    repeated: true,
+                });
+            };
             let runner = match bound {
                 // Minted for a record the reconciler created: adopt it. A
                 // record that already failed (boot timeout) admits no one.
@@ -1450,8 +1496,16 @@ where
                 .bind(runner_token_hash)
                 .execute(&mut *transaction)
                 .await?;
+            sqlx::query(&sql.registered_by)
+                .bind(registration_token_hash)
+                .bind(runner.id.0)
+                .execute(&mut *transaction)
+                .await?;
             transaction.commit().await?;
-            Ok(runner)
+            Ok(Registration {
+                runner,
+                repeated: false,
+            })
         }
         .await;
         crate::sql::settle(connection, result)

@@ -28,6 +28,7 @@ on_both_backends!(
     concurrent_worker_config_writes_with_one_version_let_one_win,
     claims_honour_runner_labels,
     registration_tokens_are_single_use_and_expire,
+    a_registration_asked_again_with_its_attempt_gives_the_same_runner,
     bound_registration_tokens_adopt_their_runner_record,
     the_controller_id_is_chosen_once,
     instance_tokens_hand_out_one_registration,
@@ -399,26 +400,27 @@ mod cases {
             .unwrap();
         let labels = vec!["self-hosted".to_owned()];
         let runner = store
-            .register_runner("hash-1", "r1", &labels, "runner-hash-1", at(10))
+            .register_runner("hash-1", None, "r1", &labels, "runner-hash-1", at(10))
             .await
-            .unwrap();
+            .unwrap()
+            .runner;
         assert_eq!(
             (runner.pool.as_str(), runner.labels.clone()),
             ("default", labels.clone())
         );
         let again = store
-            .register_runner("hash-1", "r2", &labels, "runner-hash-2", at(11))
+            .register_runner("hash-1", None, "r2", &labels, "runner-hash-2", at(11))
             .await;
         assert!(
             matches!(again, Err(StoreError::InvalidToken)),
             "used: {again:?}"
         );
         let unknown = store
-            .register_runner("nope", "r3", &labels, "runner-hash-3", at(12))
+            .register_runner("nope", None, "r3", &labels, "runner-hash-3", at(12))
             .await;
         assert!(matches!(unknown, Err(StoreError::InvalidToken)));
         let expired = store
-            .register_runner("hash-2", "r4", &labels, "runner-hash-4", at(1_000))
+            .register_runner("hash-2", None, "r4", &labels, "runner-hash-4", at(1_000))
             .await;
         assert!(
             matches!(expired, Err(StoreError::InvalidToken)),
@@ -437,6 +439,99 @@ mod cases {
             .is_none());
     }
 
+    pub async fn a_registration_asked_again_with_its_attempt_gives_the_same_runner(
+        store: Arc<dyn Store>,
+    ) {
+        let labels = vec!["self-hosted".to_owned()];
+        for token in ["token-a", "token-b", "token-c"] {
+            store
+                .create_registration_token(token, "default", None, at(1_000), at(0))
+                .await
+                .unwrap();
+        }
+        let first = store
+            .register_runner("token-a", Some("attempt-a"), "ra", &labels, "rt-a1", at(10))
+            .await
+            .unwrap();
+        assert!(!first.repeated);
+        // The answer was lost: the same attempt asks again.
+        let again = store
+            .register_runner("token-a", Some("attempt-a"), "ra", &labels, "rt-a2", at(11))
+            .await
+            .unwrap();
+        assert!(again.repeated);
+        assert_eq!(again.runner.id, first.runner.id, "no second runner");
+        assert_eq!(
+            store
+                .find_runner_by_token("rt-a2")
+                .await
+                .unwrap()
+                .map(|r| r.id),
+            Some(first.runner.id)
+        );
+        assert_eq!(
+            store.find_runner_by_token("rt-a1").await.unwrap(),
+            None,
+            "the lost token no longer works"
+        );
+        // Another attempt, another name, or no attempt: the token is used.
+        for (attempt, name) in [
+            (Some("attempt-x"), "ra"),
+            (Some("attempt-a"), "other"),
+            (None, "ra"),
+        ] {
+            let refused = store
+                .register_runner("token-a", attempt, name, &labels, "rt-x", at(12))
+                .await;
+            assert!(
+                matches!(refused, Err(StoreError::InvalidToken)),
+                "{attempt:?} {name}: {refused:?}"
+            );
+        }
+        // Not once the runner has had a job, nor after the token expired.
+        let busy = store
+            .register_runner("token-b", Some("attempt-b"), "rb", &labels, "rt-b1", at(10))
+            .await
+            .unwrap()
+            .runner;
+        store
+            .apply_runner_event(busy.id, &RunnerEvent::Ready, at(11))
+            .await
+            .unwrap();
+        store
+            .apply_runner_event(
+                busy.id,
+                &RunnerEvent::JobAssigned {
+                    job: runway_core::JobId(77),
+                },
+                at(12),
+            )
+            .await
+            .unwrap();
+        let refused = store
+            .register_runner("token-b", Some("attempt-b"), "rb", &labels, "rt-b2", at(13))
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::InvalidToken)),
+            "{refused:?}"
+        );
+        store
+            .register_runner("token-c", Some("attempt-c"), "rc", &labels, "rt-c1", at(10))
+            .await
+            .unwrap();
+        let late = store
+            .register_runner(
+                "token-c",
+                Some("attempt-c"),
+                "rc",
+                &labels,
+                "rt-c2",
+                at(1_000),
+            )
+            .await;
+        assert!(matches!(late, Err(StoreError::InvalidToken)), "{late:?}");
+    }
+
     pub async fn bound_registration_tokens_adopt_their_runner_record(store: Arc<dyn Store>) {
         let new = |name: &str| NewRunner {
             name: name.to_owned(),
@@ -450,9 +545,17 @@ mod cases {
             .await
             .unwrap();
         let adopted = store
-            .register_runner("bound-1", "ignored", &["other".to_owned()], "rt-1", at(5))
+            .register_runner(
+                "bound-1",
+                None,
+                "ignored",
+                &["other".to_owned()],
+                "rt-1",
+                at(5),
+            )
             .await
-            .unwrap();
+            .unwrap()
+            .runner;
         assert_eq!(adopted.id, created.id, "no second record");
         assert_eq!(adopted.name, "local-1", "the record keeps its name");
         assert_eq!(adopted.provider, "process");
@@ -492,7 +595,7 @@ mod cases {
             .await
             .unwrap();
         let refused = store
-            .register_runner("bound-2", "local-2", &[], "rt-2", at(7))
+            .register_runner("bound-2", None, "local-2", &[], "rt-2", at(7))
             .await;
         assert!(
             matches!(refused, Err(StoreError::InvalidToken)),

@@ -51,6 +51,7 @@ pub async fn create_registration_token(
 pub async fn register(
     service: &Service,
     registration_token: &str,
+    attempt: Option<&str>,
     name: &str,
     labels: &[String],
 ) -> Result<(Runner, String), AppError> {
@@ -67,12 +68,19 @@ pub async fn register(
             "labels: at most 64 labels of 1 to 100 characters",
         ));
     }
+    if attempt.is_some_and(|a| !(16..=128).contains(&a.len())) {
+        return Err(AppError::invalid(
+            "invalid_body",
+            "attempt: must be 16 to 128 characters",
+        ));
+    }
     let runner_token = new_token("rwt_");
     let now = now();
-    let runner = service
+    let registration = service
         .store
         .register_runner(
             &token_hash(registration_token),
+            attempt.map(token_hash).as_deref(),
             name,
             labels,
             &token_hash(&runner_token),
@@ -92,6 +100,11 @@ pub async fn register(
             ),
             other => AppError::store(service, "register_runner", other),
         })?;
+    let runner = registration.runner;
+    if registration.repeated {
+        tracing::info!(target: "runway::events", event = "runner_registered_again", runner = %runner.id, name = %runner.name, pool = %runner.pool, "a registration asked again (its answer was lost): the same runner, a new runner token");
+        return Ok((runner, runner_token));
+    }
     // A runner runway started (its token was bound to its record) is ready
     // already, and its install time is known.
     if runner.origin() == RunnerOrigin::Registered {

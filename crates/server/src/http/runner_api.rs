@@ -100,6 +100,14 @@ struct RegisterRequest {
     #[serde(default)]
     #[schema(schema_with = runner_labels)]
     labels: Vec<String>,
+    /// A random key (16 to 128 characters) the runner makes for this one
+    /// registration and sends with every try of it: when an answer is lost
+    /// and the runner asks again with the same token and key, it gets the
+    /// runner registered by the first try (with a new runner token)
+    /// instead of a 401 for a used token. Only its hash is stored.
+    #[serde(default)]
+    #[schema(min_length = 16, max_length = 128)]
+    attempt: Option<String>,
 }
 
 fn runner_labels() -> utoipa::openapi::Array {
@@ -132,14 +140,20 @@ pub struct RegisteredDto {
     responses(
         (status = 201, description = "Registered (the runner token is shown once)", body = RegisteredDto),
         (status = 400, description = "Not a valid request", body = ErrorBody),
-        (status = 401, description = "The registration token is unknown, used or expired", body = ErrorBody),
+        (status = 401, description = "The registration token is unknown, used or expired (a used token with the same `attempt` gives the runner it registered, while that runner has had no job)", body = ErrorBody),
         (status = 409, description = "A live runner already has that name", body = ErrorBody),
         (status = 503, description = "The store is unavailable; retry", body = ErrorBody),
     ))]
 async fn register(State(service): State<Arc<Service>>, body: Bytes) -> Result<Response, ApiError> {
     let request: RegisterRequest = parse_json(&body)?;
-    let (runner, runner_token) =
-        runners::register(&service, &request.token, &request.name, &request.labels).await?;
+    let (runner, runner_token) = runners::register(
+        &service,
+        &request.token,
+        request.attempt.as_deref(),
+        &request.name,
+        &request.labels,
+    )
+    .await?;
     let dto = RegisteredDto {
         runner_id: runner.id.0,
         runner_token,
