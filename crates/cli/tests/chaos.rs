@@ -1,40 +1,65 @@
-//! The chaos soak: three `runway serve` replicas on one PostgreSQL schema
-//! behind a round-robin balancer, an `exec` provider whose instances all
-//! replicas share (`contrib/garm-provider-local`, each instance a real
-//! `runway agent --once`), jobs submitted through the job API with an
-//! external id, and faults at random for a set time: kill -9 and restart of
-//! a replica, SIGSTOP then SIGCONT, every database connection ended,
-//! provider calls that fail or hang past their timeout. Then, from the
-//! store, the shared cloud and the provider's call log:
+//! The chaos soak: three `runway serve` replicas on one PostgreSQL (a
+//! private cluster, so that it can be restarted) behind a round-robin
+//! balancer, with two kinds of work:
 //!
-//! - every job acknowledged to the client completed (none lost);
+//! - runway-API jobs submitted with an external id to a pool whose `exec`
+//!   provider's instances all replicas share (`contrib/garm-provider-local`,
+//!   each instance a real `runway agent --once`);
+//! - GitHub jobs from the fake GitHub of the server's tests, whose
+//!   `workflow_job` webhooks are dropped, duplicated and reordered, run on
+//!   just-in-time runners (a script that says it is online and waits for
+//!   the fake GitHub to give it a job) of a second shared `exec` pool.
+//!
+//! Faults at random for a set time: kill -9 and restart of a replica,
+//! SIGSTOP then SIGCONT, PostgreSQL crashed and restarted, every database
+//! connection ended, provider calls that fail, hang past their timeout or
+//! answer slowly. Then, from the store, the shared clouds, the provider's
+//! call log and the fake GitHub's:
+//!
+//! - every job acknowledged to the client completed, and every GitHub job
+//!   ran (none lost);
 //! - no job ran twice, except after its first runner was lost (listed);
-//! - no instance is left that no runner accounts for (0 leaked);
-//! - `max_runners` was never exceeded (sampled);
-//! - no create, delete, start or stop was made by a replica after another
-//!   had begun a later term (each call logs its caller's pid and time; each
-//!   replica's log says when it began leading).
+//! - no instance is left that no runner accounts for (0 leaked), and no
+//!   runner with a job was stopped under it;
+//! - each pool's `max_runners` was never exceeded (sampled);
+//! - no create, delete, start or stop, and no GitHub JIT configuration,
+//!   deregistration or redelivery request, was made by a replica after
+//!   another had begun a later term (each provider call logs its caller's
+//!   pid and time; each replica incarnation presents GitHub a token of its
+//!   own; each replica's log says when it began leading).
 //!
 //! `RUNWAY_CHAOS_SECONDS` sets how long faults are injected (default 180);
-//! `RUNWAY_CHAOS_SEED` the seed. The report is printed; BENCHMARKS.md has a
-//! longer run.
+//! `RUNWAY_CHAOS_SEED` the seed; `RUNWAY_CHAOS_UNFENCED=1` runs the
+//! replicas with fencing switched off (`RUNWAY_UNSAFE_NO_FENCING`), a
+//! control run that must fail. The report is printed; BENCHMARKS.md has a
+//! longer run and a control run.
 
 mod common;
+#[path = "../../server/tests/fake_github/mod.rs"]
+mod fake_github;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use common::{client, runway, PgSchema};
+use common::{client, runway, PrivatePostgres};
+use fake_github::{Auth, FakeGithub, HOOK_SECRET};
 use rand::{Rng, SeedableRng};
 
 const ADMIN: &str = "chaos-admin-token";
 const REPLICAS: usize = 3;
+/// The runway-API pool's bound, and the GitHub pool's.
 const MAX_RUNNERS: u64 = 6;
+const MAX_GITHUB_RUNNERS: u64 = 4;
+/// Jobs submitted but not yet run that the load keeps at most: it follows
+/// what the pool gets through instead of outrunning it.
+const MOST_OUTSTANDING: usize = 12;
+/// GitHub jobs queued or running at most.
+const MOST_GITHUB_OUTSTANDING: usize = 8;
 
 /// Seconds since the epoch of a log line's RFC 3339 timestamp
 /// (`2026-11-26T21:03:29.969740Z …`).
@@ -61,40 +86,60 @@ struct Replica {
     index: usize,
     port: u16,
     child: Option<Child>,
-    /// Every pid this replica ran as.
+    /// Every pid this replica ran as, and the GitHub token each
+    /// incarnation presented.
     pids: Vec<u32>,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    tokens: Vec<String>,
 }
 
 impl Replica {
-    fn start(&mut self, dir: &Path, database: &str) {
+    fn start(&mut self, dir: &Path, database: &str, github: &FakeGithub) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(dir.join(format!("replica-{}.log", self.index)))
             .expect("the replica's log");
+        let token = format!("ghp_chaos-replica-{}-{}", self.index, self.pids.len());
+        github.lock().also_accepted.push(token.clone());
         let child = runway(dir)
             .args(["serve", "--config", &format!("replica-{}.toml", self.index)])
             .args(["--database", database])
+            .env("RUNWAY_CHAOS_GITHUB_TOKEN", &token)
+            // The control run: fencing off, the soak must fail.
+            .env(
+                "RUNWAY_UNSAFE_NO_FENCING",
+                std::env::var("RUNWAY_CHAOS_UNFENCED").unwrap_or_default(),
+            )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("runway serve");
         self.pids.push(child.id());
+        self.tokens.push(token);
         self.child = Some(child);
         let url = format!("http://127.0.0.1:{}/healthz", self.port);
-        common::wait_until("a replica to answer", 30, || {
-            client()
-                .get(&url)
-                .send()
-                .is_ok_and(|r| r.status().is_success())
-        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !client()
+            .get(&url)
+            .send()
+            .is_ok_and(|r| r.status().is_success())
+        {
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || Instant::now() > deadline {
+                let log = std::fs::read_to_string(dir.join(format!("replica-{}.log", self.index)))
+                    .unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                panic!(
+                    "replica {} did not come up ({exited:?}); its log ends:\n{}",
+                    self.index,
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn signal(&self, name: &str) {
@@ -113,37 +158,69 @@ impl Replica {
     }
 }
 
-fn write_configs(dir: &Path, ports: &[u16], balancer: &str) {
+fn executable(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn write_configs(dir: &Path, ports: &[u16], balancer: &str, github: &str) {
+    // Every provider call is logged with its time and caller; the fault
+    // files make the mutating ones fail, hang past the 5 s timeout, or
+    // answer slowly within it.
     let provider = dir.join("provider.sh");
-    std::fs::write(
+    executable(
         &provider,
-        format!(
+        &format!(
             "#!/bin/sh\n\
              d='{dir}'\n\
              echo \"$(date +%s.%N) $GARM_COMMAND $GARM_INSTANCE_ID $PPID\" >> \"$d/calls.log\"\n\
              case \"$GARM_COMMAND\" in CreateInstance|DeleteInstance)\n\
                [ -f \"$d/fault.fail\" ] && {{ echo 'injected failure' >&2; exit 1; }}\n\
-               [ -f \"$d/fault.hang\" ] && sleep 8 ;;\n\
+               [ -f \"$d/fault.hang\" ] && sleep 8\n\
+               [ -f \"$d/fault.slow\" ] && sleep 3 ;;\n\
              esac\n\
              exec '{garm}'\n",
             dir = dir.display(),
             garm = common::contrib_provider().display(),
         ),
-    )
-    .unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&provider, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    std::fs::write(
-        dir.join("garm.conf"),
-        format!(
-            "state_dir={}\nboot=command\ncommand={} agent --once\nstop_grace=2\n",
-            dir.join("cloud").display(),
-            common::RUNWAY
+    );
+    // A just-in-time runner: says it is online (its pid, under its name)
+    // and waits until the fake GitHub has run a job on it.
+    let github_runner = dir.join("github-runner.sh");
+    executable(
+        &github_runner,
+        &format!(
+            "#!/bin/sh\n\
+             d='{dir}'\n\
+             [ -n \"$RUNWAY_JIT_CONFIG\" ] || {{ echo 'no JIT configuration' >&2; exit 3; }}\n\
+             echo $$ > \"$d/online/$RUNWAY_RUNNER_NAME\"\n\
+             i=0\n\
+             while [ $i -lt 1500 ] && [ ! -e \"$d/done/$RUNWAY_RUNNER_NAME\" ]; do sleep 0.2; i=$((i+1)); done\n",
+            dir = dir.display(),
         ),
-    )
-    .unwrap();
+    );
+    for (name, state, command) in [
+        (
+            "garm.conf",
+            "cloud",
+            format!("{} agent --once", common::RUNWAY),
+        ),
+        (
+            "garm-github.conf",
+            "cloud-github",
+            github_runner.display().to_string(),
+        ),
+    ] {
+        std::fs::write(
+            dir.join(name),
+            format!(
+                "state_dir={}\nboot=command\ncommand={command}\nstop_grace=2\n",
+                dir.join(state).display(),
+            ),
+        )
+        .unwrap();
+    }
     for (i, port) in ports.iter().enumerate() {
         std::fs::write(
             dir.join(format!("replica-{i}.toml")),
@@ -164,12 +241,28 @@ lease = "10s"
 [scaling]
 interval = "500ms"
 
+[github]
+api_url = "{github}"
+token = "env:RUNWAY_CHAOS_GITHUB_TOKEN"
+webhook_secrets = ["{HOOK_SECRET}"]
+deliveries = "orgs/octo-org/hooks/9"
+redeliver_interval = "2s"
+
 [providers.cloud]
 kind = "exec"
 executable = "{provider}"
 config_file = "{dir}/garm.conf"
 timeout = "5s"
 max_instances = {MAX_RUNNERS}
+boot_seconds = 2
+list_lag = "0s"
+
+[providers.github-cloud]
+kind = "exec"
+executable = "{provider}"
+config_file = "{dir}/garm-github.conf"
+timeout = "5s"
+max_instances = {MAX_GITHUB_RUNNERS}
 boot_seconds = 2
 list_lag = "0s"
 
@@ -180,6 +273,16 @@ max_runners = {MAX_RUNNERS}
 boot_timeout = "60s"
 idle_grace = "2s"
 providers = ["cloud"]
+
+[[pools]]
+name = "github"
+labels = ["self-hosted", "chaos"]
+max_runners = {MAX_GITHUB_RUNNERS}
+boot_timeout = "60s"
+idle_grace = "2s"
+providers = ["github-cloud"]
+[pools.github]
+org = "octo-org"
 "#,
                 provider = provider.display(),
                 dir = dir.display(),
@@ -189,9 +292,9 @@ providers = ["cloud"]
     }
 }
 
-/// Instances the shared cloud holds (garm-provider-local's state files).
-fn cloud_instances(dir: &Path) -> usize {
-    std::fs::read_dir(dir.join("cloud"))
+/// Instances a shared cloud holds (garm-provider-local's state files).
+fn cloud_instances(cloud: &Path) -> usize {
+    std::fs::read_dir(cloud)
         .map(|entries| {
             entries
                 .filter_map(Result::ok)
@@ -244,6 +347,240 @@ fn submit_until_acknowledged(balancer: &str, id: u32, ran: &Path, stop: &AtomicB
     false
 }
 
+/// Distinct jobs that ran, from their own output.
+fn jobs_run(ran: &Path) -> usize {
+    std::fs::read_to_string(ran)
+        .map(|text| text.lines().collect::<BTreeSet<_>>().len())
+        .unwrap_or(0)
+}
+
+/// Whether process `pid` runs (exists and is not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// What the fake GitHub's side of the soak did.
+#[derive(Debug, Default)]
+struct GithubFigures {
+    queued: u64,
+    completed: u64,
+    webhooks: u64,
+    dropped: u64,
+    duplicated: u64,
+    reordered: u64,
+    /// Runners stopped while GitHub had given them a job.
+    busy_stopped: Vec<String>,
+}
+
+/// GitHub's side: queues jobs (while `stop_queueing` is unset), sends
+/// their webhooks with faults, hands each queued job to an online runner
+/// as GitHub would (any runner with matching labels, oldest job first),
+/// and completes it a moment later; until `stop` is set.
+fn drive_github(
+    fake: FakeGithub,
+    runtime: tokio::runtime::Handle,
+    root: PathBuf,
+    seed: u64,
+    stop_queueing: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+) -> GithubFigures {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x6769_7468);
+    let mut figures = GithubFigures::default();
+    let mut held: Vec<(u64, &'static str)> = Vec::new();
+    // name -> (pid, job, since)
+    let mut running: BTreeMap<String, (u32, u64, Instant)> = BTreeMap::new();
+    let mut served: BTreeSet<String> = BTreeSet::new();
+    let mut next_job = 9_000u64;
+    let mut last_queued = Instant::now();
+    let deliver = |id: u64, action: &'static str, drop: bool| {
+        let fake = FakeGithub {
+            url: fake.url.clone(),
+            state: fake.state.clone(),
+        };
+        runtime.spawn(async move { fake.deliver(id, action, drop).await });
+    };
+    let send = |rng: &mut rand::rngs::StdRng,
+                figures: &mut GithubFigures,
+                held: &mut Vec<(u64, &'static str)>,
+                id: u64,
+                action: &'static str| {
+        figures.webhooks += 1;
+        match rng.gen_range(0..100) {
+            0..15 => {
+                figures.dropped += 1;
+                deliver(id, action, true);
+            }
+            15..30 => {
+                figures.duplicated += 1;
+                deliver(id, action, false);
+                deliver(id, action, false);
+            }
+            30..45 => {
+                figures.reordered += 1;
+                held.push((id, action));
+            }
+            _ => deliver(id, action, false),
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(3_600 * 3);
+    while !stop.load(SeqCst) && Instant::now() < deadline {
+        // Queue a job now and then, while fewer than the bound wait.
+        let outstanding = fake
+            .lock()
+            .jobs
+            .values()
+            .filter(|j| j.status != "completed")
+            .count();
+        if !stop_queueing.load(SeqCst)
+            && last_queued.elapsed() > Duration::from_millis(1_500)
+            && outstanding < MOST_GITHUB_OUTSTANDING
+        {
+            next_job += 1;
+            fake.queue_job(next_job, &["self-hosted", "chaos"]);
+            figures.queued += 1;
+            last_queued = Instant::now();
+            send(&mut rng, &mut figures, &mut held, next_job, "queued");
+        }
+        // Held webhooks go out later, behind newer ones.
+        let mut index = 0;
+        while index < held.len() {
+            if stop_queueing.load(SeqCst) || rng.gen_range(0..4) == 0 {
+                let (id, action) = held.remove(index);
+                deliver(id, action, false);
+            } else {
+                index += 1;
+            }
+        }
+        // GitHub gives the oldest queued job to an online runner.
+        let online: Vec<(String, u32)> = std::fs::read_dir(root.join("online"))
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter_map(|e| {
+                        let name = e.file_name().to_string_lossy().into_owned();
+                        let pid = std::fs::read_to_string(e.path())
+                            .ok()?
+                            .trim()
+                            .parse()
+                            .ok()?;
+                        Some((name, pid))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (name, pid) in online {
+            if served.contains(&name) || !alive(pid) {
+                continue;
+            }
+            let job = {
+                let fake = fake.lock();
+                let registered = fake
+                    .runners
+                    .values()
+                    .any(|r| r.name == name && r.job.is_none());
+                let oldest = fake
+                    .jobs
+                    .values()
+                    .find(|j| j.status == "queued")
+                    .map(|j| j.id);
+                oldest.filter(|_| registered)
+            };
+            if let Some(job) = job {
+                fake.start_job(job, &name);
+                served.insert(name.clone());
+                running.insert(name, (pid, job, Instant::now()));
+                send(&mut rng, &mut figures, &mut held, job, "in_progress");
+            }
+        }
+        // A job runs 1.5 s; a runner stopped meanwhile fails it.
+        let finished: Vec<String> = running
+            .iter()
+            .filter(|(_, (_, _, since))| since.elapsed() > Duration::from_millis(1_500))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in finished {
+            let Some((pid, job, _)) = running.remove(&name) else {
+                continue;
+            };
+            let conclusion = if alive(pid) {
+                "success"
+            } else {
+                figures.busy_stopped.push(format!("{name} (job {job})"));
+                "failure"
+            };
+            fake.complete_job(job, conclusion);
+            figures.completed += 1;
+            let _ = std::fs::write(root.join("done").join(&name), "");
+            send(&mut rng, &mut figures, &mut held, job, "completed");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    figures
+}
+
+/// When each term began: (time, pid) from every replica's log.
+fn terms_begun(root: &Path, replicas: &[Replica]) -> Vec<(f64, u32)> {
+    let mut began = Vec::new();
+    for replica in replicas {
+        let log = std::fs::read_to_string(root.join(format!("replica-{}.log", replica.index)))
+            .unwrap_or_default();
+        // Lines are in pid order: each incarnation appended after the last.
+        let mut incarnation = 0usize;
+        for line in log.lines() {
+            if line.contains("runway listening") {
+                incarnation += 1;
+            }
+            if line.contains("leading: this replica runs") {
+                if let (Some(at), Some(pid)) = (
+                    log_time(line),
+                    replica.pids.get(incarnation.saturating_sub(1)),
+                ) {
+                    began.push((at, *pid));
+                }
+            }
+        }
+    }
+    began.sort_by(|a, b| a.0.total_cmp(&b.0));
+    began
+}
+
+/// Why a side effect by `pid` at `at` was made by a replica that no longer
+/// led, or `None` when its caller led. The caller's own latest term began
+/// before the call (its log line comes after the term's commit and before
+/// any call of that term); another term begun after it, more than a
+/// tolerance before the call (the time between a term's commit and its log
+/// line), means the caller no longer led.
+fn deposed(began: &[(f64, u32)], pid: u32, at: f64) -> Option<String> {
+    const TOLERANCE: f64 = 0.5;
+    let own = began
+        .iter()
+        .rev()
+        .find(|(started, p)| *p == pid && *started <= at)
+        .map(|(started, _)| *started);
+    let deposed = match own {
+        None => true,
+        Some(own) => began
+            .iter()
+            .any(|(started, p)| *p != pid && *started > own && *started + TOLERANCE < at),
+    };
+    deposed.then(|| {
+        let around: Vec<String> = began
+            .iter()
+            .filter(|(started, _)| (started - at).abs() < 30.0)
+            .map(|(started, p)| format!("{:+.3}s pid {p}", started - at))
+            .collect();
+        let led = if began.iter().any(|(_, p)| *p == pid) {
+            ""
+        } else {
+            " (never led)"
+        };
+        format!("by pid {pid}{led}; terms begun {around:?}")
+    })
+}
+
 #[test]
 fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
     let seconds: u64 = std::env::var("RUNWAY_CHAOS_SECONDS")
@@ -254,17 +591,23 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(48);
-    let schema = PgSchema::create("runway_chaos");
+    let database = PrivatePostgres::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let github = runtime.block_on(FakeGithub::start(1_000_000, Auth::Token));
+    github.lock().busy_lag = Duration::from_secs(2);
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    std::fs::create_dir_all(root.join("cloud")).unwrap();
-    let ports: Vec<u16> = (0..REPLICAS).map(|_| free_port()).collect();
+    for sub in ["cloud", "cloud-github", "online", "done"] {
+        std::fs::create_dir_all(root.join(sub)).unwrap();
+    }
+    let ports: Vec<u16> = (0..REPLICAS).map(|_| common::free_port()).collect();
     // Room for every connection of the run: clients, runners, samples.
     let balancer = common::Balancer::start_for(
         ports.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
-        200 * seconds as usize + 50_000,
+        300 * seconds as usize + 50_000,
     );
-    write_configs(root, &ports, &balancer.url);
+    github.lock().webhook_url = Some(format!("{}/webhooks/github", balancer.url));
+    write_configs(root, &ports, &balancer.url, &github.url);
     let mut replicas: Vec<Replica> = ports
         .iter()
         .enumerate()
@@ -273,13 +616,15 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
             port: *port,
             child: None,
             pids: Vec::new(),
+            tokens: Vec::new(),
         })
         .collect();
     for replica in &mut replicas {
-        replica.start(root, &schema.scoped);
+        replica.start(root, &database.url(), &github);
     }
 
-    // Load: a job every 400 ms, each retried until acknowledged.
+    // Load: a job every 400 ms while fewer than MOST_OUTSTANDING wait, each
+    // retried until acknowledged.
     let ran = root.join("ran.log");
     let stop_load = Arc::new(AtomicBool::new(false));
     let acknowledged = Arc::new(Mutex::new(Vec::<u32>::new()));
@@ -293,20 +638,41 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
         std::thread::spawn(move || {
             let mut id = 0;
             while !stop.load(SeqCst) && id < 20_000 {
-                if submit_until_acknowledged(&balancer, id, &ran, &stop) {
-                    acknowledged.lock().unwrap().push(id);
+                let outstanding = acknowledged
+                    .lock()
+                    .unwrap()
+                    .len()
+                    .saturating_sub(jobs_run(&ran));
+                if outstanding < MOST_OUTSTANDING {
+                    if submit_until_acknowledged(&balancer, id, &ran, &stop) {
+                        acknowledged.lock().unwrap().push(id);
+                    }
+                    id += 1;
                 }
-                id += 1;
                 std::thread::sleep(Duration::from_millis(400));
             }
         })
     };
-    // Sampling: runners of the pool never above max_runners.
-    let most_runners = Arc::new(AtomicU32::new(0));
+    let stop_github = Arc::new(AtomicBool::new(false));
+    let driver = {
+        let fake = FakeGithub {
+            url: github.url.clone(),
+            state: github.state.clone(),
+        };
+        let (handle, root, stop_queueing, stop) = (
+            runtime.handle().clone(),
+            root.to_owned(),
+            stop_load.clone(),
+            stop_github.clone(),
+        );
+        std::thread::spawn(move || drive_github(fake, handle, root, seed, stop_queueing, stop))
+    };
+    // Sampling: each pool's runners never above its max_runners.
+    let most_runners = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
     let sampling = {
         let (balancer, stop, most) = (
             balancer.url.clone(),
-            stop_load.clone(),
+            stop_github.clone(),
             most_runners.clone(),
         );
         std::thread::spawn(move || {
@@ -319,7 +685,10 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
                                 .iter()
                                 .map(|s| pool["runners"][*s].as_u64().unwrap_or(0))
                                 .sum();
-                        most.fetch_max(live as u32, SeqCst);
+                        let name = pool["name"].as_str().unwrap_or_default().to_owned();
+                        let mut most = most.lock().unwrap();
+                        let entry = most.entry(name).or_default();
+                        *entry = (*entry).max(live);
                     }
                 }
                 std::thread::sleep(Duration::from_millis(500));
@@ -331,43 +700,55 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut faults: BTreeMap<&str, u32> = BTreeMap::new();
     let end = Instant::now() + Duration::from_secs(seconds);
+    let provider_fault = |name: &str, millis: u64| {
+        std::fs::write(root.join(name), "").unwrap();
+        std::thread::sleep(Duration::from_millis(millis));
+        let _ = std::fs::remove_file(root.join(name));
+    };
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(rng.gen_range(2_000..6_000)));
         let which = rng.gen_range(0..REPLICAS);
-        match rng.gen_range(0..5) {
+        match rng.gen_range(0..7) {
             0 => {
                 *faults.entry("kill -9 and restart").or_default() += 1;
                 replicas[which].kill();
                 std::thread::sleep(Duration::from_millis(rng.gen_range(500..3_000)));
-                replicas[which].start(root, &schema.scoped);
+                replicas[which].start(root, &database.url(), &github);
             }
             1 => {
-                *faults.entry("SIGSTOP 5-15 s").or_default() += 1;
+                *faults.entry("SIGSTOP 5-20 s").or_default() += 1;
                 replicas[which].signal("STOP");
-                std::thread::sleep(Duration::from_millis(rng.gen_range(5_000..15_000)));
+                std::thread::sleep(Duration::from_millis(rng.gen_range(5_000..20_000)));
                 replicas[which].signal("CONT");
             }
             2 => {
                 *faults.entry("database connections ended").or_default() += 1;
-                let _ = schema.psql(
+                let _ = database.psql(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-                     WHERE datname = current_database() AND pid <> pg_backend_pid() \
-                     AND backend_type = 'client backend'",
+                     WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'",
                 );
             }
             3 => {
+                *faults
+                    .entry("PostgreSQL crashed and restarted")
+                    .or_default() += 1;
+                database.crash();
+                std::thread::sleep(Duration::from_millis(rng.gen_range(1_000..5_000)));
+                database.resume();
+            }
+            4 => {
                 *faults.entry("provider calls fail").or_default() += 1;
-                std::fs::write(root.join("fault.fail"), "").unwrap();
-                std::thread::sleep(Duration::from_millis(rng.gen_range(2_000..5_000)));
-                let _ = std::fs::remove_file(root.join("fault.fail"));
+                provider_fault("fault.fail", rng.gen_range(2_000..5_000));
+            }
+            5 => {
+                *faults.entry("provider calls answer slowly").or_default() += 1;
+                provider_fault("fault.slow", rng.gen_range(3_000..9_000));
             }
             _ => {
                 *faults
                     .entry("provider calls hang past their timeout")
                     .or_default() += 1;
-                std::fs::write(root.join("fault.hang"), "").unwrap();
-                std::thread::sleep(Duration::from_millis(rng.gen_range(3_000..9_000)));
-                let _ = std::fs::remove_file(root.join("fault.hang"));
+                provider_fault("fault.hang", rng.gen_range(3_000..9_000));
             }
         }
     }
@@ -375,27 +756,53 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
     stop_load.store(true, SeqCst);
     load.join().unwrap();
 
-    // Convergence: every acknowledged job completed, then no runner and no
-    // instance left (min_idle 0, ephemeral runners).
+    // Convergence: every acknowledged job completed and every GitHub job
+    // ran, then no runner and no instance left (min_idle 0, ephemeral
+    // runners).
     let acknowledged = acknowledged.lock().unwrap().clone();
     assert!(
         acknowledged.len() >= 10,
         "too little load: {acknowledged:?}"
     );
-    let completed = || {
+    // Every acknowledged job completed (a job whose acknowledgement was
+    // lost when the load stopped may have completed too: not counted).
+    let all_completed = || {
         api(&balancer.url, "/api/v1/jobs?state=completed&limit=10000")
-            .and_then(|v| v["jobs"].as_array().map(Vec::len))
-            .unwrap_or(0)
+            .and_then(|v| v["jobs"].as_array().cloned())
+            .is_some_and(|jobs| {
+                let done: BTreeSet<&str> = jobs
+                    .iter()
+                    .filter_map(|j| j["external_id"].as_str())
+                    .collect();
+                acknowledged
+                    .iter()
+                    .all(|id| done.contains(format!("chaos-{id}").as_str()))
+            })
+    };
+    let github_waiting = || {
+        github
+            .lock()
+            .jobs
+            .values()
+            .filter(|j| j.status != "completed")
+            .count()
     };
     let mut converged = None;
     let deadline = Instant::now() + Duration::from_secs(300);
     while Instant::now() < deadline {
-        if completed() >= acknowledged.len() {
+        if all_completed() && github_waiting() == 0 {
             converged = Some(last_fault.elapsed());
             break;
         }
         std::thread::sleep(Duration::from_millis(500));
     }
+    let github_lost: Vec<u64> = github
+        .lock()
+        .jobs
+        .values()
+        .filter(|j| j.status != "completed")
+        .map(|j| j.id)
+        .collect();
     let jobs: Vec<serde_json::Value> = api(&balancer.url, "/api/v1/jobs?limit=10000")
         .and_then(|v| v["jobs"].as_array().cloned())
         .unwrap_or_default();
@@ -419,6 +826,8 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
         .collect();
     let deadline = Instant::now() + Duration::from_secs(180);
     let mut settled = false;
+    let instances =
+        || cloud_instances(&root.join("cloud")) + cloud_instances(&root.join("cloud-github"));
     while Instant::now() < deadline {
         let live = api(&balancer.url, "/api/v1/runners")
             .and_then(|v| v["runners"].as_array().cloned())
@@ -433,14 +842,15 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
                     })
                     .count()
             });
-        if live == Some(0) && cloud_instances(root) == 0 {
+        if live == Some(0) && instances() == 0 {
             settled = true;
             break;
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    let leaked = cloud_instances(root);
-    stop_load.store(true, SeqCst);
+    let leaked = instances();
+    stop_github.store(true, SeqCst);
+    let github_figures = driver.join().unwrap();
     sampling.join().unwrap();
 
     // Runs per job, from the jobs' own output.
@@ -467,32 +877,11 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
         }
     }
 
-    // Provider calls by a replica that was not the leader.
-    let mut began: Vec<(f64, u32)> = Vec::new(); // (time, pid) a term began
-    for replica in &replicas {
-        let log = std::fs::read_to_string(root.join(format!("replica-{}.log", replica.index)))
-            .unwrap_or_default();
-        // Lines are in pid order: each incarnation appended after the last.
-        let mut incarnation = 0usize;
-        for line in log.lines() {
-            if line.contains("runway listening") {
-                incarnation += 1;
-            }
-            if line.contains("leading: this replica runs") {
-                if let (Some(at), Some(pid)) = (
-                    log_time(line),
-                    replica.pids.get(incarnation.saturating_sub(1)),
-                ) {
-                    began.push((at, *pid));
-                }
-            }
-        }
-    }
-    began.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // Side effects by a replica that no longer led: provider calls ...
+    let began = terms_begun(root, &replicas);
     let calls = std::fs::read_to_string(root.join("calls.log")).unwrap_or_default();
     let mut deposed_calls = Vec::new();
     let mut mutating = 0;
-    const TOLERANCE: f64 = 0.5;
     for line in calls.lines() {
         let parts: Vec<&str> = line.split_whitespace().collect();
         let (Some(at), Some(command), Some(pid)) = (
@@ -509,40 +898,50 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
             continue;
         }
         mutating += 1;
-        // The caller's own latest term began before the call (its log line
-        // comes after the term's commit and before any call of that term);
-        // another term begun after it and more than TOLERANCE before the
-        // call (the time between a term's commit and its log line) means
-        // the caller no longer led.
-        let own = began
-            .iter()
-            .rev()
-            .find(|(started, p)| *p == pid && *started <= at)
-            .map(|(started, _)| *started);
-        let deposed = match own {
-            None => true,
-            Some(own) => began
+        if let Some(why) = deposed(&began, pid, at) {
+            deposed_calls.push(format!("{line}: {why}"));
+        }
+    }
+    // ... and GitHub calls, told apart by each incarnation's token.
+    let pid_of: BTreeMap<&str, u32> = replicas
+        .iter()
+        .flat_map(|r| {
+            r.tokens
                 .iter()
-                .any(|(started, p)| *p != pid && *started > own && *started + TOLERANCE < at),
+                .map(String::as_str)
+                .zip(r.pids.iter().copied())
+        })
+        .collect();
+    let mut github_mutating = 0;
+    for (when, call, token) in github.lock().callers.clone() {
+        let changes = (call.starts_with("POST ") && call.ends_with("/generate-jitconfig"))
+            || call.starts_with("DELETE ")
+            || call.ends_with("/attempts");
+        if !changes {
+            continue;
+        }
+        github_mutating += 1;
+        let at = when
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        let Some(pid) = pid_of.get(token.as_str()) else {
+            deposed_calls.push(format!("{at:.3} {call} with an unknown token"));
+            continue;
         };
-        if deposed {
-            // The terms begun around it, for the report.
-            let around: Vec<String> = began
-                .iter()
-                .filter(|(started, _)| (started - at).abs() < 30.0)
-                .map(|(started, p)| format!("{:+.3}s pid {p}", started - at))
-                .collect();
-            let led = if began.iter().any(|(_, p)| *p == pid) {
-                ""
-            } else {
-                " (never led)"
-            };
-            deposed_calls.push(format!("{line}{led}; terms begun {around:?}"));
+        if let Some(why) = deposed(&began, *pid, at) {
+            deposed_calls.push(format!("{at:.3} {call}: {why}"));
         }
     }
     for replica in &mut replicas {
         replica.kill();
     }
+    let jit_configurations = github
+        .calls()
+        .iter()
+        .filter(|c| c.ends_with("/generate-jitconfig"))
+        .count();
+    let most_runners = most_runners.lock().unwrap().clone();
 
     let mut report = String::new();
     let _ = writeln!(
@@ -551,7 +950,7 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
     );
     let _ = writeln!(
         report,
-        "jobs acknowledged {}, lost {}, ran twice without a lost runner {}, re-run after a lost runner {}",
+        "API jobs acknowledged {}, lost {}, ran twice without a lost runner {}, re-run after a lost runner {}",
         acknowledged.len(),
         lost.len(),
         doubled.len(),
@@ -559,22 +958,50 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
     );
     let _ = writeln!(
         report,
-        "provider calls that change something {mutating}, by a replica that did not lead {}; most runners at once {} (max {MAX_RUNNERS}); instances leaked {leaked}; converged {:?} after the last fault",
+        "GitHub jobs {}, ran {}, lost {}, runners stopped during their job {}; webhooks {} (dropped {}, duplicated {}, reordered {}); JIT configurations {}",
+        github_figures.queued,
+        github_figures.completed,
+        github_lost.len(),
+        github_figures.busy_stopped.len(),
+        github_figures.webhooks,
+        github_figures.dropped,
+        github_figures.duplicated,
+        github_figures.reordered,
+        jit_configurations,
+    );
+    let _ = writeln!(
+        report,
+        "side effects: provider calls that change something {mutating}, GitHub calls that do {github_mutating}; by a replica that did not lead {}; most runners at once {most_runners:?} (max {MAX_RUNNERS} and {MAX_GITHUB_RUNNERS}); instances leaked {leaked}; converged {:?} after the last fault",
         deposed_calls.len(),
-        most_runners.load(SeqCst),
         converged
     );
-    for line in requeued_runs.iter().chain(&doubled).chain(&deposed_calls) {
+    for line in requeued_runs
+        .iter()
+        .chain(&doubled)
+        .chain(&deposed_calls)
+        .chain(&github_figures.busy_stopped)
+    {
         let _ = writeln!(report, "  {line}");
     }
     eprintln!("{report}");
     assert!(lost.is_empty(), "lost jobs {lost:?}\n{report}");
+    assert!(
+        github_lost.is_empty(),
+        "lost GitHub jobs {github_lost:?}\n{report}"
+    );
     assert!(doubled.is_empty(), "{report}");
     assert!(deposed_calls.is_empty(), "{report}");
+    assert!(github_figures.busy_stopped.is_empty(), "{report}");
     assert!(settled && leaked == 0, "{report}");
     assert!(
-        u64::from(most_runners.load(SeqCst)) <= MAX_RUNNERS,
+        most_runners.get("default").copied().unwrap_or(0) <= MAX_RUNNERS
+            && most_runners.get("github").copied().unwrap_or(0) <= MAX_GITHUB_RUNNERS,
         "{report}"
     );
+    assert!(
+        github_figures.queued >= 5,
+        "too little GitHub load\n{report}"
+    );
     assert!(converged.is_some(), "{report}");
+    assert_eq!(github.invalid(), Vec::<String>::new(), "{report}");
 }

@@ -68,6 +68,10 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
     let address = listener.local_addr().map_err(RunError::Address)?;
+    if std::env::var_os("RUNWAY_UNSAFE_NO_FENCING").is_some_and(|v| v == "1") {
+        crate::app::lease::switch_fencing_off();
+        tracing::warn!("RUNWAY_UNSAFE_NO_FENCING=1: provider and GitHub calls are not fenced, so a replica that lost the lead may still make them; for the chaos soak's control run only");
+    }
     if config.server.public_url.is_none() {
         config.server.public_url = Some(config.server.runner_url(address));
     }

@@ -303,6 +303,14 @@ impl PrivatePostgres {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// Runs `sql` on the cluster's `postgres` database.
+    pub fn psql(&self, sql: &str) -> std::process::Output {
+        Command::new("psql")
+            .args([self.url().as_str(), "-qAtc", sql])
+            .output()
+            .expect("psql")
+    }
+
     /// Starts the cluster and waits until it accepts connections.
     pub fn resume(&self) {
         let options = format!(

@@ -9,7 +9,24 @@
 //! in the store (a session that ended, a replica that took over while
 //! this one was busy). A call that fails either is not made.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// Set only by `RUNWAY_UNSAFE_NO_FENCING=1` (read once at `runway serve`'s
+/// start, with a warning): every gate lets every side effect through. It
+/// exists for the chaos soak's control run, which shows the soak catches
+/// what fencing prevents (BENCHMARKS.md); never set it in production.
+static UNFENCED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the gates are switched off (see [`UNFENCED`]).
+pub fn unfenced() -> bool {
+    UNFENCED.load(Ordering::Relaxed)
+}
+
+/// Switches the gates off for this process (see [`UNFENCED`]).
+pub fn switch_fencing_off() {
+    UNFENCED.store(true, Ordering::Relaxed);
+}
 
 /// What this replica knows of its lead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

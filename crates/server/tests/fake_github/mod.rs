@@ -196,6 +196,11 @@ pub enum Auth {
 pub struct Fake {
     /// `METHOD /path` of every call, in order.
     pub calls: Vec<String>,
+    /// Every call with when it came (since the epoch) and the token it
+    /// presented: who made it, where callers hold different tokens.
+    pub callers: Vec<(std::time::SystemTime, String, String)>,
+    /// Tokens accepted besides [`TOKEN`] (with `Auth::Token`).
+    pub also_accepted: Vec<String>,
     /// What GitHub's rate limit has left.
     pub remaining: u32,
     pub runners: BTreeMap<u64, FakeRunner>,
@@ -248,6 +253,8 @@ impl FakeGithub {
     pub async fn start(remaining: u32, auth: Auth) -> FakeGithub {
         let state: Shared = Arc::new(Mutex::new(Fake {
             calls: Vec::new(),
+            callers: Vec::new(),
+            also_accepted: Vec::new(),
             remaining,
             runners: BTreeMap::new(),
             jobs: BTreeMap::new(),
@@ -522,7 +529,7 @@ fn bearer(headers: &HeaderMap) -> String {
 fn authorised(fake: &Fake, headers: &HeaderMap) -> bool {
     let presented = bearer(headers);
     match &fake.auth {
-        Auth::Token => presented == TOKEN,
+        Auth::Token => presented == TOKEN || fake.also_accepted.contains(&presented),
         Auth::App { .. } => fake.installation_tokens.contains(&presented),
     }
 }
@@ -583,6 +590,8 @@ async fn handle(
     let response = {
         let mut fake = state.lock().unwrap();
         fake.calls.push(call.clone());
+        fake.callers
+            .push((std::time::SystemTime::now(), call.clone(), bearer(&headers)));
         // Installation tokens: the App's JWT mints them.
         if method == Method::POST
             && scope == "app"
