@@ -24,6 +24,10 @@ pub enum Priority {
     JitConfig,
     /// Removing a runner's registration before its instance is deleted.
     Deregister,
+    /// Looking a workflow run up for the facts a pool's access policy
+    /// needs (its event, whether it comes from a fork): without them such
+    /// a pool's jobs get no runner.
+    RunFacts,
     /// Checking a queued job that has waited long.
     Recheck,
     /// Asking GitHub to redeliver failed webhooks.
@@ -31,9 +35,10 @@ pub enum Priority {
 }
 
 impl Priority {
-    pub const ALL: [Priority; 4] = [
+    pub const ALL: [Priority; 5] = [
         Priority::JitConfig,
         Priority::Deregister,
+        Priority::RunFacts,
         Priority::Recheck,
         Priority::Redeliver,
     ];
@@ -44,6 +49,7 @@ impl Priority {
         match self {
             Priority::JitConfig => 0.0,
             Priority::Deregister => 0.05,
+            Priority::RunFacts => 0.10,
             Priority::Recheck => 0.20,
             Priority::Redeliver => 0.35,
         }
@@ -53,6 +59,7 @@ impl Priority {
         match self {
             Priority::JitConfig => "jit_config",
             Priority::Deregister => "deregister",
+            Priority::RunFacts => "run_facts",
             Priority::Recheck => "recheck",
             Priority::Redeliver => "redeliver",
         }

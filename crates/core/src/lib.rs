@@ -37,6 +37,7 @@ macro_rules! names {
     };
 }
 
+pub mod access;
 pub mod forecast;
 pub mod github;
 pub mod github_budget;

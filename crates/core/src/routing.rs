@@ -62,8 +62,24 @@ fn contains(labels: &[String], label: &str) -> bool {
     labels.iter().any(|l| l.eq_ignore_ascii_case(label))
 }
 
-/// Routes a job with `job_labels` to one of `pools` under `policy`.
+/// Routes a job with `job_labels` to one of `pools` under `policy`: the
+/// first of [`candidates`].
 pub fn route(job_labels: &[String], pools: &[PoolLabels], policy: &RoutingPolicy) -> RouteDecision {
+    match candidates(job_labels, pools, policy) {
+        Ok(mut pools) => RouteDecision::Pool(pools.swap_remove(0)),
+        Err(decision) => decision,
+    }
+}
+
+/// Every pool that can serve a job with `job_labels`, best first (the
+/// default pool, then the fewest labels, then configuration order): where
+/// an access policy refuses the first, the job goes on to the next. Never
+/// empty; the decision instead when the job is not ours or no pool fits.
+pub fn candidates(
+    job_labels: &[String],
+    pools: &[PoolLabels],
+    policy: &RoutingPolicy,
+) -> Result<Vec<String>, RouteDecision> {
     let missing: Vec<String> = policy
         .required_labels
         .iter()
@@ -71,28 +87,31 @@ pub fn route(job_labels: &[String], pools: &[PoolLabels], policy: &RoutingPolicy
         .cloned()
         .collect();
     if !missing.is_empty() {
-        return RouteDecision::Ignore { missing };
+        return Err(RouteDecision::Ignore { missing });
     }
-    let candidates: Vec<(usize, &PoolLabels)> = pools
+    let mut fitting: Vec<(usize, &PoolLabels)> = pools
         .iter()
         .enumerate()
         .filter(|(_, pool)| job_labels.iter().all(|label| contains(&pool.labels, label)))
         .collect();
-    if let Some(default) = &policy.default_pool {
-        if let Some((_, pool)) = candidates.iter().find(|(_, pool)| &pool.name == default) {
-            return RouteDecision::Pool(pool.name.clone());
-        }
-    }
-    match candidates
-        .iter()
-        .min_by_key(|(order, pool)| (pool.labels.len(), *order))
-    {
-        Some((_, pool)) => RouteDecision::Pool(pool.name.clone()),
-        None => RouteDecision::Unroutable {
+    if fitting.is_empty() {
+        return Err(RouteDecision::Unroutable {
             reason: RejectReason::NoMatchingPool,
             detail: unroutable_detail(job_labels, pools),
-        },
+        });
     }
+    let default = policy.default_pool.as_deref();
+    fitting.sort_by_key(|(order, pool)| {
+        (
+            Some(pool.name.as_str()) != default,
+            pool.labels.len(),
+            *order,
+        )
+    });
+    Ok(fitting
+        .into_iter()
+        .map(|(_, pool)| pool.name.clone())
+        .collect())
 }
 
 /// "no pool serves labels [..]; closest: pool `x` lacks [..]" — enough for a
@@ -177,6 +196,25 @@ mod tests {
             "unroutable no_matching_pool: no pool serves labels [self-hosted, k8s]; \
              closest is pool \"small\", which lacks [k8s]",
         );
+    }
+
+    #[test]
+    fn candidates_come_best_first() {
+        let fleet = pools(&[
+            ("trusted", &["self-hosted", "linux"]),
+            ("untrusted", &["self-hosted", "linux"]),
+            ("wide", &["self-hosted", "linux", "x64"]),
+        ]);
+        let labels = vec!["self-hosted".to_owned(), "linux".to_owned()];
+        let order = |default: Option<&str>| {
+            let policy = RoutingPolicy {
+                required_labels: vec![],
+                default_pool: default.map(str::to_owned),
+            };
+            candidates(&labels, &fleet, &policy).unwrap()
+        };
+        assert_eq!(order(None), ["trusted", "untrusted", "wide"]);
+        assert_eq!(order(Some("wide")), ["wide", "trusted", "untrusted"]);
     }
 
     #[test]

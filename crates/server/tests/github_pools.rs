@@ -722,3 +722,102 @@ async fn a_runner_gone_before_its_completion_arrived_finished_and_did_not_crash(
     h.reconciler.reconcile_once(later).await.unwrap();
     assert_eq!(h.runner(&names[1]).await.state, RunnerState::Crashed);
 }
+
+/// Pool `gh` admits only octo-org's own repositories (not octo-org/secret),
+/// no forks; pool `untrusted`, serving the same labels after it, admits
+/// anyone (isolated machines, say).
+fn trusted_and_untrusted(config: &mut Config) {
+    let mut untrusted = config.pools[0].clone();
+    untrusted.name = "untrusted".into();
+    config.pools[0].access = Some(runway_server::config::PoolAccess {
+        repositories: vec!["octo-org/*".into(), "!octo-org/secret".into()],
+        forks: runway_server::config::ForksSetting::Deny,
+        events: None,
+    });
+    config.pools.push(untrusted);
+}
+
+#[tokio::test]
+async fn access_policies_send_forks_and_strangers_to_the_next_pool_and_look_each_run_up_once() {
+    let h = Harness::start(4_000, trusted_and_untrusted).await;
+    let cases = [
+        // (job, repository, run, event, fork, pool)
+        (801, "octo-org/app", 71, "push", false, "gh"),
+        (802, "octo-org/app", 71, "push", false, "gh"),
+        (803, "octo-org/app", 72, "pull_request", true, "untrusted"),
+        (804, "octo-org/secret", 73, "push", false, "untrusted"),
+        (805, "someone/else", 74, "push", false, "untrusted"),
+    ];
+    for (job, repository, run, event, fork, _) in cases {
+        h.fake
+            .queue_run_job(job, &labels(), repository, run, event, fork);
+        assert_eq!(h.fake.deliver(job, "queued", false).await, 202);
+    }
+    for (job, repository, _, _, _, pool) in cases {
+        let stored = h.wait_for_job(job).await;
+        assert_eq!(
+            stored.pool.as_deref(),
+            Some(pool),
+            "job {job} of {repository}: {stored:?}"
+        );
+    }
+    // One lookup per run, and only where the trusted pool needed it.
+    assert_eq!(
+        h.fake
+            .calls_starting("GET /repos/octo-org/app/actions/runs/71"),
+        1
+    );
+    assert_eq!(
+        h.fake
+            .calls_starting("GET /repos/octo-org/app/actions/runs/72"),
+        1
+    );
+    let metrics = h.metrics();
+    for (rule, count) in [("fork", 1), ("repository", 2)] {
+        let line = format!("runway_access_refusals_total{{pool=\"gh\",kind=\"{rule}\"}} {count}");
+        assert!(metrics.contains(&line), "{line} in\n{metrics}");
+    }
+    assert_eq!(h.fake.invalid(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_pool_that_denies_forks_fails_closed_when_the_run_cannot_be_looked_up() {
+    let h = Harness::start(4_000, |config| {
+        trusted_and_untrusted(config);
+        config.pools.truncate(1);
+    })
+    .await;
+    h.fake.lock().refuse_runs = Some(axum::http::StatusCode::BAD_GATEWAY);
+    h.fake
+        .queue_run_job(811, &labels(), "octo-org/app", 81, "push", false);
+    // Not a decision yet: nothing stored, and GitHub told to come again.
+    assert_eq!(h.fake.deliver(811, "queued", false).await, 503);
+    assert!(h.job(811).await.is_none());
+    assert_eq!(h.reconcile().await.created, 0, "no runner on unknown facts");
+    // GitHub answers again: the redelivery finds the facts, the job runs.
+    h.fake.lock().refuse_runs = None;
+    assert_eq!(h.fake.deliver(811, "queued", false).await, 202);
+    let admitted = h.wait_for_job(811).await;
+    assert_eq!(
+        (admitted.state, admitted.pool.as_deref()),
+        (JobState::Queued, Some("gh"))
+    );
+    // A repository outside the globs says which rule refused it.
+    h.fake.lock().refuse_runs = None;
+    h.fake
+        .queue_run_job(812, &labels(), "someone/else", 82, "push", false);
+    assert_eq!(h.fake.deliver(812, "queued", false).await, 202);
+    let stranger = h.wait_for_job(812).await;
+    let reason = stranger.reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("repository someone/else is not in [\"octo-org/*\"]"),
+        "{reason}"
+    );
+    assert_eq!(stranger.state, JobState::Unroutable);
+    assert_eq!(h.reconcile().await.created, 1, "a runner for 811 only");
+    let metrics = h.metrics();
+    assert!(
+        metrics.contains("runway_jobs_rejected_total{reason=\"access_policy\"} 1"),
+        "{metrics}"
+    );
+}

@@ -11,6 +11,7 @@ use runway_core::{Conclusion, Job, JobSource, RunnerId, Timestamp};
 use runway_store::{Delivery, Moved, StoreError};
 use serde::Serialize;
 
+use crate::app::access::Admitted;
 use crate::app::{AppError, ErrorKind, Service};
 use crate::clock::now;
 use crate::github::payload::WorkflowJob;
@@ -206,12 +207,21 @@ enum Entry {
     GithubHosted,
     /// A webhook for a job a scale set's queue brings.
     ScaleSetPool,
+    /// The pools serving its labels cannot judge it yet: its workflow run
+    /// could not be looked up. Nothing is stored; the delivery is answered
+    /// 503 so that it comes again (GitHub's redelivery, runway's healer).
+    Undecided(String),
 }
+
+/// What a stored reason of a job every pool's access policy refused
+/// begins with.
+pub const ACCESS_REFUSED: &str = "refused by the access policy of every pool serving its labels";
 
 /// Routes a job seen for the first time. A scale set's job belongs to its
 /// pool; a webhook job routed to a scale-set pool is left to the queue,
-/// so the same job never becomes two.
-fn route_new_job(service: &Service, payload: &WorkflowJob) -> Entry {
+/// so the same job never becomes two. Among the pools serving its labels
+/// the job goes to the first whose access policy admits it.
+async fn route_new_job(service: &Service, payload: &WorkflowJob) -> Entry {
     if let Some(origin) = &payload.scale_set {
         return Entry::Route(Route::Pool(origin.pool.clone()));
     }
@@ -220,24 +230,61 @@ fn route_new_job(service: &Service, payload: &WorkflowJob) -> Entry {
         tracing::debug!(job_id = payload.job_id, %pool, "a webhook for a job of a scale set by its name: its queue brings it");
         return Entry::ScaleSetPool;
     }
-    match config.route(&payload.labels, &config.github.required_labels) {
-        RouteDecision::Ignore { .. } => {
+    let candidates = match config.candidates(&payload.labels, &config.github.required_labels) {
+        Ok(candidates) => candidates,
+        Err(RouteDecision::Ignore { .. }) => {
             count_rejection(service, "github_hosted");
-            Entry::GithubHosted
+            return Entry::GithubHosted;
         }
-        RouteDecision::Pool(pool)
-            if config
-                .pool(&pool)
-                .and_then(|p| p.github.as_ref())
-                .is_some_and(|github| github.scale_set.is_some()) =>
-        {
-            tracing::debug!(job_id = payload.job_id, %pool, "a webhook for a scale-set pool's job: its queue brings it");
-            Entry::ScaleSetPool
-        }
-        RouteDecision::Pool(pool) => Entry::Route(Route::Pool(pool)),
-        RouteDecision::Unroutable { reason, detail } => {
+        Err(RouteDecision::Unroutable { reason, detail }) => {
             tracing::warn!(job_id = payload.job_id, labels = ?payload.labels, reason = %reason, %detail, "unroutable job");
-            Entry::Route(Route::Unroutable { reason: detail })
+            return Entry::Route(Route::Unroutable { reason: detail });
+        }
+        Err(RouteDecision::Pool(pool)) => vec![pool],
+    };
+    let scale_set_pool = |name: &str| {
+        config
+            .pool(name)
+            .and_then(|p| p.github.as_ref())
+            .is_some_and(|github| github.scale_set.is_some())
+    };
+    if scale_set_pool(&candidates[0]) {
+        tracing::debug!(job_id = payload.job_id, pool = %candidates[0], "a webhook for a scale-set pool's job: its queue brings it");
+        return Entry::ScaleSetPool;
+    }
+    let candidates: Vec<String> = candidates
+        .into_iter()
+        .filter(|name| !scale_set_pool(name))
+        .collect();
+    drop(config);
+    match crate::app::access::admit(service, payload, &candidates).await {
+        Admitted::Pool(pool, refusals) => {
+            if !refusals.is_empty() {
+                let refused: Vec<String> = refusals.iter().map(ToString::to_string).collect();
+                tracing::info!(job_id = payload.job_id, %pool, ?refused, "routed past pools whose access policy refuses it");
+            }
+            Entry::Route(Route::Pool(pool))
+        }
+        Admitted::Unknown(refusals) => {
+            let refused: Vec<String> = refusals.iter().map(ToString::to_string).collect();
+            Entry::Undecided(refused.join("; "))
+        }
+        Admitted::Refused(refusals) => {
+            let refused: Vec<String> = refusals.iter().map(ToString::to_string).collect();
+            let reason = format!("{ACCESS_REFUSED}: {}", refused.join("; "));
+            tracing::warn!(job_id = payload.job_id, repository = ?payload.repository, %reason, "job refused by access policy");
+            service.events.emit(
+                "job_refused",
+                serde_json::json!({
+                    "github_job_id": payload.job_id,
+                    "repository": payload.repository,
+                    "refusals": refusals.iter().map(|r| serde_json::json!({
+                        "pool": r.pool, "rule": r.rule.as_str(), "detail": r.detail,
+                    })).collect::<Vec<_>>(),
+                }),
+                now(),
+            );
+            Entry::Route(Route::Unroutable { reason })
         }
     }
 }
@@ -267,9 +314,18 @@ async fn route_or_answer(
     delivery: Option<&str>,
     now: Timestamp,
 ) -> Result<Result<Route, Applied>, AppError> {
-    Ok(match route_new_job(service, payload) {
+    Ok(match route_new_job(service, payload).await {
         Entry::Route(route) => Ok(route),
         Entry::GithubHosted => Err(Applied::outcome(WebhookOutcome::IgnoredGithubHosted)),
+        Entry::Undecided(why) => {
+            return Err(AppError::new(
+                ErrorKind::Unavailable,
+                "run_facts_unavailable",
+                format!(
+                    "cannot route this job yet ({why}); nothing was stored: deliver it again later"
+                ),
+            ))
+        }
         Entry::ScaleSetPool => {
             let outcome = WebhookOutcome::ScaleSetPool;
             record(service, delivery_record(delivery, payload, outcome, now)).await?;
@@ -298,6 +354,13 @@ fn count_new_job(service: &Service, job: &Job) {
                 .jobs_routed
                 .get_or_create(&PoolLabel { pool: pool.clone() })
                 .inc();
+        }
+        None if job
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with(ACCESS_REFUSED)) =>
+        {
+            count_rejection(service, "access_policy")
         }
         None => count_rejection(service, "no_matching_pool"),
     }

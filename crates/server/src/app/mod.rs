@@ -2,6 +2,7 @@
 //! part of the server. Durable facts live in the store; nothing here is
 //! state that a restart would lose.
 
+pub mod access;
 pub mod admin;
 pub mod background;
 pub mod error;
@@ -73,6 +74,8 @@ pub struct Service {
     /// The scale-set pools' handles: the scale set each listener found
     /// or created, for the reconciler's JIT configurations and removals.
     pub scale_sets: crate::github::scaleset::ScaleSets,
+    /// Workflow runs' facts for access policies, looked up once per run.
+    pub run_facts: crate::app::access::RunFactsCache,
     /// Whether this replica leads: runs the reconciler and the GitHub
     /// healer (`background::leadership` keeps it; true unless replicas
     /// share a PostgreSQL store and another leads).
@@ -152,6 +155,7 @@ impl Service {
                 }
             },
             scale_sets: crate::github::scaleset::ScaleSets::default(),
+            run_facts: Default::default(),
             config: std::sync::RwLock::new(Arc::new(config)),
             leading: std::sync::atomic::AtomicBool::new(true),
             tasks: crate::tasks::Tasks::default(),

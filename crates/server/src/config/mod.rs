@@ -13,10 +13,12 @@
 //! printed or logged: [`Secret`]'s `Debug` and `Display` show only where the
 //! value came from.
 
+pub mod access;
 pub mod github;
 pub mod secret;
 pub mod worker_config;
 
+pub use access::{ForksSetting, PoolAccess};
 pub use github::{Hook, PoolGithub, Target};
 pub use secret::{Secret, SecretSource};
 
@@ -25,7 +27,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use runway_core::routing::{route, PoolLabels, RouteDecision, RoutingPolicy};
+use runway_core::routing::{PoolLabels, RouteDecision, RoutingPolicy};
 use runway_core::worker_config::{ProviderSchema, Schemas, WorkerConfig};
 use runway_providers::factory::{ProviderKind, ProviderSpec};
 use runway_providers::settings::duration;
@@ -534,6 +536,10 @@ pub struct PoolConfig {
     /// deregistered before their machine is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub github: Option<PoolGithub>,
+    /// Which jobs may use the pool (repositories, forks, events); a job
+    /// it refuses goes on to the next pool serving its labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<PoolAccess>,
 }
 
 /// A pool's defaults, one function a key (serde takes them by path).
@@ -595,6 +601,7 @@ impl PoolConfig {
             wait_value: pool_defaults::wait_value(),
             forecast_quantile: None,
             github: None,
+            access: None,
         }
     }
 
@@ -964,6 +971,19 @@ impl Config {
     /// Routes `labels` to a pool; `required_labels` are those a job must
     /// carry to be ours (GitHub's `[github] required_labels`, none for API jobs).
     pub fn route(&self, labels: &[String], required_labels: &[String]) -> RouteDecision {
+        match self.candidates(labels, required_labels) {
+            Ok(mut pools) => RouteDecision::Pool(pools.swap_remove(0)),
+            Err(decision) => decision,
+        }
+    }
+
+    /// Every pool that can serve `labels`, best first ([`Config::route`]'s
+    /// choice is the first); the decision instead when none can.
+    pub fn candidates(
+        &self,
+        labels: &[String],
+        required_labels: &[String],
+    ) -> Result<Vec<String>, RouteDecision> {
         let pools: Vec<PoolLabels> = self
             .pools
             .iter()
@@ -976,7 +996,7 @@ impl Config {
             required_labels: required_labels.to_vec(),
             default_pool: self.routing.default_pool.clone(),
         };
-        route(labels, &pools, &policy)
+        runway_core::routing::candidates(labels, &pools, &policy)
     }
 
     /// The pool called `name`.
@@ -1226,6 +1246,13 @@ impl Config {
             }
             if let Some(label) = pool.labels.iter().find(|l| l.trim().is_empty()) {
                 return Err((key("labels"), format!("empty label {label:?}")));
+            }
+            if let Some(access) = &pool.access {
+                access.build().map_err(|e| {
+                    let text = e.to_string();
+                    let (field, message) = text.split_once(": ").unwrap_or(("", &text));
+                    (key(&format!("access.{field}")), message.to_owned())
+                })?;
             }
             if !(pool.scaling_ratio.is_finite()
                 && pool.scaling_ratio > 0.0
@@ -1751,6 +1778,20 @@ mod tests {
         check(
             "[[pools]]\nname = \"a\"\nlabels = []\n",
             expect![[r#"error: pools[0].labels: a pool must serve at least one label"#]],
+        );
+        check(
+            "[[pools]]\nname = \"a\"\nlabels = [\"x\"]\n[pools.access]\nrepositories = [\"octo-org/*\", \"octo-org\"]\n",
+            expect![[r#"error: pools[0].access.repositories[1]: "octo-org" is not a valid pattern: it must be owner/name (one `/`; globs allowed on each side)"#]],
+        );
+        check(
+            "[[pools]]\nname = \"a\"\nlabels = [\"x\"]\n[pools.access]\nevents = [\"Push\"]\n",
+            expect![[
+                r#"error: pools[0].access.events[0]: "Push" is not an event name (lowercase letters and `_`)"#
+            ]],
+        );
+        check(
+            "[[pools]]\nname = \"a\"\nlabels = [\"x\"]\n[pools.access]\nforks = \"maybe\"\n",
+            expect!["error: config runway.toml: [pools.access] forks (line 5, column 9): unknown variant `maybe`, expected `allow` or `deny`"],
         );
         check(
             "[server]\ndatabase = \"mysql://x\"\n",

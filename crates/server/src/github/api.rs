@@ -65,6 +65,16 @@ pub struct JitConfig {
     pub encoded: String,
 }
 
+/// What GitHub says of a workflow run, as an access policy needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunInfo {
+    /// The triggering event (`push`, `pull_request`, `schedule`, …).
+    pub event: String,
+    /// The run's head repository is not its repository (a pull request
+    /// from a fork), or is unknown.
+    pub fork: bool,
+}
+
 /// What GitHub says of a job.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct JobStatus {
@@ -611,6 +621,38 @@ impl GithubClient {
             .await?
             .expect(StatusCode::OK)?
             .parse("job")
+    }
+
+    /// `GET /repos/{repository}/actions/runs/{run_id}`: the facts of a
+    /// workflow run an access policy judges by. A run whose head repository
+    /// is another (or gone) than its own comes from a fork.
+    pub async fn get_run(
+        &self,
+        metrics: &Metrics,
+        repository: &str,
+        run_id: u64,
+    ) -> Result<RunInfo, GithubError> {
+        let call = Call::new(
+            "get_run",
+            Priority::RunFacts,
+            As::Installation,
+            reqwest::Method::GET,
+            format!("/repos/{repository}/actions/runs/{run_id}"),
+        );
+        let answer = self.send(metrics, call).await?.expect(StatusCode::OK)?;
+        let body = &answer.body;
+        let Some(event) = body["event"].as_str() else {
+            return Err(GithubError::Transport {
+                operation: "get_run",
+                message: "the workflow run has no event".into(),
+            });
+        };
+        let own = body["repository"]["id"].as_u64();
+        let head = body["head_repository"]["id"].as_u64();
+        Ok(RunInfo {
+            event: event.to_owned(),
+            fork: own.is_none() || head.is_none() || own != head,
+        })
     }
 
     fn hook_identity(hook: &Hook) -> As {

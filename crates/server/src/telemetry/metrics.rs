@@ -298,6 +298,7 @@ pub struct Metrics {
     pub scale_set_token_refreshes: Family<PoolKindLabels, Counter>,
     pub fenced_calls: Family<OperationReasonLabels, Counter>,
     pub scale_set_refusals: Family<PoolKindLabels, Counter>,
+    pub access_refusals: Family<PoolKindLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -313,7 +314,7 @@ impl Metrics {
         let mut metrics = Metrics {
             webhooks_received: add(r, "webhooks_received", "Webhooks received, by GitHub event, action and what runway did with them", Family::<WebhookLabels, Counter>::default()),
             jobs_routed: add(r, "jobs_routed", "New jobs routed to a pool's queue", Family::<PoolLabel, Counter>::default()),
-            jobs_rejected: add(r, "jobs_rejected", "Jobs not queued, by reason (no_matching_pool: no pool serves the labels; github_hosted: a required label is missing)", Family::<ReasonLabel, Counter>::default()),
+            jobs_rejected: add(r, "jobs_rejected", "Jobs not queued, by reason (no_matching_pool: no pool serves the labels; access_policy: every pool serving them refuses it; github_hosted: a required label is missing)", Family::<ReasonLabel, Counter>::default()),
             store_errors: add(r, "store_errors", "Store operations that failed, by operation", Family::<OperationLabel, Counter>::default()),
             wakeups: add(r, "wakeups", "Wake-ups between replicas sharing a PostgreSQL store (LISTEN/NOTIFY), by direction and kind", Family::<WakeLabels, Counter>::default()),
             job_queue_duration: seconds(r, "job_queue_duration", "Time from a job's creation to its start, as GitHub reports them", Family::new_with_constructor(queue_duration_histogram)),
@@ -349,6 +350,7 @@ impl Metrics {
             scale_set_sessions: add(r, "scale_set_sessions", "Scale-set message sessions, by kind (opened, conflict: held by another listener, replaced: a stale one of runway's deleted, lost: dropped by GitHub, closed)", Family::<PoolKindLabels, Counter>::default()),
             scale_set_token_refreshes: add(r, "scale_set_token_refreshes", "Scale-set tokens fetched again, by kind (admin, queue)", Family::<PoolKindLabels, Counter>::default()),
             fenced_calls: add(r, "fenced_calls", "Side effects outside the store (provider, GitHub and scale-set calls, retention) a replica did not make because it could not show it still led, by operation and reason (not_leading, lease_expired, later_term, unconfirmed)", Family::<OperationReasonLabels, Counter>::default()),
+            access_refusals: add(r, "access_refusals", "Jobs a pool's access policy refused, by pool and rule (`kind`: repository, fork, event); the job went on to the next pool serving its labels, or was refused by all", Family::<PoolKindLabels, Counter>::default()),
             scale_set_refusals: add(r, "scale_set_refusals", "Scale-set calls GitHub refused, by cause (rate_limited: 429 or a 403 rate limit, after which no call is made until its wait is over; unauthorized, forbidden, not_found, conflict, server_error, other)", Family::<PoolKindLabels, Counter>::default()),
             job_label_switches: JobLabelSwitches::all(),
             registry: Registry::default(),
@@ -363,6 +365,15 @@ impl Metrics {
                 event: event.to_owned(),
                 action: action.to_owned(),
                 outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn access_refused(&self, pool: &str, rule: &'static str) {
+        self.access_refusals
+            .get_or_create(&PoolKindLabels {
+                pool: pool.to_owned(),
+                kind: rule,
             })
             .inc();
     }

@@ -158,6 +158,19 @@ pub struct FakeJob {
     pub conclusion: Option<String>,
     pub runner_name: Option<String>,
     pub labels: Vec<String>,
+    /// `owner/name` and workflow run its webhooks carry (the fixture's
+    /// when `None`).
+    pub repository: Option<String>,
+    pub run_id: Option<u64>,
+}
+
+/// A workflow run as `GET /repos/{owner}/{repo}/actions/runs/{id}` shows it.
+#[derive(Debug, Clone)]
+pub struct FakeRun {
+    pub repository: String,
+    pub event: String,
+    /// Its head repository is a fork of `repository`.
+    pub fork: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -205,6 +218,9 @@ pub struct Fake {
     pub remaining: u32,
     pub runners: BTreeMap<u64, FakeRunner>,
     pub jobs: BTreeMap<u64, FakeJob>,
+    pub runs: BTreeMap<u64, FakeRun>,
+    /// Answer workflow-run lookups with this status instead (GitHub down).
+    pub refuse_runs: Option<StatusCode>,
     pub deliveries: Vec<FakeDelivery>,
     /// Requests or answers that do not match the OpenAPI schemas.
     pub invalid: Vec<String>,
@@ -258,6 +274,8 @@ impl FakeGithub {
             remaining,
             runners: BTreeMap::new(),
             jobs: BTreeMap::new(),
+            runs: BTreeMap::new(),
+            refuse_runs: None,
             deliveries: Vec::new(),
             invalid: Vec::new(),
             busy_lag: Duration::from_secs(3600),
@@ -318,6 +336,35 @@ impl FakeGithub {
                 conclusion: None,
                 runner_name: None,
                 labels: labels.iter().map(|l| l.to_string()).collect(),
+                repository: None,
+                run_id: None,
+            },
+        );
+    }
+
+    /// A job GitHub queued for workflow run `run` of `repository`, whose
+    /// run is looked up as `event`, from a fork or not.
+    pub fn queue_run_job(
+        &self,
+        id: u64,
+        labels: &[&str],
+        repository: &str,
+        run: u64,
+        event: &str,
+        fork: bool,
+    ) {
+        self.queue_job(id, labels);
+        let mut fake = self.lock();
+        if let Some(job) = fake.jobs.get_mut(&id) {
+            job.repository = Some(repository.to_owned());
+            job.run_id = Some(run);
+        }
+        fake.runs.insert(
+            run,
+            FakeRun {
+                repository: repository.to_owned(),
+                event: event.to_owned(),
+                fork,
             },
         );
     }
@@ -363,7 +410,17 @@ impl FakeGithub {
                 .unwrap();
         let mut body: Value = serde_json::from_str(&text).unwrap();
         body["action"] = action.into();
+        if let Some(repository) = &job.repository {
+            body["repository"]["full_name"] = repository.clone().into();
+            if let Some((owner, name)) = repository.split_once('/') {
+                body["repository"]["name"] = name.into();
+                body["repository"]["owner"]["login"] = owner.into();
+            }
+        }
         let w = &mut body["workflow_job"];
+        if let Some(run) = job.run_id {
+            w["run_id"] = run.into();
+        }
         w["id"] = id.into();
         w["labels"] = json!(job.labels);
         w["status"] = action.into();
@@ -726,6 +783,46 @@ async fn handle(
                         &operation,
                         StatusCode::NOT_FOUND,
                         json!({"message": "Not Found"}),
+                    ),
+                }
+            }
+            (Method::GET, ["actions", "runs", id]) => {
+                let operation = "actions/get-workflow-run";
+                let id: u64 = id.parse().unwrap_or(0);
+                let repository = segments.get(1..3).map(|s| s.join("/")).unwrap_or_default();
+                if let Some(status) = fake.refuse_runs {
+                    return reply(&mut fake, status, json!({"message": "Server Error"}));
+                }
+                match fake
+                    .runs
+                    .get(&id)
+                    .cloned()
+                    .filter(|r| r.repository == repository)
+                {
+                    Some(run) => {
+                        let mut body = example("actions__get-workflow-run.200.default.json");
+                        body["id"] = id.into();
+                        body["event"] = run.event.clone().into();
+                        body["repository"]["full_name"] = run.repository.clone().into();
+                        let own = body["repository"].clone();
+                        body["head_repository"] = if run.fork {
+                            let mut fork = own.clone();
+                            fork["id"] = (own["id"].as_u64().unwrap_or(1) + 1_000_000).into();
+                            fork["full_name"] =
+                                format!("someone/{}", own["name"].as_str().unwrap_or("fork"))
+                                    .into();
+                            fork["fork"] = true.into();
+                            fork
+                        } else {
+                            own
+                        };
+                        answer(&mut fake, operation, StatusCode::OK, body)
+                    }
+                    None => answer(
+                        &mut fake,
+                        operation,
+                        StatusCode::NOT_FOUND,
+                        json!({"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}),
                     ),
                 }
             }
