@@ -54,20 +54,27 @@ org = "octo-org"
     .unwrap();
 }
 
+/// `runway serve` on `dir/runway.toml`, the fake's webhooks pointed at it;
+/// the runner processes it starts are killed when the last is dropped
+/// (a failing test leaves none behind).
+fn serve(dir: &Path, fake: &FakeGithub) -> (common::Process, String, RunnerProcesses) {
+    let processes = RunnerProcesses(dir.join("processes"));
+    let mut command = runway(dir);
+    command
+        .args(["serve", "--config", "runway.toml"])
+        .env("RUNWAY_TEST_GITHUB_TOKEN", TOKEN);
+    let (serve, base) = spawn_serve(command);
+    fake.lock().webhook_url = Some(format!("{base}/webhooks/github"));
+    (serve, base, processes)
+}
+
 #[test]
 fn a_github_pool_heals_a_lost_webhook_starts_a_jit_runner_and_stops_it_after_its_job() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let fake = runtime.block_on(FakeGithub::start(4_000, Auth::Token));
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &fake.url);
-    // Kills whatever runner processes are left if the test fails.
-    let processes = RunnerProcesses(dir.path().join("processes"));
-    let mut command = runway(dir.path());
-    command
-        .args(["serve", "--config", "runway.toml"])
-        .env("RUNWAY_TEST_GITHUB_TOKEN", TOKEN);
-    let (_serve, base) = spawn_serve(command);
-    fake.lock().webhook_url = Some(format!("{base}/webhooks/github"));
+    let (_serve, base, processes) = serve(dir.path(), &fake);
 
     // The queued webhook never reaches runway.
     fake.queue_job(601, &["self-hosted", "linux"]);
@@ -120,4 +127,98 @@ fn a_github_pool_heals_a_lost_webhook_starts_a_jit_runner_and_stops_it_after_its
         1,
         "one runner for one job"
     );
+}
+
+/// A JIT runner of a pool admitting only octo-org's repositories is handed
+/// (as GitHub may) a job of another repository: its job-started hook,
+/// holding only the report token runway gave the runner, fails that job;
+/// the event log says `repo-policy-check-failure`. A job the pool admits
+/// passes the same hook; the report token does nothing else.
+#[test]
+fn the_job_started_hook_fails_a_job_its_runners_pool_does_not_admit() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let fake = runtime.block_on(FakeGithub::start(4_000, Auth::Token));
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.url);
+    let env_log = dir.path().join("env.log");
+    let config = std::fs::read_to_string(dir.path().join("runway.toml")).unwrap();
+    let config = config
+        .replace(
+            "echo \\\"$RUNWAY_RUNNER_NAME $RUNWAY_JIT_CONFIG\\\"",
+            &format!(
+                "echo \\\"$RUNWAY_RUNNER_ID $RUNWAY_RUNNER_TOKEN\\\" > '{}'; echo \\\"$RUNWAY_RUNNER_NAME $RUNWAY_JIT_CONFIG\\\"",
+                env_log.display()
+            ),
+        )
+        .replace(
+            "[server]\n",
+            "[server]\nadmin_tokens = [\"github-test-admin-token\"]\n",
+        )
+        + "[pools.access]\nrepositories = [\"octo-org/*\"]\n\n[telemetry]\nevent_log = \"events.log\"\n";
+    std::fs::write(dir.path().join("runway.toml"), config).unwrap();
+    let (_serve, base, processes) = serve(dir.path(), &fake);
+    fake.queue_run_job(
+        701,
+        &["self-hosted", "linux"],
+        "octo-org/app",
+        91,
+        "push",
+        false,
+    );
+    assert_eq!(runtime.block_on(fake.deliver(701, "queued", false)), 202);
+    wait_until("a runner started with its report token", 30, || {
+        std::fs::read_to_string(&env_log).is_ok_and(|t| t.contains("rwp_"))
+    });
+    let text = std::fs::read_to_string(&env_log).unwrap();
+    let (id, token) = text.trim().split_once(' ').unwrap();
+    let hook = |repository: &str| {
+        std::process::Command::new("sh")
+            .arg(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../contrib/github-runner-hooks/job-started.sh"),
+            )
+            .env("RUNWAY_URL", &base)
+            .env("RUNWAY_RUNNER_ID", id)
+            .env("RUNWAY_RUNNER_TOKEN", token)
+            .env("GITHUB_WORKFLOW", "CI")
+            .env("GITHUB_REPOSITORY", repository)
+            .env("GITHUB_EVENT_NAME", "push")
+            .env("GITHUB_RUN_ID", "91")
+            .output()
+            .unwrap()
+    };
+    let admitted = hook("octo-org/app");
+    assert!(admitted.status.success(), "{admitted:?}");
+    let refused = hook("someone/else");
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("someone/else is not in"));
+    let events = std::fs::read_to_string(dir.path().join("events.log")).unwrap_or_default();
+    let stop = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["event"] == "runner_stop")
+        .unwrap_or_default();
+    assert_eq!(stop["status"], "repo-policy-check-failure", "{events}");
+    assert_eq!(
+        metric(
+            &base,
+            r#"runway_access_refusals_total{pool="gh",kind="repository"}"#
+        ),
+        1.0
+    );
+    // The report token takes no job and reads nothing.
+    let client = common::client();
+    let request = client
+        .post(format!("{base}/api/v1/jobs/request"))
+        .bearer_auth(token)
+        .send()
+        .unwrap();
+    assert_eq!(request.status(), 401);
+    let listing = client
+        .get(format!("{base}/api/v1/jobs"))
+        .bearer_auth(token)
+        .send()
+        .unwrap();
+    assert_eq!(listing.status(), 401);
+    drop(processes);
 }

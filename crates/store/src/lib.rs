@@ -891,6 +891,12 @@ pub trait Store: Send + Sync + 'static {
 
     async fn find_runner_by_token(&self, token_hash: &str) -> Result<Option<Runner>, StoreError>;
 
+    /// Gives runner `runner` the token (hash) it authenticates with,
+    /// replacing any it had: for a runner that does not register itself
+    /// (a GitHub pool's just-in-time runner), the report token it is
+    /// started with.
+    async fn set_runner_token(&self, runner: RunnerId, token_hash: &str) -> Result<(), StoreError>;
+
     /// An installation-wide value (a cursor, say), if one was stored.
     async fn get_setting(&self, key: &str) -> Result<Option<String>, StoreError>;
 

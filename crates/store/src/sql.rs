@@ -1711,6 +1711,15 @@ where
         row.map(Runner::try_from).transpose()
     }
 
+    async fn set_runner_token(&self, runner: RunnerId, token_hash: &str) -> Result<(), StoreError> {
+        sqlx::query(&self.inner.statements.runner_api.set_runner_token)
+            .bind(runner.0)
+            .bind(token_hash)
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
     async fn heartbeat_replica(
         &self,
         replica: &crate::Replica,

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 
-use runway_core::access::{first_admitting, Access, Forks, Refusal, Rule, RunFacts};
+use runway_core::access::{first_admitting, Access, Forks, Refusal, Rule, RunFacts, Verdict};
 
 use crate::app::Service;
 use crate::github::payload::WorkflowJob;
@@ -61,21 +61,22 @@ pub enum Admitted {
     Unknown(Vec<Refusal>),
 }
 
-/// The facts of `payload`'s run: its repository from the payload, its
-/// event and origin from GitHub when `needed` (cached per run; unknown
-/// when GitHub cannot say now).
-async fn run_facts(service: &Service, payload: &WorkflowJob, needed: bool) -> RunFacts {
+/// The facts of a run of `repository`: its event and origin from GitHub
+/// when `needed` (cached per run; unknown when GitHub cannot say now).
+async fn run_facts(
+    service: &Service,
+    repository: Option<&str>,
+    run_id: Option<u64>,
+    needed: bool,
+) -> RunFacts {
     let mut facts = RunFacts {
-        repository: payload.repository.clone(),
+        repository: repository.map(str::to_owned),
         event: None,
         fork: None,
     };
-    let (Some(repository), Some(run_id)) = (payload.repository.as_deref(), payload.run_id) else {
+    let (Some(repository), Some(run_id), true) = (repository, run_id, needed) else {
         return facts;
     };
-    if !needed {
-        return facts;
-    }
     let key = (repository.to_lowercase(), run_id);
     let known = match service.run_facts.get(&key) {
         Some(known) => Some(known),
@@ -101,29 +102,57 @@ async fn run_facts(service: &Service, payload: &WorkflowJob, needed: bool) -> Ru
     facts
 }
 
+/// Pool `name`'s access policy (the default admits all). Validated at
+/// load: one that does not build admits nothing rather than everything.
+fn policy_of(config: &crate::config::Config, name: &str) -> Access {
+    match config.pool(name).and_then(|pool| pool.access.as_ref()) {
+        None => Access::default(),
+        Some(access) => access.build().unwrap_or_else(|_| {
+            Access::new(&["!*/*".to_owned()], Forks::Deny, None).unwrap_or_default()
+        }),
+    }
+}
+
+/// The runner's own check of the job GitHub actually gave it (its pre-job
+/// report: `repository` and workflow run), against its pool's policy: a
+/// just-in-time runner can be handed any queued job its labels match.
+pub async fn judge_started_job(
+    service: &Service,
+    pool: &str,
+    repository: &str,
+    run_id: Option<u64>,
+) -> Verdict {
+    let access = policy_of(&service.config(), pool);
+    if access.admits_all() {
+        return Verdict::Allowed;
+    }
+    let facts = run_facts(service, Some(repository), run_id, access.needs_run_facts()).await;
+    let verdict = access.judge(&facts);
+    if let Verdict::Refused { rule, .. } = &verdict {
+        service.metrics.access_refused(pool, rule.as_str());
+    }
+    verdict
+}
+
 /// Judges a job against the access policies of `candidates` (pool names,
 /// best first), looking its run up only when one of them needs it.
 pub async fn admit(service: &Service, payload: &WorkflowJob, candidates: &[String]) -> Admitted {
     let config = service.config();
     let policies: Vec<(&str, Access)> = candidates
         .iter()
-        .map(|name| {
-            let access = match config.pool(name).and_then(|pool| pool.access.as_ref()) {
-                None => Access::default(),
-                // Validated at load: a policy that does not build admits
-                // nothing rather than everything.
-                Some(access) => access.build().unwrap_or_else(|_| {
-                    Access::new(&["!*/*".to_owned()], Forks::Deny, None).unwrap_or_default()
-                }),
-            };
-            (name.as_str(), access)
-        })
+        .map(|name| (name.as_str(), policy_of(&config, name)))
         .collect();
     if policies.iter().all(|(_, access)| access.admits_all()) {
         return Admitted::Pool(candidates[0].clone(), Vec::new());
     }
     let needed = policies.iter().any(|(_, access)| access.needs_run_facts());
-    let facts = run_facts(service, payload, needed).await;
+    let facts = run_facts(
+        service,
+        payload.repository.as_deref(),
+        payload.run_id,
+        needed,
+    )
+    .await;
     let judged: Vec<(&str, &Access)> = policies.iter().map(|(n, a)| (*n, a)).collect();
     let (pool, refusals) = first_admitting(&judged, &facts);
     for refusal in &refusals {
@@ -155,7 +184,10 @@ mod tests {
             cache.put(("o/r".into(), run), ("push".into(), false));
         }
         // The same run again takes no second place.
-        cache.put(("o/r".into(), CACHED_RUNS as u64 + 9), ("push".into(), false));
+        cache.put(
+            ("o/r".into(), CACHED_RUNS as u64 + 9),
+            ("push".into(), false),
+        );
         assert_eq!(cache.get(&("o/r".into(), 9)), None, "dropped, oldest first");
         assert!(cache.get(&("o/r".into(), 10)).is_some());
         let inner = cache.inner.lock().unwrap();

@@ -4,7 +4,8 @@
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-/// A random token with a readable prefix (`rwr_` registration, `rwt_` runner).
+/// A random token with a readable prefix (`rwr_` registration, `rwt_` runner,
+/// [`REPORT_TOKEN_PREFIX`] a runner's report-only token).
 pub fn new_token(prefix: &str) -> String {
     let mut bytes = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut bytes);
@@ -15,3 +16,9 @@ pub fn new_token(prefix: &str) -> String {
 pub fn token_hash(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
+
+/// The prefix of a runner's report token: it authenticates that runner's
+/// own reports (`POST /api/v1/runners/{id}/metrics`) and nothing else — a
+/// GitHub pool's just-in-time runner gets one in its environment, where its
+/// jobs can read it.
+pub const REPORT_TOKEN_PREFIX: &str = "rwp_";

@@ -114,7 +114,8 @@ impl FromRequestParts<Arc<Service>> for Writer {
     }
 }
 
-/// A registered runner, identified by its runner token.
+/// A registered runner, identified by its runner token (not a report
+/// token: that one only posts reports, [`ReporterAuth`]).
 pub struct RunnerAuth(pub Runner);
 
 impl FromRequestParts<Arc<Service>> for RunnerAuth {
@@ -124,6 +125,28 @@ impl FromRequestParts<Arc<Service>> for RunnerAuth {
         parts: &mut Parts,
         service: &Arc<Service>,
     ) -> Result<RunnerAuth, ApiError> {
+        if bearer(parts)?.starts_with(crate::app::tokens::REPORT_TOKEN_PREFIX) {
+            return Err(ApiError::unauthorized(
+                "a report token only posts its runner's reports",
+            ));
+        }
+        ReporterAuth::from_request_parts(parts, service)
+            .await
+            .map(|ReporterAuth(runner)| RunnerAuth(runner))
+    }
+}
+
+/// A runner, identified by its runner token or its report token: what may
+/// post the runner's own reports.
+pub struct ReporterAuth(pub Runner);
+
+impl FromRequestParts<Arc<Service>> for ReporterAuth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        service: &Arc<Service>,
+    ) -> Result<ReporterAuth, ApiError> {
         let presented = bearer(parts)?;
         let runner = service
             .store
@@ -141,6 +164,6 @@ impl FromRequestParts<Arc<Service>> for RunnerAuth {
                 runner.name, runner.state
             )));
         }
-        Ok(RunnerAuth(runner))
+        Ok(ReporterAuth(runner))
     }
 }

@@ -21,9 +21,12 @@ use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use runway_core::access::Verdict;
+
+use crate::app::access::judge_started_job;
 use crate::app::{AppError, Service};
 use crate::clock::now;
-use crate::http::auth::RunnerAuth;
+use crate::http::auth::ReporterAuth;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::extract::Path;
 use crate::http::openapi::RunnerRefusals;
@@ -141,13 +144,13 @@ fn refuse(
     responses(
         (status = 202, description = "Stored"),
         (status = 400, description = "Not a valid report", body = ErrorBody),
-        (status = 403, description = "A runner may only report about itself", body = ErrorBody),
+        (status = 403, description = "A runner may only report about itself (`not_this_runner`); or, to a pre-job report, the runner's pool does not admit that job (`repo_policy_denied`, the reason in `error`): the hook fails the job before its first step. Stored either way", body = ErrorBody),
         (status = 413, description = "Larger than 64 KiB", body = ErrorBody),
         (status = 422, description = "A timestamp outside the runner's lifetime", body = ErrorBody),
         RunnerRefusals,
     ))]
 async fn report(
-    RunnerAuth(runner): RunnerAuth,
+    ReporterAuth(runner): ReporterAuth,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
@@ -218,6 +221,7 @@ async fn report(
             Ok(())
         }
     };
+    let mut denied = None;
     let phase = match &parsed {
         Report::PreJob {
             workflow,
@@ -246,6 +250,15 @@ async fn report(
                 }
             }
             check_time(*timestamp)?;
+            let run = match workflow_run_id {
+                RunId::Number(number) => Some(*number),
+                RunId::Text(text) => text.parse().ok(),
+            };
+            if let Verdict::Refused { rule, detail } =
+                judge_started_job(&service, &runner.pool, repository, run).await
+            {
+                denied = Some((rule, detail));
+            }
             "pre-job"
         }
         // The status was checked by deserialisation: only the two values parse.
@@ -267,5 +280,25 @@ async fn report(
         .get_or_create(&crate::telemetry::metrics::PhaseLabel { phase })
         .inc();
     tracing::info!(target: "runway::events", event = "runner_report", runner = %runner.id, phase);
+    if let Some((rule, detail)) = denied {
+        // The hook fails the job before any step runs; the runner stops
+        // with the spec's status for it.
+        service.events.emit(
+            "runner_stop",
+            serde_json::json!({
+                "flavor": runner.pool,
+                "status": "repo-policy-check-failure",
+                "rule": rule.as_str(),
+                "reason": detail,
+            }),
+            now,
+        );
+        tracing::warn!(target: "runway::events", event = "runner_stop", runner = %runner.id, pool = %runner.pool, status = "repo-policy-check-failure", rule = rule.as_str(), %detail, "a runner was handed a job its pool does not admit");
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "repo_policy_denied",
+            format!("pool {:?} does not admit this job: {detail}", runner.pool),
+        ));
+    }
     Ok(StatusCode::ACCEPTED.into_response())
 }

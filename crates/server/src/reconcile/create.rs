@@ -150,6 +150,15 @@ impl Inner {
                 match self.jit_config(github, &runner, &labels, now).await? {
                     Some(encoded) => {
                         bootstrap.insert("RUNWAY_JIT_CONFIG".to_owned(), encoded);
+                        // For its job-started hook: it can only post this
+                        // runner's reports (its jobs can read it).
+                        let token =
+                            crate::app::tokens::new_token(crate::app::tokens::REPORT_TOKEN_PREFIX);
+                        store
+                            .set_runner_token(runner.id, &crate::app::tokens::token_hash(&token))
+                            .await?;
+                        bootstrap.insert("RUNWAY_RUNNER_ID".to_owned(), runner.id.0.to_string());
+                        bootstrap.insert("RUNWAY_RUNNER_TOKEN".to_owned(), token);
                     }
                     None => {
                         // GitHub said no (the record is failed); the next
