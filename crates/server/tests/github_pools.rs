@@ -196,6 +196,19 @@ impl Harness {
     }
 }
 
+/// `GET url` with a bearer token, as JSON.
+async fn get_json(url: &str, token: &str) -> serde_json::Value {
+    reqwest::Client::new()
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 fn labels() -> Vec<&'static str> {
     LABELS.to_vec()
 }
@@ -261,18 +274,11 @@ async fn each_demand_gets_a_jit_runner_and_a_scale_down_racing_a_job_start_keeps
     assert_eq!((runner_b.state, runner_b.job), (RunnerState::Busy, None));
     // GitHub's busy flag still says "not busy": runway did not rely on it.
     let b_id = h.fake.runner_id(&b).unwrap();
-    let shown: serde_json::Value = reqwest::Client::new()
-        .get(format!(
-            "{}/orgs/octo-org/actions/runners/{b_id}",
-            h.fake.url
-        ))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let shown = get_json(
+        &format!("{}/orgs/octo-org/actions/runners/{b_id}", h.fake.url),
+        TOKEN,
+    )
+    .await;
     assert_eq!(shown["busy"], false);
 
     // Rounds go by: a busy runner is never asked to go again.
@@ -819,5 +825,52 @@ async fn a_pool_that_denies_forks_fails_closed_when_the_run_cannot_be_looked_up(
     assert!(
         metrics.contains("runway_jobs_rejected_total{reason=\"access_policy\"} 1"),
         "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_runner_group_wider_than_the_pool_policy_shows_as_a_warning() {
+    let h = Harness::start(4_000, |config| {
+        trusted_and_untrusted(config);
+        config.server.admin_tokens = vec![Secret::literal("runner-group-admin-token")];
+    })
+    .await;
+    h.fake.lock().runner_group = ("all".into(), true);
+    runway_server::app::access::check_runner_groups(&h.service)
+        .await
+        .unwrap();
+    let pools = h.service.runner_group_warnings.lock().unwrap().clone();
+    let trusted = pools.get("gh").cloned().unwrap_or_default();
+    assert_eq!(trusted.len(), 2, "{trusted:?}");
+    assert!(trusted[0].contains("admits every repository of octo-org"));
+    assert!(trusted[1].contains("wider than the pool's forks = \"deny\""));
+    let untrusted = pools.get("untrusted").cloned().unwrap_or_default();
+    assert_eq!(
+        untrusted.len(),
+        1,
+        "no repositories to widen: {untrusted:?}"
+    );
+    let webhooks = h.fake.lock().webhook_url.clone().unwrap();
+    let base = webhooks.trim_end_matches("/webhooks/github");
+    let listed = get_json(&format!("{base}/api/v1/pools"), "runner-group-admin-token").await;
+    assert_eq!(listed["pools"][0]["name"], "gh");
+    assert_eq!(
+        listed["pools"][0]["warnings"],
+        serde_json::json!(trusted),
+        "GET /api/v1/pools says it"
+    );
+    // Narrowed at GitHub: the warnings go.
+    h.fake.lock().runner_group = ("selected".into(), false);
+    runway_server::app::access::check_runner_groups(&h.service)
+        .await
+        .unwrap();
+    assert_eq!(
+        h.service.runner_group_warnings.lock().unwrap().get("gh"),
+        Some(&Vec::new())
+    );
+    assert_eq!(
+        h.fake
+            .calls_starting("GET /orgs/octo-org/actions/runner-groups/1"),
+        4
     );
 }

@@ -173,9 +173,133 @@ pub async fn admit(service: &Service, payload: &WorkflowJob, candidates: &[Strin
     }
 }
 
+/// What a pool's runner group admits beyond the pool's access policy,
+/// as warnings: GitHub hands the group's runners any job of a repository
+/// the group admits, so a narrower policy holds only by runway's routing
+/// and the runner's job-started hook.
+pub fn runner_group_warnings(
+    access: Option<&crate::config::PoolAccess>,
+    org: &str,
+    group: &crate::github::api::RunnerGroup,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let named = format!("runner group {:?} (id {})", group.name, group.id);
+    let restricts_repositories = access.is_some_and(|a| !a.repositories.is_empty());
+    if group.visibility == "all" && restricts_repositories {
+        warnings.push(format!(
+            "{named} admits every repository of {org}, more than the pool's access.repositories: runway's routing and the job-started hook hold the policy, GitHub does not; restrict the group to selected repositories"
+        ));
+    }
+    if group.allows_public_repositories {
+        let denies_forks = access.is_some_and(|a| a.forks == crate::config::ForksSetting::Deny);
+        warnings.push(if denies_forks {
+            format!(
+                "{named} allows public repositories, wider than the pool's forks = \"deny\": runway refuses fork pull requests (routing and the job-started hook), GitHub would still hand them to these runners; disallow public repositories on the group"
+            )
+        } else {
+            format!(
+                "{named} allows public repositories: pull requests from forks of a public repository can run on this pool's runners; set [pools.access] forks = \"deny\" or disallow public repositories on the group"
+            )
+        });
+    }
+    warnings
+}
+
+/// Reads every GitHub organisation pool's runner group and keeps what it
+/// admits beyond the pool's policy (`Service::runner_group_warnings`),
+/// logging a warning when that changes. One request per pool; a pool
+/// whose group cannot be read keeps its last warnings and fails the round.
+pub async fn check_runner_groups(service: &Service) -> Result<(), String> {
+    let Some(github) = service.github.clone() else {
+        return Ok(());
+    };
+    let config = service.config();
+    let mut failed = Vec::new();
+    let mut seen = Vec::new();
+    for pool in &config.pools {
+        let Some(pool_github) = &pool.github else {
+            continue;
+        };
+        let crate::config::Target::Org(org) = &pool_github.target else {
+            continue;
+        };
+        if pool_github.scale_set.is_some() {
+            continue;
+        }
+        seen.push(pool.name.clone());
+        let group = match github
+            .get_runner_group(&service.metrics, org, pool_github.runner_group_id)
+            .await
+        {
+            Ok(group) => group,
+            Err(error) => {
+                failed.push(format!("pool {}: {error}", pool.name));
+                continue;
+            }
+        };
+        let warnings = runner_group_warnings(pool.access.as_ref(), org, &group);
+        let Ok(mut known) = service.runner_group_warnings.lock() else {
+            continue;
+        };
+        if known.get(&pool.name) != Some(&warnings) {
+            for warning in &warnings {
+                tracing::warn!(pool = %pool.name, "{warning}");
+            }
+            known.insert(pool.name.clone(), warnings);
+        }
+    }
+    if let Ok(mut known) = service.runner_group_warnings.lock() {
+        known.retain(|pool, _| seen.contains(pool));
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("cannot read runner groups: {}", failed.join("; ")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runner_group_wider_than_the_policy_is_said() {
+        use crate::config::{ForksSetting, PoolAccess};
+        use crate::github::api::RunnerGroup;
+        let group = |visibility: &str, public: bool| RunnerGroup {
+            id: 7,
+            name: "ci".into(),
+            visibility: visibility.into(),
+            allows_public_repositories: public,
+        };
+        let narrow = PoolAccess {
+            repositories: vec!["o/app".into()],
+            forks: ForksSetting::Deny,
+            events: None,
+        };
+        let said = |access: Option<&PoolAccess>, group: &RunnerGroup| {
+            runner_group_warnings(access, "o", group)
+                .iter()
+                .map(|w| w.split(':').next().unwrap_or_default().to_owned())
+                .collect::<Vec<_>>()
+        };
+        assert!(said(Some(&narrow), &group("selected", false)).is_empty());
+        assert!(
+            said(None, &group("all", false)).is_empty(),
+            "no policy to widen"
+        );
+        assert_eq!(
+            said(Some(&narrow), &group("all", true)),
+            [
+                "runner group \"ci\" (id 7) admits every repository of o, more than the pool's access.repositories",
+                "runner group \"ci\" (id 7) allows public repositories, wider than the pool's forks = \"deny\"",
+            ]
+        );
+        assert_eq!(
+            said(None, &group("selected", true)),
+            ["runner group \"ci\" (id 7) allows public repositories"]
+        );
+    }
 
     #[test]
     fn the_cache_keeps_the_newest_runs_only() {

@@ -76,6 +76,11 @@ pub struct Service {
     pub scale_sets: crate::github::scaleset::ScaleSets,
     /// Workflow runs' facts for access policies, looked up once per run.
     pub run_facts: crate::app::access::RunFactsCache,
+    /// What each GitHub pool's runner group admits beyond the pool's
+    /// access policy, as last read from GitHub (`GET /api/v1/pools`).
+    pub runner_group_warnings: std::sync::Mutex<std::collections::BTreeMap<String, Vec<String>>>,
+    /// Notified when the configuration is replaced (a reload).
+    pub config_replaced: tokio::sync::Notify,
     /// Whether this replica leads: runs the reconciler and the GitHub
     /// healer (`background::leadership` keeps it; true unless replicas
     /// share a PostgreSQL store and another leads).
@@ -156,6 +161,8 @@ impl Service {
             },
             scale_sets: crate::github::scaleset::ScaleSets::default(),
             run_facts: Default::default(),
+            runner_group_warnings: Default::default(),
+            config_replaced: tokio::sync::Notify::new(),
             config: std::sync::RwLock::new(Arc::new(config)),
             leading: std::sync::atomic::AtomicBool::new(true),
             tasks: crate::tasks::Tasks::default(),
@@ -188,6 +195,7 @@ impl Service {
             Ok(mut current) => *current = config,
             Err(poisoned) => *poisoned.into_inner() = config,
         }
+        self.config_replaced.notify_one();
     }
 
     /// Jobs may have become available in `pool` (`None`: in any pool):

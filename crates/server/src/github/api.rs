@@ -65,6 +65,17 @@ pub struct JitConfig {
     pub encoded: String,
 }
 
+/// A runner group, as far as who may use it: `visibility` is `all` (every
+/// repository of the organisation), `selected` or `private`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct RunnerGroup {
+    pub id: u64,
+    pub name: String,
+    pub visibility: String,
+    #[serde(default)]
+    pub allows_public_repositories: bool,
+}
+
 /// What GitHub says of a workflow run, as an access policy needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunInfo {
@@ -653,6 +664,27 @@ impl GithubClient {
             event: event.to_owned(),
             fork: own.is_none() || head.is_none() || own != head,
         })
+    }
+
+    /// `GET /orgs/{org}/actions/runner-groups/{id}`: who the runner group
+    /// admits.
+    pub async fn get_runner_group(
+        &self,
+        metrics: &Metrics,
+        org: &str,
+        id: u64,
+    ) -> Result<RunnerGroup, GithubError> {
+        let call = Call::new(
+            "get_runner_group",
+            Priority::Recheck,
+            As::Installation,
+            reqwest::Method::GET,
+            format!("/orgs/{org}/actions/runner-groups/{id}"),
+        );
+        self.send(metrics, call)
+            .await?
+            .expect(StatusCode::OK)?
+            .parse("runner group")
     }
 
     fn hook_identity(hook: &Hook) -> As {

@@ -347,6 +347,11 @@ pub struct PoolDto {
     /// leader holds the session; absent for other pools).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_set: Option<ScaleSetDto>,
+    /// Where GitHub admits more than the pool's `[pools.access]` policy
+    /// (its runner group: every repository, public repositories), as last
+    /// read from GitHub.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// A scale-set pool's scale set and GitHub's latest statistics of it.
@@ -424,6 +429,11 @@ async fn list_pools(
         .await
         .map_err(|e| store_error(&service, "paused_pools", e))?;
     let warm = service.warm.lock().map(|w| w.clone()).unwrap_or_default();
+    let warnings = service
+        .runner_group_warnings
+        .lock()
+        .map(|w| w.clone())
+        .unwrap_or_default();
     let pools = service
         .config()
         .pools
@@ -460,6 +470,7 @@ async fn list_pools(
                     at: rfc3339(w.at),
                 }),
                 scale_set: scale_set_dto(&service, pool),
+                warnings: warnings.get(&pool.name).cloned().unwrap_or_default(),
             }
         })
         .collect();

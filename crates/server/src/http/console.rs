@@ -369,6 +369,8 @@ struct PoolRow {
     busy: u64,
     max_runners: u32,
     paused: bool,
+    /// What its runner group admits beyond its access policy.
+    warnings: Vec<String>,
 }
 
 /// Every configured pool with its live counts: what the overview shows and
@@ -378,6 +380,11 @@ async fn pool_rows(service: &Service) -> Result<Vec<PoolRow>, runway_store::Stor
     let runners = service.store.list_live_runners(None).await?;
     let paused = service.store.paused_pools().await?;
     let config = service.config();
+    let warnings = service
+        .runner_group_warnings
+        .lock()
+        .map(|w| w.clone())
+        .unwrap_or_default();
     Ok(config
         .pools
         .iter()
@@ -406,6 +413,7 @@ async fn pool_rows(service: &Service) -> Result<Vec<PoolRow>, runway_store::Stor
                 busy: runners_in(&[R::Busy]),
                 max_runners: pool.max_runners,
                 paused: paused.iter().any(|p| p.pool == pool.name),
+                warnings: warnings.get(&pool.name).cloned().unwrap_or_default(),
             }
         })
         .collect())

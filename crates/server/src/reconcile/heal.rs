@@ -420,6 +420,19 @@ pub async fn run(healer: Arc<Healer>, shutdown: tokio::sync::watch::Receiver<boo
         let healer = healer.clone();
         async move { healer.recheck_once(crate::clock::now()).await.map(|_| ()) }
     });
+    // Every replica: each shows the warnings in its own GET /api/v1/pools.
+    let runner_groups = crate::tasks::Worker {
+        name: "github_runner_groups",
+        period: std::time::Duration::from_secs(600),
+        leader_only: false,
+        first_round_at_once: true,
+        wake: Some(&service.config_replaced),
+    }
+    .run(&service.tasks, &leading, shutdown.clone(), || {
+        let service = service.clone();
+        async move { crate::app::access::check_runner_groups(&service).await }
+    });
+    let rechecks = async { tokio::join!(rechecks, runner_groups) };
     let Some(hook) = config.deliveries.clone() else {
         rechecks.await;
         return;

@@ -221,6 +221,8 @@ pub struct Fake {
     pub runs: BTreeMap<u64, FakeRun>,
     /// Answer workflow-run lookups with this status instead (GitHub down).
     pub refuse_runs: Option<StatusCode>,
+    /// Every runner group's `visibility` and `allows_public_repositories`.
+    pub runner_group: (String, bool),
     pub deliveries: Vec<FakeDelivery>,
     /// Requests or answers that do not match the OpenAPI schemas.
     pub invalid: Vec<String>,
@@ -276,6 +278,7 @@ impl FakeGithub {
             jobs: BTreeMap::new(),
             runs: BTreeMap::new(),
             refuse_runs: None,
+            runner_group: ("selected".into(), false),
             deliveries: Vec::new(),
             invalid: Vec::new(),
             busy_lag: Duration::from_secs(3600),
@@ -785,6 +788,26 @@ async fn handle(
                         json!({"message": "Not Found"}),
                     ),
                 }
+            }
+            (Method::GET, ["actions", "runner-groups", id]) if scope == "org" => {
+                // Shaped as GitHub documents `runner-groups-org` (the
+                // fixtures' OpenAPI subset lacks it).
+                let id: u64 = id.parse().unwrap_or(0);
+                let (visibility, public) = fake.runner_group.clone();
+                let org = segments.get(1).copied().unwrap_or_default();
+                let body = json!({
+                    "id": id,
+                    "name": if id == 1 { "Default" } else { "ci" },
+                    "visibility": visibility,
+                    "default": id == 1,
+                    "runners_url": format!("https://api.github.com/orgs/{org}/actions/runner-groups/{id}/runners"),
+                    "inherited": false,
+                    "allows_public_repositories": public,
+                    "restricted_to_workflows": false,
+                    "selected_workflows": [],
+                    "workflow_restrictions_read_only": false,
+                });
+                reply(&mut fake, StatusCode::OK, body)
             }
             (Method::GET, ["actions", "runs", id]) => {
                 let operation = "actions/get-workflow-run";
