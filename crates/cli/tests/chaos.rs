@@ -475,21 +475,8 @@ fn drive_github(
             if served.contains(&name) || !alive(pid) {
                 continue;
             }
-            let job = {
-                let fake = fake.lock();
-                let registered = fake
-                    .runners
-                    .values()
-                    .any(|r| r.name == name && r.job.is_none());
-                let oldest = fake
-                    .jobs
-                    .values()
-                    .find(|j| j.status == "queued")
-                    .map(|j| j.id);
-                oldest.filter(|_| registered)
-            };
+            let job = fake.give_oldest_queued_job(&name);
             if let Some(job) = job {
-                fake.start_job(job, &name);
                 served.insert(name.clone());
                 running.insert(name, (pid, job, Instant::now()));
                 send(&mut rng, &mut figures, &mut held, job, "in_progress");
@@ -982,6 +969,18 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
         .chain(&github_figures.busy_stopped)
     {
         let _ = writeln!(report, "  {line}");
+    }
+    let failed = !(lost.is_empty()
+        && github_lost.is_empty()
+        && doubled.is_empty()
+        && deposed_calls.is_empty()
+        && github_figures.busy_stopped.is_empty()
+        && settled
+        && leaked == 0);
+    if failed {
+        // The logs, the clouds' state and the call log, for a post-mortem.
+        let kept = dir.keep();
+        let _ = writeln!(report, "kept for inspection: {}", kept.display());
     }
     eprintln!("{report}");
     assert!(lost.is_empty(), "lost jobs {lost:?}\n{report}");

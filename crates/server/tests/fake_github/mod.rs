@@ -386,6 +386,29 @@ impl FakeGithub {
         }
     }
 
+    /// GitHub hands the oldest queued job to the runner named `runner`, if
+    /// it is registered and has none: checked and done at once, as GitHub
+    /// does (a runner removed meanwhile gets nothing). Returns the job.
+    pub fn give_oldest_queued_job(&self, runner: &str) -> Option<u64> {
+        let mut fake = self.lock();
+        let job = fake
+            .jobs
+            .values()
+            .find(|j| j.status == "queued")
+            .map(|j| j.id)?;
+        let lag = fake.busy_lag;
+        let idle = fake
+            .runners
+            .values_mut()
+            .find(|r| r.name == runner && r.job.is_none())?;
+        idle.job = Some(job);
+        idle.busy_shown_from = Some(Instant::now() + lag);
+        let entry = fake.jobs.get_mut(&job)?;
+        entry.status = "in_progress".into();
+        entry.runner_name = Some(runner.to_owned());
+        Some(job)
+    }
+
     /// The job ends; an ephemeral runner then leaves GitHub by itself.
     pub fn complete_job(&self, id: u64, conclusion: &str) {
         let mut fake = self.lock();
