@@ -16,11 +16,13 @@
 pub mod access;
 pub mod github;
 pub mod secret;
+pub mod tokens;
 pub mod worker_config;
 
 pub use access::{ForksSetting, PoolAccess};
 pub use github::{Hook, PoolGithub, Target};
 pub use secret::{Secret, SecretSource};
+pub use tokens::{Role, Scope, TokenConfig};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -83,6 +85,9 @@ pub struct ServerConfig {
     pub admin_tokens: Vec<Secret>,
     /// Bearer tokens that may only read the admin API.
     pub read_tokens: Vec<Secret>,
+    /// Named tokens with a role and the pools they cover.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tokens: Vec<TokenConfig>,
     /// The URL runners reach this server at (`RUNWAY_URL` of the runners
     /// runway starts). Default: `http://` and the listening address, with
     /// an unspecified address (0.0.0.0, ::) as loopback.
@@ -98,6 +103,7 @@ impl Default for ServerConfig {
             database_max_connections: 16,
             admin_tokens: Vec::new(),
             read_tokens: Vec::new(),
+            tokens: Vec::new(),
             public_url: None,
         }
     }
@@ -728,6 +734,13 @@ impl Config {
         let mut all = vec![("[server] database".to_owned(), &mut server.database)];
         all.extend(numbered("[server] admin_tokens", &mut server.admin_tokens));
         all.extend(numbered("[server] read_tokens", &mut server.read_tokens));
+        all.extend(
+            server
+                .tokens
+                .iter_mut()
+                .enumerate()
+                .map(|(i, t)| (format!("[server] tokens[{i}].token"), &mut t.token)),
+        );
         all.extend(numbered(
             "[github] webhook_secrets",
             &mut github.webhook_secrets,
@@ -1179,6 +1192,58 @@ impl Config {
             return Err((
                 format!("[server] admin_tokens[{index}]"),
                 "is shorter than 16 characters; use a long random token".into(),
+            ));
+        }
+        let mut token_names = BTreeSet::new();
+        for (i, token) in self.server.tokens.iter().enumerate() {
+            let key = |field: &str| format!("[server] tokens[{i}].{field}");
+            if token.name.trim().is_empty() {
+                return Err((key("name"), "must not be empty".into()));
+            }
+            if !token_names.insert(token.name.as_str()) {
+                return Err((
+                    key("name"),
+                    format!("duplicate token name {:?}", token.name),
+                ));
+            }
+            if token.token.expose().len() < 16 {
+                return Err((
+                    key("token"),
+                    "is shorter than 16 characters; use a long random token".into(),
+                ));
+            }
+            if token.pools.is_empty() {
+                return Err((
+                    key("pools"),
+                    "covers no pool; leave it out for every pool".into(),
+                ));
+            }
+            Scope::of(&token.pools)
+                .map_err(|(index, message)| (key(&format!("pools[{index}]")), message))?;
+            for (index, glob) in token.pools.iter().enumerate() {
+                let Ok(scope) = Scope::of(std::slice::from_ref(glob)) else {
+                    continue;
+                };
+                if !self.pools.iter().any(|p| scope.covers(Some(&p.name))) {
+                    return Err((
+                        key(&format!("pools[{index}]")),
+                        format!("{glob:?} names no configured pool"),
+                    ));
+                }
+            }
+        }
+        let every_secret: Vec<&str> = self
+            .server
+            .admin_tokens
+            .iter()
+            .chain(&self.server.read_tokens)
+            .chain(self.server.tokens.iter().map(|t| &t.token))
+            .map(Secret::expose)
+            .collect();
+        if every_secret.len() != every_secret.iter().collect::<BTreeSet<_>>().len() {
+            return Err((
+                "[server] tokens".into(),
+                "the same token appears twice (admin_tokens, read_tokens, tokens): each must be distinct".into(),
             ));
         }
         let auth = self.github.auth();
@@ -1667,7 +1732,7 @@ mod tests {
     fn unknown_keys_are_named_with_their_place() {
         check(
             "[server]\nlisten = \"127.0.0.1:9000\"\nlisen = \"x\"\n",
-            expect!["error: config runway.toml: [server] lisen (line 3, column 1): unknown field `lisen`, expected one of `listen`, `database`, `database_max_connections`, `admin_tokens`, `read_tokens`, `public_url`"],
+            expect!["error: config runway.toml: [server] lisen (line 3, column 1): unknown field `lisen`, expected one of `listen`, `database`, `database_max_connections`, `admin_tokens`, `read_tokens`, `tokens`, `public_url`"],
         );
     }
 
@@ -1788,6 +1853,31 @@ mod tests {
             expect![[
                 r#"error: pools[0].access.events[0]: "Push" is not an event name (lowercase letters and `_`)"#
             ]],
+        );
+        let token = |extra: &str| {
+            format!("[server]\n{extra}[[server.tokens]]\nname = \"t\"\ntoken = \"0123456789abcdefgh\"\n")
+        };
+        check(
+            &(token("") + "role = \"superuser\"\n"),
+            expect!["error: config runway.toml: [[server.tokens]] role (line 5, column 8): unknown variant `superuser`, expected one of `read`, `operate`, `admin`"],
+        );
+        check(
+            &(token("") + "role = \"read\"\npools = [\"nope-*\"]\n"),
+            expect![[r#"error: [server] tokens[0].pools[0]: "nope-*" names no configured pool"#]],
+        );
+        check(
+            &(token("") + "role = \"read\"\npools = [\"[\"]\n"),
+            expect![[
+                r#"error: [server] tokens[0].pools[0]: "[" is not a valid glob: unclosed character class; missing ']'"#
+            ]],
+        );
+        check(
+            &(token("") + "role = \"read\"\npools = []\n"),
+            expect!["error: [server] tokens[0].pools: covers no pool; leave it out for every pool"],
+        );
+        check(
+            &(token("admin_tokens = [\"0123456789abcdefgh\"]\n") + "role = \"read\"\n"),
+            expect!["error: [server] tokens: the same token appears twice (admin_tokens, read_tokens, tokens): each must be distinct"],
         );
         check(
             "[[pools]]\nname = \"a\"\nlabels = [\"x\"]\n[pools.access]\nforks = \"maybe\"\n",

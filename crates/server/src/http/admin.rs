@@ -18,7 +18,7 @@ use utoipa_axum::routes;
 use crate::app::{admin, reload, Service};
 use crate::clock::rfc3339;
 use crate::http::api::{JobDto, RunnerDto};
-use crate::http::auth::{Reader, Writer};
+use crate::http::auth::{require_job, require_runner, Admin, Operator, Reader};
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::extract::{cursor, optional_json, path_id, Path, Query};
 use crate::http::openapi::{ReadRefusals, WriteRefusals};
@@ -58,13 +58,14 @@ struct CancelRequest {
         WriteRefusals,
     ))]
 async fn cancel_job(
-    Writer(caller): Writer,
+    Operator(caller): Operator,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<JobDto>, ApiError> {
     let id = JobId(path_id(&id, "job")?);
     let request: CancelRequest = optional_json(&body)?;
+    require_job(&service, &caller, id).await?;
     let job = admin::cancel_job(&service, &caller.name, id, request.reason).await?;
     Ok(Json(JobDto::from(&job)))
 }
@@ -82,11 +83,12 @@ async fn cancel_job(
         WriteRefusals,
     ))]
 async fn retry_job(
-    Writer(caller): Writer,
+    Operator(caller): Operator,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
 ) -> Result<(axum::http::StatusCode, Json<JobDto>), ApiError> {
     let id = JobId(path_id(&id, "job")?);
+    require_job(&service, &caller, id).await?;
     let job = admin::retry_job(&service, &caller.name, id).await?;
     Ok((axum::http::StatusCode::CREATED, Json(JobDto::from(&job))))
 }
@@ -143,11 +145,12 @@ pub(crate) fn event_name(
         ReadRefusals,
     ))]
 async fn job_events(
-    _: Reader,
+    Reader(caller): Reader,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
 ) -> Result<Json<JobEventsDto>, ApiError> {
     let id = JobId(path_id(&id, "job")?);
+    require_job(&service, &caller, id).await?;
     let steps = service
         .store
         .job_history(id)
@@ -187,11 +190,12 @@ async fn job_events(
         WriteRefusals,
     ))]
 async fn drain_runner(
-    Writer(caller): Writer,
+    Operator(caller): Operator,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
 ) -> Result<Json<RunnerDto>, ApiError> {
     let id = RunnerId(path_id(&id, "runner")?);
+    require_runner(&service, &caller, id).await?;
     let runner = admin::drain_runner(&service, &caller.name, id).await?;
     Ok(Json(RunnerDto::from(&runner)))
 }
@@ -218,12 +222,13 @@ struct TerminateRequest {
         WriteRefusals,
     ))]
 async fn terminate_runner(
-    Writer(caller): Writer,
+    Operator(caller): Operator,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<RunnerDto>, ApiError> {
     let id = RunnerId(path_id(&id, "runner")?);
+    require_runner(&service, &caller, id).await?;
     let request: TerminateRequest = optional_json(&body)?;
     let runner = admin::terminate_runner(&service, &caller.name, id, request.force).await?;
     Ok(Json(RunnerDto::from(&runner)))
@@ -262,10 +267,11 @@ async fn set_paused(
         WriteRefusals,
     ))]
 async fn pause_pool(
-    Writer(caller): Writer,
+    Operator(caller): Operator,
     State(service): State<Arc<Service>>,
     Path(name): Path<String>,
 ) -> Result<Json<PauseDto>, ApiError> {
+    caller.require_pool(Some(&name))?;
     set_paused(&caller.name, &service, &name, true).await
 }
 
@@ -279,10 +285,11 @@ async fn pause_pool(
         WriteRefusals,
     ))]
 async fn resume_pool(
-    Writer(caller): Writer,
+    Operator(caller): Operator,
     State(service): State<Arc<Service>>,
     Path(name): Path<String>,
 ) -> Result<Json<PauseDto>, ApiError> {
+    caller.require_pool(Some(&name))?;
     set_paused(&caller.name, &service, &name, false).await
 }
 
@@ -305,9 +312,10 @@ pub struct ReloadDto {
         WriteRefusals,
     ))]
 async fn reload_config(
-    Writer(caller): Writer,
+    Admin(caller): Admin,
     State(service): State<Arc<Service>>,
 ) -> Result<Json<ReloadDto>, ApiError> {
+    caller.require_every_pool()?;
     let done = reload::reload(&service, &caller.name).await?;
     Ok(Json(ReloadDto {
         changed: done.changed,
@@ -354,10 +362,11 @@ struct AuditQuery {
         ReadRefusals,
     ))]
 async fn list_audit(
-    _: Reader,
+    Reader(caller): Reader,
     State(service): State<Arc<Service>>,
     Query(query): Query<AuditQuery>,
 ) -> Result<Json<AuditPageDto>, ApiError> {
+    caller.require_every_pool()?;
     let limit = crate::http::api::page_limit(query.limit.as_deref())?;
     let before = cursor(query.cursor.as_deref())?;
     let mut entries = service

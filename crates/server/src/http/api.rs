@@ -174,10 +174,13 @@ pub(crate) fn page_limit(written: Option<&str>) -> Result<u32, ApiError> {
         ReadRefusals,
     ))]
 async fn list_jobs(
-    _: Reader,
+    Reader(caller): Reader,
     State(service): State<Arc<Service>>,
     Query(query): Query<JobQuery>,
 ) -> Result<Json<JobPageDto>, ApiError> {
+    if let Some(pool) = query.pool.as_deref().filter(|p| !p.is_empty()) {
+        caller.require_pool(Some(pool))?;
+    }
     let state: Option<JobState> = state_query(query.state.as_deref(), || {
         let known: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
         format!("is not one of {}", known.join(", "))
@@ -206,6 +209,9 @@ async fn list_jobs(
     } else {
         None
     };
+    // A token of some pools sees only theirs (a page may then hold fewer
+    // than `limit`; the cursor still pages on).
+    jobs.retain(|job| caller.scope.covers(job.pool.as_deref()));
     let mut dtos: Vec<JobDto> = jobs.iter().map(JobDto::from).collect();
     if explain {
         let explained = crate::app::explain::explain_jobs(&service, &jobs)
@@ -232,7 +238,7 @@ async fn list_jobs(
         ReadRefusals,
     ))]
 async fn get_job(
-    _: Reader,
+    Reader(caller): Reader,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
 ) -> Result<Json<JobDto>, ApiError> {
@@ -243,6 +249,7 @@ async fn get_job(
         .await
         .map_err(|e| store_error(&service, "get_job", e))?
         .ok_or_else(|| ApiError::not_found(format!("no job {id}")))?;
+    caller.require_pool(job.pool.as_deref())?;
     let mut dto = JobDto::from(&job);
     dto.waiting = crate::app::explain::explain_job(&service, &job)
         .await
@@ -410,7 +417,7 @@ pub struct PoolsDto {
         ReadRefusals,
     ))]
 async fn list_pools(
-    _: Reader,
+    Reader(caller): Reader,
     State(service): State<Arc<Service>>,
 ) -> Result<Json<PoolsDto>, ApiError> {
     let counts = service
@@ -438,6 +445,7 @@ async fn list_pools(
         .config()
         .pools
         .iter()
+        .filter(|pool| caller.scope.covers(Some(&pool.name)))
         .map(|pool| {
             let jobs: BTreeMap<String, u64> = counts
                 .iter()
@@ -562,10 +570,13 @@ struct RunnerQuery {
         ReadRefusals,
     ))]
 async fn list_runners(
-    _: Reader,
+    Reader(caller): Reader,
     State(service): State<Arc<Service>>,
     Query(query): Query<RunnerQuery>,
 ) -> Result<Json<RunnersDto>, ApiError> {
+    if let Some(pool) = query.pool.as_deref().filter(|p| !p.is_empty()) {
+        caller.require_pool(Some(pool))?;
+    }
     let state: Option<RunnerState> = state_query(query.state.as_deref(), || {
         "is not a runner state".to_owned()
     })?;
@@ -577,6 +588,10 @@ async fn list_runners(
         })
         .await
         .map_err(|e| store_error(&service, "list_runners", e))?;
+    let runners: Vec<_> = runners
+        .into_iter()
+        .filter(|runner| caller.scope.covers(Some(&runner.pool)))
+        .collect();
     Ok(Json(RunnersDto {
         runners: runners.iter().map(RunnerDto::from).collect(),
     }))
@@ -608,7 +623,7 @@ pub struct RunnerReportDto {
         ReadRefusals,
     ))]
 async fn get_runner(
-    _: Reader,
+    Reader(caller): Reader,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
 ) -> Result<Json<RunnerDetailDto>, ApiError> {
@@ -619,6 +634,7 @@ async fn get_runner(
         .await
         .map_err(|e| store_error(&service, "get_runner", e))?
         .ok_or_else(|| ApiError::not_found(format!("no runner {id}")))?;
+    caller.require_pool(Some(&runner.pool))?;
     let reports = service
         .store
         .runner_reports(runner.id)
@@ -666,8 +682,12 @@ pub struct TasksDto {
         (status = 200, description = "This replica's background workers", body = TasksDto),
         ReadRefusals,
     ))]
-async fn list_tasks(_: Reader, State(service): State<Arc<Service>>) -> Json<TasksDto> {
-    Json(tasks_dto(&service))
+async fn list_tasks(
+    Reader(caller): Reader,
+    State(service): State<Arc<Service>>,
+) -> Result<Json<TasksDto>, ApiError> {
+    caller.require_every_pool()?;
+    Ok(Json(tasks_dto(&service)))
 }
 
 /// This replica's background workers (the API's and the console's view).
@@ -733,9 +753,10 @@ const SEEN_RECENTLY: std::time::Duration = std::time::Duration::from_secs(60);
         ReadRefusals,
     ))]
 async fn cluster(
-    _: Reader,
+    Reader(caller): Reader,
     State(service): State<Arc<Service>>,
 ) -> Result<Json<ClusterDto>, ApiError> {
+    caller.require_every_pool()?;
     cluster_dto(&service)
         .await
         .map(Json)

@@ -1,5 +1,6 @@
-//! Who is calling: admin and read-only tokens for the admin API, runner
-//! tokens for the runner API. Tokens are compared in constant time; runner
+//! Who is calling: for the admin API a token with a role (`read`,
+//! `operate`, `admin`) and the pools it covers; runner tokens for the
+//! runner API. Tokens are compared in constant time; runner
 //! tokens are looked up by their SHA-256 hash, the only form stored.
 
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use subtle::ConstantTimeEq;
 
 use crate::app::tokens::token_hash;
 use crate::app::Service;
-use crate::config::Secret;
+use crate::config::{Role, Scope, Secret};
 use crate::http::error::ApiError;
 
 pub(crate) fn bearer(parts: &Parts) -> Result<&str, ApiError> {
@@ -39,39 +40,150 @@ fn matching(tokens: &[Secret], key: &str, presented: &str) -> Option<String> {
     found
 }
 
-/// Who presented a valid token, and whether it may change things.
+/// Who presented a valid token: its name, role and the pools it covers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
-    /// The token's name (see `matching`).
+    /// The token's name: `[[server.tokens]] name`, or for `admin_tokens`
+    /// and `read_tokens` where it is read from (see `matching`).
     pub name: String,
-    pub admin: bool,
+    pub role: Role,
+    pub scope: Scope,
 }
 
 impl Caller {
-    /// The caller `token` is, if it is an admin or read token.
+    /// The caller `token` is, if it is one of the configured tokens. Every
+    /// token is compared, so the time taken says nothing about which.
     pub fn of_token(service: &Service, token: &str) -> Option<Caller> {
         let config = service.config();
         let server = &config.server;
-        if let Some(name) = matching(&server.admin_tokens, "admin_tokens", token) {
-            return Some(Caller { name, admin: true });
+        let admin = matching(&server.admin_tokens, "admin_tokens", token);
+        let read = matching(&server.read_tokens, "read_tokens", token);
+        let mut named = None;
+        for configured in &server.tokens {
+            if bool::from(configured.token.expose().as_bytes().ct_eq(token.as_bytes()))
+                && named.is_none()
+            {
+                named = Some(configured.clone());
+            }
         }
-        matching(&server.read_tokens, "read_tokens", token)
-            .map(|name| Caller { name, admin: false })
+        if let Some(name) = admin {
+            return Some(Caller::every_pool(name, Role::Admin));
+        }
+        if let Some(name) = read {
+            return Some(Caller::every_pool(name, Role::Read));
+        }
+        let configured = named?;
+        Some(Caller {
+            name: configured.name,
+            role: configured.role,
+            scope: Scope::of(&configured.pools).ok()?,
+        })
+    }
+
+    /// The caller named `name` with `role` as the configuration has it now
+    /// (a console session's token, checked on every page): `None` once the
+    /// token is gone or its role changed.
+    pub fn by_name(service: &Service, name: &str, role: Role) -> Option<Caller> {
+        let config = service.config();
+        let server = &config.server;
+        let legacy = |tokens: &[Secret], key: &str| {
+            tokens.iter().enumerate().any(|(index, token)| {
+                token.origin().unwrap_or_else(|| format!("{key}[{index}]")) == name
+            })
+        };
+        match role {
+            Role::Admin if legacy(&server.admin_tokens, "admin_tokens") => {
+                return Some(Caller::every_pool(name.to_owned(), Role::Admin))
+            }
+            Role::Read if legacy(&server.read_tokens, "read_tokens") => {
+                return Some(Caller::every_pool(name.to_owned(), Role::Read))
+            }
+            _ => {}
+        }
+        let configured = server
+            .tokens
+            .iter()
+            .find(|t| t.name == name && t.role == role)?;
+        Some(Caller {
+            name: configured.name.clone(),
+            role,
+            scope: Scope::of(&configured.pools).ok()?,
+        })
+    }
+
+    fn every_pool(name: String, role: Role) -> Caller {
+        Caller {
+            name,
+            role,
+            scope: Scope::every_pool(),
+        }
+    }
+
+    pub fn admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+
+    /// Whether it may operate (cancel, pause, drain, submit…).
+    pub fn operates(&self) -> bool {
+        self.role >= Role::Operate
+    }
+
+    /// 403 unless the caller covers `pool` (`None`: a job without a pool,
+    /// which only a token of every pool covers).
+    pub fn require_pool(&self, pool: Option<&str>) -> Result<(), ApiError> {
+        if self.scope.covers(pool) {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "out_of_scope",
+                match pool {
+                    Some(pool) => format!("token {:?} does not cover pool {pool:?}", self.name),
+                    None => format!(
+                        "token {:?} covers only some pools; this has none",
+                        self.name
+                    ),
+                },
+            ))
+        }
+    }
+
+    /// 403 unless the caller covers every pool: what is not one pool's
+    /// (the audit trail, tasks, the cluster, worker configurations).
+    pub fn require_every_pool(&self) -> Result<(), ApiError> {
+        if self.scope.is_every_pool() {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "out_of_scope",
+                format!(
+                    "token {:?} covers only some pools; this needs a token of every pool",
+                    self.name
+                ),
+            ))
+        }
     }
 }
 
-/// The caller may read: an admin token or a read-only token.
+/// The caller may read: any valid token.
 pub struct Reader(pub Caller);
 
-/// The caller may change things: an admin token. A read-only token is 403.
-pub struct Writer(pub Caller);
+/// The caller may operate: a token of role `operate` or `admin`.
+pub struct Operator(pub Caller);
 
-/// The refusal of a read token's change.
-pub fn read_only() -> ApiError {
+/// The caller may do everything: a token of role `admin`.
+pub struct Admin(pub Caller);
+
+fn needs(role: Role) -> ApiError {
     ApiError::new(
         StatusCode::FORBIDDEN,
         "forbidden",
-        "this token may only read; changes need a token from [server] admin_tokens",
+        format!(
+            "this token's role may not do this; it needs role {:?} or above ([server] admin_tokens, or [[server.tokens]] with role = {:?})",
+            role.as_str(),
+            role.as_str()
+        ),
     )
 }
 
@@ -85,9 +197,12 @@ impl FromRequestParts<Arc<Service>> for Reader {
         {
             let config = service.config();
             let server = &config.server;
-            if server.admin_tokens.is_empty() && server.read_tokens.is_empty() {
+            if server.admin_tokens.is_empty()
+                && server.read_tokens.is_empty()
+                && server.tokens.is_empty()
+            {
                 return Err(ApiError::unauthorized(
-                    "the admin API is disabled: no [server] admin_tokens or read_tokens are configured",
+                    "the admin API is disabled: no [server] admin_tokens, read_tokens or tokens are configured",
                 ));
             }
         }
@@ -98,18 +213,34 @@ impl FromRequestParts<Arc<Service>> for Reader {
     }
 }
 
-impl FromRequestParts<Arc<Service>> for Writer {
+impl FromRequestParts<Arc<Service>> for Operator {
     type Rejection = ApiError;
 
     async fn from_request_parts(
         parts: &mut Parts,
         service: &Arc<Service>,
-    ) -> Result<Writer, ApiError> {
+    ) -> Result<Operator, ApiError> {
         let Reader(caller) = Reader::from_request_parts(parts, service).await?;
-        if caller.admin {
-            Ok(Writer(caller))
+        if caller.operates() {
+            Ok(Operator(caller))
         } else {
-            Err(read_only())
+            Err(needs(Role::Operate))
+        }
+    }
+}
+
+impl FromRequestParts<Arc<Service>> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        service: &Arc<Service>,
+    ) -> Result<Admin, ApiError> {
+        let Reader(caller) = Reader::from_request_parts(parts, service).await?;
+        if caller.admin() {
+            Ok(Admin(caller))
+        } else {
+            Err(needs(Role::Admin))
         }
     }
 }
@@ -166,4 +297,42 @@ impl FromRequestParts<Arc<Service>> for ReporterAuth {
         }
         Ok(ReporterAuth(runner))
     }
+}
+
+/// 403 unless `caller` covers job `id`'s pool; 404 when there is no such
+/// job (asked first, so a scoped token learns nothing of other pools'
+/// jobs but that they exist).
+pub async fn require_job(
+    service: &Service,
+    caller: &Caller,
+    id: runway_core::JobId,
+) -> Result<(), ApiError> {
+    if caller.scope.is_every_pool() {
+        return Ok(());
+    }
+    let job = service
+        .store
+        .get_job(id)
+        .await
+        .map_err(|e| ApiError::from(crate::app::AppError::store(service, "get_job", e)))?
+        .ok_or_else(|| ApiError::not_found(format!("no job {id}")))?;
+    caller.require_pool(job.pool.as_deref())
+}
+
+/// The same for runner `id`.
+pub async fn require_runner(
+    service: &Service,
+    caller: &Caller,
+    id: runway_core::RunnerId,
+) -> Result<(), ApiError> {
+    if caller.scope.is_every_pool() {
+        return Ok(());
+    }
+    let runner = service
+        .store
+        .get_runner(id)
+        .await
+        .map_err(|e| ApiError::from(crate::app::AppError::store(service, "get_runner", e)))?
+        .ok_or_else(|| ApiError::not_found(format!("no runner {id}")))?;
+    caller.require_pool(Some(&runner.pool))
 }

@@ -57,8 +57,19 @@ impl Modify for BearerSchemes {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some(
-                        "A token from `[server] admin_tokens` (may change things) or \
-                         `[server] read_tokens` (may only read: changes are 403).",
+                        "An API token with a role and the pools it covers: \
+                         `[server] admin_tokens` (role admin, every pool), \
+                         `[server] read_tokens` (role read, every pool), or \
+                         `[[server.tokens]]` (a name, role `read`, `operate` or \
+                         `admin`, and pool globs). Reads need any role; job \
+                         submission, cancel and retry, pool pause and resume, \
+                         runner drain and terminate, and registration tokens \
+                         need `operate`; reload and worker-configuration \
+                         changes need `admin`. A token of some pools sees only \
+                         their jobs, runners and pools (listing pages may then \
+                         hold fewer than `limit`), gets 403 `out_of_scope` for \
+                         anything of another pool, and for what belongs to no \
+                         one pool (audit, tasks, cluster, worker configurations).",
                     ))
                     .build(),
             ),
@@ -110,7 +121,14 @@ pub struct ReadRefusals;
 
 impl IntoResponses for ReadRefusals {
     fn responses() -> BTreeMap<String, RefOr<Response>> {
-        responses(&[UNAUTHORIZED, UNAVAILABLE])
+        responses(&[
+            UNAUTHORIZED,
+            (
+                "403",
+                "The token does not cover the pool, or covers only some pools and this belongs to none (`out_of_scope`)",
+            ),
+            UNAVAILABLE,
+        ])
     }
 }
 
@@ -123,7 +141,7 @@ impl IntoResponses for WriteRefusals {
             UNAUTHORIZED,
             (
                 "403",
-                "A read-only token: changes need a token from `[server] admin_tokens`",
+                "The token's role may not do this (`forbidden`), or it does not cover the pool (`out_of_scope`)",
             ),
             UNAVAILABLE,
         ])

@@ -18,7 +18,7 @@ use utoipa_axum::routes;
 use crate::app::jobs::{self, Completion, ProvisioningStatus, Submission};
 use crate::app::{runners, AppError, Service};
 use crate::clock::rfc3339;
-use crate::http::auth::{Reader, RunnerAuth, Writer};
+use crate::http::auth::{Operator, Reader, RunnerAuth};
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::extract::{optional_json, path_id, whole, Path};
 use crate::http::openapi::{HolderRefusals, ReadRefusals, RunnerRefusals, WriteRefusals};
@@ -73,11 +73,12 @@ pub struct RegistrationTokenDto {
         WriteRefusals,
     ))]
 async fn create_registration_token(
-    _: Writer,
+    Operator(caller): Operator,
     State(service): State<Arc<Service>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let request: RegistrationTokenRequest = parse_json(&body)?;
+    caller.require_pool(Some(&request.pool))?;
     let (token, expires_at) =
         runners::create_registration_token(&service, &request.pool, request.ttl).await?;
     let dto = RegistrationTokenDto {
@@ -196,11 +197,20 @@ pub struct SubmittedDto {
         WriteRefusals,
     ))]
 async fn submit(
-    _: Writer,
+    Operator(caller): Operator,
     State(service): State<Arc<Service>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let request: SubmitRequest = parse_json(&body)?;
+    if !caller.scope.is_every_pool() {
+        // The pool the labels route to must be the caller's (a job no
+        // pool takes is refused by the submission itself, 422).
+        if let runway_core::routing::RouteDecision::Pool(pool) =
+            service.config().route(&request.labels, &[])
+        {
+            caller.require_pool(Some(&pool))?;
+        }
+    }
     let submitted = jobs::submit(
         &service,
         Submission {
@@ -491,11 +501,12 @@ async fn complete(
         ReadRefusals,
     ))]
 async fn log(
-    _: Reader,
+    Reader(caller): Reader,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = job_id(&id)?;
+    crate::http::auth::require_job(&service, &caller, id).await?;
     let store_failed =
         |operation, error| ApiError::from(AppError::store(&service, operation, error));
     let job = service

@@ -18,7 +18,7 @@ use crate::app::{AppError, Service};
 use crate::clock::now;
 use crate::clock::rfc3339;
 use crate::config::worker_config::{parse, RuleDto, WorkerConfigDto};
-use crate::http::auth::{Reader, Writer};
+use crate::http::auth::{Admin, Reader};
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::extract::Path;
 use crate::http::openapi::{ReadRefusals, WriteRefusals};
@@ -103,7 +103,11 @@ fn etag(version: i64) -> (header::HeaderName, String) {
         (status = 200, description = "The worker configurations", body = WorkerConfigsDto),
         ReadRefusals,
     ))]
-async fn list(_: Reader, State(service): State<Arc<Service>>) -> Result<Response, ApiError> {
+async fn list(
+    Reader(caller): Reader,
+    State(service): State<Arc<Service>>,
+) -> Result<Response, ApiError> {
+    caller.require_every_pool()?;
     let configs = service
         .store
         .list_worker_configs()
@@ -130,10 +134,11 @@ async fn list(_: Reader, State(service): State<Arc<Service>>) -> Result<Response
         ReadRefusals,
     ))]
 async fn read(
-    _: Reader,
+    Reader(caller): Reader,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
+    caller.require_every_pool()?;
     let stored = service
         .store
         .get_worker_config(&id)
@@ -176,12 +181,13 @@ fn checked(config: &WorkerConfig, schemas: &Schemas) -> Result<(), ApiError> {
         WriteRefusals,
     ))]
 async fn write(
-    _: Writer,
+    Admin(caller): Admin,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
+    caller.require_every_pool()?;
     let expect = precondition(&headers)?;
     let dto: WorkerConfigDto = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request("invalid_worker_config", format!("body: {e}")))?;
@@ -244,11 +250,12 @@ async fn write(
         WriteRefusals,
     ))]
 async fn remove(
-    _: Writer,
+    Admin(caller): Admin,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    caller.require_every_pool()?;
     let expect = precondition(&headers)?;
     let deleted = service
         .store
@@ -279,11 +286,12 @@ async fn remove(
         ReadRefusals,
     ))]
 async fn evaluate(
-    _: Reader,
+    Reader(caller): Reader,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
+    caller.require_every_pool()?;
     let inputs: BTreeMap<String, String> = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(
             "invalid_inputs",
