@@ -1,0 +1,209 @@
+//! `[[pools]]`: a pool's shape, defaults and the checks that need nothing
+//! but the pool itself (`Config::validate` checks it against the rest).
+
+use std::time::Duration;
+
+use runway_providers::settings::duration;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{PoolAccess, PoolGithub};
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolConfig {
+    pub name: String,
+    /// The labels the pool's runners serve; a job can go to the pool when its
+    /// labels are a subset of these (compared case-insensitively).
+    pub labels: Vec<String>,
+    #[serde(default)]
+    pub min_idle: u32,
+    #[serde(default = "pool_defaults::max_runners")]
+    pub max_runners: u32,
+    /// Runners wanted per queued job (1.0: one each; 0.5: one per two).
+    #[serde(default = "pool_defaults::scaling_ratio")]
+    pub scaling_ratio: f64,
+    /// An idle runner beyond demand is removed only after idling this long.
+    #[serde(with = "duration", default = "pool_defaults::idle_grace")]
+    pub idle_grace: Duration,
+    /// A runner not ready this long after it was requested is failed and replaced.
+    #[serde(with = "duration", default = "pool_defaults::boot_timeout")]
+    pub boot_timeout: Duration,
+    /// Providers this pool may use, in preference order (empty: any).
+    #[serde(default)]
+    pub providers: Vec<String>,
+    /// What becomes of runners still booting when the demand that asked
+    /// for them is gone (the job was cancelled, or taken by a runner that
+    /// freed up): `keep` (the default: where a machine is billed by the
+    /// hour, or its boot is most of its cost, a booted runner serves the
+    /// next job, and one past demand idles out after `idle_grace`), or
+    /// `delete` (where billing is per second: stop paying at once).
+    #[serde(default)]
+    pub surplus_boots: SurplusBoots,
+    /// One job per runner.
+    #[serde(default = "pool_defaults::ephemeral")]
+    pub ephemeral: bool,
+    /// `runway` (keep `min_idle` warm) or `predictive` (keep warm as many
+    /// runners as the arrivals expected within one boot time and a round,
+    /// at the forecast quantile; never fewer than `min_idle`). docs/sim.md.
+    #[serde(default)]
+    pub policy: ScalingPolicy,
+    /// What a minute of a job's wait is worth in minutes of a runner (its
+    /// price): the predictive policy keeps warm what balances the two
+    /// (`runway_core::forecast::quantile_for`). Default 1.75.
+    #[serde(default = "pool_defaults::wait_value")]
+    pub wait_value: f64,
+    /// The predictive policy's quantile, overriding what `wait_value` gives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast_quantile: Option<f64>,
+    /// A GitHub pool: its runners are just-in-time GitHub runners and are
+    /// deregistered before their machine is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub github: Option<PoolGithub>,
+    /// Which jobs may use the pool (repositories, forks, events); a job
+    /// it refuses goes on to the next pool serving its labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<PoolAccess>,
+}
+
+/// A pool's defaults, one function a key (serde takes them by path).
+mod pool_defaults {
+    use std::time::Duration;
+
+    pub fn max_runners() -> u32 {
+        10
+    }
+    pub fn scaling_ratio() -> f64 {
+        1.0
+    }
+    pub fn idle_grace() -> Duration {
+        Duration::from_secs(300)
+    }
+    pub fn boot_timeout() -> Duration {
+        Duration::from_secs(600)
+    }
+    pub fn ephemeral() -> bool {
+        true
+    }
+    pub fn wait_value() -> f64 {
+        runway_core::forecast::DEFAULT_WAIT_VALUE
+    }
+}
+
+/// A pool's choice for runners booting beyond demand (`surplus_boots`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SurplusBoots {
+    #[default]
+    Keep,
+    Delete,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScalingPolicy {
+    #[default]
+    Runway,
+    Predictive,
+}
+
+impl PoolConfig {
+    /// A pool with every default and these labels.
+    pub fn new(name: &str, labels: &[&str]) -> PoolConfig {
+        PoolConfig {
+            name: name.to_owned(),
+            labels: labels.iter().map(|l| l.to_string()).collect(),
+            min_idle: 0,
+            max_runners: pool_defaults::max_runners(),
+            scaling_ratio: pool_defaults::scaling_ratio(),
+            idle_grace: pool_defaults::idle_grace(),
+            boot_timeout: pool_defaults::boot_timeout(),
+            providers: Vec::new(),
+            surplus_boots: SurplusBoots::Keep,
+            ephemeral: pool_defaults::ephemeral(),
+            policy: ScalingPolicy::Runway,
+            wait_value: pool_defaults::wait_value(),
+            forecast_quantile: None,
+            github: None,
+            access: None,
+        }
+    }
+
+    /// The quantile of the forecast arrivals the predictive policy keeps
+    /// warm: `forecast_quantile`, or what `wait_value` gives.
+    pub fn forecast_quantile(&self) -> f64 {
+        self.forecast_quantile
+            .unwrap_or_else(|| runway_core::forecast::quantile_for(self.wait_value))
+    }
+
+    /// The forecast quantile of a predictive pool; `None` for the others.
+    pub fn predictive_quantile(&self) -> Option<f64> {
+        (self.policy == ScalingPolicy::Predictive).then(|| self.forecast_quantile())
+    }
+}
+
+impl Default for PoolConfig {
+    fn default() -> PoolConfig {
+        PoolConfig::new("default", &["self-hosted", "linux", "x64"])
+    }
+}
+
+impl PoolConfig {
+    /// What is wrong with the pool on its own: the key (relative to the
+    /// pool's table) and why.
+    pub fn check_alone(&self) -> Result<(), (String, String)> {
+        if self.name.trim().is_empty() {
+            return Err(("name".to_owned(), "must not be empty".into()));
+        }
+        if !self
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err((
+                "name".to_owned(),
+                format!(
+                    "{:?} may only contain letters, digits, '-' and '_'",
+                    self.name
+                ),
+            ));
+        }
+        if self.labels.is_empty() {
+            return Err((
+                "labels".to_owned(),
+                "a pool must serve at least one label".into(),
+            ));
+        }
+        if let Some(label) = self.labels.iter().find(|l| l.trim().is_empty()) {
+            return Err(("labels".to_owned(), format!("empty label {label:?}")));
+        }
+        if let Some(access) = &self.access {
+            access.build().map_err(|e| {
+                let text = e.to_string();
+                let (field, message) = text.split_once(": ").unwrap_or(("", &text));
+                (format!("access.{field}"), message.to_owned())
+            })?;
+        }
+        if !(self.scaling_ratio.is_finite()
+            && self.scaling_ratio > 0.0
+            && self.scaling_ratio <= 100.0)
+        {
+            return Err((
+                "scaling_ratio".to_owned(),
+                format!(
+                    "{} is not a number above 0 and at most 100",
+                    self.scaling_ratio
+                ),
+            ));
+        }
+        if self.max_runners < self.min_idle {
+            return Err((
+                "max_runners".to_owned(),
+                format!(
+                    "max_runners ({}) is below min_idle ({})",
+                    self.max_runners, self.min_idle
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
