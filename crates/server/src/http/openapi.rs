@@ -48,6 +48,23 @@ pub struct ApiDoc;
 
 struct BearerSchemes;
 
+/// Says that each variant of the internally tagged enum schema `name`
+/// takes no other property (`additionalProperties: false`), as its
+/// `deny_unknown_fields` does: utoipa writes that for structs, not for an
+/// enum's variants.
+fn closed_variants(components: &mut utoipa::openapi::Components, name: &str) {
+    use utoipa::openapi::schema::{AdditionalProperties, Schema};
+    use utoipa::openapi::RefOr;
+    let Some(RefOr::T(Schema::OneOf(one_of))) = components.schemas.get_mut(name) else {
+        return;
+    };
+    for item in &mut one_of.items {
+        if let RefOr::T(Schema::Object(object)) = item {
+            object.additional_properties = Some(Box::new(AdditionalProperties::FreeForm(false)));
+        }
+    }
+}
+
 impl Modify for BearerSchemes {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
@@ -185,6 +202,11 @@ pub fn one_of(values: impl IntoIterator<Item = &'static str>) -> ObjectBuilder {
 
 /// The document as served: built once, on first request.
 pub fn document(openapi: &utoipa::openapi::OpenApi) -> String {
+    // The routes' schemas are merged in after `ApiDoc`'s modifiers ran.
+    let mut openapi = openapi.clone();
+    if let Some(components) = openapi.components.as_mut() {
+        closed_variants(components, "Report");
+    }
     openapi
         .to_pretty_json()
         .unwrap_or_else(|e| format!("{{\"error\": \"cannot render the OpenAPI document: {e}\"}}"))
