@@ -28,6 +28,11 @@
 //!   pid and time; each replica incarnation presents GitHub a token of its
 //!   own; each replica's log says when it began leading).
 //!
+//! A second, directed test ends the leader's database session three times
+//! while provider calls are slow, and checks no call is made by a replica
+//! between its "lost the lead" log line and its next term (it fails with
+//! `RUNWAY_CHAOS_UNFENCED=1`: calls 1.7 s after the loss).
+//!
 //! `RUNWAY_CHAOS_SECONDS` sets how long faults are injected (default 180);
 //! `RUNWAY_CHAOS_SEED` the seed; `RUNWAY_CHAOS_UNFENCED=1` runs the
 //! replicas with fencing switched off (`RUNWAY_UNSAFE_NO_FENCING`), a
@@ -510,7 +515,13 @@ fn drive_github(
 
 /// When each term began: (time, pid) from every replica's log.
 fn terms_begun(root: &Path, replicas: &[Replica]) -> Vec<(f64, u32)> {
-    let mut began = Vec::new();
+    logged(root, replicas, "leading: this replica runs")
+}
+
+/// When a line holding `needle` was logged: (time, pid) from every
+/// replica's log, in time order.
+fn logged(root: &Path, replicas: &[Replica], needle: &str) -> Vec<(f64, u32)> {
+    let mut found = Vec::new();
     for replica in replicas {
         let log = std::fs::read_to_string(root.join(format!("replica-{}.log", replica.index)))
             .unwrap_or_default();
@@ -520,18 +531,37 @@ fn terms_begun(root: &Path, replicas: &[Replica]) -> Vec<(f64, u32)> {
             if line.contains("runway listening") {
                 incarnation += 1;
             }
-            if line.contains("leading: this replica runs") {
+            if line.contains(needle) {
                 if let (Some(at), Some(pid)) = (
                     log_time(line),
                     replica.pids.get(incarnation.saturating_sub(1)),
                 ) {
-                    began.push((at, *pid));
+                    found.push((at, *pid));
                 }
             }
         }
     }
-    began.sort_by(|a, b| a.0.total_cmp(&b.0));
-    began
+    found.sort_by(|a, b| a.0.total_cmp(&b.0));
+    found
+}
+
+/// The provider calls that change something: (time, command, pid).
+fn mutating_calls(root: &Path) -> Vec<(f64, String, u32)> {
+    std::fs::read_to_string(root.join("calls.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let parts: Vec<&str> = line.split_whitespace().collect();
+            let at = parts.first()?.parse::<f64>().ok()?;
+            let command = *parts.get(1)?;
+            let pid = parts.last()?.parse::<u32>().ok()?;
+            matches!(
+                command,
+                "CreateInstance" | "DeleteInstance" | "StartInstance" | "StopInstance"
+            )
+            .then(|| (at, command.to_owned(), pid))
+        })
+        .collect()
 }
 
 /// Why a side effect by `pid` at `at` was made by a replica that no longer
@@ -568,6 +598,134 @@ fn deposed(began: &[(f64, u32)], pid: u32, at: f64) -> Option<String> {
     })
 }
 
+/// Replicas on a private PostgreSQL behind a balancer, with the fake
+/// GitHub and the shared clouds, all started.
+struct Cluster {
+    database: PrivatePostgres,
+    runtime: tokio::runtime::Runtime,
+    github: FakeGithub,
+    dir: tempfile::TempDir,
+    balancer: common::Balancer,
+    replicas: Vec<Replica>,
+}
+
+impl Cluster {
+    /// `count` replicas; the balancer serves at most `connections`.
+    fn start(count: usize, connections: usize) -> Cluster {
+        let database = PrivatePostgres::start();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let github = runtime.block_on(FakeGithub::start(1_000_000, Auth::Token));
+        github.lock().busy_lag = Duration::from_secs(2);
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for sub in ["cloud", "cloud-github", "online", "done"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        let ports: Vec<u16> = (0..count).map(|_| common::free_port()).collect();
+        let balancer = common::Balancer::start_for(
+            ports.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
+            connections,
+        );
+        github.lock().webhook_url = Some(format!("{}/webhooks/github", balancer.url));
+        write_configs(root, &ports, &balancer.url, &github.url);
+        let mut replicas: Vec<Replica> = ports
+            .iter()
+            .enumerate()
+            .map(|(index, port)| Replica {
+                index,
+                port: *port,
+                child: None,
+                pids: Vec::new(),
+                tokens: Vec::new(),
+            })
+            .collect();
+        for replica in &mut replicas {
+            replica.start(root, &database.url(), &github);
+        }
+        Cluster {
+            database,
+            runtime,
+            github,
+            dir,
+            balancer,
+            replicas,
+        }
+    }
+}
+
+/// A leader whose database session is ended (every client connection, as
+/// an administrator or a failover would) makes no provider call from the
+/// moment it logs the loss until it leads again: however its rounds in
+/// flight go on, nothing passes the gates. Three times, under load.
+#[test]
+fn a_leader_whose_database_session_ends_makes_no_call_until_it_leads_again() {
+    let Cluster {
+        database,
+        runtime: _runtime,
+        github: _github,
+        dir,
+        balancer,
+        mut replicas,
+    } = Cluster::start(2, 5_000);
+    let root = dir.path();
+    let stop = AtomicBool::new(false);
+    let ran = root.join("ran.log");
+    let calls_now = || mutating_calls(root).len();
+    for round in 0..3u32 {
+        let before = calls_now();
+        for id in round * 12..(round + 1) * 12 {
+            assert!(submit_until_acknowledged(&balancer.url, id, &ran, &stop));
+        }
+        common::wait_until("the leader to make calls", 60, || calls_now() > before + 2);
+        let lost_before = logged(root, &replicas, "lost the lead").len();
+        // Slow provider calls: some are in flight or queued when the
+        // session ends.
+        std::fs::write(root.join("fault.slow"), "").unwrap();
+        std::thread::sleep(Duration::from_millis(1_500));
+        let _ = database.psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'",
+        );
+        common::wait_until(
+            &format!("round {round}: a leader to log its loss"),
+            30,
+            || logged(root, &replicas, "lost the lead").len() > lost_before,
+        );
+        // Let whatever was in flight run its course.
+        std::thread::sleep(Duration::from_secs(4));
+        let _ = std::fs::remove_file(root.join("fault.slow"));
+    }
+    let lost = logged(root, &replicas, "lost the lead");
+    let began = terms_begun(root, &replicas);
+    let mut after_loss = Vec::new();
+    for (at, command, pid) in mutating_calls(root) {
+        // The caller's latest loss and latest term before the call.
+        let last_lost = lost
+            .iter()
+            .rev()
+            .find(|(t, p)| *p == pid && *t <= at)
+            .map(|(t, _)| *t);
+        let last_began = began
+            .iter()
+            .rev()
+            .find(|(t, p)| *p == pid && *t <= at)
+            .map(|(t, _)| *t);
+        if let Some(lost_at) = last_lost {
+            if last_began.is_none_or(|began_at| began_at < lost_at) {
+                after_loss.push(format!(
+                    "{at:.3} {command} by {pid}, {:.3} s after it logged the loss",
+                    at - lost_at
+                ));
+            }
+        }
+    }
+    for replica in &mut replicas {
+        replica.kill();
+    }
+    assert!(lost.len() >= 3, "{lost:?}");
+    assert!(after_loss.is_empty(), "{after_loss:#?}");
+}
+
 #[test]
 fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
     let seconds: u64 = std::env::var("RUNWAY_CHAOS_SECONDS")
@@ -578,37 +736,15 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(48);
-    let database = PrivatePostgres::start();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let github = runtime.block_on(FakeGithub::start(1_000_000, Auth::Token));
-    github.lock().busy_lag = Duration::from_secs(2);
-    let dir = tempfile::tempdir().unwrap();
+    let Cluster {
+        database,
+        runtime,
+        github,
+        dir,
+        balancer,
+        mut replicas,
+    } = Cluster::start(REPLICAS, 300 * seconds as usize + 50_000);
     let root = dir.path();
-    for sub in ["cloud", "cloud-github", "online", "done"] {
-        std::fs::create_dir_all(root.join(sub)).unwrap();
-    }
-    let ports: Vec<u16> = (0..REPLICAS).map(|_| common::free_port()).collect();
-    // Room for every connection of the run: clients, runners, samples.
-    let balancer = common::Balancer::start_for(
-        ports.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
-        300 * seconds as usize + 50_000,
-    );
-    github.lock().webhook_url = Some(format!("{}/webhooks/github", balancer.url));
-    write_configs(root, &ports, &balancer.url, &github.url);
-    let mut replicas: Vec<Replica> = ports
-        .iter()
-        .enumerate()
-        .map(|(index, port)| Replica {
-            index,
-            port: *port,
-            child: None,
-            pids: Vec::new(),
-            tokens: Vec::new(),
-        })
-        .collect();
-    for replica in &mut replicas {
-        replica.start(root, &database.url(), &github);
-    }
 
     // Load: a job every 400 ms while fewer than MOST_OUTSTANDING wait, each
     // retried until acknowledged.
@@ -866,27 +1002,12 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
 
     // Side effects by a replica that no longer led: provider calls ...
     let began = terms_begun(root, &replicas);
-    let calls = std::fs::read_to_string(root.join("calls.log")).unwrap_or_default();
     let mut deposed_calls = Vec::new();
-    let mut mutating = 0;
-    for line in calls.lines() {
-        let parts: Vec<&str> = line.split_whitespace().collect();
-        let (Some(at), Some(command), Some(pid)) = (
-            parts.first().and_then(|t| t.parse::<f64>().ok()),
-            parts.get(1),
-            parts.last().and_then(|p| p.parse::<u32>().ok()),
-        ) else {
-            continue;
-        };
-        if !matches!(
-            *command,
-            "CreateInstance" | "DeleteInstance" | "StartInstance" | "StopInstance"
-        ) {
-            continue;
-        }
-        mutating += 1;
+    let calls = mutating_calls(root);
+    let mutating = calls.len();
+    for (at, command, pid) in calls {
         if let Some(why) = deposed(&began, pid, at) {
-            deposed_calls.push(format!("{line}: {why}"));
+            deposed_calls.push(format!("{at:.3} {command} {pid}: {why}"));
         }
     }
     // ... and GitHub calls, told apart by each incarnation's token.
