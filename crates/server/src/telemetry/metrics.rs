@@ -228,11 +228,14 @@ type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 type HistogramFamily = Family<PoolLabel, Histogram, fn() -> Histogram>;
 type JobHistogramFamily = Family<JobLabels, Histogram, fn() -> Histogram>;
 
-/// Job run durations: 30 s … 6000 s, as the GitHub-runner metrics spec asks.
+/// Job run durations in the GitHub-runner metrics spec's buckets, exactly
+/// (seed 002: 30, 60, 120, 300, 600, 1200, 3000, 6000), so its dashboards'
+/// `le` values exist.
+pub const RUN_DURATION_BUCKETS: [f64; 8] =
+    [30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 3000.0, 6000.0];
+
 fn run_duration_histogram() -> Histogram {
-    Histogram::new([
-        30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 6000.0,
-    ])
+    Histogram::new(RUN_DURATION_BUCKETS)
 }
 
 /// Queue durations: 1 s … 1 h.
@@ -474,6 +477,28 @@ pub fn to_classic_text(open_metrics: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod bucket_tests {
+    #[test]
+    fn run_durations_are_bucketed_as_the_spec_lists() {
+        let metrics = super::Metrics::new();
+        metrics
+            .job_run_duration
+            .get_or_create(&Default::default())
+            .observe(2_500.0);
+        let text = metrics.encode_text();
+        for le in [
+            "30.0", "60.0", "120.0", "300.0", "600.0", "1200.0", "3000.0", "6000.0", "+Inf",
+        ] {
+            assert!(
+                text.contains(&format!("le=\"{le}\"")),
+                "bucket {le} in\n{text}"
+            );
+        }
+        assert!(!text.contains("le=\"1800.0\""));
+    }
 }
 
 #[cfg(test)]
