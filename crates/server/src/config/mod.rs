@@ -1177,6 +1177,13 @@ impl Config {
                     "a GitHub pool needs [github] token or App credentials (app_id, private_key, installation_id)".into(),
                 ));
             }
+            if pool.access.is_some() && pool.github.as_ref().is_some_and(|g| g.scale_set.is_some())
+            {
+                return Err((
+                    key("access"),
+                    "access policies judge webhook-fed GitHub pools; a scale-set pool's jobs come from its scale set's queue and are not judged yet — restrict the scale set's runner group at GitHub instead".into(),
+                ));
+            }
             if let Some(scale_set) = pool.github.as_ref().and_then(|g| g.scale_set.as_ref()) {
                 let github = pool.github.as_ref().map(|g| &g.target);
                 if let Some(other) = self.pools[..i].iter().find(|other| {
@@ -1721,6 +1728,13 @@ mod tests {
         let pool = |name: &str, github: &str| {
             format!("[[pools]]\nname = \"{name}\"\nlabels = [\"self-hosted\"]\n[pools.github]\n{github}")
         };
+        check(
+            &format!(
+                "[github]\ntoken = \"t\"\n{}[pools.access]\nforks = \"deny\"\n",
+                pool("a", "org = \"o\"\nscale_set = \"s\"\n")
+            ),
+            expect!["error: pools[0].access: access policies judge webhook-fed GitHub pools; a scale-set pool's jobs come from its scale set's queue and are not judged yet — restrict the scale set's runner group at GitHub instead"],
+        );
         let parsed = Config::parse(
             &format!(
                 "[github]\ntoken = \"t\"\n{}",
