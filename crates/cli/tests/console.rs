@@ -182,3 +182,86 @@ fn the_console_logs_in_shows_by_role_and_refuses_forged_posts() {
     });
     assert_eq!(page(&base, "", "/console/stream").0, 401);
 }
+
+/// An `operate` token of one pool: its console shows that pool only, with
+/// its buttons; another pool's job, pool action and the audit page are
+/// refused, and its stream carries nothing of the other pool.
+#[test]
+fn an_operate_token_of_one_pool_sees_and_acts_on_that_pool_only() {
+    const TEAM: &str = "console-team-a-operate-token";
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("runway.toml"),
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN}\"]\n\
+             [[server.tokens]]\nname = \"team-a\"\ntoken = \"{TEAM}\"\nrole = \"operate\"\npools = [\"team-a\"]\n\
+             [[pools]]\nname = \"team-a\"\nlabels = [\"self-hosted\", \"a\"]\n\
+             [[pools]]\nname = \"team-b\"\nlabels = [\"self-hosted\", \"b\"]\n"
+        ),
+    )
+    .unwrap();
+    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    let submit = |label: &str| -> i64 {
+        http()
+            .post(format!("{base}/api/v1/jobs"))
+            .bearer_auth(ADMIN)
+            .json(&serde_json::json!({"labels": [label], "script": "true"}))
+            .send()
+            .unwrap()
+            .json::<serde_json::Value>()
+            .unwrap()["id"]
+            .as_i64()
+            .unwrap()
+    };
+    let (job_a, job_b) = (submit("a"), submit("b"));
+    let team = login(&base, TEAM);
+    let (status, html) = page(&base, &team, "/");
+    assert_eq!(status, 200);
+    assert!(
+        html.contains("team-a") && !html.contains("team-b"),
+        "only its pool: {html}"
+    );
+    assert!(html.contains(">Pause<"), "an operate token has the buttons");
+    assert!(html.contains("team-a · operate"), "{html}");
+    let token = csrf(&html);
+    let (_, jobs) = page(&base, &team, "/console/jobs");
+    assert!(
+        jobs.contains(&format!("/console/jobs/{job_a}"))
+            && !jobs.contains(&format!("/console/jobs/{job_b}")),
+        "{jobs}"
+    );
+    assert_eq!(page(&base, &team, &format!("/console/jobs/{job_b}")).0, 403);
+    assert_eq!(page(&base, &team, "/console/jobs?pool=team-b").0, 403);
+    assert_eq!(page(&base, &team, "/console/audit").0, 403);
+    let host = base.trim_start_matches("http://");
+    let act = |path: &str| {
+        http()
+            .post(format!("{base}{path}"))
+            .header("cookie", &team)
+            .header("origin", format!("http://{host}"))
+            .form(&[("csrf", token.as_str())])
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(act("/console/pools/team-b/pause"), 403);
+    assert_eq!(act(&format!("/console/jobs/{job_b}/cancel")), 403);
+    assert_eq!(act("/console/pools/team-a/pause"), 303);
+    let mut stream = http()
+        .get(format!("{base}/console/stream?jobs={job_a},{job_b}"))
+        .header("cookie", &team)
+        .send()
+        .unwrap();
+    let mut seen = String::new();
+    wait_until("the stream's first update", 10, || {
+        let mut buffer = [0u8; 8192];
+        let read = std::io::Read::read(&mut stream, &mut buffer).unwrap_or(0);
+        seen.push_str(&String::from_utf8_lossy(&buffer[..read]));
+        seen.contains("pool:team-a:state")
+    });
+    assert!(
+        !seen.contains("team-b") && !seen.contains(&format!("job:{job_b}:")),
+        "{seen}"
+    );
+}

@@ -235,13 +235,6 @@ async fn login(
             Some("The store is unavailable; try again."),
         );
     };
-    if !caller.scope.is_every_pool() {
-        // Its pages would show every pool's jobs: not yet built per scope.
-        return login_page(
-            StatusCode::FORBIDDEN,
-            Some("The console needs a token of every pool; this one covers only some (use the API, whose listings it filters)."),
-        );
-    }
     let role = caller.role.as_str();
     let expires = now().plus(SESSION).as_millis();
     let name = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(caller.name.as_bytes());
@@ -308,6 +301,12 @@ impl IntoResponse for Refusal {
         }
     }
 }
+
+/// The refusal of a page or an action outside the session's pools.
+const OUT_OF_SCOPE: &str = "This token does not cover that pool.";
+
+/// The refusal of a page that belongs to no one pool, for a token of some.
+const EVERY_POOL_ONLY: &str = "This page needs a token of every pool; this one covers only some.";
 
 fn refused(message: &str) -> Response {
     (
@@ -515,9 +514,10 @@ async fn overview(State(service): State<Arc<Service>>, headers: HeaderMap) -> Re
     let Some(session) = session(&service, &headers).await else {
         return login_page(StatusCode::OK, None);
     };
-    let Ok(pools) = pool_rows(&service).await else {
+    let Ok(mut pools) = pool_rows(&service).await else {
         return unavailable();
     };
+    pools.retain(|pool| session.caller.scope.covers(Some(&pool.name)));
     let Ok(health) = pool_health(&service, now()).await else {
         return unavailable();
     };
@@ -659,6 +659,12 @@ async fn jobs(
         return Redirect::to("/").into_response();
     };
     let pool = query.pool.clone().filter(|p| !p.is_empty());
+    if pool
+        .as_deref()
+        .is_some_and(|p| !session.caller.scope.covers(Some(p)))
+    {
+        return refused(OUT_OF_SCOPE);
+    }
     let state = query
         .state
         .as_deref()
@@ -686,9 +692,10 @@ async fn jobs(
         before = page_jobs.last().map(|j| j.id);
         let fetched = page_jobs.len();
         for (index, job) in page_jobs.into_iter().enumerate() {
-            let keep = repository_filter
-                .as_ref()
-                .is_none_or(|wanted| repository(&job).as_deref() == Some(wanted.as_str()));
+            let keep = session.caller.scope.covers(job.pool.as_deref())
+                && repository_filter
+                    .as_ref()
+                    .is_none_or(|wanted| repository(&job).as_deref() == Some(wanted.as_str()));
             if keep {
                 shown.push(job);
             }
@@ -739,7 +746,12 @@ async fn jobs(
             "jobs": rows,
             "followed": shown.iter().map(|j| j.id.0).collect::<Vec<_>>(),
             "next_page": next_page,
-            "pool_names": config.pools.iter().map(|p| p.name.clone()).collect::<Vec<_>>(),
+            "pool_names": config
+                .pools
+                .iter()
+                .filter(|p| session.caller.scope.covers(Some(&p.name)))
+                .map(|p| p.name.clone())
+                .collect::<Vec<_>>(),
             "states": JobState::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
             "filter": {"pool": pool, "state": query.state, "repository": repository_filter},
         }),
@@ -776,6 +788,9 @@ async fn job(
         )
             .into_response();
     };
+    if !session.caller.scope.covers(found.pool.as_deref()) {
+        return refused(OUT_OF_SCOPE);
+    }
     let explanation = crate::app::explain::explain_job(&service, &found)
         .await
         .ok()
@@ -828,6 +843,7 @@ async fn runners(State(service): State<Arc<Service>>, headers: HeaderMap) -> Res
     let at = now();
     let rows: Vec<_> = live
         .iter()
+        .filter(|runner| session.caller.scope.covers(Some(&runner.pool)))
         .map(|runner| {
             json!({
                 "id": runner.id.0,
@@ -862,6 +878,9 @@ async fn audit(State(service): State<Arc<Service>>, headers: HeaderMap) -> Respo
     let Some(session) = session(&service, &headers).await else {
         return Redirect::to("/").into_response();
     };
+    if !session.caller.scope.is_every_pool() {
+        return refused(EVERY_POOL_ONLY);
+    }
     let Ok(entries) = service.store.list_audit(100, None).await else {
         return unavailable();
     };
@@ -876,6 +895,9 @@ async fn tasks(State(service): State<Arc<Service>>, headers: HeaderMap) -> Respo
     let Some(session) = session(&service, &headers).await else {
         return Redirect::to("/").into_response();
     };
+    if !session.caller.scope.is_every_pool() {
+        return refused(EVERY_POOL_ONLY);
+    }
     let tasks = crate::http::api::tasks_dto(&service);
     page(
         &session,
@@ -889,6 +911,9 @@ async fn cluster(State(service): State<Arc<Service>>, headers: HeaderMap) -> Res
     let Some(session) = session(&service, &headers).await else {
         return Redirect::to("/").into_response();
     };
+    if !session.caller.scope.is_every_pool() {
+        return refused(EVERY_POOL_ONLY);
+    }
     let Ok(cluster) = crate::http::api::cluster_dto(&service).await else {
         return unavailable();
     };
@@ -932,6 +957,9 @@ async fn worker_configs(
     let Some(session) = session(&service, &headers).await else {
         return Redirect::to("/").into_response();
     };
+    if !session.caller.scope.is_every_pool() {
+        return refused(EVERY_POOL_ONLY);
+    }
     let Ok(stored) = service.store.list_worker_configs().await else {
         return unavailable();
     };
@@ -1021,6 +1049,13 @@ async fn job_action(
     Form(form): Form<ActionForm>,
 ) -> Result<Response, Response> {
     let session = writer(&service, &headers, &form).await?;
+    let job_pool = match service.store.get_job(JobId(id)).await {
+        Ok(found) => found.and_then(|job| job.pool),
+        Err(_) => return Err(unavailable()),
+    };
+    if !session.caller.scope.is_every_pool() && !session.caller.scope.covers(job_pool.as_deref()) {
+        return Err(refused(OUT_OF_SCOPE));
+    }
     let actor = &session.caller.name;
     let done = match action.as_str() {
         "cancel" => admin::cancel_job(&service, actor, JobId(id), None).await,
@@ -1038,6 +1073,15 @@ async fn runner_action(
     Form(form): Form<ActionForm>,
 ) -> Result<Response, Response> {
     let session = writer(&service, &headers, &form).await?;
+    if !session.caller.scope.is_every_pool() {
+        let runner_pool = match service.store.get_runner(RunnerId(id)).await {
+            Ok(found) => found.map(|runner| runner.pool),
+            Err(_) => return Err(unavailable()),
+        };
+        if !session.caller.scope.covers(runner_pool.as_deref()) {
+            return Err(refused(OUT_OF_SCOPE));
+        }
+    }
     let actor = &session.caller.name;
     let force = form.force.as_deref() == Some("true");
     let done = match action.as_str() {
@@ -1056,6 +1100,9 @@ async fn pool_action(
     Form(form): Form<ActionForm>,
 ) -> Result<Response, Response> {
     let session = writer(&service, &headers, &form).await?;
+    if !session.caller.scope.covers(Some(&name)) {
+        return Err(refused(OUT_OF_SCOPE));
+    }
     let paused = match action.as_str() {
         "pause" => true,
         "resume" => false,
@@ -1068,9 +1115,15 @@ async fn pool_action(
 /// What the open pages show that changes: pool counts, the state and
 /// wait reason of live jobs (the oldest 500), live runners' states and
 /// jobs — as `data-live` keys and their text.
-async fn live_cells(service: &Service) -> Option<serde_json::Map<String, serde_json::Value>> {
+async fn live_cells(
+    service: &Service,
+    scope: &crate::config::Scope,
+) -> Option<serde_json::Map<String, serde_json::Value>> {
     let mut cells = serde_json::Map::new();
     for pool in pool_rows(service).await.ok()? {
+        if !scope.covers(Some(&pool.name)) {
+            continue;
+        }
         let name = &pool.name;
         for (field, value) in [
             ("queued", pool.queued),
@@ -1093,6 +1146,7 @@ async fn live_cells(service: &Service) -> Option<serde_json::Map<String, serde_j
         };
         live.extend(service.store.list_jobs(&filter).await.ok()?);
     }
+    live.retain(|job| scope.covers(job.pool.as_deref()));
     let explained = crate::app::explain::explain_jobs(service, &live)
         .await
         .ok()?;
@@ -1102,6 +1156,9 @@ async fn live_cells(service: &Service) -> Option<serde_json::Map<String, serde_j
         cells.insert(format!("job:{}:waiting", job.id), json!(waiting));
     }
     for runner in service.store.list_live_runners(None).await.ok()? {
+        if !scope.covers(Some(&runner.pool)) {
+            continue;
+        }
         cells.insert(
             format!("runner:{}:state", runner.id),
             json!(runner.state.as_str()),
@@ -1130,6 +1187,7 @@ const FOLLOWED: usize = 100;
 /// last live one, and it no longer waits.
 async fn followed_cells(
     service: &Service,
+    scope: &crate::config::Scope,
     ids: &[JobId],
     cells: &mut serde_json::Map<String, serde_json::Value>,
 ) {
@@ -1139,6 +1197,9 @@ async fn followed_cells(
             continue;
         }
         if let Ok(Some(job)) = service.store.get_job(*id).await {
+            if !scope.covers(job.pool.as_deref()) {
+                continue;
+            }
             cells.insert(key, json!(job.state.as_str()));
             cells.insert(format!("job:{id}:waiting"), json!(""));
         }
@@ -1150,9 +1211,10 @@ async fn stream(
     headers: HeaderMap,
     Query(query): Query<StreamQuery>,
 ) -> Response {
-    if session(&service, &headers).await.is_none() {
+    let Some(session) = session(&service, &headers).await else {
         return StatusCode::UNAUTHORIZED.into_response();
-    }
+    };
+    let scope = session.caller.scope;
     let followed: Vec<JobId> = query
         .jobs
         .unwrap_or_default()
@@ -1160,21 +1222,22 @@ async fn stream(
         .filter_map(|id| id.trim().parse().ok().map(JobId))
         .take(FOLLOWED)
         .collect();
-    let start = (service, followed, true);
-    let updates = futures_util::stream::unfold(start, |(service, followed, first)| async move {
-        if !first {
-            tokio::time::sleep(TICK).await;
-        }
-        let mut cells = live_cells(&service).await.unwrap_or_default();
-        followed_cells(&service, &followed, &mut cells).await;
-        let event = Event::default()
-            .event("update")
-            .data(json!({"cells": cells}).to_string());
-        Some((
-            Ok::<_, std::convert::Infallible>(event),
-            (service, followed, false),
-        ))
-    });
+    let start = (service, scope, followed, true);
+    let updates =
+        futures_util::stream::unfold(start, |(service, scope, followed, first)| async move {
+            if !first {
+                tokio::time::sleep(TICK).await;
+            }
+            let mut cells = live_cells(&service, &scope).await.unwrap_or_default();
+            followed_cells(&service, &scope, &followed, &mut cells).await;
+            let event = Event::default()
+                .event("update")
+                .data(json!({"cells": cells}).to_string());
+            Some((
+                Ok::<_, std::convert::Infallible>(event),
+                (service, scope, followed, false),
+            ))
+        });
     Sse::new(updates)
         .keep_alive(KeepAlive::default())
         .into_response()
