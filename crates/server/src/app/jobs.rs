@@ -390,6 +390,16 @@ async fn accept(
     Ok(job)
 }
 
+/// How long a job waited, from its creation to its start (`now` if it has
+/// no start yet): a decline or a lease expiry requeues it (a new
+/// `enqueued_at`) but does not make its earlier wait disappear.
+fn queued_for(job: &Job, now: Timestamp) -> f64 {
+    job.started_at
+        .unwrap_or(now)
+        .since(job.created_at)
+        .as_secs_f64()
+}
+
 /// What a job that started on `runner` (as it was before) is counted as.
 fn started(service: &Service, runner: &Runner, job: &Job, now: Timestamp) {
     let pool = PoolLabel {
@@ -397,11 +407,7 @@ fn started(service: &Service, runner: &Runner, job: &Job, now: Timestamp) {
     };
     let labels = service.metrics.job_labels(&pool.pool, None, None, None);
     service.metrics.jobs_started.get_or_create(&labels).inc();
-    let queued_for = job
-        .started_at
-        .unwrap_or(now)
-        .since(job.enqueued_at)
-        .as_secs_f64();
+    let queued_for = queued_for(job, now);
     service
         .metrics
         .job_queue_duration
@@ -769,4 +775,27 @@ pub async fn sweep_leases(service: &Service, now: Timestamp) -> Result<usize, St
         service.want_reconcile();
     }
     Ok(expired.len())
+}
+
+#[cfg(test)]
+mod queue_time_tests {
+    use super::*;
+
+    #[test]
+    fn a_requeued_job_keeps_the_wait_before_its_requeue() {
+        let at = Timestamp::from_millis;
+        let new = NewJob {
+            source: runway_core::JobSource::Api,
+            external_id: "x".into(),
+            route: Route::Pool("p".into()),
+            labels: vec![],
+            payload: String::new(),
+            max_attempts: 3,
+        };
+        let mut job = new.initial(JobId(1), at(0));
+        // Declined at 50 s (requeued), started at 60 s.
+        job.enqueued_at = at(50_000);
+        job.started_at = Some(at(60_000));
+        assert_eq!(queued_for(&job, at(70_000)), 60.0);
+    }
 }
