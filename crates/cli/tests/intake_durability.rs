@@ -178,6 +178,7 @@ fn write_config(dir: &Path) {
         dir.join("runway.toml"),
         format!(
             "[server]\nadmin_tokens = [\"{ADMIN}\"]\n[github]\nwebhook_secrets = [\"{SECRET}\"]\n\
+             [telemetry]\nevent_log = \"events.log\"\n\
              [[pools]]\nname = \"default\"\nlabels = [\"self-hosted\", \"linux\"]\n"
         ),
     )
@@ -301,6 +302,21 @@ fn a_postgres_outage_gets_503s_and_runway_recovers_without_a_restart() {
         "{} acknowledged webhooks across a PostgreSQL crash, all stored; statuses {statuses:?}",
         acknowledged.len()
     );
+    // The outage is in the event log, once a minute at most, not once per
+    // failed request.
+    let events = std::fs::read_to_string(dir.path().join("events.log")).unwrap_or_default();
+    let said: Vec<serde_json::Value> = events
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event["event"] == "store_unavailable")
+        .collect();
+    assert!(
+        !said.is_empty() && said.len() <= 5,
+        "store_unavailable events: {said:?}"
+    );
+    assert!(said
+        .iter()
+        .all(|e| e["failures"].as_u64().is_some_and(|n| n >= 1)));
 }
 
 /// A small file system of its own (tmpfs), unmounted when dropped: the

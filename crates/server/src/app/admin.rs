@@ -35,7 +35,7 @@ pub async fn audit(
         details: details.to_string(),
     };
     if let Err(error) = service.store.add_audit(&entry).await {
-        service.metrics.store_error("add_audit");
+        service.store_failed("add_audit");
         tracing::error!(%error, actor, action, target, "cannot record the audit entry");
     }
     tracing::info!(target: "runway::audit", actor, action, subject = target, %details, "admin change");

@@ -41,7 +41,7 @@ pub async fn lease_sweeper(service: Arc<Service>, shutdown: watch::Receiver<bool
                 crate::app::jobs::sweep_leases(&service, now)
                     .await
                     .map(|_| ())
-                    .inspect_err(|_| service.metrics.store_error("sweep_leases"))
+                    .inspect_err(|_| service.store_failed("sweep_leases"))
             }
         })
         .await
@@ -120,7 +120,7 @@ pub async fn replica_heartbeat(service: Arc<Service>, shutdown: watch::Receiver<
                     .store
                     .heartbeat_replica(&replica, now.minus(FORGET_REPLICA_AFTER))
                     .await
-                    .inspect_err(|_| service.metrics.store_error("heartbeat_replica"))
+                    .inspect_err(|_| service.store_failed("heartbeat_replica"))
             }
         })
         .await
@@ -158,7 +158,7 @@ async fn keep_the_lead(
                 .store
                 .begin_term(LEAD, &service.replica, now())
                 .await
-                .inspect_err(|_| service.metrics.store_error("begin_term"))?;
+                .inspect_err(|_| service.store_failed("begin_term"))?;
             service.lead_in(term);
             service.set_lease(Lease::renewed(term, checked, silence));
             *lead = Some(new);
@@ -170,7 +170,7 @@ async fn keep_the_lead(
         }
         Ok(None) => Ok(()),
         Err(error) => {
-            service.metrics.store_error("try_lead");
+            service.store_failed("try_lead");
             Err(error)
         }
     }

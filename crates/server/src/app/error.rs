@@ -54,7 +54,7 @@ impl AppError {
     /// The store failed: counted, logged in full, and the caller learns
     /// only that nothing was changed and it should retry.
     pub fn store(service: &Service, operation: &str, error: StoreError) -> AppError {
-        service.metrics.store_error(operation);
+        service.store_failed(operation);
         tracing::error!(%error, operation, "store operation failed");
         AppError::store_unavailable()
     }

@@ -4,6 +4,9 @@
 
 pub mod access;
 pub mod admin;
+
+/// How often at most a replica says `store_unavailable` in the event log.
+const STORE_FAILURE_EVENTS: std::time::Duration = std::time::Duration::from_secs(60);
 pub mod background;
 pub mod error;
 pub mod explain;
@@ -81,6 +84,9 @@ pub struct Service {
     pub runner_group_warnings: std::sync::Mutex<std::collections::BTreeMap<String, Vec<String>>>,
     /// Notified when the configuration is replaced (a reload).
     pub config_replaced: tokio::sync::Notify,
+    /// When this replica last wrote a `store_unavailable` event, and the
+    /// failures since that it did not write one for.
+    store_failures: std::sync::Mutex<(Option<std::time::Instant>, u64)>,
     /// Whether this replica leads: runs the reconciler and the GitHub
     /// healer (`background::leadership` keeps it; true unless replicas
     /// share a PostgreSQL store and another leads).
@@ -163,6 +169,7 @@ impl Service {
             run_facts: Default::default(),
             runner_group_warnings: Default::default(),
             config_replaced: tokio::sync::Notify::new(),
+            store_failures: std::sync::Mutex::new((None, 0)),
             config: std::sync::RwLock::new(Arc::new(config)),
             leading: std::sync::atomic::AtomicBool::new(true),
             tasks: crate::tasks::Tasks::default(),
@@ -185,6 +192,38 @@ impl Service {
         match self.config.read() {
             Ok(config) => config.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// A store operation failed: counted per operation, and said in the
+    /// event log as `store_unavailable` — at most once a minute, with how
+    /// many failures came since the last one, so an outage is an entry, not
+    /// a flood.
+    pub fn store_failed(&self, operation: &str) {
+        self.metrics.store_error(operation);
+        let now = std::time::Instant::now();
+        let said = {
+            let Ok(mut last) = self.store_failures.lock() else {
+                return;
+            };
+            let due = last
+                .0
+                .is_none_or(|at| now.duration_since(at) >= STORE_FAILURE_EVENTS);
+            last.1 += 1;
+            if due {
+                let failures = last.1;
+                *last = (Some(now), 0);
+                Some(failures)
+            } else {
+                None
+            }
+        };
+        if let Some(failures) = said {
+            self.events.emit(
+                "store_unavailable",
+                serde_json::json!({"operation": operation, "failures": failures}),
+                crate::clock::now(),
+            );
         }
     }
 

@@ -113,7 +113,7 @@ pub async fn run(service: Arc<Service>, shutdown: watch::Receiver<bool>) {
                 prune(&service, now())
                     .await
                     .map(drop)
-                    .inspect_err(|_| service.metrics.store_error("retention"))
+                    .inspect_err(|_| service.store_failed("retention"))
             }
         })
         .await

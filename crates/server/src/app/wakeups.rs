@@ -173,7 +173,7 @@ pub async fn announcer(service: Arc<Service>, shutdown: watch::Receiver<bool>) {
                             count(&service, "sent", wake);
                         }
                     }
-                    Err(_) => service.metrics.store_error("announce"),
+                    Err(_) => service.store_failed("announce"),
                 }
                 sent
             }

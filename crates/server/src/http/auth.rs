@@ -284,7 +284,7 @@ impl FromRequestParts<Arc<Service>> for ReporterAuth {
             .find_runner_by_token(&token_hash(presented))
             .await
             .map_err(|error| {
-                service.metrics.store_error("find_runner_by_token");
+                service.store_failed("find_runner_by_token");
                 tracing::error!(%error, "cannot look up a runner token");
                 ApiError::store_unavailable()
             })?

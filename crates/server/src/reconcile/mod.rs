@@ -598,7 +598,7 @@ pub async fn run(
                     .reconcile_once(crate::clock::now())
                     .await
                     .map(|_| ())
-                    .inspect_err(|_| reconciler.inner.service.metrics.store_error("reconcile"))
+                    .inspect_err(|_| reconciler.inner.service.store_failed("reconcile"))
             }
         })
         .await
