@@ -44,8 +44,8 @@ impl Harness {
         Harness::new(config).await
     }
 
-    /// A registered runner's token.
-    async fn runner(&self, name: &str, labels: &[&str]) -> String {
+    /// A registration token for pool `default`.
+    async fn registration_token(&self) -> Value {
         let (status, token) = self
             .call(
                 "POST",
@@ -55,6 +55,12 @@ impl Harness {
             )
             .await;
         assert_eq!(status, StatusCode::CREATED, "{token}");
+        token
+    }
+
+    /// A registered runner's token.
+    async fn runner(&self, name: &str, labels: &[&str]) -> String {
+        let token = self.registration_token().await;
         let (status, registered) = self
             .call(
                 "POST",
@@ -192,14 +198,7 @@ async fn scopes_and_registration() {
 #[tokio::test]
 async fn a_registration_asked_again_with_its_attempt_is_the_same_runner() {
     let harness = Harness::runner_api(None).await;
-    let (_, token) = harness
-        .call(
-            "POST",
-            "/api/v1/registration-tokens",
-            ADMIN,
-            Some(json!({"pool": "default"})),
-        )
-        .await;
+    let token = harness.registration_token().await;
     let register = |attempt: &'static str| {
         let body = json!({"token": token["token"], "name": "again", "labels": ["linux"], "attempt": attempt});
         let harness = &harness;

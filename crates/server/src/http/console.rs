@@ -308,6 +308,17 @@ const OUT_OF_SCOPE: &str = "This token does not cover that pool.";
 /// The refusal of a page that belongs to no one pool, for a token of some.
 const EVERY_POOL_ONLY: &str = "This page needs a token of every pool; this one covers only some.";
 
+/// The page for the API's scope check refusing an action: the store
+/// unavailable, or (out of scope, or no such job or runner for a token of
+/// some pools) refused.
+fn scope_refusal(error: crate::http::error::ApiError) -> Response {
+    if error.status == StatusCode::SERVICE_UNAVAILABLE {
+        unavailable()
+    } else {
+        refused(OUT_OF_SCOPE)
+    }
+}
+
 fn refused(message: &str) -> Response {
     (
         StatusCode::FORBIDDEN,
@@ -1049,13 +1060,9 @@ async fn job_action(
     Form(form): Form<ActionForm>,
 ) -> Result<Response, Response> {
     let session = writer(&service, &headers, &form).await?;
-    let job_pool = match service.store.get_job(JobId(id)).await {
-        Ok(found) => found.and_then(|job| job.pool),
-        Err(_) => return Err(unavailable()),
-    };
-    if !session.caller.scope.is_every_pool() && !session.caller.scope.covers(job_pool.as_deref()) {
-        return Err(refused(OUT_OF_SCOPE));
-    }
+    crate::http::auth::require_job(&service, &session.caller, JobId(id))
+        .await
+        .map_err(scope_refusal)?;
     let actor = &session.caller.name;
     let done = match action.as_str() {
         "cancel" => admin::cancel_job(&service, actor, JobId(id), None).await,
@@ -1073,15 +1080,9 @@ async fn runner_action(
     Form(form): Form<ActionForm>,
 ) -> Result<Response, Response> {
     let session = writer(&service, &headers, &form).await?;
-    if !session.caller.scope.is_every_pool() {
-        let runner_pool = match service.store.get_runner(RunnerId(id)).await {
-            Ok(found) => found.map(|runner| runner.pool),
-            Err(_) => return Err(unavailable()),
-        };
-        if !session.caller.scope.covers(runner_pool.as_deref()) {
-            return Err(refused(OUT_OF_SCOPE));
-        }
-    }
+    crate::http::auth::require_runner(&service, &session.caller, RunnerId(id))
+        .await
+        .map_err(scope_refusal)?;
     let actor = &session.caller.name;
     let force = form.force.as_deref() == Some("true");
     let done = match action.as_str() {
