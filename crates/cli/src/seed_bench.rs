@@ -74,6 +74,7 @@ async fn run(args: &SeedArgs, dir: &std::path::Path) -> anyhow::Result<()> {
             })
             .to_string(),
             max_attempts: 3,
+            share: Default::default(),
         });
         if batch.len() == batch.capacity() || i + 1 == args.jobs {
             store
@@ -181,6 +182,7 @@ async fn queued_store(
             labels: vec!["linux".into()],
             payload: "{}".into(),
             max_attempts: 3,
+            share: Default::default(),
         });
         if batch.len() == batch.capacity() || i + 1 == jobs {
             store

@@ -935,3 +935,139 @@ fn jobs_of_a_deleted_scale_set_end_when_it_is_created_again() {
         h.live_runners().is_empty()
     });
 }
+
+/// Fair share in a scale-set pool, against the emulator: runway acquires
+/// only what the pool has room for (`max_runners` 4), in fair-share order
+/// by repository. Repository A's 500 jobs are announced, then
+/// repository B's one; as A's acquired jobs end one by one, B's job is
+/// among the next 4 acquisitions, not behind A's 496. The emulator gives
+/// every job one repository, so a loopback proxy in front of it names
+/// each job's repository in the messages (and points the URLs the
+/// emulator hands out at itself, so every call passes through it).
+#[test]
+fn a_small_repository_is_acquired_within_the_next_acquisitions_after_a_big_one() {
+    use std::collections::BTreeSet;
+    use std::sync::{Arc, Mutex};
+
+    let mut h = Harness::prepare(|emulator| emulator, 4, 0);
+    let upstream = h.emulator.uri();
+    let b_jobs: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
+    let proxy_url: Arc<Mutex<String>> = Arc::default();
+    let (in_b, own_url) = (b_jobs.clone(), proxy_url.clone());
+    let forwarder = reqwest::Client::new();
+    let app = axum::Router::new().fallback(
+        move |method: axum::http::Method,
+              uri: axum::http::Uri,
+              headers: axum::http::HeaderMap,
+              body: axum::body::Bytes| {
+            let (upstream, in_b, own_url, forwarder) = (
+                upstream.clone(),
+                in_b.clone(),
+                own_url.clone(),
+                forwarder.clone(),
+            );
+            async move {
+                use axum::response::IntoResponse;
+                let answer = match common::forward(
+                    &forwarder, &upstream, method, &uri, &headers, body,
+                )
+                .await
+                {
+                    Ok(answer) => answer,
+                    Err(e) => {
+                        return (axum::http::StatusCode::BAD_GATEWAY, e.to_string()).into_response()
+                    }
+                };
+                let status = answer.status();
+                let text = answer.text().await.unwrap_or_default();
+                let own = own_url.lock().unwrap().clone();
+                let mut text = text.replace(&upstream, &own);
+                if let Ok(mut message) = serde_json::from_str::<Value>(&text) {
+                    let body = message["body"].as_str().map(str::to_owned);
+                    if let Some(Ok(mut jobs)) = body.map(|b| serde_json::from_str::<Value>(&b)) {
+                        for job in jobs.as_array_mut().into_iter().flatten() {
+                            let request = job["runnerRequestId"].as_i64().unwrap_or_default();
+                            let repository = if in_b.lock().unwrap().contains(&request) {
+                                "repo-b"
+                            } else {
+                                "repo-a"
+                            };
+                            if job.get("repositoryName").is_some() {
+                                job["repositoryName"] = repository.into();
+                            }
+                        }
+                        message["body"] = jobs.to_string().into();
+                        text = message.to_string();
+                    }
+                }
+                (status, [("content-type", "application/json")], text).into_response()
+            }
+        },
+    );
+    let (url, _proxy_runtime) = common::serve_router(app);
+    *proxy_url.lock().unwrap() = url.clone();
+    write_config(h.dir.path(), &url, 4, 0);
+    h.serve();
+    let set = h.scale_set();
+
+    let a: Vec<_> = (0..500)
+        .map(|_| h.emulator.queue_job(set, [SCALE_SET]))
+        .collect();
+    let queued = |h: &Harness| h.api("/api/v1/pools")["pools"][0]["queued"].as_u64();
+    let assigned = |h: &Harness| -> BTreeSet<i64> {
+        h.emulator
+            .state()
+            .jobs_in(set, JobState::Assigned)
+            .map(|j| j.id.0)
+            .collect()
+    };
+    wait_until("runway to store A's 500 jobs and acquire 4", 60, || {
+        queued(&h) == Some(500) && assigned(&h).len() == 4
+    });
+    // Only what there is room for: the rest stay available at GitHub.
+    assert_eq!(
+        h.emulator.state().jobs_in(set, JobState::Available).count(),
+        496
+    );
+    let b = {
+        // Named B's before the emulator announces it.
+        let b = h.emulator.queue_job(set, [SCALE_SET]);
+        b_jobs.lock().unwrap().insert(b.0);
+        b
+    };
+    // (The proxy names B's repository from the first message on: the job
+    // is queued before the next poll reads it.)
+    wait_until("runway to store B's job", 60, || queued(&h) == Some(501));
+    let mut acquisitions = Vec::new();
+    for _ in 0..4 {
+        let before = assigned(&h);
+        let end = *before.iter().next().unwrap();
+        h.emulator
+            .complete_job(scaleset::JobRequestId(end), Some("canceled"));
+        let mut next = BTreeSet::new();
+        wait_until("runway to acquire the next job", 60, || {
+            let now = assigned(&h);
+            next = now.difference(&before).copied().collect();
+            !next.is_empty()
+        });
+        acquisitions.extend(next);
+        if acquisitions.contains(&b.0) {
+            break;
+        }
+    }
+    assert!(
+        acquisitions.contains(&b.0),
+        "B's job {} among the next acquisitions {acquisitions:?}",
+        b.0
+    );
+    assert!(a.iter().all(|j| j.0 != b.0));
+    let stored_b = h.api("/api/v1/jobs?pool=ss&limit=5");
+    assert!(
+        stored_b["jobs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|j| j["external_id"] == format!("rr-{}", b.0)),
+        "{stored_b}"
+    );
+}

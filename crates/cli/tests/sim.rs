@@ -224,6 +224,7 @@ fn a_trace_exported_from_the_store_is_the_trace_that_ran() {
                 })
                 .to_string(),
                 max_attempts: 3,
+                share: Default::default(),
             };
             let stored = store.enqueue(&new, seen).await.unwrap().job;
             let runner = RunnerId(i as i64 + 1);
@@ -233,6 +234,7 @@ fn a_trace_exported_from_the_store_is_the_trace_that_ran() {
                 limit: 1,
                 lease: Duration::from_secs(600),
                 runner_labels: None,
+                max_running_per_key: None,
             };
             // Each waits a little (its wait is not part of the trace).
             let started = seen.plus(Duration::from_secs(5 + i as u64 % 7));
@@ -254,6 +256,7 @@ fn a_trace_exported_from_the_store_is_the_trace_that_ran() {
             labels: vec!["self-hosted".to_owned()],
             payload: "{}".to_owned(),
             max_attempts: 3,
+            share: Default::default(),
         };
         store
             .enqueue(&never, start.plus(Duration::from_secs(10)))

@@ -20,6 +20,7 @@ fn fleet() -> Snapshot {
     let pools = (0..1_000)
         .map(|p| PoolSnapshot {
             unlisted: 0,
+            held: Vec::new(),
             policy: PoolPolicy {
                 name: format!("pool-{p}"),
                 min_idle: 2,

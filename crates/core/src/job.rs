@@ -160,8 +160,9 @@ pub struct Job {
     /// Opaque source-specific data (the script of an API job, GitHub's run id).
     pub payload: String,
     pub created_at: Timestamp,
-    /// Position in the pool's FIFO queue; reset to `now` on every requeue so
-    /// a requeued job goes to the tail.
+    /// When the job last entered its pool's queue (reset on every
+    /// requeue); its place in the queue is its fair-share tag, which the
+    /// store keeps (`crate::share`).
     pub enqueued_at: Timestamp,
     pub started_at: Option<Timestamp>,
     pub finished_at: Option<Timestamp>,
@@ -170,6 +171,8 @@ pub struct Job {
     pub reason: Option<String>,
     /// Bumped by every change; the store's compare-and-set token.
     pub version: i64,
+    /// Who the job counts against in its pool's fair share.
+    pub share: crate::share::Share,
 }
 
 /// Where intake sent a new job.
@@ -191,6 +194,9 @@ pub struct NewJob {
     pub labels: Vec<String>,
     pub payload: String,
     pub max_attempts: u32,
+    /// Who the job counts against in its pool's fair share (default: the
+    /// pool's one anonymous key, weight 1).
+    pub share: crate::share::Share,
 }
 
 impl NewJob {
@@ -222,6 +228,7 @@ impl NewJob {
             conclusion: None,
             reason,
             version: 0,
+            share: self.share.clone(),
         }
     }
 }

@@ -47,6 +47,7 @@ pub mod observe;
 pub mod planner;
 pub mod routing;
 pub mod runner;
+pub mod share;
 pub mod time;
 pub mod worker_config;
 

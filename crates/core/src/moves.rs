@@ -127,6 +127,7 @@ mod tests {
             labels: vec![],
             payload: String::new(),
             max_attempts: 3,
+            share: Default::default(),
         }
         .initial(JobId(1), at(0));
         job.state = state;

@@ -61,6 +61,44 @@ pub struct QueuedJob {
     pub attempts: u32,
 }
 
+/// A queued job whose key is at its pool's cap on running jobs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldJob {
+    pub id: JobId,
+    pub key: String,
+    pub max_running: u32,
+}
+
+/// Splits a pool's queue (in queue order, each job with its share key) by
+/// the cap on one key's running jobs: of each key, as many jobs as it has
+/// room for under `max_running` (given `active`, its jobs provisioning or
+/// running) stay demand; the rest are held. Returns the indexes of the
+/// jobs that stay, and the held ones.
+pub fn hold_by_cap<'a>(
+    queue: impl IntoIterator<Item = (JobId, &'a str)>,
+    active: &std::collections::HashMap<String, u32>,
+    max_running: u32,
+) -> (Vec<usize>, Vec<HeldJob>) {
+    let mut room: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+    let (mut stay, mut held) = (Vec::new(), Vec::new());
+    for (index, (id, key)) in queue.into_iter().enumerate() {
+        let left = room
+            .entry(key)
+            .or_insert_with(|| max_running.saturating_sub(active.get(key).copied().unwrap_or(0)));
+        if *left > 0 {
+            *left -= 1;
+            stay.push(index);
+        } else {
+            held.push(HeldJob {
+                id,
+                key: key.to_owned(),
+                max_running,
+            });
+        }
+    }
+    (stay, held)
+}
+
 /// A live runner as the planner sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunnerView {
@@ -124,12 +162,18 @@ pub struct Backoff {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolSnapshot {
     pub policy: PoolPolicy,
-    /// Queued jobs, in any order (the planner sorts them FIFO).
+    /// Queued jobs in queue order: the order they will be handed out (the
+    /// store's fair-share order; arrival order for one key).
     pub queued: Vec<QueuedJob>,
     /// Queued jobs counted but not listed: they count towards demand and
     /// get no wait reason. The simulator passes its queue as a count, so
     /// a decision costs the same with a queue of ten or of a million.
     pub unlisted: u32,
+    /// Listed queued jobs held back by the pool's cap on one key's running
+    /// jobs (`[pools.share] max_running`): they wait for one of their key's
+    /// jobs to end and count for no runner. Not in `queued`; held jobs
+    /// beyond the listed queue are left out of `unlisted`.
+    pub held: Vec<HeldJob>,
     /// Runners that are not terminal.
     pub runners: Vec<RunnerView>,
     pub offers: Vec<Offer>,
@@ -186,6 +230,9 @@ pub enum WaitReason {
     LeaseExpiredRequeued { attempts: u32 },
     /// An operator paused the pool: no runner is started until it resumes.
     PoolPaused,
+    /// Its key (repository or submitter) has `max_running` jobs running in
+    /// the pool (`[pools.share]`); it waits for one of them to end.
+    KeyAtCap { key: String, max_running: u32 },
 }
 
 impl WaitReason {
@@ -200,6 +247,7 @@ impl WaitReason {
             WaitReason::ScalingRatio { .. } => "scaling_ratio",
             WaitReason::LeaseExpiredRequeued { .. } => "lease_expired_requeued",
             WaitReason::PoolPaused => "pool_paused",
+            WaitReason::KeyAtCap { .. } => "key_at_cap",
         }
     }
 }
@@ -464,10 +512,10 @@ fn plan_pool(
     if !explain {
         return;
     }
-    // Why each queued job waits, FIFO: idle runners first, then booting
-    // ones, then runners this plan starts, then whatever blocks the rest.
-    let mut jobs: Vec<&QueuedJob> = pool.queued.iter().collect();
-    jobs.sort_by_key(|j| (j.enqueued_at, j.id));
+    // Why each queued job waits, in queue order: idle runners first, then
+    // booting ones, then runners this plan starts, then whatever blocks
+    // the rest.
+    let jobs: Vec<&QueuedJob> = pool.queued.iter().collect();
     let mut booting_sorted = booting.clone();
     booting_sorted.sort_by_key(|r| (r.requested_at, r.id));
     let covered_by_ratio = demand as usize;
@@ -507,6 +555,15 @@ fn plan_pool(
             other => other,
         };
         out.waiting.0.push((job.id, reason));
+    }
+    for job in &pool.held {
+        out.waiting.0.push((
+            job.id,
+            WaitReason::KeyAtCap {
+                key: job.key.clone(),
+                max_running: job.max_running,
+            },
+        ));
     }
 }
 

@@ -109,6 +109,7 @@ fn warm_pool_is_kept_at_min_idle() {
     check(
         one_pool(PoolSnapshot {
             unlisted: 0,
+            held: Vec::new(),
             policy: policy(2, 10),
             queued: vec![],
             runners: vec![runner(1, RunnerState::Idle, 0, Some(1))],
@@ -127,6 +128,7 @@ fn a_burst_starts_one_runner_per_job_up_to_max() {
     check(
         one_pool(PoolSnapshot {
             unlisted: 0,
+            held: Vec::new(),
             policy: policy(0, 3),
             queued: jobs(5),
             runners: vec![runner(1, RunnerState::Busy, 0, None)],
@@ -150,6 +152,7 @@ fn idle_runners_go_longest_idle_first_only_after_the_grace_period() {
     check(
         one_pool(PoolSnapshot {
             unlisted: 0,
+            held: Vec::new(),
             policy: policy(1, 10),
             queued: vec![],
             runners: vec![
@@ -176,6 +179,7 @@ fn a_runner_stuck_booting_is_failed_and_replaced() {
     check(
         one_pool(PoolSnapshot {
             unlisted: 0,
+            held: Vec::new(),
             policy: policy(0, 10),
             queued: jobs(2),
             runners: vec![
@@ -199,6 +203,7 @@ fn a_runner_stuck_booting_is_failed_and_replaced() {
 fn a_failing_provider_is_skipped_and_explained() {
     let mut snapshot = one_pool(PoolSnapshot {
         unlisted: 0,
+        held: Vec::new(),
         policy: PoolPolicy {
             providers: vec!["cheap".into(), "dear".into()],
             paused: false,
@@ -233,6 +238,7 @@ fn the_cheapest_reliable_capacity_goes_first_and_quota_splits() {
     check(
         one_pool(PoolSnapshot {
             unlisted: 0,
+            held: Vec::new(),
             policy: policy(0, 10),
             queued: jobs(4),
             runners: vec![],
@@ -264,6 +270,7 @@ fn offers_that_tie_share_the_creates() {
     check(
         one_pool(PoolSnapshot {
             unlisted: 0,
+            held: Vec::new(),
             policy: policy(0, 10),
             queued: jobs(5),
             runners: vec![],
@@ -300,6 +307,7 @@ fn surplus_boots_are_deleted_only_where_the_pool_says_so() {
         let plan = plan(
             &one_pool(PoolSnapshot {
                 unlisted: 0,
+                held: Vec::new(),
                 policy: PoolPolicy {
                     delete_surplus_boots: delete,
                     ..policy(0, 10)
@@ -330,6 +338,7 @@ fn no_capacity_and_lease_expiry_are_explained() {
     check(
         one_pool(PoolSnapshot {
             unlisted: 0,
+            held: Vec::new(),
             policy: policy(0, 10),
             queued,
             runners: vec![runner(7, RunnerState::Idle, 0, Some(1))],
@@ -351,6 +360,7 @@ fn a_runner_started_for_one_job_that_takes_another_leaves_demand() {
     check(
         one_pool(PoolSnapshot {
             unlisted: 0,
+            held: Vec::new(),
             policy: policy(0, 10),
             queued: jobs(1),
             runners: vec![runner(1, RunnerState::Busy, 0, None)],
@@ -369,6 +379,7 @@ fn a_runner_started_for_one_job_that_takes_another_leaves_demand() {
 fn nothing_to_do_when_the_world_matches() {
     let snapshot = one_pool(PoolSnapshot {
         unlisted: 0,
+        held: Vec::new(),
         policy: policy(1, 10),
         queued: jobs(2),
         runners: vec![
@@ -404,6 +415,7 @@ fn arbitrary_pool() -> impl Strategy<Value = PoolSnapshot> {
         .prop_map(
             |(min_idle, max_runners, ratio_quarter, queued, runners, offers)| PoolSnapshot {
                 unlisted: 0,
+                held: Vec::new(),
                 policy: PoolPolicy {
                     scaling_ratio: f64::from(ratio_quarter) * 0.5,
                     ..policy(min_idle, max_runners)
@@ -514,6 +526,7 @@ fn a_simulated_world_converges() {
         let now = at(round);
         let snapshot = one_pool(PoolSnapshot {
             unlisted: 0,
+            held: Vec::new(),
             policy: policy.clone(),
             queued: queued.clone(),
             runners: runners.iter().map(|(r, _)| r.clone()).collect(),
@@ -597,6 +610,7 @@ fn a_providers_offers_are_chosen_and_backed_off_one_by_one() {
         policy: policy(0, 10),
         queued: jobs(4),
         unlisted: 0,
+        held: Vec::new(),
         runners: vec![],
         offers: vec![
             keyed("m7i.large/us-east-1a/on-demand", 10, 0.10),
@@ -653,6 +667,7 @@ fn a_providers_offers_share_its_quota() {
         policy: policy(0, 10),
         queued: jobs(5),
         unlisted: 0,
+        held: Vec::new(),
         runners: vec![],
         offers: vec![
             keyed("m7i.large/us-east-1a/on-demand", 0.10),

@@ -17,6 +17,7 @@ fn new_job(max_attempts: u32) -> Job {
         labels: vec!["self-hosted".into()],
         payload: "{}".into(),
         max_attempts,
+        share: Default::default(),
     }
     .initial(JobId(1), Timestamp::from_millis(0))
 }
@@ -449,6 +450,7 @@ fn unroutable_jobs_are_terminal_from_the_start() {
         labels: vec!["gpu".into()],
         payload: "{}".into(),
         max_attempts: 3,
+        share: Default::default(),
     }
     .initial(JobId(2), Timestamp::from_millis(1));
     assert_eq!(job.state, JobState::Unroutable);

@@ -100,6 +100,7 @@ async fn ten_thousand_queued_jobs_page_fifty_at_a_time() {
             labels: vec!["self-hosted".to_owned(), "linux".to_owned()],
             payload: r#"{"script":"true"}"#.to_owned(),
             max_attempts: 3,
+            share: Default::default(),
         })
         .collect();
     for chunk in jobs.chunks(1_000) {

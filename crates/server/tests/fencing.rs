@@ -113,6 +113,7 @@ fn job(pool: &str) -> NewJob {
         labels: vec![pool.into()],
         payload: "{}".into(),
         max_attempts: 3,
+        share: Default::default(),
     }
 }
 

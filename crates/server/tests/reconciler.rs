@@ -27,6 +27,7 @@ fn job(id: u32) -> NewJob {
         labels: vec!["linux".into()],
         payload: "{}".into(),
         max_attempts: 3,
+        share: Default::default(),
     }
 }
 
@@ -689,6 +690,7 @@ async fn arrived(service: &Service, at: Timestamp, run: Option<(u64, &str)>) {
                 labels: vec!["linux".into()],
                 payload,
                 max_attempts: 3,
+                share: Default::default(),
             },
             at,
         )
@@ -1262,6 +1264,7 @@ async fn a_job_whose_runners_machine_vanishes_is_requeued_at_once() {
                 limit: 1,
                 lease: Duration::from_secs(600),
                 runner_labels: None,
+                max_running_per_key: None,
             },
             &runner,
             clock.now(),
@@ -1493,5 +1496,56 @@ async fn a_runner_requested_but_never_created_is_failed_and_replaced() {
     assert_eq!(
         report.created, 1,
         "the job's runner, in the same round: {report:?}"
+    );
+}
+
+/// `[pools.share] max_running = 2`: of repository A's 6 queued jobs only
+/// 2 count as demand (a webhook pool's runners take whatever GitHub hands
+/// them, so the cap limits the runners runway starts for a key), B's one
+/// counts too; A's others wait with the reason `key_at_cap`.
+#[tokio::test]
+async fn the_cap_per_key_limits_the_runners_started_for_one_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut pool = linux_pool(0, 10);
+    pool.share = Some(runway_server::config::PoolShare {
+        max_running: Some(2),
+        ..Default::default()
+    });
+    let service = service(&dir, pool).await;
+    let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
+    let sim = SimProvider::new(SimConfig::default(), clock.clone());
+    let providers: BTreeMap<String, Arc<dyn Provider>> =
+        BTreeMap::from([("sim".to_owned(), Arc::new(sim) as Arc<dyn Provider>)]);
+    let reconciler = Reconciler::new(service.clone(), providers);
+    let keyed = |id: u32, key: &str| NewJob {
+        source: JobSource::Github,
+        share: runway_core::share::Share::new(key, Default::default()),
+        ..job(id)
+    };
+    let mut a = Vec::new();
+    for i in 0..6 {
+        let stored = service
+            .store
+            .enqueue(&keyed(i, "octo/a"), clock.now())
+            .await;
+        a.push(stored.unwrap().job);
+    }
+    let b = service
+        .store
+        .enqueue(&keyed(100, "octo/b"), clock.now())
+        .await
+        .unwrap()
+        .job;
+    let (report, plan) = reconciler.reconcile_once(clock.now()).await.unwrap();
+    assert_eq!(report.created, 3, "2 for A (its cap), 1 for B");
+    assert_eq!(plan.waiting[&a[5].id].code(), "key_at_cap");
+    assert_eq!(plan.waiting[&b.id].code(), "runner_requested");
+    let explained = runway_server::app::explain::explain_job(&service, &a[4])
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        format!("{explained:?}").contains("KeyAtCap"),
+        "{explained:?}"
     );
 }

@@ -22,6 +22,7 @@ fn job(id: usize) -> NewJob {
         labels: vec!["linux".into()],
         payload: "{}".into(),
         max_attempts: 3,
+        share: Default::default(),
     }
 }
 

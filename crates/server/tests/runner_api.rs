@@ -73,6 +73,20 @@ impl Harness {
         registered["runner_token"].as_str().unwrap().to_owned()
     }
 
+    /// Job `i` of `tenant` (external id `tenant-i`), on `linux`.
+    async fn submit_as(&self, tenant: &str, i: usize) -> i64 {
+        let (status, body) = self
+            .call(
+                "POST",
+                "/api/v1/jobs",
+                ADMIN,
+                Some(json!({"labels": ["linux"], "script": "echo hi", "tenant": tenant, "external_id": format!("{tenant}-{i}")})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body["id"].as_i64().unwrap()
+    }
+
     async fn submit(&self, labels: &[&str], external_id: Option<&str>) -> i64 {
         let (status, body) = self
             .call(
@@ -1211,4 +1225,125 @@ async fn request_started(harness: &Harness, token: &str) -> (StatusCode, Value) 
             Some(json!({"start": true})),
         )
         .await
+}
+
+/// `[pools.share]` on a pool of 4 runners: `team-a` queues 500 jobs,
+/// then `team-b` queues one; B's job is among the next 4 hand-outs (the
+/// 4 runners each completing one of A's and taking the next in the same
+/// call), not behind A's 496.
+#[tokio::test]
+async fn fair_share_serves_a_small_tenant_within_the_next_hand_outs() {
+    let harness = Harness::runner_api(None).await;
+    let mut config = (*harness.service.config()).clone();
+    config.pools[0].max_runners = 4;
+    harness.service.replace_config(config);
+    let submit = |tenant: &'static str, i: usize| harness.submit_as(tenant, i);
+    for i in 0..500 {
+        submit("team-a", i).await;
+    }
+    let mut runners = Vec::new();
+    let mut running = Vec::new();
+    for n in 0..4 {
+        let token = harness
+            .runner(&format!("fair-{n}"), &["self-hosted", "linux"])
+            .await;
+        let (status, job) = request_started(&harness, &token).await;
+        assert_eq!(status, StatusCode::CREATED, "{job}");
+        running.push(job["id"].as_i64().unwrap());
+        runners.push(token);
+    }
+    let b = submit("team-b", 0).await;
+    let mut hand_outs = Vec::new();
+    for (token, job) in runners.iter().zip(&running) {
+        let (status, done) = harness
+            .call(
+                "POST",
+                &format!("/api/v1/jobs/{job}/complete"),
+                token,
+                Some(json!({"exit_code": 0, "next": true})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{done}");
+        hand_outs.push(done["next"]["id"].as_i64().unwrap());
+    }
+    assert!(hand_outs.contains(&b), "B's job {b} not in {hand_outs:?}");
+    let job = harness
+        .service
+        .store
+        .get_job(JobId(b))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(job.share.key, "team-b");
+    // A job without a tenant counts against its token's name.
+    let untagged = harness.submit(&["linux"], None).await;
+    let job = harness
+        .service
+        .store
+        .get_job(JobId(untagged))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(job.share.key, "admin_tokens[0]");
+    // A tenant that is too long is refused, nothing stored.
+    let (status, body) = harness
+        .call(
+            "POST",
+            "/api/v1/jobs",
+            ADMIN,
+            Some(json!({"labels": ["linux"], "script": "echo", "tenant": "x".repeat(129)})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+}
+
+/// With `max_running = 2`, a tenant's third job waits while two of its
+/// jobs run — with a reason that says so — and another tenant's job is
+/// handed out past it.
+#[tokio::test]
+async fn a_tenant_at_its_cap_waits_and_says_why() {
+    let harness = Harness::runner_api(None).await;
+    let mut config = (*harness.service.config()).clone();
+    config.pools[0].share = Some(runway_server::config::PoolShare {
+        max_running: Some(2),
+        ..Default::default()
+    });
+    harness.service.replace_config(config);
+    let submit = |tenant: &'static str, i: usize| harness.submit_as(tenant, i);
+    let a: Vec<i64> = {
+        let mut ids = Vec::new();
+        for i in 0..3 {
+            ids.push(submit("team-a", i).await);
+        }
+        ids
+    };
+    let mut tokens = Vec::new();
+    for (n, expected) in a.iter().take(2).enumerate() {
+        let token = harness
+            .runner(&format!("cap-{n}"), &["self-hosted", "linux"])
+            .await;
+        let (_, job) = request_started(&harness, &token).await;
+        assert_eq!(job["id"].as_i64(), Some(*expected), "{job}");
+        tokens.push(token);
+    }
+    let (_, third) = harness
+        .call("GET", &format!("/api/v1/jobs/{}", a[2]), ADMIN, None)
+        .await;
+    assert_eq!(third["waiting"]["code"], "key_at_cap", "{third}");
+    assert_eq!(third["waiting"]["details"]["key"], "team-a", "{third}");
+    let b = submit("team-b", 0).await;
+    let token = harness.runner("cap-2", &["self-hosted", "linux"]).await;
+    let (_, job) = request_started(&harness, &token).await;
+    assert_eq!(job["id"].as_i64(), Some(b), "B passes A's held job: {job}");
+    // One of A's ends: its third starts on the runner that ran it.
+    let (status, done) = harness
+        .call(
+            "POST",
+            &format!("/api/v1/jobs/{}/complete", a[0]),
+            &tokens[0],
+            Some(json!({"exit_code": 0, "next": true})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(done["next"]["id"].as_i64(), Some(a[2]), "{done}");
 }

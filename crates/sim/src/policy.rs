@@ -93,6 +93,7 @@ impl PlannerInput {
         if self.snapshot.pools.is_empty() {
             self.snapshot.pools.push(PoolSnapshot {
                 unlisted: 0,
+                held: Vec::new(),
                 policy: view.model.policy.clone(),
                 queued: Vec::new(),
                 runners: Vec::new(),

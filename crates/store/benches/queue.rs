@@ -33,6 +33,7 @@ fn new_job(pool: &str) -> NewJob {
         labels: vec!["self-hosted".to_owned(), "linux".to_owned()],
         payload: r#"{"script":"make test"}"#.to_owned(),
         max_attempts: 3,
+        share: Default::default(),
     }
 }
 
@@ -89,6 +90,7 @@ fn claim_one(pool: &str, runner: &Runner) -> Claim {
         limit: 1,
         lease: Duration::from_secs(120),
         runner_labels: None,
+        max_running_per_key: None,
     }
 }
 
@@ -344,6 +346,7 @@ fn queue_benchmarks(c: &mut Criterion) {
                         limit: 1,
                         lease: Duration::from_secs(120),
                         runner_labels: None,
+                        max_running_per_key: None,
                     };
                     let jobs = store.claim(&claim, now()).await.expect("claim");
                     for job in jobs {

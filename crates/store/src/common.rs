@@ -429,7 +429,8 @@ pub(crate) fn enqueue_delivery_postgres() -> String {
 /// queued job the runner may take started on it, in one statement. The
 /// claim's parameters: pool (`$36`), the lease's end (`$37`), the runner's
 /// labels (`$38`, JSON or NULL), both history lines (`$39`), the start time
-/// (`$40`), and the runner's busy row (`$41`…, its job NULL: the claimed
+/// (`$40`), the cap on a share key's running jobs (`$41`, NULL for none),
+/// and the runner's busy row (`$42`…, its job NULL: the claimed
 /// one is written). The runner gets its busy row if a job was found, else
 /// its row after the completion. Locks: the ended job, the runner, then
 /// the next job with `SKIP LOCKED` (never waits). The next job is claimed
@@ -443,8 +444,8 @@ pub(crate) fn complete_next_postgres() -> String {
     let idle_first = 17;
     let count = column_count(RUNNER_COLUMNS);
     let log = idle_first + count;
-    // After the log's three parameters and the claim's five.
-    let busy_first = log + 8;
+    // After the log's three parameters and the claim's six.
+    let busy_first = log + 9;
     let runner = RUNNER_COLUMNS
         .split(',')
         .map(str::trim)
@@ -466,7 +467,8 @@ pub(crate) fn complete_next_postgres() -> String {
          lr AS (SELECT runners.id FROM runners, lj WHERE runners.id = $15 AND runners.version = $16 \
                 FOR UPDATE OF runners), \
          next AS (SELECT started.* FROM lr, \
-                  runway_start_next(${pool}, lr.id, ${labels}, ${lease}, ${started}, ${steps}) AS started), \
+                  runway_start_next(${pool}, lr.id, ${labels}, ${lease}, ${started}, ${steps}, \
+                                    ${cap}::bigint) AS started), \
          j AS (UPDATE jobs SET {GUARDED_SET} FROM lr WHERE jobs.id = $1 RETURNING jobs.id, {job_columns}), \
          lg AS (INSERT INTO job_logs (job_id, exit_code, log) SELECT lj.id, ${exit}, ${text} FROM lj, lr \
                 WHERE ${flag} = 1 \
@@ -484,13 +486,14 @@ pub(crate) fn complete_next_postgres() -> String {
         labels = log + 5,
         steps = log + 6,
         started = log + 7,
+        cap = log + 8,
     )
 }
 
 /// PostgreSQL: a claim that starts the job at once, in one statement. The
-/// claim's parameters (`$1`–`$6`, [`crate::sql::Dialect::claim_statement`];
-/// `$6` holds both history lines), then the start time (`$7`), the version
-/// the runner must still have (`$8`) and its next columns (`$9`…, the job
+/// claim's parameters (`$1`–`$7`, [`crate::sql::Dialect::claim_statement`];
+/// `$6` holds both history lines), then the start time (`$8`), the version
+/// the runner must still have (`$9`) and its next columns (`$10`…, the job
 /// NULL: the claimed one is written). Job first, then runner, as every
 /// writer of both locks them. Returns one row: the started job's columns,
 /// all NULL when no job is queued for the runner or the runner changed,
@@ -500,16 +503,16 @@ pub(crate) fn complete_next_postgres() -> String {
 pub(crate) fn claim_start_postgres(next_job: &str) -> String {
     format!(
         "WITH next AS ({next_job}), \
-         lr AS (SELECT runners.id FROM runners, next WHERE runners.id = $2 AND runners.version = $8 \
+         lr AS (SELECT runners.id FROM runners, next WHERE runners.id = $2 AND runners.version = $9 \
                 FOR UPDATE OF runners), \
-         j AS (UPDATE jobs SET state = 'running', runner_id = $2, lease_deadline = $3, started_at = $7, \
+         j AS (UPDATE jobs SET state = 'running', runner_id = $2, lease_deadline = $3, started_at = $8, \
                history = jobs.history || $6, version = jobs.version + 2 \
                FROM next, lr WHERE jobs.id = next.id RETURNING jobs.id, {job_columns}), \
          u AS (UPDATE runners SET {runner} FROM lr, next WHERE runners.id = lr.id RETURNING runners.id) \
          SELECT j.*, (SELECT runners.version FROM runners WHERE runners.id = $2) AS runner_version \
          FROM (SELECT 1) AS one LEFT JOIN j ON true",
         job_columns = qualified("jobs", JOB_COLUMNS),
-        runner = runner_assignments_with_job(9, "next.id"),
+        runner = runner_assignments_with_job(10, "next.id"),
     )
 }
 
@@ -522,9 +525,10 @@ pub(crate) fn qualified(table: &str, columns: &str) -> String {
         .join(", ")
 }
 
-/// Binds a claim's parameters `$1`–`$6` (see
+/// Binds a claim's parameters `$1`–`$7` (see
 /// [`crate::sql::Dialect::claim_statement`]): its pool, its runner, the
-/// lease's end, at most `limit` jobs, the runner's labels, the history.
+/// lease's end, at most `limit` jobs, the runner's labels, the history,
+/// the cap on a share key's running jobs.
 pub(crate) fn bind_claim<'q, DB, Q>(
     query: Q,
     claim: &'q crate::Claim,
@@ -538,6 +542,7 @@ where
     i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<i64>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {
     query
         .with(claim.pool.as_str())
@@ -546,6 +551,7 @@ where
         .with(limit)
         .with(labels)
         .with(history)
+        .with(claim.max_running_per_key.map(i64::from))
 }
 
 /// Binds a guarded change to [`guarded_job`]'s parameters.

@@ -143,6 +143,10 @@ pub struct Claim {
     /// Only jobs whose labels are all among these (case-insensitively);
     /// `None` takes any job of the pool.
     pub runner_labels: Option<Vec<String>>,
+    /// Passes over a job whose share key already has this many jobs
+    /// provisioning or running in the pool; `None` for no cap. Two claims
+    /// on PostgreSQL at the same moment may each take a key's last place.
+    pub max_running_per_key: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -263,6 +267,15 @@ pub struct InstanceToken {
     pub jit_files: Option<String>,
     /// Whether its one registration token was handed out.
     pub token_fetched: bool,
+}
+
+/// One share key's live jobs in a pool (`Store::share_counts`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareCount {
+    pub key: String,
+    pub queued: u64,
+    /// Provisioning or running: what the cap on a key's running jobs counts.
+    pub active: u64,
 }
 
 /// How many jobs a pool has in one state.
@@ -803,6 +816,10 @@ pub trait Store: Send + Sync + 'static {
     /// index: the reconciler asks once per round for a pool whose queue is
     /// deeper than it lists).
     async fn queued_count(&self, pool: &str) -> Result<u64, StoreError>;
+
+    /// Each share key with live jobs in `pool`: its queued and its
+    /// provisioning or running jobs. Reads live rows only.
+    async fn share_counts(&self, pool: &str) -> Result<Vec<ShareCount>, StoreError>;
 
     /// Jobs whose lease deadline is at or before `now`, earliest first.
     async fn jobs_with_expired_leases(

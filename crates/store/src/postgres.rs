@@ -37,9 +37,10 @@ pub struct PostgresDialect;
 static ENQUEUE_MANY: LazyLock<String> = LazyLock::new(|| {
     format!(
         "INSERT INTO jobs (source, external_id, pool, labels, state, max_attempts, payload, \
-           created_at, enqueued_at, finished_at, reason) \
+           created_at, enqueued_at, finished_at, reason, share_key, share_weight) \
          SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
-           $6::bigint[], $7::text[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[]) \
+           $6::bigint[], $7::text[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], \
+           $12::text[], $13::bigint[]) \
          ON CONFLICT (source, external_id) DO NOTHING RETURNING id, {JOB_COLUMNS}"
     )
 });
@@ -217,20 +218,24 @@ fn key(job: &Job) -> (&'static str, String) {
 }
 
 /// The queued jobs a claim takes, locked: up to `$4` of pool `$1` that
-/// runner `$2` did not decline and whose labels the runner's (`$5`, a JSON
-/// list in lowercase, or NULL for any) all cover, oldest first; rows
+/// runner `$2` did not decline, whose labels the runner's (`$5`, a JSON
+/// list in lowercase, or NULL for any) all cover and whose share key has
+/// fewer than `$7` jobs provisioning or running (NULL: no cap), in the
+/// pool's fair-share order (`share_tag`, migration 0021); rows
 /// another claimer holds are skipped, not waited for. The cover is one
 /// jsonb containment of the job's labels, lowercased as JSON text, in the
 /// runner's: the labels are written as plain JSON strings, whose escapes
 /// hold no letter to lowercase, so that is each label lowercased; and a
 /// subplan per label would be set up again each execution. The chained
-/// completion's claim, `runway_start_next` (migration 0019), repeats this
+/// completion's claim, `runway_start_next` (migrations 0019, 0021), repeats this
 /// selection in PL/pgSQL: a change here is a migration there too (the
 /// conformance cases on labels and declines run both).
 const NEXT_QUEUED: &str = "SELECT id FROM jobs WHERE state = 'queued' AND pool = $1 \
      AND (excluded_runners = '[]' OR NOT (excluded_runners::jsonb @> to_jsonb($2::bigint))) \
      AND ($5::text IS NULL OR lower(labels)::jsonb <@ $5::jsonb) \
-     ORDER BY enqueued_at, id LIMIT $4 \
+     AND ($7::bigint IS NULL OR (SELECT count(*) FROM jobs AS r WHERE r.pool = jobs.pool \
+          AND r.share_key = jobs.share_key AND r.state IN ('provisioning', 'running')) < $7) \
+     ORDER BY share_tag, id LIMIT $4 \
      FOR UPDATE SKIP LOCKED";
 
 #[async_trait]
@@ -390,6 +395,8 @@ impl Dialect for PostgresDialect {
             .bind(number(&|j| Some(j.enqueued_at.as_millis())))
             .bind(number(&|j| j.finished_at.map(Timestamp::as_millis)))
             .bind(column(&|j| j.reason.clone()))
+            .bind(column(&|j| Some(j.share.key.clone())))
+            .bind(number(&|j| Some(i64::from(j.share.weight.millis()))))
             .fetch_all(store.pool())
             .await?;
         let mut created: HashMap<(&'static str, String), Job> = HashMap::new();

@@ -15,7 +15,7 @@ use crate::StoreError;
 pub(crate) const JOB_COLUMNS: &str =
     "source, external_id, pool, labels, state, attempts, max_attempts, \
      runner_id, lease_deadline, excluded_runners, payload, created_at, enqueued_at, started_at, \
-     finished_at, conclusion, reason, version";
+     finished_at, conclusion, reason, version, share_key, share_weight";
 
 pub(crate) const RUNNER_COLUMNS: &str =
     "name, pool, provider, labels, instance_id, state, job_id, \
@@ -42,6 +42,8 @@ pub(crate) struct JobRow {
     conclusion: Option<String>,
     reason: Option<String>,
     version: i64,
+    share_key: String,
+    share_weight: i64,
 }
 
 fn corrupt(what: impl std::fmt::Display) -> StoreError {
@@ -91,6 +93,12 @@ impl TryFrom<JobRow> for Job {
                 .map_err(|e| corrupt(context(&format!("{e}"))))?,
             reason: row.reason,
             version: row.version,
+            share: runway_core::share::Share {
+                key: row.share_key,
+                weight: runway_core::share::Weight::from_millis(
+                    u32::try_from(row.share_weight).unwrap_or(u32::MAX),
+                ),
+            },
         })
     }
 }
@@ -183,6 +191,8 @@ impl From<&Job> for Columns {
             Value::Text(job.conclusion.map(|c| c.as_str().to_owned())),
             Value::Text(job.reason.clone()),
             int(job.version),
+            text(&job.share.key),
+            int(i64::from(job.share.weight.millis())),
         ])
     }
 }

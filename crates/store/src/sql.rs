@@ -102,8 +102,10 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     fn migrator() -> &'static Migrator;
 
     /// Takes up to `$4` queued jobs of pool `$1` for runner `$2` under a
-    /// lease ending at `$3`; `$5` is the runner's labels (a JSON list,
-    /// lowercase) or NULL. Returns the claimed rows (`id, JOB_COLUMNS`).
+    /// lease ending at `$3`, in the pool's fair-share order; `$5` is the
+    /// runner's labels (a JSON list, lowercase) or NULL, `$6` the history
+    /// line, `$7` the cap on a share key's running jobs or NULL. Returns
+    /// the claimed rows (`id, JOB_COLUMNS`).
     fn claim_statement() -> String;
 
     /// How the dialect claims a job that starts at once
@@ -937,7 +939,7 @@ where
             .then(if filter.newest_first {
                 " ORDER BY id DESC"
             } else {
-                " ORDER BY enqueued_at, id"
+                " ORDER BY share_tag, id"
             })
             .then_if(filter.limit.is_some(), " LIMIT");
         let mut query = sqlx::query_as::<_, JobRow>(&sql.text);
@@ -1001,6 +1003,27 @@ where
                 .fetch_one(self.reader())
                 .await?;
         Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    async fn share_counts(&self, pool: &str) -> Result<Vec<crate::ShareCount>, StoreError> {
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(&format!(
+            "SELECT share_key, \
+                    SUM(CASE WHEN state = 'queued' THEN 1 ELSE 0 END), \
+                    SUM(CASE WHEN state = 'queued' THEN 0 ELSE 1 END) \
+             FROM jobs WHERE pool = $1 AND {} GROUP BY share_key",
+            crate::LIVE_JOB
+        ))
+        .bind(pool)
+        .fetch_all(self.reader())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(key, queued, active)| crate::ShareCount {
+                key,
+                queued: u64::try_from(queued).unwrap_or(0),
+                active: u64::try_from(active).unwrap_or(0),
+            })
+            .collect())
     }
 
     async fn jobs_with_expired_leases(
@@ -1187,7 +1210,8 @@ where
                 .bind(now.plus(claim.lease).as_millis())
                 .bind(labels.as_deref())
                 .bind(steps.as_str())
-                .bind(now.as_millis());
+                .bind(now.as_millis())
+                .bind(claim.max_running_per_key.map(i64::from));
             // Run to its end, as every write (see `insert_job`).
             let rows = bind_columns(query, &busy_columns)
                 .fetch_all(&mut *connection)

@@ -100,8 +100,8 @@ impl BatchExecutor for Shared<SqliteDialect> {
 }
 
 /// The claim: up to `?4` queued jobs of pool `?1` for runner `?2` under a
-/// lease ending at `?3` (labels `?5`, history `?6`), each set as `set`
-/// says.
+/// lease ending at `?3` (labels `?5`, history `?6`, the cap on a share
+/// key's running jobs `?7`), in fair-share order, each set as `set` says.
 fn claim(set: &str) -> String {
     format!(
         "UPDATE jobs SET {set}, runner_id = ?2, lease_deadline = ?3, history = history || ?6 \
@@ -110,7 +110,9 @@ fn claim(set: &str) -> String {
                 (SELECT 1 FROM json_each(jobs.excluded_runners) WHERE json_each.value = ?2)) \
            AND (?5 IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(jobs.labels) AS l \
                 WHERE lower(l.value) NOT IN (SELECT value FROM json_each(?5)))) \
-           ORDER BY enqueued_at, id LIMIT ?4) \
+           AND (?7 IS NULL OR (SELECT count(*) FROM jobs AS r WHERE r.pool = jobs.pool \
+                AND r.share_key = jobs.share_key AND r.state IN ('provisioning', 'running')) < ?7) \
+           ORDER BY share_tag, id LIMIT ?4) \
          RETURNING id, {JOB_COLUMNS}"
     )
 }
@@ -130,7 +132,7 @@ impl Dialect for SqliteDialect {
 
     fn claim_start_statement() -> ClaimStartSql {
         ClaimStartSql::ThenRunner(claim(
-            "state = 'running', started_at = ?7, version = version + 2",
+            "state = 'running', started_at = ?8, version = version + 2",
         ))
     }
 

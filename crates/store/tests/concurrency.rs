@@ -34,6 +34,7 @@ async fn claim_everything_exactly_once(store: Arc<dyn Store>, claimers: i64) {
                     limit,
                     lease: Duration::from_secs(600),
                     runner_labels: None,
+                    max_running_per_key: None,
                 };
                 let claimed = store.claim(&claim, at(1)).await.expect("claim");
                 if claimed.is_empty() {

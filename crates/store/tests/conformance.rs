@@ -50,6 +50,9 @@ on_both_backends!(
     a_completion_starts_only_a_next_job_the_runner_can_take,
     runners_working_through_a_queue_one_write_a_job_never_share_a_job,
     a_guarded_change_with_its_runner_writes_all_or_nothing,
+    the_queue_is_served_by_fair_share_across_keys,
+    weights_share_the_queue_in_proportion,
+    the_cap_passes_over_a_key_at_its_limit_on_every_claim_path,
 );
 
 mod cases {
@@ -76,6 +79,7 @@ mod cases {
             limit,
             lease: LEASE,
             runner_labels: None,
+            max_running_per_key: None,
         }
     }
 
@@ -359,6 +363,7 @@ mod cases {
             .unwrap();
         let labelled = |runner: i64, labels: &[&str]| Claim {
             runner_labels: Some(labels.iter().map(|l| (*l).to_owned()).collect()),
+            max_running_per_key: None,
             ..claim("default", runner, 5)
         };
         let cpu = store
@@ -1181,21 +1186,23 @@ mod cases {
         assert_eq!(all.len(), 3);
     }
 
+    /// With one share key the queue is first in, first out: in the order
+    /// the store took the jobs in.
     pub async fn claim_takes_the_oldest_jobs_of_one_pool(store: Arc<dyn Store>) {
-        store
-            .enqueue(&api_job("late", "default"), at(300))
-            .await
-            .unwrap();
-        store
-            .enqueue(&api_job("other-pool", "gpu"), at(50))
-            .await
-            .unwrap();
         store
             .enqueue(&api_job("early", "default"), at(100))
             .await
             .unwrap();
         store
+            .enqueue(&api_job("other-pool", "gpu"), at(150))
+            .await
+            .unwrap();
+        store
             .enqueue(&api_job("middle", "default"), at(200))
+            .await
+            .unwrap();
+        store
+            .enqueue(&api_job("late", "default"), at(300))
             .await
             .unwrap();
         let claimed = store
@@ -2201,6 +2208,7 @@ mod cases {
         let at_once = Claim {
             runner: runner.id,
             runner_labels: Some(vec!["self-hosted".into(), "Linux".into()]),
+            max_running_per_key: None,
             ..claim("default", runner.id.0, 1)
         };
         let labelled = |id: &str, labels: &[&str]| NewJob {
@@ -2518,5 +2526,144 @@ mod cases {
             store.get_job_log(job).await.unwrap(),
             Some((Some(2), "boom".to_owned()))
         );
+    }
+
+    fn keyed(id: &str, key: &str, weight: f64) -> NewJob {
+        NewJob {
+            share: runway_core::share::Share::new(
+                key,
+                runway_core::share::Weight::from_f64(weight).unwrap(),
+            ),
+            ..api_job(id, "default")
+        }
+    }
+
+    async fn claim_one(store: &Arc<dyn Store>, runner: i64, cap: Option<u32>) -> Option<String> {
+        let claim = Claim {
+            max_running_per_key: cap,
+            ..claim("default", runner, 1)
+        };
+        let jobs = store.claim(&claim, at(1_000 + runner)).await.unwrap();
+        jobs.first().map(|job| job.share.key.clone())
+    }
+
+    /// Key `a` queues 60 jobs at once (one batch), 4 are handed out, then
+    /// key `b` queues one: `b`'s job is among the next two hand-outs, not
+    /// behind the other 56; and with one key the order stays arrival order.
+    pub async fn the_queue_is_served_by_fair_share_across_keys(store: Arc<dyn Store>) {
+        let batch: Vec<NewJob> = (0..60).map(|i| keyed(&format!("a{i}"), "a", 1.0)).collect();
+        let stored = store.enqueue_many(&batch, at(10)).await.unwrap();
+        assert_eq!(stored[1].job.share.key, "a");
+        for runner in 1..=4 {
+            let claimed = store
+                .claim(&claim("default", runner, 1), at(20))
+                .await
+                .unwrap();
+            assert_eq!(claimed[0].external_id, format!("a{}", runner - 1));
+        }
+        store.enqueue(&keyed("b0", "b", 1.0), at(30)).await.unwrap();
+        store
+            .enqueue(&keyed("a60", "a", 1.0), at(31))
+            .await
+            .unwrap();
+        let mut order = Vec::new();
+        for runner in 5..=8 {
+            let claimed = store
+                .claim(&claim("default", runner, 1), at(40))
+                .await
+                .unwrap();
+            order.push(claimed[0].external_id.clone());
+        }
+        let b_at = order.iter().position(|id| id == "b0");
+        assert!(matches!(b_at, Some(0 | 1)), "{order:?}");
+        // `a`'s own jobs keep their order around it.
+        let a_only: Vec<&String> = order.iter().filter(|id| id.starts_with('a')).collect();
+        assert_eq!(a_only, ["a4", "a5", "a6"]);
+        // The listing in queue order is the order of the hand-outs to come.
+        let queued = store
+            .list_jobs(&JobFilter {
+                state: Some(JobState::Queued),
+                pool: Some("default".into()),
+                limit: Some(3),
+                ..JobFilter::default()
+            })
+            .await
+            .unwrap();
+        let next: Vec<&str> = queued.iter().map(|j| j.external_id.as_str()).collect();
+        assert_eq!(next, ["a7", "a8", "a9"]);
+    }
+
+    /// Two keys with 30 queued each, `heavy` of weight 2: the first 30
+    /// hand-outs go about two to one.
+    pub async fn weights_share_the_queue_in_proportion(store: Arc<dyn Store>) {
+        let mut batch = Vec::new();
+        for i in 0..30 {
+            batch.push(keyed(&format!("light{i}"), "light", 1.0));
+        }
+        for i in 0..30 {
+            batch.push(keyed(&format!("heavy{i}"), "heavy", 2.0));
+        }
+        store.enqueue_many(&batch, at(10)).await.unwrap();
+        let mut heavy = 0;
+        for runner in 1..=30 {
+            if claim_one(&store, runner, None).await.as_deref() == Some("heavy") {
+                heavy += 1;
+            }
+        }
+        assert!((19..=21).contains(&heavy), "heavy got {heavy} of 30");
+    }
+
+    /// With a cap of 2, a key with two jobs provisioning or running is
+    /// passed over by a claim, a claim that starts, and a completion's
+    /// next start; its jobs are taken again once one of them ends.
+    pub async fn the_cap_passes_over_a_key_at_its_limit_on_every_claim_path(store: Arc<dyn Store>) {
+        let mut batch: Vec<NewJob> = (0..5).map(|i| keyed(&format!("a{i}"), "a", 1.0)).collect();
+        batch.push(keyed("b0", "b", 1.0));
+        store.enqueue_many(&batch, at(10)).await.unwrap();
+        // A plain claim: a, b (it joined at the front), a, then nothing:
+        // a is at its cap and b has no more.
+        let mut keys = Vec::new();
+        for runner in 1..=3 {
+            keys.push(claim_one(&store, runner, Some(2)).await);
+        }
+        assert_eq!(
+            keys,
+            [
+                Some("a".to_owned()),
+                Some("b".to_owned()),
+                Some("a".to_owned())
+            ]
+        );
+        assert_eq!(claim_one(&store, 4, Some(2)).await, None);
+        // Without the cap the same claim takes a's next job.
+        let runner = ready_runner(&store, "starter", "default").await;
+        let capped = Claim {
+            runner: runner.id,
+            max_running_per_key: Some(2),
+            ..claim("default", runner.id.0, 1)
+        };
+        if let runway_store::ClaimStart::Started(moved) = store
+            .claim_and_start(&capped, &runner, at(50))
+            .await
+            .unwrap()
+        {
+            panic!("a is at its cap: {moved:?}");
+        }
+        let uncapped = Claim {
+            max_running_per_key: None,
+            ..capped.clone()
+        };
+        let (third, busy) = start_one(&store, &uncapped, &runner, 51).await;
+        assert_eq!(third.share.key, "a");
+        // a now has 3: a completion's next start passes over a too...
+        let change = complete_change(&runner, at(60));
+        let free = runway_core::moves::finish(&third, &busy, false, at(60)).unwrap();
+        let (_, next) = store
+            .complete_and_start_next(third.id, &change, (&busy, &free), None, &capped, at(60))
+            .await
+            .unwrap()
+            .expect("the holder completes");
+        // ...until its own job ended: a has 2 again, so nothing starts.
+        assert!(next.is_none(), "{next:?}");
     }
 }

@@ -146,6 +146,7 @@ async fn child_workload(target: &str, life: i64) {
                     limit: rng.gen_range(1..4),
                     lease: LEASE,
                     runner_labels: None,
+                    max_running_per_key: None,
                 };
                 for job in store.claim(&claim, at(now)).await.expect("claim") {
                     report(format!("claimed {}", job.id));
@@ -261,6 +262,7 @@ async fn moves_workload(target: &str, life: i64) {
                     limit: 1,
                     lease: LEASE,
                     runner_labels: None,
+                    max_running_per_key: None,
                 };
                 if rng.gen_bool(0.5) {
                     // The one-step start: the claim starts the job and

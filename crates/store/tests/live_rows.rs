@@ -227,7 +227,8 @@ async fn postgres_live_job_counts_read_the_live_index() {
         .await
         .remove(0);
     assert!(
-        plan.iter().any(|line| line.contains("jobs_live")),
+        plan.iter()
+            .any(|line| line.contains("jobs_live") || line.contains("jobs_share")),
         "{plan:?}"
     );
 }
@@ -242,25 +243,12 @@ async fn postgres_queued_listings_read_the_queue_in_generic_plans() {
         "SET plan_cache_mode = force_generic_plan",
         "SET enable_seqscan = off",
         "PREPARE by_pool(text, bigint) AS SELECT id FROM jobs WHERE 1 = 1 AND state = 'queued' \
-         AND pool = $1 ORDER BY enqueued_at, id LIMIT $2",
+         AND pool = $1 ORDER BY share_tag, id LIMIT $2",
         "PREPARE every_pool AS SELECT id FROM jobs WHERE 1 = 1 AND state = 'queued' \
-         ORDER BY enqueued_at, id",
+         ORDER BY share_tag, id",
     ];
     let executes = ["EXECUTE by_pool('p', 10)", "EXECUTE every_pool"];
-    for (execute, plan) in executes
-        .iter()
-        .zip(postgres_plans(&set_up, &executes).await)
-    {
-        assert!(
-            !plan.iter().any(|line| line.contains("Seq Scan on jobs")),
-            "{execute}: the whole table: {plan:?}"
-        );
-        assert!(
-            plan.iter()
-                .any(|line| line.contains("jobs_queue") || line.contains("jobs_live")),
-            "{execute}: {plan:?}"
-        );
-    }
+    read_live_indexes(&set_up, &executes).await;
 }
 
 /// The console's queue times on PostgreSQL, in a generic plan: the live
@@ -285,10 +273,60 @@ async fn postgres_queue_times_read_live_jobs_and_the_window_of_finished_ones() {
         !plan.iter().any(|line| line.contains("Seq Scan on jobs")),
         "the whole table: {plan:?}"
     );
-    for index in ["jobs_live", "jobs_finished"] {
+    // Live jobs through either partial index of them (both have the
+    // predicate `LIVE_JOB`).
+    for indexes in [&["jobs_live", "jobs_share"][..], &["jobs_finished"]] {
         assert!(
-            plan.iter().any(|line| line.contains(index)),
-            "{index}: {plan:?}"
+            plan.iter()
+                .any(|line| indexes.iter().any(|index| line.contains(index))),
+            "{indexes:?}: {plan:?}"
+        );
+    }
+}
+
+/// The fair-share tag each insert computes (migration 0021's trigger) and
+/// the claim's order read the live partial indexes in generic plans: a
+/// key's last queued tag through `jobs_share`, the pool's virtual time and
+/// the claim's tag order through `jobs_live` — never the whole table.
+#[tokio::test]
+async fn postgres_fair_share_reads_live_indexes_in_generic_plans() {
+    let set_up = [
+        "SET plan_cache_mode = force_generic_plan",
+        "SET enable_seqscan = off",
+        "PREPARE last_of_key(text, text) AS SELECT max(share_tag) FROM jobs \
+         WHERE pool = $1 AND share_key = $2 AND state = 'queued'",
+        "PREPARE head(text) AS SELECT min(share_tag) FROM jobs WHERE pool = $1 AND state = 'queued'",
+        "PREPARE served(text) AS SELECT max(share_tag) FROM jobs \
+         WHERE pool = $1 AND state IN ('provisioning', 'running')",
+        "PREPARE next(text) AS SELECT id FROM jobs WHERE state = 'queued' AND pool = $1 \
+         ORDER BY share_tag, id LIMIT 1",
+        "PREPARE running_of_key(text, text) AS SELECT count(*) FROM jobs \
+         WHERE pool = $1 AND share_key = $2 AND state IN ('provisioning', 'running')",
+    ];
+    let executes = [
+        "EXECUTE last_of_key('p', 'k')",
+        "EXECUTE head('p')",
+        "EXECUTE served('p')",
+        "EXECUTE next('p')",
+        "EXECUTE running_of_key('p', 'k')",
+    ];
+    read_live_indexes(&set_up, &executes).await;
+}
+
+/// Each of `executes` (after `set_up`) reads a partial index of live or
+/// queued jobs and never scans the table.
+async fn read_live_indexes(set_up: &[&str], executes: &[&str]) {
+    for (execute, plan) in executes.iter().zip(postgres_plans(set_up, executes).await) {
+        assert!(
+            !plan.iter().any(|line| line.contains("Seq Scan on jobs")),
+            "{execute}: the whole table: {plan:?}"
+        );
+        assert!(
+            plan.iter()
+                .any(|line| ["jobs_queue", "jobs_live", "jobs_share"]
+                    .iter()
+                    .any(|index| line.contains(index))),
+            "{execute}: {plan:?}"
         );
     }
 }

@@ -23,6 +23,7 @@ fn claim(runner: &Runner) -> Claim {
         limit: 1,
         lease: Duration::from_secs(120),
         runner_labels: None,
+        max_running_per_key: None,
     }
 }
 

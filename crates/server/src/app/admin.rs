@@ -169,6 +169,11 @@ pub async fn retry_job(service: &Service, actor: &str, id: JobId) -> Result<Job,
         labels: current.labels.clone(),
         payload: current.payload.clone(),
         max_attempts: config.queue.max_attempts,
+        // A retry counts against the same key as the job it repeats.
+        share: config
+            .pool(&pool)
+            .map(|pool| pool.share_of(&current.share.key))
+            .unwrap_or_else(|| current.share.clone()),
     };
     let now = now();
     let enqueued = service

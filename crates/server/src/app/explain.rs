@@ -27,10 +27,10 @@ pub fn policy(pool: &PoolConfig, paused: bool) -> PoolPolicy {
     }
 }
 
-/// How many of a pool's queued jobs, oldest first, the planner lists (and
+/// How many of a pool's queued jobs, in queue order, the planner lists (and
 /// gives each a wait reason). The rest are counted, not read: they count
 /// towards demand all the same (`PoolSnapshot::unlisted`), and each waits
-/// for what the last listed one waits for (FIFO: it is further back). So
+/// for what the last listed one waits for (it is further back). So
 /// a round costs the same with a queue of a thousand or of a million.
 pub const LISTED_QUEUE: u32 = 1_000;
 
@@ -69,6 +69,37 @@ pub async fn pool_snapshot(
             })
             .unwrap_or(0),
     );
+    // Under a cap on one key's running jobs, a key's jobs beyond its room
+    // wait and count for no runner.
+    let (queued, unlisted, held) = match pool.max_running_per_key() {
+        None => (queued, unlisted, Vec::new()),
+        Some(cap) => {
+            let counts = service.store.share_counts(&pool.name).await?;
+            let active: std::collections::HashMap<String, u32> = counts
+                .iter()
+                .map(|c| (c.key.clone(), u32::try_from(c.active).unwrap_or(u32::MAX)))
+                .collect();
+            let (stay, held) = runway_core::planner::hold_by_cap(
+                queued.iter().map(|job| (job.id, job.share.key.as_str())),
+                &active,
+                cap,
+            );
+            // Of the jobs beyond the listed queue, those past their key's
+            // room are held too: counted out of demand.
+            let excess: u64 = counts
+                .iter()
+                .map(|c| {
+                    c.queued
+                        .saturating_sub(u64::from(cap).saturating_sub(c.active))
+                })
+                .sum();
+            let held_unlisted = excess.saturating_sub(held.len() as u64);
+            let unlisted =
+                unlisted.saturating_sub(u32::try_from(held_unlisted).unwrap_or(u32::MAX));
+            let stay: Vec<Job> = stay.into_iter().map(|i| queued[i].clone()).collect();
+            (stay, unlisted, held)
+        }
+    };
     let runners = service.store.list_live_runners(Some(&pool.name)).await?;
     let paused = service
         .store
@@ -78,6 +109,7 @@ pub async fn pool_snapshot(
         .any(|paused| paused.pool == pool.name);
     Ok(PoolSnapshot {
         unlisted,
+        held,
         policy: policy(pool, paused),
         queued: queued
             .iter()
@@ -136,10 +168,7 @@ pub fn beyond_listed(pool: &PoolSnapshot, waiting: &Waiting) -> Option<WaitReaso
     if pool.unlisted == 0 {
         return None;
     }
-    let last = pool
-        .queued
-        .iter()
-        .max_by_key(|job| (job.enqueued_at, job.id))?;
+    let last = pool.queued.last()?;
     waiting.get(&last.id).cloned()
 }
 

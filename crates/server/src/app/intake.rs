@@ -160,6 +160,10 @@ pub struct GithubFacts {
     pub run_id: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_at_ms: Option<i64>,
+    /// `false` for a scale set's job runway has stored but not yet
+    /// acquired; absent for every other (acquired, or not a scale set's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acquired: Option<bool>,
 }
 
 impl GithubFacts {
@@ -170,6 +174,11 @@ impl GithubFacts {
             name: payload.name.clone(),
             run_id: payload.run_id,
             created_at_ms: payload.created_at.map(|t| t.as_millis()),
+            acquired: payload
+                .scale_set
+                .as_ref()
+                .filter(|origin| !origin.acquired)
+                .map(|_| false),
         }
     }
 
@@ -185,6 +194,7 @@ impl GithubFacts {
             name: text("name"),
             run_id: facts["run_id"].as_u64(),
             created_at_ms: facts["created_at_ms"].as_i64(),
+            acquired: facts["acquired"].as_bool(),
         }
     }
 
@@ -335,6 +345,16 @@ async fn route_or_answer(
 }
 
 fn new_job(service: &Service, payload: &WorkflowJob, route: Route) -> NewJob {
+    // A GitHub job counts against its repository in its pool's fair share.
+    let key = payload.repository.as_deref().unwrap_or_default();
+    let share = match &route {
+        Route::Pool(pool) => service
+            .config()
+            .pool(pool)
+            .map(|pool| pool.share_of(key))
+            .unwrap_or_else(|| runway_core::share::Share::new(key, Default::default())),
+        Route::Unroutable { .. } => Default::default(),
+    };
     NewJob {
         source: JobSource::Github,
         external_id: payload.external_id(),
@@ -342,6 +362,7 @@ fn new_job(service: &Service, payload: &WorkflowJob, route: Route) -> NewJob {
         labels: payload.labels.clone(),
         payload: github_payload(payload),
         max_attempts: service.config().queue.max_attempts,
+        share,
     }
 }
 

@@ -38,7 +38,13 @@ pub struct Submission {
     pub timeout_seconds: Option<u64>,
     /// The caller's idempotency key; a fresh one if absent.
     pub external_id: Option<String>,
+    /// Who the job counts against in its pool's fair share: the tenant the
+    /// request names, else the submitting token's name.
+    pub share_key: String,
 }
+
+/// The longest tenant a job may name (characters).
+pub const MAX_TENANT: usize = 128;
 
 /// What an API job carries for its runner (its stored payload).
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -82,7 +88,19 @@ pub async fn submit(service: &Service, request: Submission) -> Result<Submitted,
             format!("timeout_seconds: must be between 1 and {MAX_JOB_TIMEOUT}"),
         ));
     }
-    let pool = route(&service.config(), &request.labels)?;
+    let share_length = request.share_key.chars().count();
+    if share_length == 0 || share_length > MAX_TENANT {
+        return Err(AppError::invalid(
+            "invalid_body",
+            format!("tenant: must be 1 to {MAX_TENANT} characters"),
+        ));
+    }
+    let config = service.config();
+    let pool = route(&config, &request.labels)?;
+    let share = config
+        .pool(&pool)
+        .map(|pool| pool.share_of(&request.share_key))
+        .unwrap_or_default();
     let payload = ApiJobPayload {
         script: request.script,
         timeout_seconds,
@@ -95,7 +113,8 @@ pub async fn submit(service: &Service, request: Submission) -> Result<Submitted,
         route: Route::Pool(pool.clone()),
         labels: request.labels,
         payload: serde_json::to_string(&payload).unwrap_or_default(),
-        max_attempts: service.config().queue.max_attempts,
+        max_attempts: config.queue.max_attempts,
+        share,
     };
     let enqueued = service
         .store
@@ -559,6 +578,12 @@ pub async fn complete(
         }
     };
     completed(service, Some(&free), &job, conclusion, now);
+    if claim.max_running_per_key.is_some() && job.state.is_terminal() {
+        // Under a cap, this job's end may free its key's next: the pool's
+        // waiting runners look again (a wake-up per job would not know
+        // which key is now free).
+        service.waiters.wake_all(Some(&claim.pool));
+    }
     let assigned = started_job.map(|started_job| {
         started(service, &free, &started_job, now);
         assigned(started_job, claim.lease)
@@ -567,14 +592,18 @@ pub async fn complete(
 }
 
 /// The claim of a runner's next job: its pool, its registered labels, the
-/// configured lease.
+/// configured lease, the pool's cap on one key's running jobs.
 fn next_claim(service: &Service, runner: &Runner) -> Claim {
+    let config = service.config();
     Claim {
         pool: runner.pool.clone(),
         runner: runner.id,
         limit: 1,
-        lease: service.config().runner_api.lease,
+        lease: config.runner_api.lease,
         runner_labels: Some(runner.labels.clone()),
+        max_running_per_key: config
+            .pool(&runner.pool)
+            .and_then(|pool| pool.max_running_per_key()),
     }
 }
 
@@ -791,6 +820,7 @@ mod queue_time_tests {
             labels: vec![],
             payload: String::new(),
             max_attempts: 3,
+            share: Default::default(),
         };
         let mut job = new.initial(JobId(1), at(0));
         // Declined at 50 s (requeued), started at 60 s.

@@ -307,6 +307,7 @@ mod tests {
             labels: labels.iter().map(|l| (*l).to_owned()).collect(),
             payload: "{}".into(),
             max_attempts: 3,
+            share: Default::default(),
         }
         .initial(JobId(1), Timestamp::from_millis(0))
     }

@@ -17,6 +17,7 @@ pub mod access;
 pub mod github;
 pub mod pools;
 pub mod secret;
+pub mod share;
 pub mod tokens;
 pub mod worker_config;
 
@@ -24,6 +25,7 @@ pub use access::{ForksSetting, PoolAccess};
 pub use github::{Hook, PoolGithub, Target};
 pub use pools::{PoolConfig, ScalingPolicy, SurplusBoots};
 pub use secret::{Secret, SecretSource};
+pub use share::PoolShare;
 pub use tokens::{Role, Scope, TokenConfig};
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -1675,6 +1677,24 @@ mod tests {
             expect![[
                 r#"error: pools[0].access.events[0]: "Push" is not an event name (lowercase letters and `_`)"#
             ]],
+        );
+        check(
+            "[[pools]]\nname = \"a\"\nlabels = [\"x\"]\n[pools.share]\nweights = { \"octo-org/*\" = 0 }\n",
+            expect![[r#"error: pools[0].share.weights."octo-org/*": 0 is not a weight (a number above 0 and at most 1000000)"#]],
+        );
+        check(
+            "[[pools]]\nname = \"a\"\nlabels = [\"x\"]\n[pools.share]\nweights = { \"octo-org/[\" = 2 }\n",
+            expect![[r#"error: pools[0].share.weights."octo-org/[": unclosed character class; missing ']'"#]],
+        );
+        check(
+            "[[pools]]\nname = \"a\"\nlabels = [\"x\"]\n[pools.share]\nmax_running = 0\n",
+            expect![
+                "error: pools[0].share.max_running: must be at least 1 (leave it out for no cap)"
+            ],
+        );
+        check(
+            "[[pools]]\nname = \"a\"\nlabels = [\"x\"]\n[pools.share]\nweight = 2\n",
+            expect!["error: config runway.toml: [pools.share] weight (line 5, column 1): unknown field `weight`, expected `weights` or `max_running`"],
         );
         let token = |extra: &str| {
             format!("[server]\n{extra}[[server.tokens]]\nname = \"t\"\ntoken = \"0123456789abcdefgh\"\n")

@@ -6,7 +6,7 @@ use std::time::Duration;
 use runway_providers::settings::duration;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{PoolAccess, PoolGithub};
+use crate::config::{PoolAccess, PoolGithub, PoolShare};
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -63,6 +63,10 @@ pub struct PoolConfig {
     /// it refuses goes on to the next pool serving its labels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<PoolAccess>,
+    /// Fair share across the pool's repositories or submitters: weights
+    /// and a cap on each one's running jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<PoolShare>,
 }
 
 /// A pool's defaults, one function a key (serde takes them by path).
@@ -125,6 +129,7 @@ impl PoolConfig {
             forecast_quantile: None,
             github: None,
             access: None,
+            share: None,
         }
     }
 
@@ -133,6 +138,16 @@ impl PoolConfig {
     pub fn forecast_quantile(&self) -> f64 {
         self.forecast_quantile
             .unwrap_or_else(|| runway_core::forecast::quantile_for(self.wait_value))
+    }
+
+    /// The share of a job of this pool whose key is `key`.
+    pub fn share_of(&self, key: &str) -> runway_core::share::Share {
+        crate::config::share::share_of(self.share.as_ref(), key)
+    }
+
+    /// The cap on one key's jobs provisioning or running, if any.
+    pub fn max_running_per_key(&self) -> Option<u32> {
+        self.share.as_ref().and_then(|share| share.max_running)
     }
 
     /// The forecast quantile of a predictive pool; `None` for the others.
@@ -176,12 +191,18 @@ impl PoolConfig {
         if let Some(label) = self.labels.iter().find(|l| l.trim().is_empty()) {
             return Err(("labels".to_owned(), format!("empty label {label:?}")));
         }
+        // Each table's error names its key relative to the table.
+        let within = |table: &str, error: String| {
+            let (field, message) = error.split_once(": ").unwrap_or(("", &error));
+            (format!("{table}.{field}"), message.to_owned())
+        };
         if let Some(access) = &self.access {
-            access.build().map_err(|e| {
-                let text = e.to_string();
-                let (field, message) = text.split_once(": ").unwrap_or(("", &text));
-                (format!("access.{field}"), message.to_owned())
-            })?;
+            access
+                .build()
+                .map_err(|e| within("access", e.to_string()))?;
+        }
+        if let Some(share) = &self.share {
+            share.build().map_err(|e| within("share", e.to_string()))?;
         }
         if !(self.scaling_ratio.is_finite()
             && self.scaling_ratio > 0.0

@@ -31,6 +31,10 @@ pub struct WorkflowJob {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScaleSetOrigin {
     pub pool: String,
+    /// Whether runway holds the job at GitHub (`acquirejobs`): a job
+    /// announced as available is stored first and acquired in the pool's
+    /// fair-share order as the pool has room (`reconcile/scale_set.rs`).
+    pub acquired: bool,
 }
 
 impl WorkflowJob {

@@ -312,6 +312,11 @@ fn wait_details(reason: &WaitReason, has_providers: bool) -> Value {
         }
         WaitReason::RunnerRequested { provider } => json!({ "provider": provider }),
         WaitReason::AtMaxRunners { max_runners } => json!({ "max_runners": max_runners }),
+        WaitReason::KeyAtCap { key, max_running } => json!({
+            "key": key,
+            "max_running": max_running,
+            "hint": "[pools.share] max_running: this key's other jobs in the pool hold every place it may have; it starts when one of them ends"
+        }),
         WaitReason::PoolPaused => json!({
             "hint": "an operator paused this pool; `runway pools resume POOL` starts runners for it again"
         }),

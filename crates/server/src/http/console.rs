@@ -613,6 +613,14 @@ fn waiting_text(explanation: &Explanation) -> String {
                     format!("requeued after a runner's lease expired ({attempts} attempts)")
                 }
                 W::PoolPaused => "the pool is paused".to_owned(),
+                W::KeyAtCap { key, max_running } => format!(
+                    "{} already has {max_running} jobs running here (the pool's cap per key)",
+                    if key.is_empty() {
+                        "its key"
+                    } else {
+                        key.as_str()
+                    }
+                ),
             },
         ),
         Explanation::Unroutable { reason } => {

@@ -176,6 +176,10 @@ struct SubmitRequest {
     timeout_seconds: Option<u64>,
     /// Your id for the job: the same id twice is one job.
     external_id: Option<String>,
+    /// Who the job counts against in its pool's fair share (`[pools.share]`):
+    /// a team, a project. Default: the submitting token's name.
+    #[schema(min_length = 1, max_length = 128)]
+    tenant: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, utoipa::ToSchema)]
@@ -218,6 +222,7 @@ async fn submit(
             script: request.script,
             timeout_seconds: request.timeout_seconds,
             external_id: request.external_id,
+            share_key: request.tenant.unwrap_or_else(|| caller.name.clone()),
         },
     )
     .await?;

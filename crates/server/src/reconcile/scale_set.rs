@@ -322,6 +322,9 @@ impl Listener {
         let Some(session) = self.session.clone() else {
             return Ok(());
         };
+        // Room made since the last message (a job cancelled here, a
+        // reload that raised max_runners) is used before the long poll.
+        self.acquire(&session, max_runners).await?;
         let metrics = &self.service.metrics;
         let mut shutdown = self.shutdown.clone();
         let polled = tokio::select! {
@@ -342,7 +345,10 @@ impl Listener {
         if let Some(statistics) = &message.statistics {
             self.observe(statistics);
         }
-        self.apply(&session, &message).await?;
+        self.apply(&message).await?;
+        // What the message changed (jobs available, started, ended) may
+        // give the pool room to acquire.
+        self.acquire(&session, max_runners).await?;
         // Stored: the next poll asks for what follows it, even if the
         // acknowledgement fails (then a later session may get it again,
         // which changes nothing).
@@ -444,39 +450,13 @@ impl Listener {
 
     /// Stores what a message says. Any store failure fails the round, so
     /// the message is not acknowledged and comes again.
-    async fn apply(&self, session: &Session, message: &Message) -> Result<(), String> {
-        let available: Vec<i64> = message
-            .jobs
-            .iter()
-            .filter_map(|job| match job {
-                JobMessage::Available(job) => Some(job.runner_request_id),
-                _ => None,
-            })
-            .collect();
-        let acquired: BTreeSet<i64> = if available.is_empty() {
-            BTreeSet::new()
-        } else {
-            self.service
-                .may_act("scale_set_acquire")
-                .await
-                .map_err(|deposed| deposed.to_string())?;
-            self.client()
-                .acquire_jobs(&self.service.metrics, session, &available)
-                .await
-                .map_err(|e| e.to_string())?
-                .into_iter()
-                .collect()
-        };
+    async fn apply(&self, message: &Message) -> Result<(), String> {
         let now = crate::clock::now();
         for job in &message.jobs {
             let (action, info, runner, result) = match job {
-                JobMessage::Available(info) if acquired.contains(&info.runner_request_id) => {
-                    (WorkflowJobAction::Queued, info, None, None)
-                }
-                JobMessage::Available(info) => {
-                    tracing::info!(pool = %self.pool, request = info.runner_request_id, "a job went to another scale set before runway acquired it");
-                    continue;
-                }
+                // Stored, not yet acquired: `acquire` takes the pool's
+                // jobs in fair-share order as it has room.
+                JobMessage::Available(info) => (WorkflowJobAction::Queued, info, None, None),
                 JobMessage::Assigned(info) => (WorkflowJobAction::Queued, info, None, None),
                 JobMessage::Started { runner_name, job } => (
                     WorkflowJobAction::InProgress,
@@ -508,7 +488,8 @@ impl Listener {
             let Ok(request) = u64::try_from(info.runner_request_id) else {
                 continue;
             };
-            let payload = self.workflow_job(action, request, info, runner, result, now);
+            let acquired = !matches!(job, JobMessage::Available(_));
+            let payload = self.workflow_job(action, request, info, runner, result, now, acquired);
             let applied = if action == WorkflowJobAction::Queued {
                 crate::app::intake::receive(&self.service, &payload, action, None, now)
                     .await
@@ -518,10 +499,148 @@ impl Listener {
             };
             let outcome = applied.map_err(|e| format!("storing job {request}: {e}"))?;
             tracing::debug!(pool = %self.pool, request, action = action.as_str(), outcome = outcome.as_str(), "scale-set job message applied");
+            if matches!(job, JobMessage::Assigned(_)) {
+                // Acquired (by this listener before a crash, say): stored
+                // as such if runway had it as not yet acquired.
+                self.mark_acquired(&payload.external_id()).await?;
+            }
         }
         Ok(())
     }
 
+    /// Acquires the pool's stored jobs that are not yet acquired, in its
+    /// fair-share order (the queue order, `runway_core::share`), as many as
+    /// the pool has room for: `max_runners` less its jobs running and
+    /// those acquired and not yet running (GitHub gives an acquired job to
+    /// the scale set's next idle runner, in its own order, so what runway
+    /// acquires is what it chooses to run next). A key at the pool's cap
+    /// on running jobs (`[pools.share] max_running`) is passed over. A job
+    /// GitHub no longer offers (another scale set took it, or it ended)
+    /// ends here.
+    async fn acquire(&self, session: &Session, max_runners: u32) -> Result<(), String> {
+        let store = &self.service.store;
+        let queued = store
+            .list_jobs(&runway_store::JobFilter {
+                pool: Some(self.pool.clone()),
+                state: Some(runway_core::JobState::Queued),
+                limit: Some(crate::app::explain::LISTED_QUEUE),
+                ..runway_store::JobFilter::default()
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        let (waiting, held): (Vec<&runway_core::Job>, Vec<&runway_core::Job>) =
+            queued.iter().partition(|job| {
+                crate::app::intake::GithubFacts::parse(&job.payload).acquired == Some(false)
+            });
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        let counts = store
+            .share_counts(&self.pool)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut active: std::collections::HashMap<String, u32> = counts
+            .iter()
+            .map(|c| (c.key.clone(), u32::try_from(c.active).unwrap_or(u32::MAX)))
+            .collect();
+        for job in &held {
+            *active.entry(job.share.key.clone()).or_default() += 1;
+        }
+        let taken: u32 = active.values().sum();
+        let room = max_runners.saturating_sub(taken) as usize;
+        if room == 0 {
+            return Ok(());
+        }
+        let cap = self
+            .service
+            .config()
+            .pool(&self.pool)
+            .and_then(|pool| pool.max_running_per_key())
+            .unwrap_or(u32::MAX);
+        let (stay, _) = runway_core::planner::hold_by_cap(
+            waiting.iter().map(|job| (job.id, job.share.key.as_str())),
+            &active,
+            cap,
+        );
+        let picks: Vec<(&runway_core::Job, i64)> = stay
+            .into_iter()
+            .take(room)
+            .filter_map(|i| {
+                let job = waiting[i];
+                let request = job.external_id.strip_prefix("rr-")?.parse().ok()?;
+                Some((job, request))
+            })
+            .collect();
+        if picks.is_empty() {
+            return Ok(());
+        }
+        self.service
+            .may_act("scale_set_acquire")
+            .await
+            .map_err(|deposed| deposed.to_string())?;
+        let requests: Vec<i64> = picks.iter().map(|(_, request)| *request).collect();
+        let acquired: BTreeSet<i64> = self
+            .client()
+            .acquire_jobs(&self.service.metrics, session, &requests)
+            .await
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .collect();
+        for (job, request) in picks {
+            if acquired.contains(&request) {
+                tracing::debug!(pool = %self.pool, request, key = %job.share.key, "acquired a job");
+                self.mark_acquired(&job.external_id).await?;
+            } else {
+                tracing::info!(pool = %self.pool, request, "a job went to another scale set, or ended, before runway acquired it");
+                if let Err(error) = crate::app::admin::cancel_job(
+                    &self.service,
+                    "scale-set listener",
+                    job.id,
+                    Some("GitHub no longer offered it to this scale set (another scale set took it, or it ended) when runway acquired it".to_owned()),
+                )
+                .await
+                {
+                    tracing::warn!(pool = %self.pool, job = %job.id, %error, "cannot end a job the scale set lost");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records that the pool's job `external_id` is acquired (if it is
+    /// stored as not yet acquired; a change that loses a race is left for
+    /// the next round, which asks GitHub again — acquiring twice is
+    /// harmless).
+    async fn mark_acquired(&self, external_id: &str) -> Result<(), String> {
+        let store = &self.service.store;
+        let Some(job) = store
+            .find_job(runway_core::JobSource::Github, external_id)
+            .await
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(());
+        };
+        let mut facts: serde_json::Value =
+            serde_json::from_str(&job.payload).unwrap_or(serde_json::Value::Null);
+        let Some(object) = facts.as_object_mut() else {
+            return Ok(());
+        };
+        if object.remove("acquired").is_none() {
+            return Ok(());
+        }
+        let next = runway_core::Job {
+            payload: facts.to_string(),
+            version: job.version + 1,
+            ..job.clone()
+        };
+        store
+            .replace_job(&job, &next)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn workflow_job(
         &self,
         action: WorkflowJobAction,
@@ -530,6 +649,7 @@ impl Listener {
         runner_name: Option<String>,
         conclusion: Option<String>,
         now: Timestamp,
+        acquired: bool,
     ) -> WorkflowJob {
         let time = |text: &Option<String>| text.as_deref().and_then(crate::github::api::parse_time);
         let repository = (!info.owner_name.is_empty() && !info.repository_name.is_empty())
@@ -551,6 +671,7 @@ impl Listener {
             completed_at: time(&info.finish_time),
             scale_set: Some(ScaleSetOrigin {
                 pool: self.pool.clone(),
+                acquired,
             }),
         }
     }

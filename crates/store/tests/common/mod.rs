@@ -110,6 +110,7 @@ pub fn api_job(external_id: &str, pool: &str) -> NewJob {
         labels: vec!["self-hosted".to_owned(), "linux".to_owned()],
         payload: r#"{"script":"echo hi"}"#.to_owned(),
         max_attempts: 3,
+        share: Default::default(),
     }
 }
 
