@@ -16,7 +16,7 @@
 //! with `needs:`. Every other job arrives at its trace time.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -294,6 +294,10 @@ pub struct Outcome {
     pub end_ms: i64,
     /// (time, runners, queued) sampled at every tick, all pools together.
     pub timeline: Vec<(i64, u32, u32)>,
+    /// The fair-share keys (the trace's `repo`; `""` for a job without),
+    /// and each one's queue times in milliseconds, sorted.
+    pub keys: Vec<String>,
+    pub waits_by_key: Vec<Vec<i64>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -423,8 +427,69 @@ impl Runs {
 /// Arrival-triggered reactions run at most this often per pool.
 const REACTION_GAP_MS: i64 = 1_000;
 
+/// A pool's queue in fair-share order, as `runway serve` serves it
+/// (`runway_core::share`, every key of weight 1): a job's start tag is the
+/// pool's virtual time or its key's last queued tag plus one, whichever is
+/// later; the lowest tag goes next. Keys are the trace's `repo`; with none
+/// (or one) the order is arrival order.
+#[derive(Default)]
+struct FairQueue {
+    /// (tag in thousandths, arrival sequence, job) of the queued jobs.
+    order: BTreeSet<(i64, u64, usize)>,
+    /// Each key's highest queued tag and its number of queued jobs.
+    keys: HashMap<u32, (i64, u32)>,
+    /// Tags of the jobs handed out and not yet finished (how many each).
+    busy: BTreeMap<i64, u32>,
+    /// The tag each queued or busy job got.
+    tags: HashMap<usize, i64>,
+    sequence: u64,
+}
+
+impl FairQueue {
+    fn push(&mut self, job: usize, key: u32) {
+        let thousandths = |tag: Option<i64>| tag.map(|t| t as f64 / 1000.0);
+        let served = thousandths(self.busy.keys().next_back().copied());
+        let head = thousandths(self.order.first().map(|(tag, _, _)| *tag));
+        let last = thousandths(self.keys.get(&key).map(|(last, _)| *last));
+        let tag = runway_core::share::next_tag(served, head, last, runway_core::share::Weight::ONE);
+        let tag = (tag * 1000.0).round() as i64;
+        self.sequence += 1;
+        self.order.insert((tag, self.sequence, job));
+        self.tags.insert(job, tag);
+        let entry = self.keys.entry(key).or_insert((tag, 0));
+        entry.0 = entry.0.max(tag);
+        entry.1 += 1;
+    }
+
+    /// The next job to hand out, now busy.
+    fn pop(&mut self, key_of: impl Fn(usize) -> u32) -> Option<usize> {
+        let (tag, _, job) = self.order.pop_first()?;
+        *self.busy.entry(tag).or_default() += 1;
+        let key = key_of(job);
+        if let Some(entry) = self.keys.get_mut(&key) {
+            entry.1 -= 1;
+            if entry.1 == 0 {
+                self.keys.remove(&key);
+            }
+        }
+        Some(job)
+    }
+
+    fn finished(&mut self, job: usize) {
+        if let Some(tag) = self.tags.remove(&job) {
+            if let Some(count) = self.busy.get_mut(&tag) {
+                *count -= 1;
+                if *count == 0 {
+                    self.busy.remove(&tag);
+                }
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct PoolState {
+    fair: FairQueue,
     queued: VecDeque<QueuedJob>,
     runners: Runners,
     /// Idle runners by (idle since, id): the newest idle takes a job.
@@ -436,6 +501,8 @@ struct PoolState {
 }
 
 struct World<'a> {
+    /// Each job's fair-share key (an index into `Outcome::keys`).
+    key_of: Vec<u32>,
     setup: &'a Setup,
     jobs: &'a [TraceJob],
     pools: Vec<PoolState>,
@@ -546,12 +613,23 @@ impl World<'_> {
                 return;
             };
             state.idle.remove(&(since, id));
-            let queued = state.queued.pop_front().expect("not empty");
+            // The fair-share order's next, taken out of the policy's view
+            // of the queue (near its front: tags follow arrival but for
+            // the keys that arrive behind a long queue).
+            let key_of = &self.key_of;
+            let next = state.fair.pop(|job| key_of[job]).expect("not empty");
+            let at = state
+                .queued
+                .iter()
+                .position(|q| q.job == next)
+                .expect("queued");
+            let queued = state.queued.remove(at).expect("queued");
             let runner = state.runners.get_mut(&id).expect("idle runner exists");
             self.out.idle_runner_hours += (now - runner.idle_since_ms).max(0) as f64 / 3_600_000.0;
             runner.phase = RunnerPhase::Busy;
             self.started[queued.job] = true;
             self.out.queue_ms.push(now - queued.arrival_ms);
+            self.out.waits_by_key[self.key_of[queued.job] as usize].push(now - queued.arrival_ms);
             let duration = self.jobs[queued.job].duration_ms;
             self.push(
                 now + duration,
@@ -597,6 +675,7 @@ impl World<'_> {
             job: index,
             arrival_ms: now,
         });
+        self.pools[pool].fair.push(index, self.key_of[index]);
         self.dispatch(pool, now);
         policy.observe_arrival(pool, &self.jobs[index], now);
         let state = &self.pools[pool];
@@ -676,7 +755,21 @@ pub fn run_counting(
     policy.foresee(&arrivals);
     drop(arrivals);
     let span = jobs.last().map_or(0, |j| j.arrival_ms).max(1);
+    let mut keys: Vec<String> = Vec::new();
+    let mut key_index: HashMap<&str, u32> = HashMap::new();
+    let key_of: Vec<u32> = jobs
+        .iter()
+        .map(|job| {
+            let key = job.repo.as_deref().unwrap_or_default();
+            *key_index.entry(key).or_insert_with(|| {
+                keys.push(key.to_owned());
+                (keys.len() - 1) as u32
+            })
+        })
+        .collect();
+    let key_count = keys.len();
     let mut world = World {
+        key_of,
         setup,
         jobs,
         pools: (0..setup.pools.len())
@@ -704,6 +797,8 @@ pub fn run_counting(
             unfinished: 0,
             end_ms: 0,
             timeline: Vec::new(),
+            keys,
+            waits_by_key: vec![Vec::new(); key_count],
         },
         remaining: routes.iter().filter(|r| r.is_some()).count() as u64,
         sample_every: (span / SAMPLES).max(1),
@@ -750,6 +845,7 @@ pub fn run_counting(
                     }
                 }
                 Event::Finish { pool, runner, job } => {
+                    world.pools[pool].fair.finished(job);
                     world.release(job, now);
                     world.remaining -= 1;
                     world.out.jobs += 1;
@@ -809,6 +905,8 @@ pub fn run_counting(
         for pool in &world.pools {
             for queued in &pool.queued {
                 world.out.queue_ms.push(now - queued.arrival_ms);
+                world.out.waits_by_key[world.key_of[queued.job] as usize]
+                    .push(now - queued.arrival_ms);
             }
         }
     }
@@ -821,5 +919,8 @@ pub fn run_counting(
         }
     }
     world.out.queue_ms.sort_unstable();
+    for waits in &mut world.out.waits_by_key {
+        waits.sort_unstable();
+    }
     world.out
 }

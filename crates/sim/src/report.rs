@@ -34,6 +34,60 @@ pub struct Summary {
     pub wait_vs_runway: Option<f64>,
     pub wait_vs_oracle: Option<f64>,
     pub cost_vs_runway: Option<f64>,
+    /// With more than one fair-share key (the trace's `repo`): Jain's
+    /// fairness index of the keys' mean waits (1: every key waits alike;
+    /// 1/n: one key does all the waiting), and each key's waits, most
+    /// jobs first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fairness: Option<f64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<KeyWait>,
+}
+
+/// One fair-share key's queue times.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KeyWait {
+    pub key: String,
+    pub jobs: u64,
+    pub queue_p50_s: f64,
+    pub queue_p95_s: f64,
+    pub queue_mean_s: f64,
+}
+
+fn mean_s(sorted_ms: &[i64]) -> f64 {
+    // Folded from +0.0: an empty f64 sum is -0.0.
+    sorted_ms.iter().fold(0.0, |sum, &ms| sum + ms as f64) / sorted_ms.len().max(1) as f64 / 1000.0
+}
+
+/// Each key's waits (most jobs first, then by key) and Jain's index of
+/// their means; nothing for one key or none.
+fn per_key(outcome: &Outcome) -> (Option<f64>, Vec<KeyWait>) {
+    let mut keys: Vec<KeyWait> = outcome
+        .keys
+        .iter()
+        .zip(&outcome.waits_by_key)
+        .filter(|(_, waits)| !waits.is_empty())
+        .map(|(key, waits)| KeyWait {
+            key: key.clone(),
+            jobs: waits.len() as u64,
+            queue_p50_s: round(quantile_s(waits, 0.5), 1),
+            queue_p95_s: round(quantile_s(waits, 0.95), 1),
+            queue_mean_s: round(mean_s(waits), 1),
+        })
+        .collect();
+    if keys.len() < 2 {
+        return (None, Vec::new());
+    }
+    keys.sort_by(|a, b| b.jobs.cmp(&a.jobs).then_with(|| a.key.cmp(&b.key)));
+    let means: Vec<f64> = outcome
+        .waits_by_key
+        .iter()
+        .filter(|waits| !waits.is_empty())
+        .map(|waits| mean_s(waits))
+        .collect();
+    // Every key served at once is as fair as it gets.
+    let index = runway_core::share::jain_index(&means).unwrap_or(1.0);
+    (Some(round(index, 3)), keys)
 }
 
 /// Fills each summary's figures relative to the `runway` (reactive) and
@@ -70,6 +124,7 @@ fn round(value: f64, places: i32) -> f64 {
 impl Summary {
     pub fn of(outcome: &Outcome) -> Summary {
         let q = |p| round(quantile_s(&outcome.queue_ms, p), 1);
+        let (fairness, keys) = per_key(outcome);
         Summary {
             policy: outcome.policy.clone(),
             jobs: outcome.jobs,
@@ -77,16 +132,7 @@ impl Summary {
             queue_p95_s: q(0.95),
             queue_p99_s: q(0.99),
             queue_max_s: q(1.0),
-            queue_mean_s: round(
-                // Folded from +0.0: an empty f64 sum is -0.0.
-                outcome
-                    .queue_ms
-                    .iter()
-                    .fold(0.0, |sum, &ms| sum + ms as f64)
-                    / outcome.queue_ms.len().max(1) as f64
-                    / 1000.0,
-                1,
-            ),
+            queue_mean_s: round(mean_s(&outcome.queue_ms), 1),
             runner_hours: round(outcome.runner_hours, 1),
             idle_runner_hours: round(outcome.idle_runner_hours, 1),
             cost: round(outcome.cost, 2),
@@ -97,6 +143,8 @@ impl Summary {
             wait_vs_runway: None,
             wait_vs_oracle: None,
             cost_vs_runway: None,
+            fairness,
+            keys,
         }
     }
 }
@@ -216,6 +264,47 @@ pub fn table(summaries: &[Summary]) -> String {
         .collect();
     if !unfinished.is_empty() {
         out.push_str(&format!("note: {}\n", unfinished.join("; ")));
+    }
+    // Fair share across the trace's repositories, where it has several:
+    // the index per policy, then the waits of the busiest keys.
+    let fair: Vec<String> = summaries
+        .iter()
+        .filter_map(|s| s.fairness.map(|f| format!("{} {f:.3}", s.policy)))
+        .collect();
+    if !fair.is_empty() {
+        out.push_str(&format!(
+            "fairness (Jain's index of the repositories' mean waits; 1 = alike): {}
+",
+            fair.join(", ")
+        ));
+        for s in summaries.iter().filter(|s| !s.keys.is_empty()) {
+            let shown: Vec<String> = s
+                .keys
+                .iter()
+                .take(5)
+                .map(|k| {
+                    format!(
+                        "{} ({} jobs) p50 {:.1}s p95 {:.1}s",
+                        if k.key.is_empty() { "(none)" } else { &k.key },
+                        k.jobs,
+                        k.queue_p50_s,
+                        k.queue_p95_s
+                    )
+                })
+                .collect();
+            let more = s.keys.len().saturating_sub(5);
+            out.push_str(&format!(
+                "  {}: {}{}
+",
+                s.policy,
+                shown.join("; "),
+                if more > 0 {
+                    format!("; {more} more")
+                } else {
+                    String::new()
+                }
+            ));
+        }
     }
     if let Some(s) = summaries.first().filter(|s| s.unroutable > 0) {
         out.push_str(&format!(

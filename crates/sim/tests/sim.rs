@@ -440,3 +440,36 @@ fn the_predictive_policy_boots_for_a_runs_later_jobs_while_its_first_runs() {
         jobs.len()
     );
 }
+
+/// The simulator serves a pool's queue in fair-share order by `repo`, as
+/// `runway serve` does: repository A queues 500 one-minute jobs, then B
+/// queues one; with 4 runners B waits about one job's length, not A's
+/// whole backlog, and the report says how fair each policy was.
+#[test]
+fn the_queue_is_served_by_fair_share_across_repositories() {
+    let job = |arrival_ms: i64, repo: &str| TraceJob {
+        arrival_ms,
+        duration_ms: 60_000,
+        labels: vec!["self-hosted".into(), "linux".into()],
+        repo: Some(repo.into()),
+        run_id: None,
+        workflow: None,
+        started_after_ms: None,
+    };
+    let mut jobs: Vec<TraceJob> = (0..500).map(|_| job(0, "org/a")).collect();
+    jobs.push(job(10_000, "org/b"));
+    let setup = setup(4, (20.0, 20.0));
+    let outcome = run(&setup, &jobs, &mut Runway::default());
+    let summary = Summary::of(&outcome);
+    let b = summary.keys.iter().find(|k| k.key == "org/b").unwrap();
+    assert!(b.queue_p95_s <= 120.0, "B waited {}s", b.queue_p95_s);
+    let a = summary.keys.iter().find(|k| k.key == "org/a").unwrap();
+    assert_eq!((a.jobs, b.jobs), (500, 1));
+    assert!(a.queue_p95_s > 3_000.0, "A's backlog: {}s", a.queue_p95_s);
+    // A waits its backlog, B does not: far from alike.
+    let fairness = summary.fairness.unwrap();
+    assert!(fairness < 0.75, "{fairness}");
+    let table = runway_sim::report::table(&[summary]);
+    assert!(table.contains("fairness (Jain's index"), "{table}");
+    assert!(table.contains("org/b (1 jobs)"), "{table}");
+}
