@@ -1267,14 +1267,10 @@ async fn fair_share_serves_a_small_tenant_within_the_next_hand_outs() {
         hand_outs.push(done["next"]["id"].as_i64().unwrap());
     }
     assert!(hand_outs.contains(&b), "B's job {b} not in {hand_outs:?}");
-    let job = harness
-        .service
-        .store
-        .get_job(JobId(b))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(job.share.key, "team-b");
+    let (_, job) = harness
+        .call("GET", &format!("/api/v1/jobs/{b}"), ADMIN, None)
+        .await;
+    assert_eq!(job["share_key"], "team-b", "{job}");
     // A job without a tenant counts against its token's name.
     let untagged = harness.submit(&["linux"], None).await;
     let job = harness

@@ -1,5 +1,13 @@
-//! Where GitHub runners register and whose webhook deliveries runway heals,
-//! as the config file names them.
+//! `[github]` (webhooks, credentials, the request budget, healing) and
+//! where GitHub runners register and whose webhook deliveries runway
+//! heals, as the config file names them.
+
+use std::time::Duration;
+
+use runway_providers::settings::duration;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Secret, DEFAULT_GITHUB_API};
 
 /// Where runners register: an organisation, one repository, or (scale
 /// sets and JIT runners alike) an enterprise.
@@ -281,5 +289,136 @@ mod tests {
             repo.web_url("https://ghe.example.com/api/v3"),
             "https://ghe.example.com/o/r"
         );
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GithubConfig {
+    /// Secrets a webhook signature may be made with; several, so a secret
+    /// can be rotated without downtime. None configured: webhooks are refused.
+    pub webhook_secrets: Vec<Secret>,
+    /// Jobs lacking any of these labels are GitHub-hosted and ignored.
+    pub required_labels: Vec<String>,
+    /// Larger webhook bodies are refused with 413 (GitHub's own cap is 25 MiB).
+    pub max_body_bytes: usize,
+    /// The REST API's root: `https://api.github.com`, or a GitHub
+    /// Enterprise Server's `https://HOST/api/v3`.
+    pub api_url: String,
+    /// A token to authenticate with (or the App's three keys below; see
+    /// [`GithubConfig::auth`]). Neither: GitHub pools are refused and no
+    /// re-checks or redeliveries happen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<Secret>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub app_id: Option<u64>,
+    /// The App's PEM private key (RS256).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<Secret>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub installation_id: Option<u64>,
+    /// Runway's own cap on API requests per hour, below GitHub's.
+    pub max_requests_per_hour: u32,
+    /// A GitHub job queued this long is looked up in case its webhook was lost.
+    #[serde(with = "duration")]
+    pub recheck_after: Duration,
+    /// How often failed webhook deliveries are listed and redelivered.
+    #[serde(with = "duration")]
+    pub redeliver_interval: Duration,
+    /// Whose webhook deliveries to heal; default: the App's when
+    /// authenticating as an App, none otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deliveries: Option<Hook>,
+}
+
+impl Default for GithubConfig {
+    fn default() -> GithubConfig {
+        GithubConfig {
+            webhook_secrets: Vec::new(),
+            required_labels: vec!["self-hosted".to_owned()],
+            max_body_bytes: 25 * 1024 * 1024,
+            api_url: DEFAULT_GITHUB_API.to_owned(),
+            token: None,
+            app_id: None,
+            private_key: None,
+            installation_id: None,
+            max_requests_per_hour: 3000,
+            recheck_after: Duration::from_secs(300),
+            redeliver_interval: Duration::from_secs(300),
+            deliveries: None,
+        }
+    }
+}
+
+/// How runway authenticates to GitHub's API.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GithubAuth {
+    Token(Secret),
+    App {
+        app_id: u64,
+        /// The App's PEM private key (RS256).
+        private_key: Secret,
+        installation_id: u64,
+    },
+}
+
+impl GithubConfig {
+    /// `token`, or the App's `app_id` + `private_key` + `installation_id`
+    /// (loading refuses both, or a part of the App's).
+    pub fn auth(&self) -> Option<GithubAuth> {
+        if let Some(token) = &self.token {
+            return Some(GithubAuth::Token(token.clone()));
+        }
+        match (self.app_id, &self.private_key, self.installation_id) {
+            (Some(app_id), Some(private_key), Some(installation_id)) => Some(GithubAuth::App {
+                app_id,
+                private_key: private_key.clone(),
+                installation_id,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Authenticate with `auth` from now on (for programs that build a
+    /// configuration in code).
+    pub fn set_auth(&mut self, auth: GithubAuth) {
+        (
+            self.token,
+            self.app_id,
+            self.private_key,
+            self.installation_id,
+        ) = match auth {
+            GithubAuth::Token(token) => (Some(token), None, None, None),
+            GithubAuth::App {
+                app_id,
+                private_key,
+                installation_id,
+            } => (None, Some(app_id), Some(private_key), Some(installation_id)),
+        };
+    }
+
+    /// `[github] token` or the App's three keys; never both, never a part.
+    pub(crate) fn check_auth(&self) -> Result<(), (String, String)> {
+        let app = [
+            self.app_id.is_some(),
+            self.private_key.is_some(),
+            self.installation_id.is_some(),
+        ];
+        if self.token.is_some() && app.contains(&true) {
+            return Err((
+                "[github] token".to_owned(),
+                "give either token or the App's app_id, private_key and installation_id, not both"
+                    .to_owned(),
+            ));
+        }
+        if app.contains(&true) && app.contains(&false) {
+            let missing = ["app_id", "private_key", "installation_id"]
+                [app.iter().position(|given| !given).unwrap_or(0)];
+            return Err((
+                format!("[github] {missing}"),
+                "missing: authenticating as a GitHub App needs app_id, private_key and installation_id".to_owned(),
+            ));
+        }
+        Ok(())
     }
 }

@@ -16,15 +16,19 @@
 pub mod access;
 pub mod github;
 pub mod pools;
+pub mod providers;
 pub mod secret;
+pub mod server;
 pub mod share;
 pub mod tokens;
 pub mod worker_config;
 
 pub use access::{ForksSetting, PoolAccess};
-pub use github::{Hook, PoolGithub, Target};
+pub use github::{GithubAuth, GithubConfig, Hook, PoolGithub, Target};
 pub use pools::{PoolConfig, ScalingPolicy, SurplusBoots};
+pub use providers::{ProviderConfig, PROVIDER_KINDS};
 pub use secret::{Secret, SecretSource};
+pub use server::ServerConfig;
 pub use share::PoolShare;
 pub use tokens::{Role, Scope, TokenConfig};
 
@@ -79,42 +83,6 @@ pub const JOB_LABELS: [&str; 3] = ["repo", "workflow", "event"];
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct ServerConfig {
-    #[serde(with = "listen_address")]
-    pub listen: SocketAddr,
-    pub database: Secret,
-    /// PostgreSQL connection pool size.
-    pub database_max_connections: u32,
-    /// Bearer tokens for the admin API (read and write).
-    pub admin_tokens: Vec<Secret>,
-    /// Bearer tokens that may only read the admin API.
-    pub read_tokens: Vec<Secret>,
-    /// Named tokens with a role and the pools they cover.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tokens: Vec<TokenConfig>,
-    /// The URL runners reach this server at (`RUNWAY_URL` of the runners
-    /// runway starts). Default: `http://` and the listening address, with
-    /// an unspecified address (0.0.0.0, ::) as loopback.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub public_url: Option<String>,
-}
-
-impl Default for ServerConfig {
-    fn default() -> ServerConfig {
-        ServerConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            database: Secret::literal(DEFAULT_DATABASE),
-            database_max_connections: 16,
-            admin_tokens: Vec::new(),
-            read_tokens: Vec::new(),
-            tokens: Vec::new(),
-            public_url: None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
 pub struct QueueConfig {
     /// A job whose lease expires this many times fails instead of requeueing.
     pub max_attempts: u32,
@@ -123,137 +91,6 @@ pub struct QueueConfig {
 impl Default for QueueConfig {
     fn default() -> QueueConfig {
         QueueConfig { max_attempts: 3 }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct GithubConfig {
-    /// Secrets a webhook signature may be made with; several, so a secret
-    /// can be rotated without downtime. None configured: webhooks are refused.
-    pub webhook_secrets: Vec<Secret>,
-    /// Jobs lacking any of these labels are GitHub-hosted and ignored.
-    pub required_labels: Vec<String>,
-    /// Larger webhook bodies are refused with 413 (GitHub's own cap is 25 MiB).
-    pub max_body_bytes: usize,
-    /// The REST API's root: `https://api.github.com`, or a GitHub
-    /// Enterprise Server's `https://HOST/api/v3`.
-    pub api_url: String,
-    /// A token to authenticate with (or the App's three keys below; see
-    /// [`GithubConfig::auth`]). Neither: GitHub pools are refused and no
-    /// re-checks or redeliveries happen.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub token: Option<Secret>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub app_id: Option<u64>,
-    /// The App's PEM private key (RS256).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub private_key: Option<Secret>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub installation_id: Option<u64>,
-    /// Runway's own cap on API requests per hour, below GitHub's.
-    pub max_requests_per_hour: u32,
-    /// A GitHub job queued this long is looked up in case its webhook was lost.
-    #[serde(with = "duration")]
-    pub recheck_after: Duration,
-    /// How often failed webhook deliveries are listed and redelivered.
-    #[serde(with = "duration")]
-    pub redeliver_interval: Duration,
-    /// Whose webhook deliveries to heal; default: the App's when
-    /// authenticating as an App, none otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub deliveries: Option<Hook>,
-}
-
-impl Default for GithubConfig {
-    fn default() -> GithubConfig {
-        GithubConfig {
-            webhook_secrets: Vec::new(),
-            required_labels: vec!["self-hosted".to_owned()],
-            max_body_bytes: 25 * 1024 * 1024,
-            api_url: DEFAULT_GITHUB_API.to_owned(),
-            token: None,
-            app_id: None,
-            private_key: None,
-            installation_id: None,
-            max_requests_per_hour: 3000,
-            recheck_after: Duration::from_secs(300),
-            redeliver_interval: Duration::from_secs(300),
-            deliveries: None,
-        }
-    }
-}
-
-/// How runway authenticates to GitHub's API.
-#[derive(Debug, Clone, PartialEq)]
-pub enum GithubAuth {
-    Token(Secret),
-    App {
-        app_id: u64,
-        /// The App's PEM private key (RS256).
-        private_key: Secret,
-        installation_id: u64,
-    },
-}
-
-impl GithubConfig {
-    /// `token`, or the App's `app_id` + `private_key` + `installation_id`
-    /// (loading refuses both, or a part of the App's).
-    pub fn auth(&self) -> Option<GithubAuth> {
-        if let Some(token) = &self.token {
-            return Some(GithubAuth::Token(token.clone()));
-        }
-        match (self.app_id, &self.private_key, self.installation_id) {
-            (Some(app_id), Some(private_key), Some(installation_id)) => Some(GithubAuth::App {
-                app_id,
-                private_key: private_key.clone(),
-                installation_id,
-            }),
-            _ => None,
-        }
-    }
-
-    /// Authenticate with `auth` from now on (for programs that build a
-    /// configuration in code).
-    pub fn set_auth(&mut self, auth: GithubAuth) {
-        (
-            self.token,
-            self.app_id,
-            self.private_key,
-            self.installation_id,
-        ) = match auth {
-            GithubAuth::Token(token) => (Some(token), None, None, None),
-            GithubAuth::App {
-                app_id,
-                private_key,
-                installation_id,
-            } => (None, Some(app_id), Some(private_key), Some(installation_id)),
-        };
-    }
-
-    /// `[github] token` or the App's three keys; never both, never a part.
-    fn check_auth(&self) -> Result<(), (String, String)> {
-        let app = [
-            self.app_id.is_some(),
-            self.private_key.is_some(),
-            self.installation_id.is_some(),
-        ];
-        if self.token.is_some() && app.contains(&true) {
-            return Err((
-                "[github] token".to_owned(),
-                "give either token or the App's app_id, private_key and installation_id, not both"
-                    .to_owned(),
-            ));
-        }
-        if app.contains(&true) && app.contains(&false) {
-            let missing = ["app_id", "private_key", "installation_id"]
-                [app.iter().position(|given| !given).unwrap_or(0)];
-            return Err((
-                format!("[github] {missing}"),
-                "missing: authenticating as a GitHub App needs app_id, private_key and installation_id".to_owned(),
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -397,104 +234,6 @@ impl Default for MetricsConfig {
     }
 }
 
-/// A provider declaration: how runners are started (its `kind` and that
-/// kind's keys, `runway_providers::factory::ProviderKind`), what capacity
-/// it offers the planner (`max_instances`, `price_per_hour`,
-/// `boot_seconds`, whose defaults depend on the kind), and what worker
-/// configurations for it may say (its own condition names) and must
-/// contain (required keys).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-pub struct ProviderConfig {
-    /// The table's name (`[providers.NAME]`).
-    #[serde(skip)]
-    pub name: String,
-    #[serde(flatten)]
-    pub kind: ProviderKind,
-    #[serde(default)]
-    pub conditions: Vec<String>,
-    #[serde(default)]
-    pub required_keys: Vec<String>,
-    /// Most instances at once through this provider.
-    pub max_instances: u32,
-    pub price_per_hour: f64,
-    /// Boot time, uniform between the two (equal for a fixed time): what
-    /// `sim` instances take, and what the others' bids say to expect.
-    #[serde(with = "runway_providers::settings::boot_seconds")]
-    pub boot_seconds: (f64, f64),
-    /// How long an instance may be missing from the provider's list after
-    /// its create returned (cloud APIs are eventually consistent): until
-    /// then its absence is "not visible yet", not "vanished". By kind:
-    /// `ec2` 60 s, `exec` 30 s (GARM providers list real clouds), `process`
-    /// and `sim` 0 (their lists are what they just did).
-    #[serde(with = "runway_providers::settings::duration")]
-    pub list_lag: Duration,
-    /// `process`, `exec`: host environment variables (names, or prefixes
-    /// such as `"AWS_"`) the child may inherit besides the base (`PATH`,
-    /// `HOME`, `LANG`, `TMPDIR`, the proxy variables). Nothing else of
-    /// runway's environment reaches it; `RUNWAY_*` and `GARM_*` never do.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub environment_variables: Vec<String>,
-}
-
-impl ProviderConfig {
-    /// A provider of `kind` with that kind's defaults: a simulated cloud
-    /// boots in minutes and costs money; a local process starts in a
-    /// second, free.
-    pub fn new(name: &str, kind: ProviderKind) -> ProviderConfig {
-        let local = matches!(kind, ProviderKind::Process { .. });
-        let list_lag = match kind {
-            ProviderKind::Ec2 { .. } => Duration::from_secs(60),
-            ProviderKind::Exec { .. } => Duration::from_secs(30),
-            _ => Duration::ZERO,
-        };
-        ProviderConfig {
-            name: name.to_owned(),
-            kind,
-            conditions: Vec::new(),
-            required_keys: Vec::new(),
-            max_instances: if local { 4 } else { 100 },
-            price_per_hour: if local { 0.0 } else { 0.10 },
-            boot_seconds: if local { (1.0, 1.0) } else { (120.0, 180.0) },
-            list_lag,
-            environment_variables: Vec::new(),
-        }
-    }
-
-    /// The defaults of a provider of the kind called `kind`, if runway has it.
-    pub fn for_kind(name: &str, kind: &str) -> Option<ProviderConfig> {
-        ProviderKind::named(kind).map(|kind| ProviderConfig::new(name, kind))
-    }
-
-    /// Its typed declaration, for `runway_providers::factory::build`; `pools`
-    /// are the pools that may use it.
-    pub fn spec(&self, pools: Vec<String>) -> ProviderSpec {
-        ProviderSpec {
-            name: self.name.clone(),
-            kind: self.kind.clone(),
-            max_instances: self.max_instances,
-            price_per_hour: self.price_per_hour,
-            boot_seconds: self.boot_seconds,
-            list_lag: self.list_lag,
-            environment_variables: self.environment_variables.clone(),
-            pools,
-        }
-    }
-}
-
-impl Default for ProviderConfig {
-    fn default() -> ProviderConfig {
-        ProviderConfig::new(
-            "sim",
-            ProviderKind::Sim {
-                fail_rate: 0.0,
-                seed: 0,
-            },
-        )
-    }
-}
-
-pub const PROVIDER_KINDS: [&str; 4] = ProviderKind::NAMES;
-
 /// What went wrong with a configuration, always naming the file and, where
 /// there is one, the key.
 #[derive(Debug, thiserror::Error)]
@@ -526,24 +265,6 @@ impl Default for Config {
             worker_config_sources: Vec::new(),
             worker_configs: Vec::new(),
         }
-    }
-}
-
-impl ServerConfig {
-    /// Where runners reach this server, given the address it listens on.
-    pub fn runner_url(&self, bound: SocketAddr) -> String {
-        if let Some(url) = &self.public_url {
-            return url.clone();
-        }
-        let mut address = bound;
-        if address.ip().is_unspecified() {
-            address.set_ip(if address.is_ipv4() {
-                std::net::Ipv4Addr::LOCALHOST.into()
-            } else {
-                std::net::Ipv6Addr::LOCALHOST.into()
-            });
-        }
-        format!("http://{address}")
     }
 }
 
@@ -1215,154 +936,6 @@ impl Config {
 }
 
 /// `listen`: an address and port, `127.0.0.1:8080` or `[::1]:8080`.
-mod listen_address {
-    use std::net::SocketAddr;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(
-        address: &SocketAddr,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(address)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        text.parse().map_err(|_| {
-            serde::de::Error::custom(format!(
-                "{text:?} is not an address like 127.0.0.1:8080 or [::1]:8080"
-            ))
-        })
-    }
-}
-
-/// `providers`: `[providers.NAME]` tables or a `[[providers]]` list with
-/// `name` keys, each read onto the defaults of its kind; written back as
-/// tables, in name order.
-mod providers {
-    use std::collections::{BTreeMap, BTreeSet};
-
-    use runway_providers::factory::ProviderKind;
-    use serde::de::Error as _;
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    use super::{one_line, ProviderConfig};
-
-    pub fn serialize<S: Serializer>(
-        providers: &[ProviderConfig],
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        providers
-            .iter()
-            .map(|provider| (&provider.name, provider))
-            .collect::<BTreeMap<_, _>>()
-            .serialize(serializer)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Vec<ProviderConfig>, D::Error> {
-        let named: Vec<(String, toml::Table, String)> =
-            match toml::Value::deserialize(deserializer)? {
-                toml::Value::Table(tables) => tables
-                    .into_iter()
-                    .map(|(name, value)| match value {
-                        toml::Value::Table(table) => {
-                            let key = format!("[providers.{name}]");
-                            Ok((name, table, key))
-                        }
-                        _ => Err(D::Error::custom(format!(
-                            "[providers.{name}] is not a table"
-                        ))),
-                    })
-                    .collect::<Result<_, _>>()?,
-                toml::Value::Array(list) => {
-                    let mut seen = BTreeSet::new();
-                    let mut named = Vec::new();
-                    for (i, entry) in list.into_iter().enumerate() {
-                        let toml::Value::Table(mut table) = entry else {
-                            return Err(D::Error::custom(format!("providers[{i}] is not a table")));
-                        };
-                        let Some(toml::Value::String(name)) = table.remove("name") else {
-                            return Err(D::Error::custom(format!(
-                                "providers[{i}].name: missing: every provider needs a name"
-                            )));
-                        };
-                        if !seen.insert(name.clone()) {
-                            return Err(D::Error::custom(format!(
-                                "providers[{i}].name: duplicate provider {name:?}"
-                            )));
-                        }
-                        let key = format!("providers[{i}] ({name})");
-                        named.push((name, table, key));
-                    }
-                    named
-                }
-                _ => {
-                    return Err(D::Error::custom(
-                        "give [providers.NAME] tables or a [[providers]] list",
-                    ))
-                }
-            };
-        let mut providers = named
-            .into_iter()
-            .map(|(name, table, key)| {
-                read(&name, table).map_err(|m| D::Error::custom(format!("{key}: {m}")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        providers.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(providers)
-    }
-
-    /// Whether an error's first part is the key of one provider, as
-    /// [`deserialize`] writes them: `[providers.NAME]` or `providers[I]…`.
-    pub fn names_a_provider(key: &str) -> bool {
-        key.starts_with("[providers.") || key.starts_with("providers[")
-    }
-
-    /// The keys every kind takes, for an error about one it does not.
-    const COMMON_KEYS: &str =
-        "conditions, required_keys, max_instances, price_per_hour, boot_seconds, list_lag, environment_variables";
-
-    /// One provider's table, over the defaults of its kind.
-    fn read(name: &str, table: toml::Table) -> Result<ProviderConfig, String> {
-        let kind = match table.get("kind") {
-            Some(toml::Value::String(kind)) => kind.clone(),
-            Some(_) => return Err("kind: must be a string".to_owned()),
-            None => {
-                return Err(format!(
-                    "kind: missing: one of {}",
-                    ProviderKind::NAMES.join(", ")
-                ))
-            }
-        };
-        let Some(defaults) = ProviderConfig::for_kind(name, &kind) else {
-            return Err(format!(
-                "kind: {kind:?} is not one of {}",
-                ProviderKind::NAMES.join(", ")
-            ));
-        };
-        let mut merged = toml::Table::try_from(&defaults).map_err(|e| e.to_string())?;
-        merged.extend(table);
-        let mut provider: ProviderConfig =
-            toml::Value::Table(merged)
-                .try_into()
-                .map_err(|e: toml::de::Error| {
-                    let message = one_line(e.message());
-                    if message.starts_with("unknown field") {
-                        format!(
-                            "{message} for kind {kind:?}, or one every kind takes: {COMMON_KEYS}"
-                        )
-                    } else {
-                        message
-                    }
-                })?;
-        provider.name = name.to_owned();
-        Ok(provider)
-    }
-}
-
 fn check_database_url(url: &str) -> Result<(), String> {
     if url.trim().is_empty() {
         return Err("must not be empty".into());

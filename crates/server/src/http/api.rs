@@ -61,6 +61,10 @@ pub struct JobDto {
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
     pub details: Value,
+    /// Who the job counts against in its pool's fair share: its repository
+    /// (GitHub) or tenant (runway's job API); empty when unknown.
+    #[serde(default)]
+    pub share_key: String,
     /// Why a queued job waits (or why it was never routed): `{code, details}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<Value>,
@@ -86,6 +90,7 @@ impl From<&Job> for JobDto {
             started_at: job.started_at.map(rfc3339),
             finished_at: job.finished_at.map(rfc3339),
             details: serde_json::from_str(&job.payload).unwrap_or(serde_json::Value::Null),
+            share_key: job.share.key.clone(),
             waiting: None,
         }
     }

@@ -663,6 +663,7 @@ fn job_row(job: &runway_core::Job, waiting: Option<&Explanation>) -> serde_json:
         "repository": repository(job),
         "source": job.source.as_str(),
         "external_id": job.external_id,
+        "share_key": job.share.key,
         "live": !job.state.is_terminal(),
         "retryable": job.source == JobSource::Api
             && matches!(job.state, JobState::Failed | JobState::Cancelled),

@@ -1,0 +1,221 @@
+//! `providers`: each provider's declaration, and the section as written:
+//! `[providers.NAME]` tables or a `[[providers]]` list with `name` keys,
+//! each read onto the defaults of its kind; written back as tables, in
+//! name order.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use runway_providers::factory::{ProviderKind, ProviderSpec};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::one_line;
+
+pub fn serialize<S: Serializer>(
+    providers: &[ProviderConfig],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    providers
+        .iter()
+        .map(|provider| (&provider.name, provider))
+        .collect::<BTreeMap<_, _>>()
+        .serialize(serializer)
+}
+
+pub fn deserialize<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<ProviderConfig>, D::Error> {
+    let named: Vec<(String, toml::Table, String)> = match toml::Value::deserialize(deserializer)? {
+        toml::Value::Table(tables) => tables
+            .into_iter()
+            .map(|(name, value)| match value {
+                toml::Value::Table(table) => {
+                    let key = format!("[providers.{name}]");
+                    Ok((name, table, key))
+                }
+                _ => Err(D::Error::custom(format!(
+                    "[providers.{name}] is not a table"
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+        toml::Value::Array(list) => {
+            let mut seen = BTreeSet::new();
+            let mut named = Vec::new();
+            for (i, entry) in list.into_iter().enumerate() {
+                let toml::Value::Table(mut table) = entry else {
+                    return Err(D::Error::custom(format!("providers[{i}] is not a table")));
+                };
+                let Some(toml::Value::String(name)) = table.remove("name") else {
+                    return Err(D::Error::custom(format!(
+                        "providers[{i}].name: missing: every provider needs a name"
+                    )));
+                };
+                if !seen.insert(name.clone()) {
+                    return Err(D::Error::custom(format!(
+                        "providers[{i}].name: duplicate provider {name:?}"
+                    )));
+                }
+                let key = format!("providers[{i}] ({name})");
+                named.push((name, table, key));
+            }
+            named
+        }
+        _ => {
+            return Err(D::Error::custom(
+                "give [providers.NAME] tables or a [[providers]] list",
+            ))
+        }
+    };
+    let mut providers = named
+        .into_iter()
+        .map(|(name, table, key)| {
+            read(&name, table).map_err(|m| D::Error::custom(format!("{key}: {m}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    providers.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(providers)
+}
+
+/// Whether an error's first part is the key of one provider, as
+/// [`deserialize`] writes them: `[providers.NAME]` or `providers[I]…`.
+pub fn names_a_provider(key: &str) -> bool {
+    key.starts_with("[providers.") || key.starts_with("providers[")
+}
+
+/// The keys every kind takes, for an error about one it does not.
+const COMMON_KEYS: &str =
+    "conditions, required_keys, max_instances, price_per_hour, boot_seconds, list_lag, environment_variables";
+
+/// One provider's table, over the defaults of its kind.
+fn read(name: &str, table: toml::Table) -> Result<ProviderConfig, String> {
+    let kind = match table.get("kind") {
+        Some(toml::Value::String(kind)) => kind.clone(),
+        Some(_) => return Err("kind: must be a string".to_owned()),
+        None => {
+            return Err(format!(
+                "kind: missing: one of {}",
+                ProviderKind::NAMES.join(", ")
+            ))
+        }
+    };
+    let Some(defaults) = ProviderConfig::for_kind(name, &kind) else {
+        return Err(format!(
+            "kind: {kind:?} is not one of {}",
+            ProviderKind::NAMES.join(", ")
+        ));
+    };
+    let mut merged = toml::Table::try_from(&defaults).map_err(|e| e.to_string())?;
+    merged.extend(table);
+    let mut provider: ProviderConfig =
+        toml::Value::Table(merged)
+            .try_into()
+            .map_err(|e: toml::de::Error| {
+                let message = one_line(e.message());
+                if message.starts_with("unknown field") {
+                    format!("{message} for kind {kind:?}, or one every kind takes: {COMMON_KEYS}")
+                } else {
+                    message
+                }
+            })?;
+    provider.name = name.to_owned();
+    Ok(provider)
+}
+
+/// A provider declaration: how runners are started (its `kind` and that
+/// kind's keys, `runway_providers::factory::ProviderKind`), what capacity
+/// it offers the planner (`max_instances`, `price_per_hour`,
+/// `boot_seconds`, whose defaults depend on the kind), and what worker
+/// configurations for it may say (its own condition names) and must
+/// contain (required keys).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct ProviderConfig {
+    /// The table's name (`[providers.NAME]`).
+    #[serde(skip)]
+    pub name: String,
+    #[serde(flatten)]
+    pub kind: ProviderKind,
+    #[serde(default)]
+    pub conditions: Vec<String>,
+    #[serde(default)]
+    pub required_keys: Vec<String>,
+    /// Most instances at once through this provider.
+    pub max_instances: u32,
+    pub price_per_hour: f64,
+    /// Boot time, uniform between the two (equal for a fixed time): what
+    /// `sim` instances take, and what the others' bids say to expect.
+    #[serde(with = "runway_providers::settings::boot_seconds")]
+    pub boot_seconds: (f64, f64),
+    /// How long an instance may be missing from the provider's list after
+    /// its create returned (cloud APIs are eventually consistent): until
+    /// then its absence is "not visible yet", not "vanished". By kind:
+    /// `ec2` 60 s, `exec` 30 s (GARM providers list real clouds), `process`
+    /// and `sim` 0 (their lists are what they just did).
+    #[serde(with = "runway_providers::settings::duration")]
+    pub list_lag: Duration,
+    /// `process`, `exec`: host environment variables (names, or prefixes
+    /// such as `"AWS_"`) the child may inherit besides the base (`PATH`,
+    /// `HOME`, `LANG`, `TMPDIR`, the proxy variables). Nothing else of
+    /// runway's environment reaches it; `RUNWAY_*` and `GARM_*` never do.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub environment_variables: Vec<String>,
+}
+
+impl ProviderConfig {
+    /// A provider of `kind` with that kind's defaults: a simulated cloud
+    /// boots in minutes and costs money; a local process starts in a
+    /// second, free.
+    pub fn new(name: &str, kind: ProviderKind) -> ProviderConfig {
+        let local = matches!(kind, ProviderKind::Process { .. });
+        let list_lag = match kind {
+            ProviderKind::Ec2 { .. } => Duration::from_secs(60),
+            ProviderKind::Exec { .. } => Duration::from_secs(30),
+            _ => Duration::ZERO,
+        };
+        ProviderConfig {
+            name: name.to_owned(),
+            kind,
+            conditions: Vec::new(),
+            required_keys: Vec::new(),
+            max_instances: if local { 4 } else { 100 },
+            price_per_hour: if local { 0.0 } else { 0.10 },
+            boot_seconds: if local { (1.0, 1.0) } else { (120.0, 180.0) },
+            list_lag,
+            environment_variables: Vec::new(),
+        }
+    }
+
+    /// The defaults of a provider of the kind called `kind`, if runway has it.
+    pub fn for_kind(name: &str, kind: &str) -> Option<ProviderConfig> {
+        ProviderKind::named(kind).map(|kind| ProviderConfig::new(name, kind))
+    }
+
+    /// Its typed declaration, for `runway_providers::factory::build`; `pools`
+    /// are the pools that may use it.
+    pub fn spec(&self, pools: Vec<String>) -> ProviderSpec {
+        ProviderSpec {
+            name: self.name.clone(),
+            kind: self.kind.clone(),
+            max_instances: self.max_instances,
+            price_per_hour: self.price_per_hour,
+            boot_seconds: self.boot_seconds,
+            list_lag: self.list_lag,
+            environment_variables: self.environment_variables.clone(),
+            pools,
+        }
+    }
+}
+
+impl Default for ProviderConfig {
+    fn default() -> ProviderConfig {
+        ProviderConfig::new(
+            "sim",
+            ProviderKind::Sim {
+                fail_rate: 0.0,
+                seed: 0,
+            },
+        )
+    }
+}
+
+pub const PROVIDER_KINDS: [&str; 4] = ProviderKind::NAMES;
