@@ -293,11 +293,12 @@ async fn postgres_fair_share_reads_live_indexes_in_generic_plans() {
     let set_up = [
         "SET plan_cache_mode = force_generic_plan",
         "SET enable_seqscan = off",
-        "PREPARE last_of_key(text, text) AS SELECT max(share_tag) FROM jobs \
-         WHERE pool = $1 AND share_key = $2 AND state = 'queued'",
-        "PREPARE head(text) AS SELECT min(share_tag) FROM jobs WHERE pool = $1 AND state = 'queued'",
-        "PREPARE served(text) AS SELECT max(share_tag) FROM jobs \
-         WHERE pool = $1 AND state IN ('provisioning', 'running')",
+        "PREPARE last_of_key(text, text) AS SELECT share_tag FROM jobs \
+         WHERE pool = $1 AND share_key = $2 AND state = 'queued' ORDER BY share_tag DESC LIMIT 1",
+        "PREPARE head(text) AS SELECT share_tag FROM jobs WHERE pool = $1 AND state = 'queued' \
+         ORDER BY share_tag LIMIT 1",
+        "PREPARE served(text) AS SELECT share_tag FROM jobs WHERE pool = $1 AND state = 'running' \
+         ORDER BY share_tag DESC LIMIT 1",
         "PREPARE next(text) AS SELECT id FROM jobs WHERE state = 'queued' AND pool = $1 \
          ORDER BY share_tag, id LIMIT 1",
         "PREPARE running_of_key(text, text) AS SELECT count(*) FROM jobs \
@@ -311,6 +312,15 @@ async fn postgres_fair_share_reads_live_indexes_in_generic_plans() {
         "EXECUTE running_of_key('p', 'k')",
     ];
     read_live_indexes(&set_up, &executes).await;
+    // Each tag lookup stops at one index entry (a plain `max()` on a table
+    // whose statistics said "empty" once aggregated the whole queue).
+    let lookups = &executes[..4];
+    for (execute, plan) in lookups.iter().zip(postgres_plans(&set_up, lookups).await) {
+        assert!(
+            plan.iter().any(|line| line.contains("Limit")),
+            "{execute}: {plan:?}"
+        );
+    }
 }
 
 /// Each of `executes` (after `set_up`) reads a partial index of live or

@@ -24,13 +24,15 @@ CREATE INDEX jobs_share ON jobs (pool, share_key, state, share_tag) WHERE state 
 CREATE TRIGGER jobs_share_tag AFTER INSERT ON jobs WHEN NEW.state = 'queued'
 BEGIN
     UPDATE jobs SET share_tag = max(
-        coalesce((SELECT max(share_tag) FROM jobs
-                   WHERE pool = NEW.pool AND state IN ('provisioning', 'running')), 0),
-        coalesce((SELECT min(share_tag) FROM jobs
-                   WHERE pool = NEW.pool AND state = 'queued' AND id <> NEW.id), 0),
-        coalesce((SELECT max(share_tag) FROM jobs
-                   WHERE pool = NEW.pool AND share_key = NEW.share_key AND state = 'queued'
-                     AND id <> NEW.id) + 1000.0 / max(NEW.share_weight, 1), 0)
+        coalesce((SELECT share_tag FROM jobs WHERE pool = NEW.pool AND state = 'provisioning'
+                   ORDER BY share_tag DESC LIMIT 1), 0),
+        coalesce((SELECT share_tag FROM jobs WHERE pool = NEW.pool AND state = 'running'
+                   ORDER BY share_tag DESC LIMIT 1), 0),
+        coalesce((SELECT share_tag FROM jobs WHERE pool = NEW.pool AND state = 'queued'
+                   AND id <> NEW.id ORDER BY share_tag LIMIT 1), 0),
+        coalesce((SELECT share_tag FROM jobs WHERE pool = NEW.pool AND share_key = NEW.share_key
+                   AND state = 'queued' AND id <> NEW.id ORDER BY share_tag DESC LIMIT 1)
+                 + 1000.0 / max(NEW.share_weight, 1), 0)
     )
     WHERE id = NEW.id;
 END;
