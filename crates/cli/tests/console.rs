@@ -265,3 +265,140 @@ fn an_operate_token_of_one_pool_sees_and_acts_on_that_pool_only() {
         "{seen}"
     );
 }
+
+/// Sessions end on the server: a logged-out cookie replayed opens no page
+/// and changes nothing; a token replaced under the same name (config
+/// reload) ends its sessions; an admin's "end all sessions" ends every
+/// one; each is in the audit trail; and a live session, like an ended
+/// one, stays what it was across a restart (both are in the store).
+#[test]
+fn sessions_end_on_logout_token_replacement_and_end_all_and_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |ops_token: &str| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN}\"]\nread_tokens = [\"{READ}\"]\n\
+             [[server.tokens]]\nname = \"ops\"\nrole = \"admin\"\ntoken = \"{ops_token}\"\n\
+             [[pools]]\nname = \"default\"\nlabels = [\"self-hosted\", \"linux\"]\n"
+        )
+    };
+    let path = dir.path().join("runway.toml");
+    std::fs::write(&path, config("ops-token-one-0123456789")).unwrap();
+    let (server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    // A same-origin form POST's status.
+    let post = |base: &str, cookie: &str, path: &str, csrf: &str| {
+        http()
+            .post(format!("{base}{path}"))
+            .header("cookie", cookie)
+            .header("origin", base)
+            .form(&[("csrf", csrf)])
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+
+    // Log out, then replay the old cookie and its CSRF token.
+    let ops = login(&base, "ops-token-one-0123456789");
+    let (status, html) = page(&base, &ops, "/console/jobs");
+    assert_eq!(status, 200);
+    let token = csrf(&html);
+    assert_eq!(post(&base, &ops, "/console/logout", &token), 303);
+    assert_eq!(
+        page(&base, &ops, "/console/jobs").0,
+        303,
+        "the old cookie opens no page"
+    );
+    assert_eq!(
+        post(&base, &ops, "/console/pools/default/pause", &token),
+        303,
+        "the old cookie is sent to log in"
+    );
+    assert!(!paused(&base), "and changes nothing");
+
+    // A session outlives a restart; the ended one stays ended.
+    let kept = login(&base, READ);
+    assert_eq!(page(&base, &kept, "/").0, 200);
+    drop(server);
+    let (server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    assert_eq!(
+        page(&base, &kept, "/").0,
+        200,
+        "a live session after a restart"
+    );
+    assert_eq!(page(&base, &ops, "/console/jobs").0, 303, "an ended one");
+
+    // The token replaced under the same name (reload): its session ends.
+    let ops = login(&base, "ops-token-one-0123456789");
+    assert_eq!(page(&base, &ops, "/").0, 200);
+    std::fs::write(&path, config("ops-token-two-0123456789")).unwrap();
+    let reloaded = http()
+        .post(format!("{base}/api/v1/config/reload"))
+        .bearer_auth(ADMIN)
+        .json(&serde_json::json!({}))
+        .send()
+        .unwrap();
+    assert_eq!(reloaded.status().as_u16(), 200);
+    assert_eq!(
+        page(&base, &ops, "/").0,
+        200,
+        "the login page, not the console"
+    );
+    assert!(
+        page(&base, &ops, "/").1.contains("name=\"token\""),
+        "a replaced token's session is over"
+    );
+
+    // An admin ends every session: the reader's, and its own.
+    let admin = login(&base, ADMIN);
+    let (_, html) = page(&base, &admin, "/");
+    assert!(html.contains("End all sessions"), "{html}");
+    assert_eq!(
+        post(&base, &admin, "/console/sessions/end", &csrf(&html)),
+        303
+    );
+    assert_eq!(page(&base, &kept, "/console/jobs").0, 303);
+    assert_eq!(page(&base, &admin, "/console/jobs").0, 303);
+    // A read token cannot end sessions.
+    let reader = login(&base, READ);
+    let (_, html) = page(&base, &reader, "/");
+    assert!(!html.contains("End all sessions"));
+    assert_eq!(
+        post(&base, &reader, "/console/sessions/end", &csrf(&html)),
+        403
+    );
+    assert_eq!(page(&base, &reader, "/console/jobs").0, 200);
+
+    // The audit trail has the logins, the logout and the end of sessions.
+    let audit: serde_json::Value = http()
+        .get(format!("{base}/api/v1/audit?limit=100"))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let entries: Vec<(String, String)> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["actor"].as_str().unwrap_or_default().to_owned(),
+                e["action"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    for expected in [
+        ("ops", "console.login"),
+        ("ops", "console.logout"),
+        ("admin_tokens[0]", "console.end_sessions"),
+        ("read_tokens[0]", "console.login"),
+    ] {
+        assert!(
+            entries
+                .iter()
+                .any(|(actor, action)| (actor.as_str(), action.as_str()) == expected),
+            "{expected:?} in {entries:?}"
+        );
+    }
+    drop(server);
+}

@@ -933,6 +933,10 @@ pub trait Store: Send + Sync + 'static {
     /// Gives up a claim (the thing could not be done after all).
     async fn forget_once(&self, key: &str) -> Result<(), StoreError>;
 
+    /// Whether `key` was claimed with [`Store::claim_once`] and not yet
+    /// forgotten or pruned.
+    async fn once_claimed(&self, key: &str) -> Result<bool, StoreError>;
+
     /// Records the id a runner has at its job source (GitHub's runner id).
     async fn set_runner_external_id(
         &self,

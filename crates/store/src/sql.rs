@@ -1690,6 +1690,14 @@ where
         Ok(done.rows_affected() == 1)
     }
 
+    async fn once_claimed(&self, key: &str) -> Result<bool, StoreError> {
+        let found: Option<(i64,)> = sqlx::query_as("SELECT done_at FROM once_keys WHERE key = $1")
+            .bind(key)
+            .fetch_optional(self.reader())
+            .await?;
+        Ok(found.is_some())
+    }
+
     async fn forget_once(&self, key: &str) -> Result<(), StoreError> {
         sqlx::query(&self.inner.statements.runner_api.forget_once)
             .bind(key)

@@ -905,7 +905,10 @@ mod cases {
             .claim_once("redeliver:2", at(30), at(15))
             .await
             .unwrap());
+        assert!(store.once_claimed("redeliver:2").await.unwrap());
         store.forget_once("redeliver:2").await.unwrap();
+        assert!(!store.once_claimed("redeliver:2").await.unwrap());
+        assert!(!store.once_claimed("never").await.unwrap());
         assert!(store
             .claim_once("redeliver:2", at(40), at(15))
             .await

@@ -81,14 +81,21 @@ impl Caller {
     }
 
     /// The caller named `name` with `role` as the configuration has it now
-    /// (a console session's token, checked on every page): `None` once the
-    /// token is gone or its role changed.
-    pub fn by_name(service: &Service, name: &str, role: Role) -> Option<Caller> {
+    /// (a console session's token, checked on every page), if its token
+    /// `holds` (the session's fingerprint of the token it logged in with):
+    /// `None` once the token is gone, replaced or its role changed.
+    pub fn by_name(
+        service: &Service,
+        name: &str,
+        role: Role,
+        holds: impl Fn(&str) -> bool,
+    ) -> Option<Caller> {
         let config = service.config();
         let server = &config.server;
         let legacy = |tokens: &[Secret], key: &str| {
             tokens.iter().enumerate().any(|(index, token)| {
                 token.origin().unwrap_or_else(|| format!("{key}[{index}]")) == name
+                    && holds(token.expose())
             })
         };
         match role {
@@ -103,7 +110,7 @@ impl Caller {
         let configured = server
             .tokens
             .iter()
-            .find(|t| t.name == name && t.role == role)?;
+            .find(|t| t.name == name && t.role == role && holds(t.token.expose()))?;
         Some(Caller {
             name: configured.name.clone(),
             role,

@@ -3,10 +3,17 @@
 //! third-party assets; one small script takes live updates from
 //! Server-Sent Events (`/console/stream`).
 //!
-//! Login is with an admin or read token, exchanged for a session cookie
-//! (HttpOnly, SameSite=Strict) that is signed with this installation's key
-//! (a store setting, so every replica accepts it) and names the token it
-//! came from: removing the token from the config ends its sessions. Every
+//! Login is with a token, exchanged for a session cookie (HttpOnly,
+//! SameSite=Strict) that is signed with this installation's key (a store
+//! setting, so every replica accepts it and it outlives a restart) and
+//! carries a session id, its expiry, and the name and a fingerprint of the
+//! token it came from. What ends a session is kept in the store, so it
+//! holds on every replica and across restarts: logging out (the id is
+//! recorded as ended until it would have expired anyway, then pruned with
+//! the store's other once-keys), an admin's "end all sessions" (sessions
+//! begun before it are refused), and removing or replacing the token in
+//! the config (checked on every page and every few seconds of the live
+//! stream). Logins and logouts go to the audit trail. Every
 //! form that changes something carries a CSRF token derived from the
 //! session, and a POST whose `Origin` is another site is refused. Read
 //! tokens see no buttons, and their POSTs are refused anyway.
@@ -40,12 +47,15 @@ const SESSION: Duration = Duration::from_secs(12 * 3600);
 const PAGE: u32 = 50;
 /// How often the live view is refreshed.
 const TICK: Duration = Duration::from_secs(1);
+/// Every this many ticks the live stream checks its session still holds.
+const SESSION_RECHECK_TICKS: u32 = 5;
 
 pub fn router() -> Router<Arc<Service>> {
     Router::new()
         .route("/", get(overview))
         .route("/console/login", post(login))
         .route("/console/logout", post(logout))
+        .route("/console/sessions/end", post(end_sessions))
         .route("/console/jobs", get(jobs))
         .route("/console/jobs/{id}", get(job))
         .route("/console/jobs/{id}/{action}", post(job_action))
@@ -142,10 +152,27 @@ fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
-/// A logged-in browser: who, and the CSRF token its forms carry.
+/// A logged-in browser: who, the CSRF token its forms carry, and its id.
 struct Session {
     caller: Caller,
     csrf: String,
+    id: String,
+}
+
+/// The store's record that session `id` was logged out.
+fn ended_key(id: &str) -> String {
+    format!("console_session_ended:{id}")
+}
+
+/// The store setting that holds when an admin last ended every session:
+/// sessions begun before it are refused.
+const SESSIONS_SINCE: &str = "console_sessions_since";
+
+/// The fingerprint of `token` a session carries: enough to tell the token
+/// it logged in with from another under the same name, nothing to log in
+/// with.
+fn fingerprint(key: &[u8], token: &str) -> String {
+    mac(key, &format!("token.{token}"))[..16].to_owned()
 }
 
 fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -168,10 +195,35 @@ async fn session(service: &Service, headers: &HeaderMap) -> Option<Session> {
     if !same(&mac(&key, signed), signature) {
         return None;
     }
-    let mut parts = signed.splitn(3, '.');
-    let (role, expires, name) = (parts.next()?, parts.next()?, parts.next()?);
-    if expires.parse::<i64>().ok()? < now().as_millis() {
+    let mut parts = signed.splitn(5, '.');
+    let (role, expires, name, id, print) = (
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+    );
+    let expires = Timestamp::from_millis(expires.parse::<i64>().ok()?);
+    if expires < now() {
         return None;
+    }
+    // Ended by an admin, or logged out: the store says.
+    let begun = expires.as_millis() - SESSION.as_millis() as i64;
+    match service.store.get_setting(SESSIONS_SINCE).await {
+        Ok(Some(since)) if since.parse::<i64>().is_ok_and(|since| begun < since) => return None,
+        Ok(_) => {}
+        Err(error) => {
+            tracing::warn!(%error, "cannot read when sessions were last ended; refusing the session");
+            return None;
+        }
+    }
+    match service.store.once_claimed(&ended_key(id)).await {
+        Ok(false) => {}
+        Ok(true) => return None,
+        Err(error) => {
+            tracing::warn!(%error, "cannot read whether a session was ended; refusing it");
+            return None;
+        }
     }
     let name = String::from_utf8(
         base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -185,11 +237,14 @@ async fn session(service: &Service, headers: &HeaderMap) -> Option<Session> {
         "read" => crate::config::Role::Read,
         _ => return None,
     };
-    // The token must still be configured, with the same role.
-    let caller = Caller::by_name(service, &name, role)?;
+    // The token must still be configured, the same one, with the same role.
+    let caller = Caller::by_name(service, &name, role, |token| {
+        same(&fingerprint(&key, token), print)
+    })?;
     Some(Session {
         caller,
         csrf: mac(&key, &format!("csrf.{value}")),
+        id: id.to_owned(),
     })
 }
 
@@ -238,13 +293,15 @@ async fn login(
     let role = caller.role.as_str();
     let expires = now().plus(SESSION).as_millis();
     let name = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(caller.name.as_bytes());
-    let signed = format!("{role}.{expires}.{name}");
+    let id = hex::encode(rand::random::<[u8; 16]>());
+    let print = fingerprint(&key, form.token.trim());
+    let signed = format!("{role}.{expires}.{name}.{id}.{print}");
     let value = format!("{signed}.{}", mac(&key, &signed));
     let cookie = format!(
         "{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
         SESSION.as_secs()
     );
-    tracing::info!(target: "runway::audit", actor = %caller.name, "console login");
+    audit_session(&service, &caller.name, "console.login", &id).await;
     ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response()
 }
 
@@ -366,9 +423,76 @@ async fn logout(
         if !same(&session.csrf, &form.csrf) {
             return refused("The form's CSRF token is missing or stale.");
         }
+        // Ended in the store, for every replica, until it would have
+        // expired anyway (then pruned with the other once-keys).
+        let ended = service
+            .store
+            .claim_once(&ended_key(&session.id), now(), Timestamp::from_millis(0))
+            .await;
+        if let Err(error) = ended {
+            tracing::error!(%error, "cannot end a console session");
+            return login_page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("The store is unavailable, so the session could not be ended; try again."),
+            );
+        }
+        audit_session(
+            &service,
+            &session.caller.name,
+            "console.logout",
+            &session.id,
+        )
+        .await;
     }
     let cookie = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
     ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response()
+}
+
+/// Ends every console session (an admin's action): sessions begun before
+/// now are refused on every replica from here on, this one's too.
+async fn end_sessions(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let session = match writer(&service, &headers, &form).await {
+        Ok(session) => session,
+        Err(refusal) => return refusal.into_response(),
+    };
+    if !session.caller.admin() || !session.caller.scope.is_every_pool() {
+        return refused("Only an admin token of every pool may end every session.");
+    }
+    let since = now().as_millis().to_string();
+    if let Err(error) = service.store.put_setting(SESSIONS_SINCE, &since).await {
+        tracing::error!(%error, "cannot end the console's sessions");
+        return refused("The store is unavailable; no session was ended.");
+    }
+    audit_session(
+        &service,
+        &session.caller.name,
+        "console.end_sessions",
+        "all",
+    )
+    .await;
+    let cookie = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response()
+}
+
+/// A login, logout or end of sessions in the audit trail (the session is
+/// named by the start of its id, never its cookie).
+async fn audit_session(service: &Service, actor: &str, action: &str, id: &str) {
+    let entry = runway_store::AuditEntry {
+        id: 0,
+        at: now(),
+        actor: actor.to_owned(),
+        action: action.to_owned(),
+        target: format!("session {}", &id[..id.len().min(8)]),
+        details: json!({"channel": "console"}).to_string(),
+    };
+    if let Err(error) = service.store.add_audit(&entry).await {
+        tracing::error!(%error, action, "cannot write the audit trail");
+    }
+    tracing::info!(target: "runway::audit", %actor, action, "console session");
 }
 
 #[derive(Serialize)]
@@ -1221,10 +1345,10 @@ async fn stream(
     headers: HeaderMap,
     Query(query): Query<StreamQuery>,
 ) -> Response {
-    let Some(session) = session(&service, &headers).await else {
+    let Some(opened) = session(&service, &headers).await else {
         return StatusCode::UNAUTHORIZED.into_response();
     };
-    let scope = session.caller.scope;
+    let scope = opened.caller.scope;
     let followed: Vec<JobId> = query
         .jobs
         .unwrap_or_default()
@@ -1232,11 +1356,17 @@ async fn stream(
         .filter_map(|id| id.trim().parse().ok().map(JobId))
         .take(FOLLOWED)
         .collect();
-    let start = (service, scope, followed, true);
-    let updates =
-        futures_util::stream::unfold(start, |(service, scope, followed, first)| async move {
-            if !first {
+    let start = (service, scope, followed, headers, 0u32);
+    let updates = futures_util::stream::unfold(
+        start,
+        |(service, scope, followed, headers, tick)| async move {
+            if tick > 0 {
                 tokio::time::sleep(TICK).await;
+            }
+            // A session ended meanwhile (logout, its token removed, every
+            // session ended) ends its stream within a few ticks.
+            if tick > 0 && tick % SESSION_RECHECK_TICKS == 0 {
+                session(&service, &headers).await?;
             }
             let mut cells = live_cells(&service, &scope).await.unwrap_or_default();
             followed_cells(&service, &scope, &followed, &mut cells).await;
@@ -1245,9 +1375,10 @@ async fn stream(
                 .data(json!({"cells": cells}).to_string());
             Some((
                 Ok::<_, std::convert::Infallible>(event),
-                (service, scope, followed, false),
+                (service, scope, followed, headers, tick.wrapping_add(1)),
             ))
-        });
+        },
+    );
     Sse::new(updates)
         .keep_alive(KeepAlive::default())
         .into_response()
