@@ -17,8 +17,9 @@ UPDATE jobs SET share_tag = (
 -- The claim path: queued jobs of a pool in tag order.
 DROP INDEX IF EXISTS jobs_queue;
 CREATE INDEX jobs_queue ON jobs (pool, share_tag, id) WHERE state = 'queued';
--- A key's last queued tag (each insert) and its running jobs (the cap).
-CREATE INDEX jobs_share ON jobs (pool, share_key, state, share_tag) WHERE state IN ('queued', 'provisioning', 'running');
+-- A key's last queued tag (each insert); queued rows only (PostgreSQL's
+-- migration 0021 says why).
+CREATE INDEX jobs_share ON jobs (pool, share_key, share_tag) WHERE state = 'queued';
 
 -- The tag of each queued job, in the transaction that inserts it.
 CREATE TRIGGER jobs_share_tag AFTER INSERT ON jobs WHEN NEW.state = 'queued'
