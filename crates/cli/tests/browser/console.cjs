@@ -241,6 +241,37 @@ async function run(browser) {
     }
   });
 
+  await step("logging out ends the session: its cookie, replayed, opens nothing and changes nothing", async () => {
+    const leaving = await login(browser, ADMIN);
+    const page = leaving.page;
+    await page.goto(`${BASE}/console/jobs`);
+    const csrf = await page.locator("input[name=csrf]").first().inputValue();
+    const [old] = (await leaving.context.cookies()).filter((c) => c.name === "runway_session");
+    await Promise.all([page.waitForURL(`${BASE}/`), page.locator("button", { hasText: "Log out" }).click()]);
+    if ((await page.locator("#token").count()) !== 1) fail("no login page after logging out");
+    // Another browser that stole the cookie and the CSRF token.
+    const thief = await browser.newContext({ viewport: LAPTOP });
+    await thief.addCookies([old]);
+    const stolen = await thief.newPage();
+    await stolen.goto(`${BASE}/console/jobs`);
+    if ((await stolen.locator("#token").count()) !== 1) fail(`the replayed cookie opened ${stolen.url()}`);
+    const answer = await stolen.request.post(`${BASE}/console/pools/ci/pause`, {
+      form: { csrf },
+      headers: { origin: BASE },
+      maxRedirects: 0,
+    });
+    if (answer.status() !== 303 || answer.headers()["location"] !== "/") {
+      fail(`the replayed POST got ${answer.status()} to ${answer.headers()["location"]}`);
+    }
+    const pools = await must("GET", "/api/v1/pools", ADMIN, undefined, [200]);
+    if (pools.pools.find((p) => p.name === "ci").paused) fail("the replayed POST paused ci");
+    await thief.close();
+    await leaving.context.close();
+    // The other sessions go on.
+    await admin.page.goto(`${BASE}/console/jobs`);
+    if ((await admin.page.locator("#token").count()) !== 0) fail("another session ended too");
+  });
+
   await step("screenshots of the console on a laptop screen", async () => {
     const page = admin.page;
     await page.goto(`${BASE}/`);
