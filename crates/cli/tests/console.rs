@@ -57,6 +57,22 @@ fn csrf(html: &str) -> String {
     html[start..start + 64].to_owned()
 }
 
+/// What a live stream sends until `done` holds of all of it (within 10 s).
+fn stream_until(
+    mut stream: reqwest::blocking::Response,
+    what: &str,
+    done: impl Fn(&str) -> bool,
+) -> String {
+    let mut seen = String::new();
+    wait_until(what, 10, || {
+        let mut buffer = [0u8; 65536];
+        let read = std::io::Read::read(&mut stream, &mut buffer).unwrap_or(0);
+        seen.push_str(&String::from_utf8_lossy(&buffer[..read]));
+        done(&seen)
+    });
+    seen
+}
+
 fn paused(base: &str) -> bool {
     let pools: serde_json::Value = http()
         .get(format!("{base}/api/v1/pools"))
@@ -164,7 +180,7 @@ fn the_console_logs_in_shows_by_role_and_refuses_forged_posts() {
     assert!(html.contains("the pool is paused"), "{html}");
     let (_, html) = page(&base, &admin, &format!("/console/jobs/{job}"));
     assert!(html.contains("created"), "the job's history: {html}");
-    let mut stream = http()
+    let stream = http()
         .get(format!("{base}/console/stream"))
         .header("cookie", &admin)
         .send()
@@ -173,11 +189,7 @@ fn the_console_logs_in_shows_by_role_and_refuses_forged_posts() {
         stream.headers()["content-type"].to_str().unwrap(),
         "text/event-stream"
     );
-    let mut seen = String::new();
-    wait_until("the stream sends the job's wait reason", 10, || {
-        let mut buffer = [0u8; 4096];
-        let read = std::io::Read::read(&mut stream, &mut buffer).unwrap_or(0);
-        seen.push_str(&String::from_utf8_lossy(&buffer[..read]));
+    stream_until(stream, "the stream sends the job's wait reason", |seen| {
         seen.contains(&format!("\"job:{job}:waiting\":\"the pool is paused\""))
     });
     assert_eq!(page(&base, "", "/console/stream").0, 401);
@@ -248,16 +260,12 @@ fn an_operate_token_of_one_pool_sees_and_acts_on_that_pool_only() {
     assert_eq!(act("/console/pools/team-b/pause"), 403);
     assert_eq!(act(&format!("/console/jobs/{job_b}/cancel")), 403);
     assert_eq!(act("/console/pools/team-a/pause"), 303);
-    let mut stream = http()
+    let stream = http()
         .get(format!("{base}/console/stream?jobs={job_a},{job_b}"))
         .header("cookie", &team)
         .send()
         .unwrap();
-    let mut seen = String::new();
-    wait_until("the stream's first update", 10, || {
-        let mut buffer = [0u8; 8192];
-        let read = std::io::Read::read(&mut stream, &mut buffer).unwrap_or(0);
-        seen.push_str(&String::from_utf8_lossy(&buffer[..read]));
+    let seen = stream_until(stream, "the stream's first update", |seen| {
         seen.contains("pool:team-a:state")
     });
     assert!(
@@ -401,4 +409,57 @@ fn sessions_end_on_logout_token_replacement_and_end_all_and_survive_a_restart() 
         );
     }
     drop(server);
+}
+
+/// A paused pool with 600 queued jobs: the newest (beyond the oldest 500
+/// the live cells list, so on the jobs page's first page) keep their wait
+/// reason in the stream that follows them, instead of a blank.
+#[test]
+fn a_deep_queues_newest_jobs_keep_their_reason_in_the_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("runway.toml"),
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN}\"]\n\
+             [[pools]]\nname = \"default\"\nlabels = [\"self-hosted\", \"linux\"]\n"
+        ),
+    )
+    .unwrap();
+    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    let paused = http()
+        .post(format!("{base}/api/v1/pools/default/pause"))
+        .bearer_auth(ADMIN)
+        .json(&serde_json::json!({}))
+        .send()
+        .unwrap();
+    assert!(paused.status().is_success(), "{paused:?}");
+    let ids: Vec<i64> = (0..600)
+        .map(|_| common::submit(&base, ADMIN, "echo hi"))
+        .collect();
+    let newest = ids[599];
+    let admin = login(&base, ADMIN);
+    let (_, html) = page(&base, &admin, "/console/jobs");
+    assert!(
+        html.contains(&format!(
+            "data-live=\"job:{newest}:waiting\">the pool is paused"
+        )),
+        "the first page shows the newest job's reason"
+    );
+    let stream = http()
+        .get(format!("{base}/console/stream?jobs={newest},{}", ids[0]))
+        .header("cookie", &admin)
+        .send()
+        .unwrap();
+    let seen = stream_until(stream, "two updates of the stream", |seen| {
+        seen.matches("event: update").count() >= 2
+    });
+    assert!(
+        seen.contains(&format!("\"job:{newest}:waiting\":\"the pool is paused\"")),
+        "the newest job's reason is kept: {}",
+        &seen[..seen.len().min(400)]
+    );
+    assert!(
+        !seen.contains(&format!("\"job:{newest}:waiting\":\"\"")),
+        "never blanked"
+    );
 }

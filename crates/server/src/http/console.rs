@@ -1325,18 +1325,32 @@ async fn followed_cells(
     ids: &[JobId],
     cells: &mut serde_json::Map<String, serde_json::Value>,
 ) {
+    // The followed jobs the live cells left out (beyond the oldest 500
+    // of a state: a deep queue's newest, the first page), each with its
+    // own reason: never a blank over what the page was sent.
+    let mut missing = Vec::new();
     for id in ids {
-        let key = format!("job:{id}:state");
-        if cells.contains_key(&key) {
+        if cells.contains_key(&format!("job:{id}:state")) {
             continue;
         }
         if let Ok(Some(job)) = service.store.get_job(*id).await {
-            if !scope.covers(job.pool.as_deref()) {
-                continue;
+            if scope.covers(job.pool.as_deref()) {
+                missing.push(job);
             }
-            cells.insert(key, json!(job.state.as_str()));
-            cells.insert(format!("job:{id}:waiting"), json!(""));
         }
+    }
+    if missing.is_empty() {
+        return;
+    }
+    let Ok(explained) = crate::app::explain::explain_jobs(service, &missing).await else {
+        // Not computed: say nothing of these jobs this tick rather than
+        // blank what the page shows.
+        return;
+    };
+    for job in &missing {
+        cells.insert(format!("job:{}:state", job.id), json!(job.state.as_str()));
+        let waiting = explained.get(&job.id).map(waiting_text).unwrap_or_default();
+        cells.insert(format!("job:{}:waiting", job.id), json!(waiting));
     }
 }
 
