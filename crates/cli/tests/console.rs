@@ -180,6 +180,15 @@ fn the_console_logs_in_shows_by_role_and_refuses_forged_posts() {
     assert!(html.contains("the pool is paused"), "{html}");
     let (_, html) = page(&base, &admin, &format!("/console/jobs/{job}"));
     assert!(html.contains("created"), "the job's history: {html}");
+    // What it runs, its timeout and how long it has waited.
+    for expected in [
+        "Why it waits",
+        "Runs (timeout 1 min):",
+        "<pre>echo hi</pre>",
+        "queued for",
+    ] {
+        assert!(html.contains(expected), "{expected} in {html}");
+    }
     let stream = http()
         .get(format!("{base}/console/stream"))
         .header("cookie", &admin)
@@ -193,6 +202,19 @@ fn the_console_logs_in_shows_by_role_and_refuses_forged_posts() {
         seen.contains(&format!("\"job:{job}:waiting\":\"the pool is paused\""))
     });
     assert_eq!(page(&base, "", "/console/stream").0, 401);
+
+    // A cancelled job's page says why it ended, and no longer why it waits.
+    let cancelled = http()
+        .post(format!("{base}/api/v1/jobs/{job}/cancel"))
+        .bearer_auth(ADMIN)
+        .json(&serde_json::json!({"reason": "not needed any more"}))
+        .send()
+        .unwrap();
+    assert!(cancelled.status().is_success(), "{cancelled:?}");
+    let (_, html) = page(&base, &admin, &format!("/console/jobs/{job}"));
+    assert!(html.contains("not needed any more"), "{html}");
+    assert!(html.contains("Why it ended:"), "{html}");
+    assert!(!html.contains("Why it waits"), "{html}");
 }
 
 /// An `operate` token of one pool: its console shows that pool only, with

@@ -597,7 +597,9 @@ fn short_duration(d: Duration) -> String {
     match seconds {
         0 => format!("{} ms", d.as_millis()),
         1..=59 => format!("{seconds} s"),
+        60..=3599 if seconds.is_multiple_of(60) => format!("{} min", seconds / 60),
         60..=3599 => format!("{} min {} s", seconds / 60, seconds % 60),
+        _ if seconds % 3600 < 60 => format!("{} h", seconds / 3600),
         _ => format!("{} h {} min", seconds / 3600, seconds % 3600 / 60),
     }
 }
@@ -969,11 +971,27 @@ async fn job(
         .ok()
         .flatten()
         .map(|(_, log)| log);
+    // What an operator asks of one job: what it runs, for how long it may,
+    // how long it waited and ran, and how it ended.
+    let payload: serde_json::Value = serde_json::from_str(&found.payload).unwrap_or_default();
+    let at = now();
+    let span =
+        |from: Timestamp, to: Option<Timestamp>| short_duration(to.unwrap_or(at).since(from));
+    let facts = json!({
+        "script": payload["script"].as_str(),
+        "timeout": payload["timeout_seconds"].as_u64().map(|s| short_duration(Duration::from_secs(s))),
+        "queued_for": span(found.created_at, found.started_at.or(found.finished_at)),
+        "ran_for": found.started_at.map(|started| span(started, found.finished_at)),
+        "reason": found.reason,
+        "conclusion": found.conclusion.map(|c| c.as_str()),
+        "created_at": rfc3339(found.created_at),
+        "finished_at": found.finished_at.map(rfc3339),
+    });
     page(
         &session,
         "job.html",
         "jobs",
-        json!({"job": job_row(&found, explanation.as_ref()), "events": events, "log": log, "followed": [found.id.0]}),
+        json!({"job": job_row(&found, explanation.as_ref()), "facts": facts, "events": events, "log": log, "followed": [found.id.0]}),
     )
 }
 
@@ -1422,7 +1440,9 @@ mod tests {
             (Duration::from_millis(850), "850 ms"),
             (secs(42), "42 s"),
             (secs(185), "3 min 5 s"),
+            (secs(60), "1 min"),
             (secs(7800), "2 h 10 min"),
+            (secs(3600), "1 h"),
         ] {
             assert_eq!(short_duration(d), text);
         }
