@@ -278,6 +278,17 @@ pub struct ShareCount {
     pub active: u64,
 }
 
+impl ShareCount {
+    /// Each key's jobs provisioning or running: what the cap on a key's
+    /// running jobs counts (`runway_core::planner::hold_by_cap`).
+    pub fn active_by_key(counts: &[ShareCount]) -> std::collections::HashMap<String, u32> {
+        counts
+            .iter()
+            .map(|c| (c.key.clone(), u32::try_from(c.active).unwrap_or(u32::MAX)))
+            .collect()
+    }
+}
+
 /// How many jobs a pool has in one state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobCount {

@@ -75,10 +75,7 @@ pub async fn pool_snapshot(
         None => (queued, unlisted, Vec::new()),
         Some(cap) => {
             let counts = service.store.share_counts(&pool.name).await?;
-            let active: std::collections::HashMap<String, u32> = counts
-                .iter()
-                .map(|c| (c.key.clone(), u32::try_from(c.active).unwrap_or(u32::MAX)))
-                .collect();
+            let active = runway_store::ShareCount::active_by_key(&counts);
             let (stay, held) = runway_core::planner::hold_by_cap(
                 queued.iter().map(|job| (job.id, job.share.key.as_str())),
                 &active,

@@ -539,10 +539,7 @@ impl Listener {
             .share_counts(&self.pool)
             .await
             .map_err(|e| e.to_string())?;
-        let mut active: std::collections::HashMap<String, u32> = counts
-            .iter()
-            .map(|c| (c.key.clone(), u32::try_from(c.active).unwrap_or(u32::MAX)))
-            .collect();
+        let mut active = runway_store::ShareCount::active_by_key(&counts);
         for job in &held {
             *active.entry(job.share.key.clone()).or_default() += 1;
         }
