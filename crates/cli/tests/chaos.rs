@@ -24,9 +24,11 @@
 //! - each pool's `max_runners` was never exceeded (sampled);
 //! - no create, delete, start or stop, and no GitHub JIT configuration,
 //!   deregistration or redelivery request, was made by a replica after
-//!   another had begun a later term (each provider call logs its caller's
-//!   pid and time; each replica incarnation presents GitHub a token of its
-//!   own; each replica's log says when it began leading).
+//!   another had begun acting in a later term (each provider call logs
+//!   its caller's pid and time; each replica incarnation presents GitHub a
+//!   token of its own; each replica's log says when it began acting, which
+//!   a replica that took the lead over does one silence after it took the
+//!   lock, once any lease of the replica before it has run out).
 //!
 //! A second, directed test ends the leader's database session three times
 //! while provider calls are slow, and checks no call is made by a replica
@@ -513,9 +515,11 @@ fn drive_github(
     figures
 }
 
-/// When each term began: (time, pid) from every replica's log.
+/// When each term's holder began acting (making side effects): (time,
+/// pid) from every replica's log. No call of a term comes before it: the
+/// line is logged right after the flag every gate reads is set.
 fn terms_begun(root: &Path, replicas: &[Replica]) -> Vec<(f64, u32)> {
-    logged(root, replicas, "leading: this replica runs")
+    logged(root, replicas, "acting: this replica runs")
 }
 
 /// When a line holding `needle` was logged: (time, pid) from every
@@ -566,12 +570,13 @@ fn mutating_calls(root: &Path) -> Vec<(f64, String, u32)> {
 
 /// Why a side effect by `pid` at `at` was made by a replica that no longer
 /// led, or `None` when its caller led. The caller's own latest term began
-/// before the call (its log line comes after the term's commit and before
-/// any call of that term); another term begun after it, more than a
-/// tolerance before the call (the time between a term's commit and its log
-/// line), means the caller no longer led.
+/// acting before the call; another term that began acting after it and
+/// before the call means two replicas' side effects overlapped. No
+/// tolerance: a replica that takes the lead over acts one whole silence
+/// (5 s here) after it took the lock, and the lease of the one before ran
+/// out a fifth of that earlier by its own clock, so only a call spawned
+/// more than a second after it passed its last gate could land there.
 fn deposed(began: &[(f64, u32)], pid: u32, at: f64) -> Option<String> {
-    const TOLERANCE: f64 = 0.5;
     let own = began
         .iter()
         .rev()
@@ -581,7 +586,7 @@ fn deposed(began: &[(f64, u32)], pid: u32, at: f64) -> Option<String> {
         None => true,
         Some(own) => began
             .iter()
-            .any(|(started, p)| *p != pid && *started > own && *started + TOLERANCE < at),
+            .any(|(started, p)| *p != pid && *started > own && *started < at),
     };
     deposed.then(|| {
         let around: Vec<String> = began
@@ -656,7 +661,9 @@ impl Cluster {
 /// A leader whose database session is ended (every client connection, as
 /// an administrator or a failover would) makes no provider call from the
 /// moment it logs the loss until it leads again: however its rounds in
-/// flight go on, nothing passes the gates. Three times, under load.
+/// flight go on, nothing passes the gates; and none after the replica that
+/// took over began acting (the ended session freed the lock at once, while
+/// the old holder's lease still ran). Three times, under load.
 #[test]
 fn a_leader_whose_database_session_ends_makes_no_call_until_it_leads_again() {
     let Cluster {
@@ -722,8 +729,17 @@ fn a_leader_whose_database_session_ends_makes_no_call_until_it_leads_again() {
     for replica in &mut replicas {
         replica.kill();
     }
+    // Nor does its last call overlap the next leader's: that one acts only
+    // once the lease the ended session's holder renewed has run out.
+    let overlapping: Vec<String> = mutating_calls(root)
+        .into_iter()
+        .filter_map(|(at, command, pid)| {
+            deposed(&began, pid, at).map(|why| format!("{at:.3} {command} {pid}: {why}"))
+        })
+        .collect();
     assert!(lost.len() >= 3, "{lost:?}");
     assert!(after_loss.is_empty(), "{after_loss:#?}");
+    assert!(overlapping.is_empty(), "{overlapping:#?}");
 }
 
 #[test]

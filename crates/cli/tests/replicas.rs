@@ -64,7 +64,7 @@ providers = ["cloud"]
     wait_until("the first replica to lead", 30, || {
         metric(&a, "runway_leader") == 1.0
     });
-    let (_second, b) = serve(dir.path(), &scoped);
+    let (mut second, b) = serve(dir.path(), &scoped);
     wait_until("the leader to start its two warm runners", 30, || {
         metric(&a, "runway_runners_created_total") == 2.0
             && metric(&a, "runway_runners{pool=\"warm\",state=\"idle\"}") == 2.0
@@ -99,10 +99,33 @@ providers = ["cloud"]
     );
     assert_eq!(after["leader"]["replica"], after["replica"], "{after}");
     assert_ne!(after["leader"]["replica"], first_leader, "{after}");
+    // The dead leader did not release its term: the new one waited one
+    // silence of the lock (5 checks of 1 s) for its lease to run out.
+    assert_eq!(after["lead"]["waited_ms"], 5_000, "{after}");
+    assert_eq!(after["lead"]["acting"], true, "{after}");
     // Its sim has none of the dead leader's machines: it starts its own.
     wait_until("the new leader to keep two runners warm", 30, || {
         metric(&b, "runway_runners{pool=\"warm\",state=\"idle\"}") == 2.0
     });
+
+    // A leader stopped in order (SIGTERM) releases its term: the replica
+    // that takes over acts at once.
+    let (_third, c) = serve(dir.path(), &scoped);
+    wait_until("the third replica in the cluster view", 30, || {
+        cluster(&c)["replicas"].as_array().map(Vec::len) >= Some(2)
+    });
+    assert!(second.terminate().success(), "a clean stop");
+    wait_until("the third replica to take the lead", 30, || {
+        metric(&c, "runway_leader") == 1.0
+    });
+    let handed = cluster(&c);
+    assert_eq!(
+        handed["leader"]["term"].as_i64(),
+        Some(first_term + 2),
+        "{handed}"
+    );
+    assert_eq!(handed["lead"]["waited_ms"], 0, "{handed}");
+    assert_eq!(handed["lead"]["acting"], true, "{handed}");
 }
 
 /// A directory with a `runway.toml` for replicas that serve long-polling

@@ -148,16 +148,19 @@ pub async fn run(
     let service = Arc::new(service);
     let _ = serving.set(Arc::downgrade(&service));
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    // The lead is released after every other worker has stopped.
+    let (others_stopped, release_lead) = tokio::sync::oneshot::channel();
+    let leadership = tokio::spawn(crate::app::background::leadership(
+        service.clone(),
+        service
+            .config()
+            .scaling
+            .interval
+            .clamp(Duration::from_secs(1), Duration::from_secs(2)),
+        stopped.clone(),
+        release_lead,
+    ));
     let mut workers = vec![
-        tokio::spawn(crate::app::background::leadership(
-            service.clone(),
-            service
-                .config()
-                .scaling
-                .interval
-                .clamp(Duration::from_secs(1), Duration::from_secs(2)),
-            stopped.clone(),
-        )),
         tokio::spawn(crate::app::background::lease_sweeper(
             service.clone(),
             stopped.clone(),
@@ -175,6 +178,10 @@ pub async fn run(
             stopped.clone(),
         )),
         tokio::spawn(crate::app::retention::run(service.clone(), stopped.clone())),
+        tokio::spawn(crate::app::history::sampler(
+            service.clone(),
+            stopped.clone(),
+        )),
     ];
     if !providers.is_empty() {
         let (set, worker) = start_reconciler(&service, providers, &stopped);
@@ -235,6 +242,8 @@ pub async fn run(
     for worker in workers {
         let _ = worker.await;
     }
+    let _ = others_stopped.send(());
+    let _ = leadership.await;
     served.map_err(RunError::Http)?;
     tracing::info!("runway stopped");
     Ok(())

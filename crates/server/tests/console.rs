@@ -183,3 +183,147 @@ async fn worker_configs_tasks_and_cluster_pages_render() {
     let html = page(&harness, &cookie, "/console/cluster").await;
     assert!(html.contains("served by"), "{html}");
 }
+
+/// The fleet's history: the sampler records a pool's live state as a
+/// minute's sample, and the pool page and the overview draw what was
+/// recorded — one point a sampled bucket, gaps where nothing was — with
+/// the pool's cost and why its jobs waited.
+#[tokio::test]
+async fn a_pool_page_charts_the_sampled_history_and_why_jobs_waited() {
+    use runway_store::PoolSample;
+    const MINUTE: i64 = 60_000;
+    let harness = harness().await;
+    let store = harness.store();
+
+    // The sampler, on the live state: three queued jobs.
+    for n in 0..3 {
+        store
+            .enqueue(
+                &NewJob {
+                    source: JobSource::Api,
+                    external_id: format!("sampled-{n}"),
+                    route: Route::Pool("default".to_owned()),
+                    labels: vec!["self-hosted".to_owned(), "linux".to_owned()],
+                    payload: r#"{"script":"true"}"#.to_owned(),
+                    max_attempts: 3,
+                    share: Default::default(),
+                },
+                Timestamp::from_millis(1_000),
+            )
+            .await
+            .expect("enqueue");
+    }
+    let now = runway_server::clock::now();
+    let last = std::sync::Mutex::new(None);
+    runway_server::app::history::sample_once(&harness.service, &last, now)
+        .await
+        .expect("a sample");
+    // Asked again within the same minute: nothing more.
+    runway_server::app::history::sample_once(&harness.service, &last, now)
+        .await
+        .expect("no second sample");
+    let minute = runway_server::app::history::minute_of(now).as_millis() - MINUTE;
+    let sampled = store
+        .pool_history(
+            Some("default"),
+            Timestamp::from_millis(0),
+            std::time::Duration::from_secs(60),
+        )
+        .await
+        .expect("history");
+    assert_eq!(sampled.len(), 1, "{sampled:?}");
+    assert_eq!(sampled[0].at, Timestamp::from_millis(minute));
+    assert_eq!(sampled[0].queued, 3.0);
+    assert_eq!(sampled[0].started, 0);
+
+    // Forty more minutes recorded over the last hour, every other one
+    // missing: 20 more points, with a gap between each.
+    let samples: Vec<PoolSample> = (2..42)
+        .step_by(2)
+        .map(|back| PoolSample {
+            pool: "default".to_owned(),
+            at: Timestamp::from_millis(minute - back * MINUTE),
+            queued: back,
+            running: 2,
+            booting: 1,
+            idle: 0,
+            busy: 2,
+            started: 4,
+            wait_p50_ms: Some(20_000),
+            wait_p95_ms: Some(90_000),
+            runner_seconds: 180,
+            cost_micros: 5_000,
+            waits: vec![
+                ("pool_paused".to_owned(), 3),
+                ("at_max_runners".to_owned(), 1),
+            ],
+        })
+        .collect();
+    store.record_pool_samples(&samples).await.expect("record");
+    let cookie = login(&harness).await;
+
+    let hour = page(&harness, &cookie, "/console/pools/default").await;
+    let charts: Vec<&str> = hour.split("<svg class=\"chart\"").skip(1).collect();
+    assert_eq!(charts.len(), 4, "jobs, runners, queue time, cost");
+    for chart in &charts {
+        assert!(chart.contains("data-buckets=\"60\""), "{chart}");
+    }
+    assert!(charts[0].contains("data-points=\"21\""), "{}", charts[0]);
+    assert!(charts[0].contains("data-series=\"queued\" data-points=\"21\""));
+    // The sampled minute has no start: its queue time is a gap.
+    assert!(
+        charts[2].contains("data-series=\"p95\" data-points=\"20\""),
+        "{}",
+        charts[2]
+    );
+    // 20 minutes × 3 runner-minutes; 20 × $0.005 = $0.10.
+    assert!(hour.contains("<strong>1.0</strong> runner-hours"), "{hour}");
+    assert!(hour.contains("cost <strong>$0.10</strong>"), "{hour}");
+    assert!(hour.contains("<strong>80</strong> jobs started"), "{hour}");
+    // Why jobs waited: paused first (60 job-minutes), then at max (20).
+    let paused = hour
+        .find("data-reason=\"pool_paused\"")
+        .expect("paused listed");
+    let at_max = hour
+        .find("data-reason=\"at_max_runners\"")
+        .expect("at max listed");
+    assert!(paused < at_max);
+    assert!(hour.contains("the pool was paused"), "{hour}");
+    assert!(hour.contains(">60<") && hour.contains("75 %"), "{hour}");
+
+    // A day in five-minute buckets: the samples fall in fewer buckets.
+    let day = page(&harness, &cookie, "/console/pools/default?range=day").await;
+    let buckets: std::collections::BTreeSet<i64> = samples
+        .iter()
+        .map(|s| s.at.as_millis())
+        .chain([minute])
+        .map(|at| at.div_euclid(5 * MINUTE))
+        .collect();
+    assert!(
+        day.contains("data-buckets=\"288\""),
+        "a day of five-minute buckets"
+    );
+    assert!(
+        day.contains(&format!(
+            "data-series=\"queued\" data-points=\"{}\"",
+            buckets.len()
+        )),
+        "{day}"
+    );
+
+    // The overview: a sparkline of the last hour and the day's cost.
+    let overview = page(&harness, &cookie, "/").await;
+    assert!(
+        overview.contains("aria-label=\"default queued, last hour\" data-points=\"21\""),
+        "{overview}"
+    );
+    assert!(overview.contains("$0.10"), "{overview}");
+    assert!(overview.contains("href=\"/console/pools/default\""));
+
+    // An unknown pool is a 404, not an empty chart.
+    let request = Request::get("/console/pools/nope")
+        .header(header::COOKIE, &cookie)
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(fetch(&harness, request).await.0, StatusCode::NOT_FOUND);
+}

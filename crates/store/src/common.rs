@@ -95,6 +95,13 @@ pub(crate) fn prune_statements(what: crate::Prunable, backend: crate::Backend) -
             "DELETE FROM audit WHERE id IN (SELECT id FROM audit WHERE at < $1 ORDER BY at, id LIMIT $2)"
                 .to_owned(),
         ],
+        P::PoolHistory => {
+            let minutes = "SELECT pool, at FROM pool_samples WHERE at < $1 ORDER BY at LIMIT $2";
+            vec![
+                format!("DELETE FROM pool_waits WHERE (pool, at) IN ({minutes})"),
+                format!("DELETE FROM pool_samples WHERE (pool, at) IN ({minutes})"),
+            ]
+        }
         P::InstanceTokens => vec![
             "DELETE FROM instance_tokens WHERE token_hash IN \
              (SELECT token_hash FROM instance_tokens WHERE expires_at < $1 ORDER BY expires_at LIMIT $2)"
@@ -130,7 +137,7 @@ pub(crate) struct Statements {
     pub worker_configs: WorkerConfigStatements,
     pub runner_api: RunnerApiStatements,
     /// Per [`crate::Prunable`], in `Prunable::ALL` order.
-    pub prune: [Vec<String>; 8],
+    pub prune: [Vec<String>; 9],
     /// [`queue_times`] for the dialect.
     pub queue_times: String,
 }
@@ -162,6 +169,7 @@ pub(crate) struct RunnerApiStatements {
     pub replicas: String,
     pub begin_term: String,
     pub leader: String,
+    pub end_term: String,
 }
 
 impl RunnerApiStatements {
@@ -210,6 +218,7 @@ impl RunnerApiStatements {
                  replica = excluded.replica, since = excluded.since RETURNING term"
                     .into(),
             leader: "SELECT replica, term, since FROM leader_terms WHERE name = $1".into(),
+            end_term: "UPDATE leader_terms SET replica = '' WHERE name = $1 AND term = $2".into(),
         }
     }
 }

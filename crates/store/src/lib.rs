@@ -219,10 +219,12 @@ pub enum Prunable {
     InstanceTokens,
     /// The audit trail, by when.
     Audit,
+    /// The fleet's sampled history (`PoolSample`), by its minute.
+    PoolHistory,
 }
 
 impl Prunable {
-    pub const ALL: [Prunable; 8] = [
+    pub const ALL: [Prunable; 9] = [
         Prunable::FinishedJobs,
         Prunable::EndedRunners,
         Prunable::Deliveries,
@@ -231,6 +233,7 @@ impl Prunable {
         Prunable::OnceKeys,
         Prunable::InstanceTokens,
         Prunable::Audit,
+        Prunable::PoolHistory,
     ];
 
     /// The table whose rows it deletes (and counts).
@@ -244,6 +247,7 @@ impl Prunable {
             Prunable::OnceKeys => "once_keys",
             Prunable::InstanceTokens => "instance_tokens",
             Prunable::Audit => "audit",
+            Prunable::PoolHistory => "pool_samples",
         }
     }
 }
@@ -401,6 +405,14 @@ pub trait Leadership: Send + Sync {
     /// Whether the lead is still held: on PostgreSQL, whether the session
     /// holding the advisory lock is alive.
     async fn still_held(&mut self) -> bool;
+
+    /// Whether no other process can have held the lead while this one
+    /// did not (SQLite: one process owns the file). A shared lead's new
+    /// holder waits out the lease a previous holder may still believe it
+    /// has before its first side effect outside the store.
+    fn exclusive(&self) -> bool {
+        false
+    }
 }
 
 /// A wake-up one replica sends the others through the store: a job may be
@@ -562,6 +574,57 @@ pub struct PausedPool {
     pub at: Timestamp,
 }
 
+/// One pool at one minute: the fleet's history, sampled by the leader
+/// (the console's charts). A bounded time series: one row a pool a
+/// minute, pruned by `[retention] pool_history`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolSample {
+    pub pool: String,
+    /// The minute the sample stands for (its start).
+    pub at: Timestamp,
+    /// Jobs queued, and jobs provisioning or running.
+    pub queued: i64,
+    pub running: i64,
+    /// Runners requested or provisioning, idle, busy.
+    pub booting: i64,
+    pub idle: i64,
+    pub busy: i64,
+    /// Jobs that started in the minute, and their queue times' median and
+    /// 95th percentile (none without a start).
+    pub started: i64,
+    pub wait_p50_ms: Option<i64>,
+    pub wait_p95_ms: Option<i64>,
+    /// Runner time paid for in the minute (every live runner, booting
+    /// included), and its price in millionths of the providers' currency.
+    pub runner_seconds: i64,
+    pub cost_micros: i64,
+    /// Queued jobs by the reason they wait (the planner's code).
+    pub waits: Vec<(String, i64)>,
+}
+
+/// Pool samples merged into one bucket of a chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolHistoryPoint {
+    pub pool: String,
+    /// The bucket's start.
+    pub at: Timestamp,
+    /// How many minute samples it merges.
+    pub samples: i64,
+    /// Means over the bucket's samples.
+    pub queued: f64,
+    pub running: f64,
+    pub booting: f64,
+    pub idle: f64,
+    pub busy: f64,
+    pub started: i64,
+    /// The samples' medians weighted by their starts; the highest 95th
+    /// percentile (a bucket's own cannot be had from its samples').
+    pub wait_p50_ms: Option<i64>,
+    pub wait_p95_ms: Option<i64>,
+    pub runner_seconds: i64,
+    pub cost_micros: i64,
+}
+
 /// One entry of the audit trail: who changed what, when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditEntry {
@@ -591,6 +654,8 @@ pub struct Replica {
 /// The latest leader of a name and its term.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderTerm {
+    /// Empty once the term's holder released it (`Store::end_term`): it
+    /// stopped making side effects before it let go of the lock.
     pub replica: String,
     pub term: i64,
     pub since: Timestamp,
@@ -602,6 +667,10 @@ pub struct SoleLeader;
 #[async_trait]
 impl Leadership for SoleLeader {
     async fn still_held(&mut self) -> bool {
+        true
+    }
+
+    fn exclusive(&self) -> bool {
         true
     }
 }
@@ -657,6 +726,12 @@ pub trait Store: Send + Sync + 'static {
         replica: &str,
         now: Timestamp,
     ) -> Result<i64, StoreError>;
+
+    /// Records that `term` of `name` was given up by its holder, which
+    /// makes no side effect from here on (a graceful shutdown): the next
+    /// holder need not wait out its lease. No change when a later term
+    /// has begun.
+    async fn end_term(&self, name: &str, term: i64) -> Result<(), StoreError>;
 
     /// The latest leader of `name` and its term, if there was one.
     async fn leader(&self, name: &str) -> Result<Option<LeaderTerm>, StoreError>;
@@ -788,6 +863,28 @@ pub trait Store: Send + Sync + 'static {
 
     /// Every paused pool.
     async fn paused_pools(&self) -> Result<Vec<PausedPool>, StoreError>;
+
+    /// Records each pool's sample of one minute, with its wait reasons
+    /// (a sample already recorded for that pool and minute is replaced).
+    async fn record_pool_samples(&self, samples: &[PoolSample]) -> Result<(), StoreError>;
+
+    /// The samples since `since` (of `pool`, or of every pool), merged
+    /// into buckets of `bucket` (aligned to multiples of it), by pool then
+    /// time. Reads the bounded series, never the jobs' history.
+    async fn pool_history(
+        &self,
+        pool: Option<&str>,
+        since: Timestamp,
+        bucket: Duration,
+    ) -> Result<Vec<PoolHistoryPoint>, StoreError>;
+
+    /// Job-minutes waited since `since` in `pool`, by wait reason, most
+    /// first.
+    async fn pool_waits(
+        &self,
+        pool: &str,
+        since: Timestamp,
+    ) -> Result<Vec<(String, i64)>, StoreError>;
 
     /// Appends `entry` to the audit trail (its id is given by the store).
     async fn add_audit(&self, entry: &AuditEntry) -> Result<(), StoreError>;

@@ -53,6 +53,7 @@ on_both_backends!(
     the_queue_is_served_by_fair_share_across_keys,
     weights_share_the_queue_in_proportion,
     the_cap_passes_over_a_key_at_its_limit_on_every_claim_path,
+    pool_samples_merge_into_buckets_and_are_pruned_by_minute,
 );
 
 mod cases {
@@ -1043,6 +1044,129 @@ mod cases {
                 term: 2,
                 since: at(50)
             })
+        );
+        // A release of an earlier term changes nothing; of the current
+        // term, it says nobody holds it, and the next term counts on.
+        store.end_term("runway", 1).await.unwrap();
+        assert_eq!(store.leader("runway").await.unwrap().unwrap().replica, "b");
+        store.end_term("runway", 2).await.unwrap();
+        assert_eq!(
+            store.leader("runway").await.unwrap(),
+            Some(LeaderTerm {
+                replica: String::new(),
+                term: 2,
+                since: at(50)
+            })
+        );
+        assert_eq!(store.begin_term("runway", "c", at(60)).await.unwrap(), 3);
+        assert_eq!(store.leader("runway").await.unwrap().unwrap().replica, "c");
+    }
+
+    pub async fn pool_samples_merge_into_buckets_and_are_pruned_by_minute(store: Arc<dyn Store>) {
+        use runway_store::{PoolSample, Prunable};
+        const MINUTE: i64 = 60_000;
+        let sample = |pool: &str, minute: i64, queued: i64, started: i64, p50: i64| PoolSample {
+            pool: pool.to_owned(),
+            at: at(minute * MINUTE),
+            queued,
+            running: 1,
+            booting: 0,
+            idle: 2,
+            busy: 1,
+            started,
+            wait_p50_ms: (started > 0).then_some(p50),
+            wait_p95_ms: (started > 0).then_some(p50 * 3),
+            runner_seconds: 180,
+            cost_micros: 5_000,
+            waits: vec![("at_max_runners".into(), queued), ("pool_paused".into(), 1)],
+        };
+        // Ten minutes of pool a, two of pool b; minute 3 of a written twice
+        // (a leader that took over in the same minute): replaced.
+        let mut samples: Vec<PoolSample> = (0..10)
+            .map(|m| sample("a", m, m, if m % 2 == 0 { 2 } else { 0 }, 100 * (m + 1)))
+            .collect();
+        samples.push(sample("b", 0, 7, 1, 50));
+        samples.push(sample("b", 1, 9, 0, 0));
+        store.record_pool_samples(&samples).await.unwrap();
+        store
+            .record_pool_samples(&[sample("a", 3, 30, 0, 0)])
+            .await
+            .unwrap();
+
+        // Five-minute buckets of pool a: minutes 0–4 and 5–9.
+        let points = store
+            .pool_history(Some("a"), at(0), Duration::from_secs(300))
+            .await
+            .unwrap();
+        assert_eq!(points.len(), 2, "{points:?}");
+        assert_eq!(points[0].at, at(0));
+        assert_eq!(points[0].samples, 5);
+        assert_eq!(points[0].queued, (0.0 + 1.0 + 2.0 + 30.0 + 4.0) / 5.0);
+        assert_eq!(points[0].idle, 2.0);
+        assert_eq!(points[0].started, 6);
+        // Medians weighted by starts (100, 300, 500 with 2 each); the
+        // highest p95.
+        assert_eq!(points[0].wait_p50_ms, Some(300));
+        assert_eq!(points[0].wait_p95_ms, Some(1_500));
+        assert_eq!(points[0].runner_seconds, 900);
+        assert_eq!(points[0].cost_micros, 25_000);
+        assert_eq!(points[1].at, at(5 * MINUTE));
+        assert_eq!(points[1].started, 4);
+        // Every pool, from minute 1: a's from minute 1, then b's.
+        let all = store
+            .pool_history(None, at(MINUTE), Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 10, "{all:?}");
+        assert_eq!(all[0].pool, "a");
+        assert_eq!(all[0].at, at(MINUTE));
+        assert_eq!(all[9].pool, "b");
+        assert_eq!(all[9].queued, 9.0);
+        assert_eq!(all[9].wait_p50_ms, None, "no start, no median");
+
+        // Job-minutes by reason, most first.
+        assert_eq!(
+            store.pool_waits("a", at(0)).await.unwrap(),
+            [
+                (
+                    "at_max_runners".to_owned(),
+                    30 + 1 + 2 + 4 + 5 + 6 + 7 + 8 + 9
+                ),
+                ("pool_paused".to_owned(), 10)
+            ]
+        );
+        assert_eq!(
+            store.pool_waits("b", at(MINUTE)).await.unwrap(),
+            [
+                ("at_max_runners".to_owned(), 9),
+                ("pool_paused".to_owned(), 1)
+            ]
+        );
+
+        // Pruned by minute, in batches, with their wait reasons.
+        assert_eq!(
+            store
+                .prune(Prunable::PoolHistory, at(2 * MINUTE), 3)
+                .await
+                .unwrap(),
+            3
+        );
+        assert_eq!(
+            store
+                .prune(Prunable::PoolHistory, at(2 * MINUTE), 3)
+                .await
+                .unwrap(),
+            1
+        );
+        let left = store
+            .pool_history(None, at(0), Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(left.len(), 8);
+        assert!(left.iter().all(|p| p.at >= at(2 * MINUTE)), "{left:?}");
+        assert_eq!(
+            store.pool_waits("b", at(0)).await.unwrap(),
+            Vec::<(String, i64)>::new()
         );
     }
 

@@ -51,7 +51,12 @@ pub async fn lease_sweeper(service: Arc<Service>, shutdown: watch::Receiver<bool
 /// (`Store::try_lead`): tries every `period` while it does not, checks the
 /// lead is still held every `period` while it does. Leading comes first:
 /// the first try is at once.
-pub async fn leadership(service: Arc<Service>, period: Duration, shutdown: watch::Receiver<bool>) {
+pub async fn leadership(
+    service: Arc<Service>,
+    period: Duration,
+    shutdown: watch::Receiver<bool>,
+    others_stopped: tokio::sync::oneshot::Receiver<()>,
+) {
     let lead: Arc<tokio::sync::Mutex<Option<Box<dyn runway_store::Leadership>>>> =
         Arc::new(tokio::sync::Mutex::new(None));
     let worker = Worker {
@@ -67,11 +72,23 @@ pub async fn leadership(service: Arc<Service>, period: Duration, shutdown: watch
             async move {
                 let mut lead = lead.lock().await;
                 let outcome = keep_the_lead(&service, &mut lead, period * SILENT_ROUNDS).await;
-                let leading = lead.is_some();
-                service
+                // A lead taken over leads (runs the reconciler and the
+                // healer) once the previous holder's lease has run out.
+                let acting = service
+                    .lease()
+                    .acting_at()
+                    .is_some_and(|from| from <= std::time::Instant::now());
+                let leading = lead.is_some() && acting;
+                let was = service
                     .leading
-                    .store(leading, std::sync::atomic::Ordering::SeqCst);
+                    .swap(leading, std::sync::atomic::Ordering::SeqCst);
                 service.metrics.leader.set(i64::from(leading));
+                if leading && !was {
+                    tracing::info!(
+                        term = service.term.load(std::sync::atomic::Ordering::SeqCst),
+                        "acting: this replica runs the reconciler and the GitHub healer"
+                    );
+                }
                 if leading {
                     // A new leader's first round need not wait for the timer.
                     service.reconcile_wanted.notify_one();
@@ -79,7 +96,26 @@ pub async fn leadership(service: Arc<Service>, period: Duration, shutdown: watch
                 outcome
             }
         })
-        .await
+        .await;
+    // Stopping: no side effect from here on. Once the other workers have
+    // stopped (`others_stopped`), the term is released, so that the next
+    // leader need not wait out this one's lease, and the lock given up.
+    service.set_lease(Lease::NotHeld);
+    service
+        .leading
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let mut lead = lead.lock().await;
+    if lead.is_some() {
+        let _ = others_stopped.await;
+        let term = service.term.load(std::sync::atomic::Ordering::SeqCst);
+        match service.store.end_term(LEAD, term).await {
+            Ok(()) => tracing::info!(term, "released the lead"),
+            Err(error) => {
+                tracing::warn!(%error, term, "could not release the lead; the next leader waits out this one's lease")
+            }
+        }
+    }
+    lead.take();
 }
 
 /// The name replicas contend for the lead under.
@@ -141,7 +177,12 @@ async fn keep_the_lead(
     };
     if held {
         let term = service.term.load(std::sync::atomic::Ordering::SeqCst);
-        service.set_lease(Lease::renewed(term, checked, silence));
+        let lease = Lease::renewed(term, checked, silence);
+        let lease = match service.lease().acting_at() {
+            Some(from) => lease.acting_from(from),
+            None => lease,
+        };
+        service.set_lease(lease);
         return Ok(());
     }
     if lead.take().is_some() {
@@ -153,18 +194,37 @@ async fn keep_the_lead(
     match service.store.try_lead(LEAD, silence).await {
         Ok(Some(new)) => {
             // A new term while the lock is held: the lock is given up
-            // (dropped) if the term cannot be recorded.
+            // (dropped) if the term or its predecessor cannot be read.
+            // The previous holder is read first: while this replica holds
+            // the lock no other term begins, and a release that lands in
+            // between only makes this one wait when it need not.
+            let previous = service
+                .store
+                .leader(LEAD)
+                .await
+                .inspect_err(|_| service.store_failed("leader"))?;
             let term = service
                 .store
                 .begin_term(LEAD, &service.replica, now())
                 .await
                 .inspect_err(|_| service.store_failed("begin_term"))?;
+            let waits = !new.exclusive() && previous.is_some_and(|p| !p.replica.is_empty());
             service.lead_in(term);
-            service.set_lease(Lease::renewed(term, checked, silence));
+            service.lead_waited_ms.store(
+                if waits { silence.as_millis() as u64 } else { 0 },
+                std::sync::atomic::Ordering::SeqCst,
+            );
+            service.set_lease(Lease::taken(term, checked, silence, waits));
             *lead = Some(new);
             tracing::info!(
                 term,
-                "leading: this replica runs the reconciler and the GitHub healer"
+                wait_ms = if waits { silence.as_millis() as u64 } else { 0 },
+                "leading: this replica took the lead{}",
+                if waits {
+                    "; it acts once the previous leader's lease has run out"
+                } else {
+                    ""
+                }
             );
             Ok(())
         }

@@ -11,6 +11,7 @@ pub mod background;
 pub mod error;
 pub mod explain;
 pub mod garm;
+pub mod history;
 pub mod intake;
 pub mod jobs;
 pub mod lease;
@@ -59,6 +60,9 @@ pub struct Service {
     pub reconcile_wanted: tokio::sync::Notify,
     /// The reconciler's latest plan: its wait reasons answer "why is my job waiting?".
     pub last_plan: std::sync::Mutex<Option<runway_core::planner::Plan>>,
+    /// Queued jobs by pool and wait reason in the reconciler's latest
+    /// round (`runway_jobs_waiting`), for the fleet's history.
+    pub waiting: std::sync::Mutex<std::collections::BTreeMap<(String, &'static str), i64>>,
     /// Per predictive pool, the warm pool the reconciler last sized and the
     /// forecast it came from.
     pub warm: std::sync::Mutex<std::collections::BTreeMap<String, Warm>>,
@@ -102,6 +106,9 @@ pub struct Service {
     /// The term of this replica's lead (`Store::begin_term`), 0 while it
     /// does not lead.
     pub term: std::sync::atomic::AtomicI64,
+    /// How long this replica's current lead waited, once taken, for the
+    /// previous holder's lease to run out (ms; 0 after a release).
+    pub lead_waited_ms: std::sync::atomic::AtomicU64,
     /// The lead as this replica's own clock knows it (`may_act`), renewed
     /// by `background::leadership`.
     pub lease: std::sync::Mutex<crate::app::lease::Lease>,
@@ -154,6 +161,7 @@ impl Service {
             reconcile_wanted: tokio::sync::Notify::new(),
             events: crate::telemetry::events::EventLog::disabled(),
             last_plan: std::sync::Mutex::new(None),
+            waiting: std::sync::Mutex::default(),
             warm: std::sync::Mutex::new(std::collections::BTreeMap::new()),
             provider_backoffs: std::sync::Mutex::new(Vec::new()),
             offers: std::sync::Mutex::new(std::collections::BTreeMap::new()),
@@ -177,6 +185,7 @@ impl Service {
             started_at: now(),
             address: std::sync::OnceLock::new(),
             term: std::sync::atomic::AtomicI64::new(0),
+            lead_waited_ms: std::sync::atomic::AtomicU64::new(0),
             lease: std::sync::Mutex::new(crate::app::lease::Lease::Unmanaged),
             leader_store: std::sync::RwLock::new(None),
             outgoing: crate::app::wakeups::Outgoing::default(),
@@ -281,6 +290,14 @@ impl Service {
     }
 
     /// Sets what this replica knows of its lead (`background::leadership`).
+    /// This replica's lease as it stands.
+    pub fn lease(&self) -> crate::app::lease::Lease {
+        self.lease
+            .lock()
+            .map(|l| *l)
+            .unwrap_or(crate::app::lease::Lease::NotHeld)
+    }
+
     pub fn set_lease(&self, lease: crate::app::lease::Lease) {
         match self.lease.lock() {
             Ok(mut current) => *current = lease,

@@ -37,6 +37,7 @@ pub fn kept(retention: &RetentionConfig, what: Prunable) -> Option<Duration> {
         Prunable::RunnerReports => retention.runner_reports,
         Prunable::InstanceTokens => EXPIRED_TOKENS,
         Prunable::Audit => retention.audit,
+        Prunable::PoolHistory => retention.pool_history,
     };
     (!kept.is_zero()).then_some(kept)
 }

@@ -149,6 +149,10 @@ pub struct RetentionConfig {
     /// The audit trail of the admin API's changes.
     #[serde(with = "duration")]
     pub audit: Duration,
+    /// The fleet's sampled history behind the console's charts (one row
+    /// a pool a minute); the week chart needs at least 7 days.
+    #[serde(with = "duration")]
+    pub pool_history: Duration,
     /// Between two pruning passes (leader only).
     #[serde(with = "duration")]
     pub interval: Duration,
@@ -167,6 +171,7 @@ impl Default for RetentionConfig {
             job_logs: Duration::from_secs(7 * DAY),
             runner_reports: Duration::from_secs(7 * DAY),
             audit: Duration::from_secs(90 * DAY),
+            pool_history: Duration::from_secs(8 * DAY),
             interval: Duration::from_secs(600),
             batch: 1_000,
         }

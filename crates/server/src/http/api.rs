@@ -733,6 +733,20 @@ pub(crate) struct ClusterDto {
     leader: Option<LeaderDto>,
     /// The replicas heard from in the last minute, oldest first.
     replicas: Vec<ReplicaDto>,
+    /// The answering replica's own lead, while it holds it.
+    lead: Option<OwnLeadDto>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+struct OwnLeadDto {
+    term: i64,
+    /// Whether it makes side effects yet: a replica that took the lead
+    /// from one that did not release it waits out that one's lease first.
+    acting: bool,
+    /// How long it waited (or waits) after taking the lead before acting:
+    /// one silence of the lock (5 checks) when the previous leader did not
+    /// release its term, 0 after a release or on the first term.
+    waited_ms: u64,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -776,7 +790,12 @@ async fn cluster(
 /// The replicas and the leader (the API's and the console's view).
 pub(crate) async fn cluster_dto(service: &Service) -> Result<ClusterDto, StoreError> {
     let now = crate::clock::now();
-    let leader = service.store.leader(crate::app::background::LEAD).await?;
+    // A term its holder released (a graceful shutdown) has no leader.
+    let leader = service
+        .store
+        .leader(crate::app::background::LEAD)
+        .await?
+        .filter(|l| !l.replica.is_empty());
     let replicas = service.store.replicas(now.minus(SEEN_RECENTLY)).await?;
     let leading = leader.as_ref().map(|l| l.replica.clone());
     Ok(ClusterDto {
@@ -797,5 +816,15 @@ pub(crate) async fn cluster_dto(service: &Service) -> Result<ClusterDto, StoreEr
                 last_heartbeat_at: rfc3339(r.heartbeat_at),
             })
             .collect(),
+        lead: match service.term.load(std::sync::atomic::Ordering::SeqCst) {
+            0 => None,
+            term => Some(OwnLeadDto {
+                term,
+                acting: service.is_leader(),
+                waited_ms: service
+                    .lead_waited_ms
+                    .load(std::sync::atomic::Ordering::SeqCst),
+            }),
+        },
     })
 }

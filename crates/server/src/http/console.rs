@@ -60,7 +60,9 @@ pub fn router() -> Router<Arc<Service>> {
         .route("/console/jobs/{id}", get(job))
         .route("/console/jobs/{id}/{action}", post(job_action))
         .route("/console/runners", get(runners))
+        .route("/console/runners/{id}", get(runner_page))
         .route("/console/runners/{id}/{action}", post(runner_action))
+        .route("/console/pools/{name}", get(pool_page))
         .route("/console/pools/{name}/{action}", post(pool_action))
         .route("/console/audit", get(audit))
         .route("/console/tasks", get(tasks))
@@ -78,9 +80,11 @@ fn templates() -> &'static minijinja::Environment<'static> {
             ("layout.html", include_str!("console/layout.html")),
             ("login.html", include_str!("console/login.html")),
             ("overview.html", include_str!("console/overview.html")),
+            ("pool.html", include_str!("console/pool.html")),
             ("jobs.html", include_str!("console/jobs.html")),
             ("job.html", include_str!("console/job.html")),
             ("runners.html", include_str!("console/runners.html")),
+            ("runner.html", include_str!("console/runner.html")),
             ("audit.html", include_str!("console/audit.html")),
             ("tasks.html", include_str!("console/tasks.html")),
             ("cluster.html", include_str!("console/cluster.html")),
@@ -569,28 +573,6 @@ const QUEUE_WINDOW: Duration = Duration::from_secs(3600);
 /// The most jobs the queue times are computed over (the newest).
 const QUEUE_SAMPLE: u32 = 50_000;
 
-/// Per pool, the jobs that started in the window and the p50 and p95 of
-/// their queue times (nearest rank).
-fn queue_percentiles(
-    times: Vec<(String, Duration)>,
-) -> std::collections::BTreeMap<String, (usize, Duration, Duration)> {
-    let mut by_pool: std::collections::BTreeMap<String, Vec<Duration>> = Default::default();
-    for (pool, waited) in times {
-        by_pool.entry(pool).or_default().push(waited);
-    }
-    by_pool
-        .into_iter()
-        .map(|(pool, mut waits)| {
-            waits.sort_unstable();
-            let rank = |q: f64| {
-                waits[((q * waits.len() as f64).ceil() as usize).clamp(1, waits.len()) - 1]
-            };
-            let stats = (waits.len(), rank(0.5), rank(0.95));
-            (pool, stats)
-        })
-        .collect()
-}
-
 /// `d` as an operator reads it: "850 ms", "42 s", "3 min 5 s", "2 h 10 min".
 fn short_duration(d: Duration) -> String {
     let seconds = d.as_secs();
@@ -614,7 +596,7 @@ async fn pool_health(
         .store
         .queue_times(now.minus(QUEUE_WINDOW), QUEUE_SAMPLE)
         .await?;
-    let stats = queue_percentiles(times);
+    let stats = crate::app::history::queue_percentiles(times);
     let backoffs = service
         .provider_backoffs
         .lock()
@@ -647,6 +629,285 @@ async fn pool_health(
         .collect())
 }
 
+/// A chart's time range: how far back, and the width of one bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Range {
+    Hour,
+    Day,
+    Week,
+}
+
+impl Range {
+    fn parse(text: Option<&str>) -> Range {
+        match text {
+            Some("day") => Range::Day,
+            Some("week") => Range::Week,
+            _ => Range::Hour,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Range::Hour => "hour",
+            Range::Day => "day",
+            Range::Week => "week",
+        }
+    }
+
+    /// (span, bucket): 60 one-minute points, 288 of five minutes, 168 of
+    /// an hour.
+    fn span_and_bucket(self) -> (Duration, Duration) {
+        match self {
+            Range::Hour => (Duration::from_secs(3600), Duration::from_secs(60)),
+            Range::Day => (Duration::from_secs(24 * 3600), Duration::from_secs(300)),
+            Range::Week => (
+                Duration::from_secs(7 * 24 * 3600),
+                Duration::from_secs(3600),
+            ),
+        }
+    }
+
+    /// The buckets' starts, oldest first, the last one holding `now`;
+    /// and where reading starts.
+    fn buckets(self, now: Timestamp) -> (Vec<Timestamp>, Timestamp) {
+        let (span, bucket) = self.span_and_bucket();
+        let width = bucket.as_millis() as i64;
+        let count = (span.as_millis() / bucket.as_millis()) as i64;
+        let last = now.as_millis().div_euclid(width) * width;
+        let starts: Vec<Timestamp> = (0..count)
+            .map(|i| Timestamp::from_millis(last - (count - 1 - i) * width))
+            .collect();
+        let since = starts.first().copied().unwrap_or(now);
+        (starts, since)
+    }
+}
+
+/// `points` (one pool's, in time order) as one value per bucket of
+/// `starts`, by `value`; `None` where no sample fell.
+fn per_bucket(
+    starts: &[Timestamp],
+    points: &[&runway_store::PoolHistoryPoint],
+    value: impl Fn(&runway_store::PoolHistoryPoint) -> Option<f64>,
+) -> Vec<Option<f64>> {
+    let by_start: std::collections::BTreeMap<i64, &runway_store::PoolHistoryPoint> =
+        points.iter().map(|p| (p.at.as_millis(), *p)).collect();
+    starts
+        .iter()
+        .map(|at| by_start.get(&at.as_millis()).and_then(|p| value(p)))
+        .collect()
+}
+
+/// What a wait reason's code means, as the pool page's breakdown says it.
+fn wait_reason_words(code: &str) -> &'static str {
+    match code {
+        "runner_idle" => "a runner was idle for it (taken at its next poll)",
+        "runner_booting" => "a runner was booting for it",
+        "runner_requested" => "a runner was being started for it",
+        "at_max_runners" => "the pool was at max_runners",
+        "provider_backoff" => "a provider was backing off after errors",
+        "no_provider_capacity" => "no provider had capacity",
+        "scaling_ratio" => "the scaling ratio held it back",
+        "lease_expired_requeued" => "requeued after its runner's lease expired",
+        "pool_paused" => "the pool was paused",
+        "key_at_cap" => "its repository was at its running cap (fair share)",
+        _ => "another reason",
+    }
+}
+
+fn money(micros: i64) -> String {
+    format!("${:.2}", micros as f64 / 1e6)
+}
+
+#[derive(Deserialize)]
+struct RangeQuery {
+    range: Option<String>,
+}
+
+/// One pool over the last hour, day or week: its jobs, runners, queue
+/// times and cost as charts, and why its jobs waited.
+async fn pool_page(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Query(query): Query<RangeQuery>,
+) -> Response {
+    let Some(session) = session(&service, &headers).await else {
+        return Redirect::to("/").into_response();
+    };
+    let Ok(pools) = pool_rows(&service).await else {
+        return unavailable();
+    };
+    let Some(pool) = pools.into_iter().find(|p| p.name == name) else {
+        return (
+            StatusCode::NOT_FOUND,
+            Html("<!doctype html><p>No such pool. <a href=\"/\">Overview</a></p>"),
+        )
+            .into_response();
+    };
+    if !session.caller.scope.covers(Some(&pool.name)) {
+        return refused(OUT_OF_SCOPE);
+    }
+    let now = now();
+    let range = Range::parse(query.range.as_deref());
+    let (starts, since) = range.buckets(now);
+    let (_, bucket) = range.span_and_bucket();
+    let (Ok(history), Ok(waits), Ok(health)) = (
+        service
+            .store
+            .pool_history(Some(&pool.name), since, bucket)
+            .await,
+        service.store.pool_waits(&pool.name, since).await,
+        pool_health(&service, now).await,
+    ) else {
+        return unavailable();
+    };
+    let points: Vec<&runway_store::PoolHistoryPoint> = history.iter().collect();
+    use crate::http::charts::{line_chart, Series};
+    let count = |v: f64| format!("{v:.0}");
+    let jobs_chart = line_chart(
+        "Jobs queued and running",
+        &starts,
+        &[
+            Series {
+                name: "queued",
+                color: "#b26a00",
+                values: per_bucket(&starts, &points, |p| Some(p.queued)),
+            },
+            Series {
+                name: "running",
+                color: "#0969da",
+                values: per_bucket(&starts, &points, |p| Some(p.running)),
+            },
+        ],
+        count,
+    );
+    let runners_chart = line_chart(
+        "Runners by state",
+        &starts,
+        &[
+            Series {
+                name: "booting",
+                color: "#b26a00",
+                values: per_bucket(&starts, &points, |p| Some(p.booting)),
+            },
+            Series {
+                name: "idle",
+                color: "#2e7d32",
+                values: per_bucket(&starts, &points, |p| Some(p.idle)),
+            },
+            Series {
+                name: "busy",
+                color: "#0969da",
+                values: per_bucket(&starts, &points, |p| Some(p.busy)),
+            },
+        ],
+        count,
+    );
+    let seconds = |ms: Option<i64>| ms.map(|ms| ms as f64 / 1000.0);
+    let wait_chart = line_chart(
+        "Queue time of the jobs that started",
+        &starts,
+        &[
+            Series {
+                name: "p50",
+                color: "#0969da",
+                values: per_bucket(&starts, &points, |p| seconds(p.wait_p50_ms)),
+            },
+            Series {
+                name: "p95",
+                color: "#c62828",
+                values: per_bucket(&starts, &points, |p| seconds(p.wait_p95_ms)),
+            },
+        ],
+        |v| short_duration(Duration::from_secs_f64(v.max(0.0))),
+    );
+    let cost_chart = line_chart(
+        "Cost per bucket",
+        &starts,
+        &[Series {
+            name: "cost",
+            color: "#66707c",
+            values: per_bucket(&starts, &points, |p| Some(p.cost_micros as f64 / 1e6)),
+        }],
+        |v| format!("${v:.2}"),
+    );
+    let cost: i64 = history.iter().map(|p| p.cost_micros).sum();
+    let runner_seconds: i64 = history.iter().map(|p| p.runner_seconds).sum();
+    let started: i64 = history.iter().map(|p| p.started).sum();
+    let waited: i64 = waits.iter().map(|(_, jobs)| jobs).sum();
+    let waits: Vec<serde_json::Value> = waits
+        .iter()
+        .map(|(code, jobs)| {
+            json!({
+                "code": code,
+                "words": wait_reason_words(code),
+                "job_minutes": jobs,
+                "share": format!("{:.0} %", 100.0 * *jobs as f64 / waited.max(1) as f64),
+            })
+        })
+        .collect();
+    let health = health.get(&pool.name).cloned().unwrap_or_default();
+    page(
+        &session,
+        "pool.html",
+        "overview",
+        json!({
+            "pool": pool,
+            "health": health,
+            "range": range.name(),
+            "sampled": history.len(),
+            "charts": [jobs_chart, runners_chart, wait_chart, cost_chart],
+            "cost": money(cost),
+            "runner_hours": format!("{:.1}", runner_seconds as f64 / 3600.0),
+            "started": started,
+            "waits": waits,
+        }),
+    )
+}
+
+/// Per pool, a sparkline of its queued jobs over the last hour, and its
+/// runner time and cost over the last day.
+async fn overview_history(
+    service: &Service,
+    now: Timestamp,
+) -> Result<std::collections::BTreeMap<String, serde_json::Value>, runway_store::StoreError> {
+    let (starts, since) = Range::Hour.buckets(now);
+    let hour = service
+        .store
+        .pool_history(None, since, Duration::from_secs(60))
+        .await?;
+    let day = service
+        .store
+        .pool_history(
+            None,
+            now.minus(Duration::from_secs(24 * 3600)),
+            Duration::from_secs(24 * 3600 * 2),
+        )
+        .await?;
+    let config = service.config();
+    Ok(config
+        .pools
+        .iter()
+        .map(|pool| {
+            let points: Vec<&runway_store::PoolHistoryPoint> =
+                hour.iter().filter(|p| p.pool == pool.name).collect();
+            let queued = per_bucket(&starts, &points, |p| Some(p.queued));
+            let (cost, seconds) = day
+                .iter()
+                .filter(|p| p.pool == pool.name)
+                .fold((0, 0), |(c, s), p| (c + p.cost_micros, s + p.runner_seconds));
+            (
+                pool.name.clone(),
+                json!({
+                    "sparkline": crate::http::charts::sparkline(&format!("{} queued, last hour", pool.name), &queued),
+                    "cost": money(cost),
+                    "runner_hours": format!("{:.1}", seconds as f64 / 3600.0),
+                }),
+            )
+        })
+        .collect())
+}
+
 async fn overview(State(service): State<Arc<Service>>, headers: HeaderMap) -> Response {
     let Some(session) = session(&service, &headers).await else {
         return login_page(StatusCode::OK, None);
@@ -658,6 +919,9 @@ async fn overview(State(service): State<Arc<Service>>, headers: HeaderMap) -> Re
     let Ok(health) = pool_health(&service, now()).await else {
         return unavailable();
     };
+    let Ok(history) = overview_history(&service, now()).await else {
+        return unavailable();
+    };
     let store = match service.store.backend() {
         runway_store::Backend::Sqlite => "sqlite",
         runway_store::Backend::Postgres => "postgres",
@@ -666,7 +930,7 @@ async fn overview(State(service): State<Arc<Service>>, headers: HeaderMap) -> Re
         &session,
         "overview.html",
         "overview",
-        json!({"pools": pools, "health": health, "version": env!("CARGO_PKG_VERSION"), "store": store}),
+        json!({"pools": pools, "health": health, "history": history, "version": env!("CARGO_PKG_VERSION"), "store": store}),
     )
 }
 
@@ -995,11 +1259,21 @@ async fn job(
     )
 }
 
-async fn runners(State(service): State<Arc<Service>>, headers: HeaderMap) -> Response {
+#[derive(Deserialize)]
+struct RunnersQuery {
+    pool: Option<String>,
+}
+
+async fn runners(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Query(query): Query<RunnersQuery>,
+) -> Response {
     let Some(session) = session(&service, &headers).await else {
         return Redirect::to("/").into_response();
     };
-    let Ok(live) = service.store.list_live_runners(None).await else {
+    let pool = query.pool.filter(|p| !p.is_empty());
+    let Ok(live) = service.store.list_live_runners(pool.as_deref()).await else {
         return unavailable();
     };
     let at = now();
@@ -1023,7 +1297,71 @@ async fn runners(State(service): State<Arc<Service>>, headers: HeaderMap) -> Res
         &session,
         "runners.html",
         "runners",
-        json!({"runners": rows}),
+        json!({"runners": rows, "pool": pool}),
+    )
+}
+
+/// One runner, live or ended (a finished job's page links here): its
+/// states with their times, why it ended, and what it reported.
+async fn runner_page(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+) -> Response {
+    let Some(session) = session(&service, &headers).await else {
+        return Redirect::to("/").into_response();
+    };
+    let Ok(found) = service.store.get_runner(RunnerId(id)).await else {
+        return unavailable();
+    };
+    let Some(runner) = found else {
+        return (
+            StatusCode::NOT_FOUND,
+            Html("<!doctype html><p>No such runner (ended runners are kept for <code>[retention] ended_runners</code>). <a href=\"/console/runners\">Runners</a></p>"),
+        )
+            .into_response();
+    };
+    if !session.caller.scope.covers(Some(&runner.pool)) {
+        return refused(OUT_OF_SCOPE);
+    }
+    let reports = service
+        .store
+        .runner_reports(runner.id)
+        .await
+        .unwrap_or_default();
+    let at = now();
+    let when = |t: Option<Timestamp>| t.map(|t| format!("{} ({} ago)", rfc3339(t), age(at, t)));
+    let steps: Vec<serde_json::Value> = [
+        ("requested", Some(runner.requested_at)),
+        ("provisioning", runner.provisioning_at),
+        ("idle", runner.idle_at),
+        ("busy", runner.busy_at),
+        ("terminating", runner.terminating_at),
+        ("ended", runner.ended_at),
+    ]
+    .into_iter()
+    .filter_map(|(step, t)| when(t).map(|w| json!({"step": step, "at": w})))
+    .collect();
+    page(
+        &session,
+        "runner.html",
+        "runners",
+        json!({
+            "runner": {
+                "id": runner.id.0,
+                "name": runner.name,
+                "pool": runner.pool,
+                "provider": runner.provider,
+                "instance": runner.instance_id,
+                "state": runner.state.as_str(),
+                "job": runner.job.map(|j| j.0),
+                "reason": runner.reason,
+                "draining": runner.draining,
+                "labels": runner.labels,
+            },
+            "steps": steps,
+            "reports": reports.iter().map(|(kind, body)| json!({"kind": kind, "body": body})).collect::<Vec<_>>(),
+        }),
     )
 }
 
@@ -1428,10 +1766,10 @@ mod tests {
     fn queue_percentiles_are_nearest_rank_per_pool() {
         let mut times: Vec<(String, Duration)> = (1..=100).map(|n| ("a".into(), secs(n))).collect();
         times.push(("b".into(), secs(7)));
-        let stats = queue_percentiles(times);
+        let stats = crate::app::history::queue_percentiles(times);
         assert_eq!(stats["a"], (100, secs(50), secs(95)));
         assert_eq!(stats["b"], (1, secs(7), secs(7)));
-        assert!(queue_percentiles(Vec::new()).is_empty());
+        assert!(crate::app::history::queue_percentiles(Vec::new()).is_empty());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod api;
 pub mod auth;
+pub mod charts;
 pub mod console;
 pub mod error;
 pub mod extract;

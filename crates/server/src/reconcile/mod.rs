@@ -488,11 +488,17 @@ impl Inner {
             }
         }
         metrics.jobs_waiting.clear();
-        for ((pool, reason), count) in waiting {
+        for ((pool, reason), count) in &waiting {
             metrics
                 .jobs_waiting
-                .get_or_create(&crate::telemetry::metrics::PoolReasonLabels { pool, reason })
-                .set(count);
+                .get_or_create(&crate::telemetry::metrics::PoolReasonLabels {
+                    pool: pool.clone(),
+                    reason,
+                })
+                .set(*count);
+        }
+        if let Ok(mut kept) = self.service.waiting.lock() {
+            *kept = waiting;
         }
         Ok(())
     }
