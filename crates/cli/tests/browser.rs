@@ -3,8 +3,9 @@
 //! real binary. A read token sees a queued job's wait reason change live
 //! when a runner boots; an admin drains a runner, pauses a pool and is
 //! asked before terminating a busy runner; a forged cross-site POST is
-//! refused; and the two screenshots of docs/ are taken on a laptop-sized
-//! screen. `.ci/run` installs Chromium and playwright-core; without them
+//! refused; a pool page draws its seeded hour of history and the overview
+//! its sparkline; and the screenshots of docs/ are taken on a
+//! laptop-sized screen. `.ci/run` installs Chromium and playwright-core; without them
 //! this test is skipped, except under CI, where that is a failure.
 
 mod common;
@@ -16,6 +17,64 @@ use common::{required, run_checker, runway, spawn_serve, tool, Process};
 
 const ADMIN: &str = "browser-test-admin-token";
 const READ: &str = "browser-test-read-token";
+
+/// Minutes of history seeded for pool "ci" before the server starts: the
+/// last hour but its last two minutes (the server's own sampler records
+/// those while the test runs, so a chart holds 58 to 60 points).
+const SEEDED_MINUTES: i64 = 58;
+
+/// Records an hour of pool "ci" in the store the server will open: a
+/// morning's queue rising and draining, runners following it, queue times
+/// and cost — what the pool page and the overview draw.
+fn seed_history(dir: &Path) {
+    const MINUTE: i64 = 60_000;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_millis() as i64;
+    let this_minute = now - now % MINUTE;
+    let samples: Vec<runway_store::PoolSample> = (2..2 + SEEDED_MINUTES)
+        .map(|back| {
+            let phase = (SEEDED_MINUTES + 2 - back) as f64 / SEEDED_MINUTES as f64;
+            let wave = (phase * std::f64::consts::PI).sin();
+            let queued = (wave * wave * 14.0).round() as i64;
+            let busy = (wave * 6.0).round().clamp(0.0, 6.0) as i64;
+            let booting = i64::from(queued > busy);
+            let started = busy + booting;
+            runway_store::PoolSample {
+                pool: "ci".to_owned(),
+                at: runway_core::Timestamp::from_millis(this_minute - back * MINUTE),
+                queued,
+                running: busy,
+                booting,
+                idle: i64::from(busy < 2),
+                busy,
+                started,
+                wait_p50_ms: (started > 0).then_some(5_000 + queued * 2_000),
+                wait_p95_ms: (started > 0).then_some(20_000 + queued * 6_000),
+                runner_seconds: (busy + booting + i64::from(busy < 2)) * 60,
+                cost_micros: (busy + booting + i64::from(busy < 2)) * 1_667,
+                waits: [
+                    ("runner_booting", booting * 2),
+                    ("at_max_runners", (queued - 6).max(0)),
+                ]
+                .into_iter()
+                .filter(|(_, jobs)| *jobs > 0)
+                .map(|(reason, jobs)| (reason.to_owned(), jobs))
+                .collect(),
+            }
+        })
+        .collect();
+    let url = format!("sqlite://{}", dir.join("runway.db").display());
+    tokio::runtime::Runtime::new()
+        .expect("a runtime")
+        .block_on(async {
+            use runway_store::Store as _;
+            let store = runway_store::SqliteStore::open(&url).await?;
+            store.record_pool_samples(&samples).await
+        })
+        .expect("seed the pool history");
+}
 
 fn serve(dir: &Path) -> (Process, String) {
     let port = common::free_port();
@@ -92,6 +151,7 @@ fn the_console_in_chromium() {
         return;
     }
     let dir = tempfile::tempdir().expect("a temp dir");
+    seed_history(dir.path());
     let (_server, base) = serve(dir.path());
     let shots = dir.path().join("screenshots");
     std::fs::create_dir_all(&shots).expect("a screenshot dir");
@@ -102,10 +162,15 @@ fn the_console_in_chromium() {
         .env("RUNWAY_URL", &base)
         .env("ADMIN_TOKEN", ADMIN)
         .env("READ_TOKEN", READ)
+        .env("SEEDED_MINUTES", SEEDED_MINUTES.to_string())
         .env("CHROMIUM", chromium)
         .env("SCREENSHOTS", &shots);
     run_checker(command, "the browser test");
-    for name in ["console-overview.png", "console-jobs.png"] {
+    for name in [
+        "console-overview.png",
+        "console-jobs.png",
+        "console-pool.png",
+    ] {
         let png = std::fs::read(shots.join(name)).expect("a screenshot");
         assert!(png.starts_with(b"\x89PNG"), "{name} is a PNG");
         // Keep a copy when asked (how docs/ got its screenshots).

@@ -72,6 +72,13 @@ async fn page(harness: &Harness, cookie: &str, path: &str) -> String {
     body
 }
 
+/// The page's link with `rel` ("next": older, "prev": newer).
+fn pager_link(html: &str, rel: &str) -> Option<String> {
+    html.split_once(&format!("<a rel=\"{rel}\" href=\""))
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(link, _)| link.replace("&amp;", "&").replace("&#x2f;", "/"))
+}
+
 /// The ids of the jobs a jobs page lists, and its link to the next page.
 fn listed(html: &str) -> (Vec<i64>, Option<String>) {
     let ids = html
@@ -82,11 +89,7 @@ fn listed(html: &str) -> (Vec<i64>, Option<String>) {
             field.starts_with("state").then(|| id.parse().ok())?
         })
         .collect();
-    let next = html
-        .split_once("<p class=\"pager\"><a href=\"")
-        .and_then(|(_, rest)| rest.split_once('"'))
-        .map(|(link, _)| link.replace("&amp;", "&").replace("&#x2f;", "/"));
-    (ids, next)
+    (ids, pager_link(html, "next"))
 }
 
 #[tokio::test]
@@ -137,6 +140,41 @@ async fn ten_thousand_queued_jobs_page_fifty_at_a_time() {
     }
     assert_eq!(pages, QUEUED / 50);
     assert_eq!(seen.len(), QUEUED, "every job is reachable");
+
+    // And back: from the oldest page, "Newer" walks every job exactly once
+    // more, each page newest first, to the first page, which has no Newer.
+    let mut last = "/console/jobs?state=queued".to_owned();
+    let mut older = Some(last.clone());
+    while let Some(path) = older.take() {
+        last = path.clone();
+        older = pager_link(&page(&harness, &cookie, &path).await, "next");
+    }
+    let html = page(&harness, &cookie, &last).await;
+    let (oldest, _) = listed(&html);
+    let mut back: BTreeSet<i64> = oldest.into_iter().collect();
+    let mut newer = pager_link(&html, "prev");
+    let mut pages_back = 1;
+    let mut first = html;
+    while let Some(path) = newer.take() {
+        assert!(path.contains("state=queued"), "{path}: keeps the filter");
+        let html = page(&harness, &cookie, &path).await;
+        let (ids, older) = listed(&html);
+        assert_eq!(ids.len(), 50, "{path}");
+        assert!(ids.windows(2).all(|w| w[0] > w[1]), "{path}: newest first");
+        assert!(older.is_some(), "{path}: an older page is linked");
+        for id in ids {
+            assert!(back.insert(id), "job {id} listed twice on the way back");
+        }
+        pages_back += 1;
+        newer = pager_link(&html, "prev");
+        first = html;
+    }
+    assert_eq!(pages_back, QUEUED / 50);
+    assert_eq!(back, seen, "the way back lists the same jobs");
+    assert_eq!(
+        listed(&first).0,
+        listed(&page(&harness, &cookie, "/console/jobs?state=queued").await).0
+    );
 }
 
 #[tokio::test]

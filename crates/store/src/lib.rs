@@ -157,6 +157,9 @@ pub struct JobFilter {
     pub limit: Option<u32>,
     /// Newest (highest id) first instead of queue order (oldest `enqueued_at` first).
     pub newest_first: bool,
+    /// Oldest (lowest id) first instead of queue order, when not
+    /// `newest_first`: a listing read back towards newer jobs (`after`).
+    pub oldest_first: bool,
     /// Only jobs with an id below this one: the cursor of a newest-first listing.
     pub before: Option<JobId>,
     /// Only jobs with an id above this one: what is new since a listing

@@ -938,6 +938,8 @@ where
             .and_if(filter.after.is_some(), "id >")
             .then(if filter.newest_first {
                 " ORDER BY id DESC"
+            } else if filter.oldest_first {
+                " ORDER BY id"
             } else {
                 " ORDER BY share_tag, id"
             })

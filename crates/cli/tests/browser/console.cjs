@@ -272,12 +272,49 @@ async function run(browser) {
     if ((await admin.page.locator("#token").count()) !== 0) fail("another session ended too");
   });
 
+  await step("a pool page charts its seeded hour, the overview its sparkline", async () => {
+    const seeded = Number(process.env.SEEDED_MINUTES);
+    // The server's sampler adds up to two minutes of its own meanwhile.
+    const fits = (points) => points >= seeded && points <= seeded + 2;
+    const page = admin.page;
+    await page.goto(`${BASE}/`);
+    const spark = page.locator('svg.sparkline[aria-label="ci queued, last hour"]');
+    const sparkPoints = Number(await spark.getAttribute("data-points"));
+    if (!fits(sparkPoints)) fail(`the overview's sparkline has ${sparkPoints} points, seeded ${seeded}`);
+    if (!((await spark.boundingBox()) || {}).width) fail("the sparkline is not drawn");
+    await Promise.all([page.waitForURL(`${BASE}/console/pools/ci`), page.click('td a[href="/console/pools/ci"]')]);
+    const charts = page.locator("svg.chart");
+    if ((await charts.count()) !== 4) fail(`the pool page has ${await charts.count()} charts`);
+    for (let i = 0; i < 4; i++) {
+      const chart = charts.nth(i);
+      if ((await chart.getAttribute("data-buckets")) !== "60") fail(`chart ${i} is not an hour of minutes`);
+      const box = await chart.boundingBox();
+      if (!box || box.width < 300 || box.height < 100) fail(`chart ${i} is not drawn: ${JSON.stringify(box)}`);
+    }
+    const queued = page.locator('svg.chart path[data-series="queued"]');
+    const points = Number(await queued.getAttribute("data-points"));
+    if (!fits(points)) fail(`the queued line has ${points} points, seeded ${seeded}`);
+    // One "M" then an "L" per further point: a line through every one.
+    const d = await queued.getAttribute("d");
+    if ((d.match(/[ML]/g) || []).length !== points) fail(`the path draws ${d}`);
+    if (!(await page.locator("table.waits").innerText()).includes("the pool was at max_runners")) {
+      fail("the wait-reason breakdown is missing");
+    }
+    await page.click('a[href="/console/pools/ci?range=day"]');
+    await page.waitForURL(`${BASE}/console/pools/ci?range=day`);
+    if ((await page.locator("svg.chart").first().getAttribute("data-buckets")) !== "288") {
+      fail("the day chart is not 288 five-minute buckets");
+    }
+  });
+
   await step("screenshots of the console on a laptop screen", async () => {
     const page = admin.page;
     await page.goto(`${BASE}/`);
     await page.screenshot({ path: path.join(process.env.SCREENSHOTS, "console-overview.png") });
     await page.goto(`${BASE}/console/jobs`);
     await page.screenshot({ path: path.join(process.env.SCREENSHOTS, "console-jobs.png") });
+    await page.goto(`${BASE}/console/pools/ci`);
+    await page.screenshot({ path: path.join(process.env.SCREENSHOTS, "console-pool.png"), fullPage: true });
   });
 }
 

@@ -1100,6 +1100,7 @@ mod tests {
                 job_logs = "7d"
                 runner_reports = "7d"
                 audit = "90d"
+                pool_history = "8d"
                 interval = "600s"
                 batch = 1000
 
@@ -1517,6 +1518,7 @@ mod tests {
                 job_logs = "7d"
                 runner_reports = "7d"
                 audit = "90d"
+                pool_history = "8d"
                 interval = "600s"
                 batch = 1000
 

@@ -199,6 +199,7 @@ async fn list_jobs(
         // One more than asked tells whether another page exists.
         limit: Some(limit + 1),
         newest_first: true,
+        oldest_first: false,
         before,
         after: None,
     };

@@ -19,7 +19,7 @@ pub struct Series<'a> {
 
 const WIDTH: f64 = 560.0;
 const HEIGHT: f64 = 180.0;
-const LEFT: f64 = 48.0;
+const LEFT: f64 = 56.0;
 const RIGHT: f64 = 8.0;
 const TOP: f64 = 24.0;
 const BOTTOM: f64 = 22.0;
@@ -76,7 +76,7 @@ pub fn line_chart(
             escape(s.color),
             escape(s.name)
         );
-        legend_x -= 12.0 + 7.0 * s.name.chars().count() as f64;
+        legend_x -= 18.0 + 7.0 * s.name.chars().count() as f64;
     }
     // Grid: zero, half and the top, labelled.
     for fraction in [0.0, 0.5, 1.0] {
@@ -203,6 +203,15 @@ pub fn nice_ceiling(max: f64) -> f64 {
         .unwrap_or(10.0 * power)
 }
 
+/// A duration of `seconds` as an axis reads it: "40 s", "5 min", "2 h".
+pub fn axis_duration(seconds: f64) -> String {
+    match seconds {
+        s if s < 120.0 => format!("{s:.0} s"),
+        s if s < 7_200.0 => format!("{:.0} min", s / 60.0),
+        s => format!("{:.0} h", s / 3_600.0),
+    }
+}
+
 /// `at` as "HH:MM" (UTC), with the date when the chart spans days.
 fn clock(at: Timestamp, other: Timestamp) -> String {
     let text = crate::clock::rfc3339(at);
@@ -297,6 +306,14 @@ mod tests {
                 nice_ceiling(max)
             );
         }
+    }
+
+    #[test]
+    fn axis_durations_are_short() {
+        assert_eq!(axis_duration(0.0), "0 s");
+        assert_eq!(axis_duration(50.0), "50 s");
+        assert_eq!(axis_duration(600.0), "10 min");
+        assert_eq!(axis_duration(10_000.0), "3 h");
     }
 
     #[test]

@@ -819,7 +819,7 @@ async fn pool_page(
                 values: per_bucket(&starts, &points, |p| seconds(p.wait_p95_ms)),
             },
         ],
-        |v| short_duration(Duration::from_secs_f64(v.max(0.0))),
+        crate::http::charts::axis_duration,
     );
     let cost_chart = line_chart(
         "Cost per bucket",
@@ -1038,7 +1038,10 @@ struct JobsQuery {
     pool: Option<String>,
     state: Option<String>,
     repository: Option<String>,
+    /// Older than this job (the "Older" link).
     cursor: Option<i64>,
+    /// Newer than this job (the "Newer" link).
+    after: Option<i64>,
 }
 
 fn job_row(job: &runway_core::Job, waiting: Option<&Explanation>) -> serde_json::Value {
@@ -1081,52 +1084,33 @@ async fn jobs(
         .filter(|s| !s.is_empty())
         .and_then(|s| s.parse::<JobState>().ok());
     let repository_filter = query.repository.clone().filter(|r| !r.is_empty());
-    // A repository filter reads further pages until one is full (bounded).
-    let mut shown = Vec::new();
-    let mut before = query.cursor.map(JobId);
-    let mut next = None;
-    for _ in 0..20 {
-        let filter = JobFilter {
-            state,
-            pool: pool.clone(),
-            limit: Some(PAGE + 1),
-            newest_first: true,
-            before,
-            after: None,
-        };
-        let Ok(mut page_jobs) = service.store.list_jobs(&filter).await else {
-            return unavailable();
-        };
-        let more = page_jobs.len() > PAGE as usize;
-        page_jobs.truncate(PAGE as usize);
-        before = page_jobs.last().map(|j| j.id);
-        let fetched = page_jobs.len();
-        for (index, job) in page_jobs.into_iter().enumerate() {
-            let keep = session.caller.scope.covers(job.pool.as_deref())
-                && repository_filter
-                    .as_ref()
-                    .is_none_or(|wanted| repository(&job).as_deref() == Some(wanted.as_str()));
-            if keep {
-                shown.push(job);
-            }
-            if shown.len() == PAGE as usize {
-                // Full: an older page exists if anything is left after it.
-                let left = index + 1 < fetched || more;
-                next = left.then(|| shown.last().map(|j| j.id)).flatten();
-                break;
-            }
-        }
-        if shown.len() == PAGE as usize {
-            break;
-        }
-        if !more {
-            next = None;
-            break;
-        }
-        // Not full yet (a repository filter): read on, and if the bound
-        // stops us, the next page starts where reading stopped.
-        next = before;
+    let newer = query.after.is_some() && query.cursor.is_none();
+    let from = if newer { query.after } else { query.cursor }.map(JobId);
+    let Ok((mut shown, further)) = read_jobs_page(
+        &service,
+        &session,
+        state,
+        pool.as_ref(),
+        repository_filter.as_deref(),
+        from,
+        newer,
+    )
+    .await
+    else {
+        return unavailable();
+    };
+    // Newest first on every page, whichever way it was read.
+    if newer {
+        shown.reverse();
     }
+    // Older: where an older read stopped; from a newer read, below the
+    // page (the page it came from). Newer: where a newer read stopped;
+    // from an older read that began at a cursor, above the page.
+    let (older, newer_than) = if newer {
+        (shown.last().map(|j| j.id), further)
+    } else {
+        (further, from.and(shown.first().map(|j| j.id)))
+    };
     let Ok(explained) = crate::app::explain::explain_jobs(&service, &shown).await else {
         return unavailable();
     };
@@ -1134,8 +1118,8 @@ async fn jobs(
         .iter()
         .map(|job| job_row(job, explained.get(&job.id)))
         .collect();
-    let next_page = next.map(|cursor| {
-        let mut link = format!("/console/jobs?cursor={}", cursor.0);
+    let link = |key: &str, id: JobId| {
+        let mut link = format!("/console/jobs?{key}={}", id.0);
         for (key, value) in [
             ("pool", &pool),
             ("state", &query.state),
@@ -1146,7 +1130,9 @@ async fn jobs(
             }
         }
         link
-    });
+    };
+    let next_page = older.map(|id| link("cursor", id));
+    let newer_page = newer_than.map(|id| link("after", id));
     let config = service.config();
     page(
         &session,
@@ -1156,6 +1142,7 @@ async fn jobs(
             "jobs": rows,
             "followed": shown.iter().map(|j| j.id.0).collect::<Vec<_>>(),
             "next_page": next_page,
+            "newer_page": newer_page,
             "pool_names": config
                 .pools
                 .iter()
@@ -1166,6 +1153,61 @@ async fn jobs(
             "filter": {"pool": pool, "state": query.state, "repository": repository_filter},
         }),
     )
+}
+
+/// One page of jobs from `from` (exclusive), older (newest first) or
+/// `newer` (oldest first), keeping those the session may see and the
+/// repository filter wants; and the cursor to read on from when more lie
+/// that way. A filter that hides most reads on until the page is full,
+/// up to 20 reads; where that bound stops it, the cursor is where reading
+/// stopped.
+async fn read_jobs_page(
+    service: &Service,
+    session: &Session,
+    state: Option<JobState>,
+    pool: Option<&String>,
+    repository_filter: Option<&str>,
+    from: Option<JobId>,
+    newer: bool,
+) -> Result<(Vec<runway_core::Job>, Option<JobId>), runway_store::StoreError> {
+    let mut shown = Vec::new();
+    let mut position = from;
+    for _ in 0..20 {
+        let filter = JobFilter {
+            state,
+            pool: pool.cloned(),
+            limit: Some(PAGE + 1),
+            newest_first: !newer,
+            oldest_first: newer,
+            before: if newer { None } else { position },
+            after: if newer { position } else { None },
+        };
+        let mut read = service.store.list_jobs(&filter).await?;
+        let more = read.len() > PAGE as usize;
+        read.truncate(PAGE as usize);
+        position = read.last().map(|j| j.id);
+        let fetched = read.len();
+        for (index, job) in read.into_iter().enumerate() {
+            let keep = session.caller.scope.covers(job.pool.as_deref())
+                && repository_filter
+                    .is_none_or(|wanted| repository(&job).as_deref() == Some(wanted));
+            if keep {
+                shown.push(job);
+            }
+            if shown.len() == PAGE as usize {
+                // Full: more lie beyond if anything is left after it.
+                let left = index + 1 < fetched || more;
+                return Ok((
+                    shown.clone(),
+                    left.then(|| shown.last().map(|j| j.id)).flatten(),
+                ));
+            }
+        }
+        if !more {
+            return Ok((shown, None));
+        }
+    }
+    Ok((shown, position))
 }
 
 fn url_encode(text: &str) -> String {
