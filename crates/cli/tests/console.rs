@@ -190,7 +190,7 @@ fn the_console_logs_in_shows_by_role_and_refuses_forged_posts() {
         assert!(html.contains(expected), "{expected} in {html}");
     }
     let stream = http()
-        .get(format!("{base}/console/stream"))
+        .get(format!("{base}/console/stream?page=jobs&jobs={job}"))
         .header("cookie", &admin)
         .send()
         .unwrap();
@@ -198,9 +198,21 @@ fn the_console_logs_in_shows_by_role_and_refuses_forged_posts() {
         stream.headers()["content-type"].to_str().unwrap(),
         "text/event-stream"
     );
-    stream_until(stream, "the stream sends the job's wait reason", |seen| {
+    let seen = stream_until(stream, "the stream sends the job's wait reason", |seen| {
         seen.contains(&format!("\"job:{job}:waiting\":\"the pool is paused\""))
     });
+    // A tab is sent what its page shows: a jobs tab no pool counts, an
+    // overview tab no job cells.
+    assert!(!seen.contains("\"pool:"), "{seen}");
+    let overview = http()
+        .get(format!("{base}/console/stream?page=overview&jobs={job}"))
+        .header("cookie", &admin)
+        .send()
+        .unwrap();
+    let seen = stream_until(overview, "the overview's counts", |seen| {
+        seen.contains("\"pool:default:state\":\"paused\"")
+    });
+    assert!(!seen.contains("\"job:"), "{seen}");
     assert_eq!(page(&base, "", "/console/stream").0, 401);
 
     // A cancelled job's page says why it ended, and no longer why it waits.

@@ -18,6 +18,19 @@ use tower::ServiceExt;
 const ADMIN: &str = "console-harness-admin-token";
 const QUEUED: usize = 10_000;
 
+/// A job for pool "default", named `external_id`.
+fn queued_job(external_id: String) -> NewJob {
+    NewJob {
+        source: JobSource::Api,
+        external_id,
+        route: Route::Pool("default".to_owned()),
+        labels: vec!["self-hosted".to_owned(), "linux".to_owned()],
+        payload: r#"{"script":"true"}"#.to_owned(),
+        max_attempts: 3,
+        share: Default::default(),
+    }
+}
+
 async fn harness() -> Harness {
     let mut config = Config::default();
     config.server.admin_tokens = vec![Secret::literal(ADMIN)];
@@ -96,15 +109,7 @@ fn listed(html: &str) -> (Vec<i64>, Option<String>) {
 async fn ten_thousand_queued_jobs_page_fifty_at_a_time() {
     let harness = harness().await;
     let jobs: Vec<NewJob> = (0..QUEUED)
-        .map(|n| NewJob {
-            source: JobSource::Api,
-            external_id: format!("deep-{n}"),
-            route: Route::Pool("default".to_owned()),
-            labels: vec!["self-hosted".to_owned(), "linux".to_owned()],
-            payload: r#"{"script":"true"}"#.to_owned(),
-            max_attempts: 3,
-            share: Default::default(),
-        })
+        .map(|n| queued_job(format!("deep-{n}")))
         .collect();
     for chunk in jobs.chunks(1_000) {
         harness
@@ -237,15 +242,7 @@ async fn a_pool_page_charts_the_sampled_history_and_why_jobs_waited() {
     for n in 0..3 {
         store
             .enqueue(
-                &NewJob {
-                    source: JobSource::Api,
-                    external_id: format!("sampled-{n}"),
-                    route: Route::Pool("default".to_owned()),
-                    labels: vec!["self-hosted".to_owned(), "linux".to_owned()],
-                    payload: r#"{"script":"true"}"#.to_owned(),
-                    max_attempts: 3,
-                    share: Default::default(),
-                },
+                &queued_job(format!("sampled-{n}")),
                 Timestamp::from_millis(1_000),
             )
             .await
@@ -364,4 +361,75 @@ async fn a_pool_page_charts_the_sampled_history_and_why_jobs_waited() {
         .body(Body::empty())
         .unwrap();
     assert_eq!(fetch(&harness, request).await.0, StatusCode::NOT_FOUND);
+}
+
+/// The live view is read once a tick for every open tab: tabs share one
+/// snapshot while it is fresh, it holds the jobs every tab follows (with
+/// why each waits), and a closed tab's jobs are no longer read.
+#[tokio::test]
+async fn open_tabs_share_one_snapshot_of_the_jobs_they_follow() {
+    use std::time::Duration;
+    let harness = harness().await;
+    let store = harness.store();
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let enqueued = store
+            .enqueue(
+                &queued_job(format!("tab-{n}")),
+                Timestamp::from_millis(1_000),
+            )
+            .await
+            .expect("enqueue");
+        ids.push(enqueued.job.id);
+    }
+    let board = harness.service.console.clone();
+    let first_tab = board.follow(vec![ids[0], ids[1]]);
+    let second_tab = board.follow(vec![ids[1], ids[2]]);
+    assert_eq!(board.tabs(), 2);
+    let opened = std::time::Instant::now();
+    let snapshot = board
+        .snapshot(&harness.service, Duration::from_secs(60), opened)
+        .await
+        .expect("a snapshot");
+    assert_eq!(snapshot.jobs.len(), 3, "the union of what the tabs follow");
+    assert!(
+        snapshot.jobs.values().all(|(_, why)| why.is_some()),
+        "each queued job says why it waits"
+    );
+    let again = board
+        .snapshot(&harness.service, Duration::from_secs(60), opened)
+        .await
+        .expect("the same snapshot");
+    assert!(
+        std::sync::Arc::ptr_eq(&snapshot, &again),
+        "read once while fresh"
+    );
+    // A tab opened after it was taken gets a new one: its page is newer.
+    let newer = board
+        .snapshot(
+            &harness.service,
+            Duration::from_secs(60),
+            std::time::Instant::now(),
+        )
+        .await
+        .expect("a newer snapshot");
+    assert!(
+        !std::sync::Arc::ptr_eq(&snapshot, &newer),
+        "never older than the tab"
+    );
+    drop(first_tab);
+    let later = board
+        .snapshot(&harness.service, Duration::ZERO, opened)
+        .await
+        .expect("a new snapshot");
+    assert!(!std::sync::Arc::ptr_eq(&newer, &later));
+    let mut followed: Vec<_> = later.jobs.keys().copied().collect();
+    followed.sort();
+    assert_eq!(
+        followed,
+        vec![ids[1], ids[2]],
+        "a closed tab's jobs are not read"
+    );
+    drop(second_tab);
+    assert_eq!(board.tabs(), 0);
 }

@@ -850,6 +850,9 @@ pub trait Store: Send + Sync + 'static {
 
     async fn get_job(&self, id: JobId) -> Result<Option<Job>, StoreError>;
 
+    /// The stored ones of `ids`, in id order (missing ones left out).
+    async fn get_jobs(&self, ids: &[JobId]) -> Result<Vec<Job>, StoreError>;
+
     /// Job `id`'s history, oldest first, starting with the step that
     /// created it; `None` when there is no such job.
     async fn job_history(&self, id: JobId)

@@ -897,6 +897,27 @@ where
         Ok(())
     }
 
+    async fn get_jobs(&self, ids: &[JobId]) -> Result<Vec<Job>, StoreError> {
+        let mut jobs = Vec::with_capacity(ids.len());
+        // A bounded statement a chunk (SQLite allows 32,766 parameters).
+        for chunk in ids.chunks(500) {
+            let places: Vec<String> = (1..=chunk.len()).map(|n| format!("${n}")).collect();
+            let sql = format!(
+                "SELECT id, {JOB_COLUMNS} FROM jobs WHERE id IN ({}) ORDER BY id",
+                places.join(", ")
+            );
+            let mut query = sqlx::query_as::<_, JobRow>(&sql);
+            for id in chunk {
+                query = query.bind(id.0);
+            }
+            for row in query.fetch_all(self.reader()).await? {
+                jobs.push(Job::try_from(row)?);
+            }
+        }
+        jobs.sort_by_key(|job| job.id);
+        Ok(jobs)
+    }
+
     async fn get_job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
         let mut connection = self.inner.held_reads().acquire().await?;
         let row = sqlx::query_as(&self.inner.statements.job_by_id)

@@ -54,6 +54,7 @@ on_both_backends!(
     weights_share_the_queue_in_proportion,
     the_cap_passes_over_a_key_at_its_limit_on_every_claim_path,
     pool_samples_merge_into_buckets_and_are_pruned_by_minute,
+    jobs_are_read_by_ids_in_id_order,
 );
 
 mod cases {
@@ -1060,6 +1061,31 @@ mod cases {
         );
         assert_eq!(store.begin_term("runway", "c", at(60)).await.unwrap(), 3);
         assert_eq!(store.leader("runway").await.unwrap().unwrap().replica, "c");
+    }
+
+    pub async fn jobs_are_read_by_ids_in_id_order(store: Arc<dyn Store>) {
+        let mut ids = Vec::new();
+        for n in 0..3 {
+            let job = store
+                .enqueue(&api_job(&format!("by-id-{n}"), "default"), at(1_000))
+                .await
+                .unwrap()
+                .job;
+            ids.push(job.id);
+        }
+        let missing = runway_core::JobId(ids[2].0 + 1_000);
+        let read = store.get_jobs(&[ids[2], missing, ids[0]]).await.unwrap();
+        let read: Vec<_> = read
+            .iter()
+            .map(|j| (j.id, j.external_id.as_str()))
+            .collect();
+        assert_eq!(read, [(ids[0], "by-id-0"), (ids[2], "by-id-2")]);
+        assert!(store.get_jobs(&[]).await.unwrap().is_empty());
+        // More than one statement's worth.
+        let many: Vec<_> = (0..1_200)
+            .map(|n| runway_core::JobId(ids[0].0 + n))
+            .collect();
+        assert_eq!(store.get_jobs(&many).await.unwrap().len(), 3);
     }
 
     pub async fn pool_samples_merge_into_buckets_and_are_pruned_by_minute(store: Arc<dyn Store>) {

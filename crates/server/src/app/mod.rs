@@ -15,6 +15,7 @@ pub mod history;
 pub mod intake;
 pub mod jobs;
 pub mod lease;
+pub mod live;
 pub mod reload;
 pub mod retention;
 pub mod runners;
@@ -97,6 +98,8 @@ pub struct Service {
     pub leading: std::sync::atomic::AtomicBool,
     /// The status of every background worker (`GET /api/v1/tasks`).
     pub tasks: crate::tasks::Tasks,
+    /// The console's live view, shared by the open tabs (`app/live.rs`).
+    pub console: Arc<crate::app::live::Board>,
     /// This process among the replicas sharing the store: random per start.
     pub replica: String,
     /// When this process started, and the address it serves on (set once
@@ -181,6 +184,7 @@ impl Service {
             config: std::sync::RwLock::new(Arc::new(config)),
             leading: std::sync::atomic::AtomicBool::new(true),
             tasks: crate::tasks::Tasks::default(),
+            console: Arc::default(),
             replica: format!("{:016x}", rand::random::<u64>()),
             started_at: now(),
             address: std::sync::OnceLock::new(),

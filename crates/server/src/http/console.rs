@@ -520,13 +520,23 @@ async fn pool_rows(service: &Service) -> Result<Vec<PoolRow>, runway_store::Stor
     let counts = service.store.live_job_counts().await?;
     let runners = service.store.list_live_runners(None).await?;
     let paused = service.store.paused_pools().await?;
+    Ok(pool_rows_of(service, &counts, &runners, &paused))
+}
+
+/// [`pool_rows`] from what was read.
+fn pool_rows_of(
+    service: &Service,
+    counts: &[runway_store::JobCount],
+    runners: &[runway_core::Runner],
+    paused: &[runway_store::PausedPool],
+) -> Vec<PoolRow> {
     let config = service.config();
     let warnings = service
         .runner_group_warnings
         .lock()
         .map(|w| w.clone())
         .unwrap_or_default();
-    Ok(config
+    config
         .pools
         .iter()
         .map(|pool| {
@@ -557,7 +567,7 @@ async fn pool_rows(service: &Service) -> Result<Vec<PoolRow>, runway_store::Stor
                 warnings: warnings.get(&pool.name).cloned().unwrap_or_default(),
             }
         })
-        .collect())
+        .collect()
 }
 
 fn unavailable() -> Response {
@@ -1644,68 +1654,109 @@ async fn pool_action(
     Ok(after_action(done.map(|_| "/".to_owned()), "/"))
 }
 
-/// What the open pages show that changes: pool counts, the state and
-/// wait reason of live jobs (the oldest 500), live runners' states and
-/// jobs — as `data-live` keys and their text.
-async fn live_cells(
+/// What a tab's page shows live, from its `page` parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shows {
+    /// The overview and pool pages: each pool's counts and state.
+    Pools,
+    /// The jobs and job pages: the followed jobs' states and reasons.
+    Jobs,
+    /// The runners pages: each live runner's state and job.
+    Runners,
+    /// Nothing live.
+    Nothing,
+    /// A stream that names no page (a script's): all of the above.
+    All,
+}
+
+impl Shows {
+    fn of(page: Option<&str>) -> Shows {
+        match page {
+            None | Some("") => Shows::All,
+            Some("overview") => Shows::Pools,
+            Some("jobs") => Shows::Jobs,
+            Some("runners") => Shows::Runners,
+            Some(_) => Shows::Nothing,
+        }
+    }
+
+    fn includes(self, part: Shows) -> bool {
+        self == part || self == Shows::All
+    }
+}
+
+/// The cells of `snapshot` a tab showing `shows`, following `followed`,
+/// may see under `scope`. A followed job the snapshot lacks (pruned) gets
+/// no cell: a reason is never blanked that was not computed.
+fn cells_for(
     service: &Service,
+    snapshot: &crate::app::live::Snapshot,
+    shows: Shows,
     scope: &crate::config::Scope,
-) -> Option<serde_json::Map<String, serde_json::Value>> {
+    followed: &[JobId],
+) -> serde_json::Map<String, serde_json::Value> {
     let mut cells = serde_json::Map::new();
-    for pool in pool_rows(service).await.ok()? {
-        if !scope.covers(Some(&pool.name)) {
-            continue;
+    if shows.includes(Shows::Pools) {
+        for pool in pool_rows_of(
+            service,
+            &snapshot.counts,
+            &snapshot.runners,
+            &snapshot.paused,
+        ) {
+            if !scope.covers(Some(&pool.name)) {
+                continue;
+            }
+            let name = &pool.name;
+            for (field, value) in [
+                ("queued", pool.queued),
+                ("running", pool.running),
+                ("booting", pool.booting),
+                ("idle", pool.idle),
+                ("busy", pool.busy),
+            ] {
+                cells.insert(format!("pool:{name}:{field}"), json!(value.to_string()));
+            }
+            let state = if pool.paused { "paused" } else { "active" };
+            cells.insert(format!("pool:{name}:state"), json!(state));
         }
-        let name = &pool.name;
-        for (field, value) in [
-            ("queued", pool.queued),
-            ("running", pool.running),
-            ("booting", pool.booting),
-            ("idle", pool.idle),
-            ("busy", pool.busy),
-        ] {
-            cells.insert(format!("pool:{name}:{field}"), json!(value.to_string()));
+    }
+    if shows.includes(Shows::Jobs) {
+        for id in followed {
+            let Some((job, why)) = snapshot.jobs.get(id) else {
+                continue;
+            };
+            if !scope.covers(job.pool.as_deref()) {
+                continue;
+            }
+            cells.insert(format!("job:{id}:state"), json!(job.state.as_str()));
+            let waiting = why.as_ref().map(waiting_text).unwrap_or_default();
+            cells.insert(format!("job:{id}:waiting"), json!(waiting));
         }
-        let state = if pool.paused { "paused" } else { "active" };
-        cells.insert(format!("pool:{name}:state"), json!(state));
     }
-    let mut live = Vec::new();
-    for state in [JobState::Queued, JobState::Provisioning, JobState::Running] {
-        let filter = JobFilter {
-            state: Some(state),
-            limit: Some(500),
-            ..JobFilter::default()
-        };
-        live.extend(service.store.list_jobs(&filter).await.ok()?);
-    }
-    live.retain(|job| scope.covers(job.pool.as_deref()));
-    let explained = crate::app::explain::explain_jobs(service, &live)
-        .await
-        .ok()?;
-    for job in &live {
-        cells.insert(format!("job:{}:state", job.id), json!(job.state.as_str()));
-        let waiting = explained.get(&job.id).map(waiting_text).unwrap_or_default();
-        cells.insert(format!("job:{}:waiting", job.id), json!(waiting));
-    }
-    for runner in service.store.list_live_runners(None).await.ok()? {
-        if !scope.covers(Some(&runner.pool)) {
-            continue;
+    if shows.includes(Shows::Runners) {
+        for runner in &snapshot.runners {
+            if !scope.covers(Some(&runner.pool)) {
+                continue;
+            }
+            cells.insert(
+                format!("runner:{}:state", runner.id),
+                json!(runner.state.as_str()),
+            );
+            let job = runner
+                .job
+                .map(|j| j.0.to_string())
+                .unwrap_or_else(|| "-".to_owned());
+            cells.insert(format!("runner:{}:job", runner.id), json!(job));
         }
-        cells.insert(
-            format!("runner:{}:state", runner.id),
-            json!(runner.state.as_str()),
-        );
-        let job = runner
-            .job
-            .map(|j| j.0.to_string())
-            .unwrap_or_else(|| "-".to_owned());
-        cells.insert(format!("runner:{}:job", runner.id), json!(job));
     }
-    Some(cells)
+    cells
 }
 
 #[derive(Deserialize)]
 struct StreamQuery {
+    /// The page the tab shows (`overview`, `jobs`, `runners`, …): what it
+    /// is sent.
+    page: Option<String>,
     /// The jobs the page shows (comma-separated ids): their cells follow
     /// them after they finish too.
     jobs: Option<String>,
@@ -1714,44 +1765,9 @@ struct StreamQuery {
 /// The most jobs one stream follows by id (a page shows [`PAGE`]).
 const FOLLOWED: usize = 100;
 
-/// The state cells of `ids` that are no longer live (live ones are in
-/// [`live_cells`] already): a finished job's final state replaces its
-/// last live one, and it no longer waits.
-async fn followed_cells(
-    service: &Service,
-    scope: &crate::config::Scope,
-    ids: &[JobId],
-    cells: &mut serde_json::Map<String, serde_json::Value>,
-) {
-    // The followed jobs the live cells left out (beyond the oldest 500
-    // of a state: a deep queue's newest, the first page), each with its
-    // own reason: never a blank over what the page was sent.
-    let mut missing = Vec::new();
-    for id in ids {
-        if cells.contains_key(&format!("job:{id}:state")) {
-            continue;
-        }
-        if let Ok(Some(job)) = service.store.get_job(*id).await {
-            if scope.covers(job.pool.as_deref()) {
-                missing.push(job);
-            }
-        }
-    }
-    if missing.is_empty() {
-        return;
-    }
-    let Ok(explained) = crate::app::explain::explain_jobs(service, &missing).await else {
-        // Not computed: say nothing of these jobs this tick rather than
-        // blank what the page shows.
-        return;
-    };
-    for job in &missing {
-        cells.insert(format!("job:{}:state", job.id), json!(job.state.as_str()));
-        let waiting = explained.get(&job.id).map(waiting_text).unwrap_or_default();
-        cells.insert(format!("job:{}:waiting", job.id), json!(waiting));
-    }
-}
-
+/// A tab's live updates: each tick, the cells its page shows, taken from
+/// the replica's one snapshot of the tick (`app/live.rs`); a tick whose
+/// snapshot could not be read sends nothing rather than blanks.
 async fn stream(
     State(service): State<Arc<Service>>,
     headers: HeaderMap,
@@ -1761,34 +1777,53 @@ async fn stream(
         return StatusCode::UNAUTHORIZED.into_response();
     };
     let scope = opened.caller.scope;
-    let followed: Vec<JobId> = query
-        .jobs
-        .unwrap_or_default()
-        .split(',')
-        .filter_map(|id| id.trim().parse().ok().map(JobId))
-        .take(FOLLOWED)
-        .collect();
-    let start = (service, scope, followed, headers, 0u32);
+    let shows = Shows::of(query.page.as_deref());
+    let followed: Vec<JobId> = if shows.includes(Shows::Jobs) {
+        query
+            .jobs
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|id| id.trim().parse().ok().map(JobId))
+            .take(FOLLOWED)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let following = Arc::new(service.console.follow(followed.clone()));
+    // Nothing older than the tab: its page was rendered before it opened.
+    let seen = std::time::Instant::now();
+    let start = (service, scope, followed, headers, following, seen, 0u32);
     let updates = futures_util::stream::unfold(
         start,
-        |(service, scope, followed, headers, tick)| async move {
-            if tick > 0 {
-                tokio::time::sleep(TICK).await;
+        move |(service, scope, followed, headers, following, mut seen, mut tick)| async move {
+            loop {
+                if tick > 0 {
+                    tokio::time::sleep(TICK).await;
+                }
+                // A session ended meanwhile (logout, its token removed, every
+                // session ended) ends its stream within a few ticks.
+                if tick > 0 && tick % SESSION_RECHECK_TICKS == 0 {
+                    session(&service, &headers).await?;
+                }
+                tick = tick.wrapping_add(1);
+                if shows == Shows::Nothing {
+                    // Nothing to send; the keep-alive holds the connection
+                    // and the session is still checked.
+                    continue;
+                }
+                let Ok(snapshot) = service.console.snapshot(&service, TICK, seen).await else {
+                    continue;
+                };
+                seen = snapshot.taken;
+                let cells = cells_for(&service, &snapshot, shows, &scope, &followed);
+                let event = Event::default()
+                    .event("update")
+                    .data(json!({"cells": cells}).to_string());
+                return Some((
+                    Ok::<_, std::convert::Infallible>(event),
+                    (service, scope, followed, headers, following, seen, tick),
+                ));
             }
-            // A session ended meanwhile (logout, its token removed, every
-            // session ended) ends its stream within a few ticks.
-            if tick > 0 && tick % SESSION_RECHECK_TICKS == 0 {
-                session(&service, &headers).await?;
-            }
-            let mut cells = live_cells(&service, &scope).await.unwrap_or_default();
-            followed_cells(&service, &scope, &followed, &mut cells).await;
-            let event = Event::default()
-                .event("update")
-                .data(json!({"cells": cells}).to_string());
-            Some((
-                Ok::<_, std::convert::Infallible>(event),
-                (service, scope, followed, headers, tick.wrapping_add(1)),
-            ))
         },
     );
     Sse::new(updates)
