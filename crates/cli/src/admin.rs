@@ -82,7 +82,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<std::process::ExitCode> 
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let client = reqwest::Client::new();
+    let client = client();
     let external_id = args
         .external_id
         .clone()
@@ -209,13 +209,23 @@ pub struct RunnersArgs {
     pool: Option<String>,
 }
 
+/// The CLI's HTTP client: it names itself (`runway/VERSION`), so the
+/// audit trail can tell a change made with the CLI from one made through
+/// the API by other clients.
+pub(crate) fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .user_agent(concat!("runway/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .unwrap_or_default()
+}
+
 pub(crate) async fn get<T: serde::de::DeserializeOwned>(
     connection: &Connection,
     path: &str,
     query: &[(&str, String)],
 ) -> anyhow::Result<T> {
     let url = format!("{}{path}", connection.url.trim_end_matches('/'));
-    let request = reqwest::Client::new().get(&url).query(query);
+    let request = client().get(&url).query(query);
     answer(connection, request, &url).await
 }
 
@@ -226,7 +236,7 @@ pub(crate) async fn post<T: serde::de::DeserializeOwned>(
     body: serde_json::Value,
 ) -> anyhow::Result<T> {
     let url = format!("{}{path}", connection.url.trim_end_matches('/'));
-    let request = reqwest::Client::new().post(&url).json(&body);
+    let request = client().post(&url).json(&body);
     answer(connection, request, &url).await
 }
 
@@ -480,7 +490,7 @@ pub struct RegistrationTokenArgs {
 /// Prints a one-time registration token for `runway agent --token`.
 pub async fn registration_token(args: RegistrationTokenArgs) -> anyhow::Result<()> {
     let base = args.connection.url.trim_end_matches('/').to_owned();
-    let response = reqwest::Client::new()
+    let response = client()
         .post(format!("{base}/api/v1/registration-tokens"))
         .bearer_auth(args.connection.token()?)
         .json(&serde_json::json!({"pool": args.pool, "ttl": args.ttl}))

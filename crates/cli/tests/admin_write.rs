@@ -179,6 +179,9 @@ fn jobs_are_cancelled_and_retried_and_refusals_change_nothing() {
     assert_eq!(audit[0]["actor"], "admin_tokens[0]");
     assert_eq!(audit[1]["target"], format!("job {job}"));
     assert_eq!(audit[1]["details"]["reason"], "wrong branch");
+    // Through what: the retry with the CLI, the cancel by another client.
+    assert_eq!(audit[0]["details"]["channel"], "cli", "{audit}");
+    assert_eq!(audit[1]["details"]["channel"], "api", "{audit}");
 }
 
 #[test]
@@ -333,6 +336,7 @@ fn a_paused_pool_says_so_and_a_reload_applies_a_valid_file_and_refuses_a_bad_one
     let audit = api.get("/api/v1/audit?limit=2")["entries"].clone();
     assert_eq!(audit[0]["action"], "config.reload");
     assert_eq!(audit[0]["actor"], "signal:SIGHUP");
+    assert_eq!(audit[0]["details"]["channel"], "runway", "{audit}");
     assert_eq!(audit[1]["actor"], "admin_tokens[0]");
     assert!(audit[1]["details"]["changed"].to_string().contains("pools"));
 }

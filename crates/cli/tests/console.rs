@@ -101,6 +101,10 @@ fn the_console_logs_in_shows_by_role_and_refuses_forged_posts() {
     let (status, html) = page(&base, "", "/");
     assert_eq!(status, 200);
     assert!(html.contains("name=\"token\""), "{html}");
+    // A config file holds the tokens: the page does not send the operator
+    // looking for a token file runway never wrote.
+    assert!(html.contains("Use a token from runway"), "{html}");
+    assert!(!html.contains("runway-admin.token"), "{html}");
     let wrong = http()
         .post(format!("{base}/console/login"))
         .form(&[("token", "nope")])

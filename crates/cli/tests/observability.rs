@@ -64,6 +64,18 @@ fn a_real_scrape_passes_promtool_and_prometheus_reads_the_series_back() {
         .unwrap()
         .trim()
         .to_owned();
+    // The login page says where that token is (it does only when runway
+    // wrote one).
+    let login = client()
+        .get(format!("{base}/"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        login.contains("wrote an admin token to <code>runway-admin.token</code>"),
+        "{login}"
+    );
     for i in 0..5 {
         let submitted = client()
             .post(format!("{base}/api/v1/jobs"))

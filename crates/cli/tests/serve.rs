@@ -522,19 +522,33 @@ values = { scalingRatio = 2 }
         .unwrap();
     assert!(check.status.success(), "{}", stderr_of(&check));
     let server = Server::start(dir.path(), &["--config", "runway.toml"]);
-    let response = reqwest::blocking::Client::new()
-        .get(format!("{}/api/v1/worker-configs", server.base))
-        .bearer_auth("worker-config-cli-token")
-        .send()
-        .unwrap();
-    let body: serde_json::Value = response.json().unwrap();
-    let ids: Vec<&str> = body["worker_configs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["id"].as_str().unwrap())
-        .collect();
+    let listed = |base: &str| -> Vec<(String, i64)> {
+        let response = reqwest::blocking::Client::new()
+            .get(format!("{base}/api/v1/worker-configs"))
+            .bearer_auth("worker-config-cli-token")
+            .send()
+            .unwrap();
+        let body: serde_json::Value = response.json().unwrap();
+        body["worker_configs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["id"].as_str().unwrap().to_owned(),
+                    c["version"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let installed = listed(&server.base);
+    let ids: Vec<&str> = installed.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(ids, ["build", "tests"]);
+    assert!(server.terminate().success());
+    // Started again with the same file: nothing changed, so no version
+    // moves (launch configurations and the console name versions).
+    let server = Server::start(dir.path(), &["--config", "runway.toml"]);
+    assert_eq!(listed(&server.base), installed, "unchanged, same versions");
     assert!(server.terminate().success());
 
     std::fs::write(

@@ -433,3 +433,44 @@ async fn open_tabs_share_one_snapshot_of_the_jobs_they_follow() {
     drop(second_tab);
     assert_eq!(board.tabs(), 0);
 }
+
+/// The audit page: 50 entries a page with a way to older ones and back,
+/// each target a link to its page, the channel apart, details as words.
+#[tokio::test]
+async fn the_audit_trail_pages_links_its_targets_and_names_the_channel() {
+    let harness = harness().await;
+    for n in 0..60 {
+        harness
+            .store()
+            .add_audit(&runway_store::AuditEntry {
+                id: 0,
+                at: Timestamp::from_millis(1_000 + n),
+                actor: "ops".to_owned(),
+                action: "job.cancel".to_owned(),
+                target: format!("job {}", 100 + n),
+                details: serde_json::json!({"channel": if n % 2 == 0 { "console" } else { "cli" }, "reason": "wrong branch"})
+                    .to_string(),
+            })
+            .await
+            .expect("an audit entry");
+    }
+    let cookie = login(&harness).await;
+    let first = page(&harness, &cookie, "/console/audit")
+        .await
+        .replace("&#x2f;", "/");
+    // The login itself is the newest entry.
+    assert_eq!(first.matches("<tr data-audit=").count(), 50, "{first}");
+    assert!(
+        first.contains("<a href=\"/console/jobs/159\">job 159</a>"),
+        "{first}"
+    );
+    assert!(first.contains("<span class=\"tag\">cli</span>"), "{first}");
+    assert!(first.contains("reason: wrong branch"), "{first}");
+    assert!(!first.contains("{&quot;"), "no raw JSON: {first}");
+    let older = pager_link(&first, "next").expect("an older page");
+    let second = page(&harness, &cookie, &older).await;
+    assert_eq!(second.matches("<tr data-audit=").count(), 11, "{second}");
+    assert!(second.contains("job 100"), "{second}");
+    assert!(pager_link(&second, "next").is_none(), "the last page");
+    assert!(second.contains("rel=\"first\" href=\"/console/audit\""));
+}

@@ -15,17 +15,35 @@ use serde_json::{json, Value};
 use crate::app::{AppError, ErrorKind, Service};
 use crate::clock::now;
 
+tokio::task_local! {
+    /// Through what a change came (`console`, `cli`, `api`), set for each
+    /// request by the HTTP layer (`http::channel`); changes runway makes
+    /// itself, or a SIGHUP's reload, have none set.
+    pub static CHANNEL: &'static str;
+}
+
+/// The channel of the change being made (`runway` outside a request).
+pub fn channel() -> &'static str {
+    CHANNEL.try_with(|channel| *channel).unwrap_or("runway")
+}
+
 /// Records `action` on `target` by `actor` in the audit trail and the
-/// event log. The change is already made: a trail that cannot be written
-/// is logged, not turned into a failure of the change.
+/// event log, with the channel it came through (`details.channel`). The
+/// change is already made: a trail that cannot be written is logged, not
+/// turned into a failure of the change.
 pub async fn audit(
     service: &Service,
     actor: &str,
     action: &str,
     target: &str,
-    details: Value,
+    mut details: Value,
     at: Timestamp,
 ) {
+    if let Value::Object(fields) = &mut details {
+        fields
+            .entry("channel")
+            .or_insert_with(|| Value::from(channel()));
+    }
     let entry = AuditEntry {
         id: 0,
         at,

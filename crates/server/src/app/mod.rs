@@ -467,6 +467,19 @@ impl Service {
         for config in &self.config().worker_configs {
             let body =
                 serde_json::to_string(&WorkerConfigDto::from_core(config)).unwrap_or_default();
+            // A restart or reload that leaves it as it was keeps its
+            // version: launch configurations and the console's history
+            // name versions, and a bump would say it changed.
+            let stored = self.store.get_worker_config(&config.id).await?;
+            let mut pools = config.pools.clone();
+            pools.sort();
+            if stored.is_some_and(|stored| {
+                let mut stored_pools = stored.pools.clone();
+                stored_pools.sort();
+                stored.body == body && stored_pools == pools
+            }) {
+                continue;
+            }
             self.store
                 .put_worker_config(&config.id, &body, &config.pools, Expect::Any, now())
                 .await?;

@@ -252,8 +252,19 @@ async fn session(service: &Service, headers: &HeaderMap) -> Option<Session> {
     })
 }
 
-fn login_page(status: StatusCode, flash: Option<&str>) -> Response {
-    render(status, "login.html", minijinja::context! { flash => flash })
+/// The login form. It says where a token is only when runway wrote one
+/// (started without a config file); otherwise the operator's config holds
+/// the tokens.
+fn login_page(service: &Service, status: StatusCode, flash: Option<&str>) -> Response {
+    let wrote_token = service
+        .reload_source
+        .get()
+        .is_some_and(|source| source.generated_admin_token.is_some());
+    render(
+        status,
+        "login.html",
+        minijinja::context! { flash => flash, wrote_token => wrote_token },
+    )
 }
 
 fn page(session: &Session, name: &str, page: &str, mut context: serde_json::Value) -> Response {
@@ -286,10 +297,15 @@ async fn login(
         return refused.into_response();
     }
     let Some(caller) = Caller::of_token(&service, form.token.trim()) else {
-        return login_page(StatusCode::UNAUTHORIZED, Some("That token is not valid."));
+        return login_page(
+            &service,
+            StatusCode::UNAUTHORIZED,
+            Some("That token is not valid."),
+        );
     };
     let Some(key) = key(&service).await else {
         return login_page(
+            &service,
             StatusCode::SERVICE_UNAVAILABLE,
             Some("The store is unavailable; try again."),
         );
@@ -436,6 +452,7 @@ async fn logout(
         if let Err(error) = ended {
             tracing::error!(%error, "cannot end a console session");
             return login_page(
+                &service,
                 StatusCode::SERVICE_UNAVAILABLE,
                 Some("The store is unavailable, so the session could not be ended; try again."),
             );
@@ -920,7 +937,7 @@ async fn overview_history(
 
 async fn overview(State(service): State<Arc<Service>>, headers: HeaderMap) -> Response {
     let Some(session) = session(&service, &headers).await else {
-        return login_page(StatusCode::OK, None);
+        return login_page(&service, StatusCode::OK, None);
     };
     let Ok(mut pools) = pool_rows(&service).await else {
         return unavailable();
@@ -1422,25 +1439,110 @@ fn age(now: Timestamp, since: Timestamp) -> String {
     match seconds {
         0..=119 => format!("{seconds}s"),
         120..=7199 => format!("{}m", seconds / 60),
-        _ => format!("{}h", seconds / 3600),
+        7200..=172_799 => format!("{}h", seconds / 3600),
+        _ => format!("{}d", seconds / 86_400),
     }
 }
 
-async fn audit(State(service): State<Arc<Service>>, headers: HeaderMap) -> Response {
+/// Audit entries per page.
+const AUDIT_PAGE: u32 = 50;
+
+#[derive(Deserialize)]
+struct AuditQuery {
+    /// Entries older than this one.
+    before: Option<i64>,
+}
+
+/// The console page an audit target names, if it has one.
+fn audit_link(target: &str) -> Option<String> {
+    let (kind, name) = target.split_once(' ')?;
+    match kind {
+        "job" => name
+            .parse::<i64>()
+            .ok()
+            .map(|id| format!("/console/jobs/{id}")),
+        "runner" => name
+            .parse::<i64>()
+            .ok()
+            .map(|id| format!("/console/runners/{id}")),
+        "pool" => Some(format!("/console/pools/{}", url_encode(name))),
+        _ => None,
+    }
+}
+
+/// An entry's details as `key: value` pairs (its channel apart), not JSON.
+fn audit_details(details: &str) -> (String, Vec<(String, String)>) {
+    let Ok(serde_json::Value::Object(fields)) = serde_json::from_str::<serde_json::Value>(details)
+    else {
+        return (
+            "api".to_owned(),
+            vec![("details".to_owned(), details.to_owned())],
+        );
+    };
+    let mut channel = "runway".to_owned();
+    let mut pairs = Vec::new();
+    for (key, value) in fields {
+        let text = match value {
+            serde_json::Value::String(text) => text,
+            serde_json::Value::Null => continue,
+            other => other.to_string(),
+        };
+        if key == "channel" {
+            channel = text;
+        } else {
+            pairs.push((key, text));
+        }
+    }
+    (channel, pairs)
+}
+
+async fn audit(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Query(query): Query<AuditQuery>,
+) -> Response {
     let Some(session) = session(&service, &headers).await else {
         return Redirect::to("/").into_response();
     };
     if !session.caller.scope.is_every_pool() {
         return refused(EVERY_POOL_ONLY);
     }
-    let Ok(entries) = service.store.list_audit(100, None).await else {
+    let Ok(mut entries) = service.store.list_audit(AUDIT_PAGE + 1, query.before).await else {
         return unavailable();
     };
+    let older = entries.len() > AUDIT_PAGE as usize;
+    entries.truncate(AUDIT_PAGE as usize);
+    let at = now();
     let rows: Vec<_> = entries
         .iter()
-        .map(|e| json!({"at": rfc3339(e.at), "actor": e.actor, "action": e.action, "target": e.target, "details": e.details}))
+        .map(|e| {
+            let (channel, details) = audit_details(&e.details);
+            json!({
+                "id": e.id,
+                "at": rfc3339(e.at),
+                "ago": age(at, e.at),
+                "actor": e.actor,
+                "channel": channel,
+                "action": e.action,
+                "target": e.target,
+                "link": audit_link(&e.target),
+                "details": details,
+            })
+        })
         .collect();
-    page(&session, "audit.html", "audit", json!({"entries": rows}))
+    let next_page = older
+        .then(|| {
+            entries
+                .last()
+                .map(|e| format!("/console/audit?before={}", e.id))
+        })
+        .flatten();
+    page(
+        &session,
+        "audit.html",
+        "audit",
+        json!({"entries": rows, "next_page": next_page, "paged": query.before.is_some()}),
+    )
 }
 
 async fn tasks(State(service): State<Arc<Service>>, headers: HeaderMap) -> Response {

@@ -57,7 +57,33 @@ pub fn router(service: Arc<Service>) -> Router {
         .merge(documented)
         .merge(crate::http::console::router())
         .merge(crate::http::garm::router())
+        .layer(axum::middleware::from_fn(channel))
         .with_state(service)
+}
+
+/// Runs each request with the channel its changes are audited under: the
+/// console's pages, the CLI (which names itself `runway/VERSION`), or
+/// any other client of the API.
+async fn channel(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let path = request.uri().path();
+    let channel = if path == "/" || path.starts_with("/console/") {
+        "console"
+    } else if request
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|agent| agent.to_str().ok())
+        .is_some_and(|agent| agent.starts_with("runway/"))
+    {
+        "cli"
+    } else {
+        "api"
+    };
+    crate::app::admin::CHANNEL
+        .scope(channel, next.run(request))
+        .await
 }
 
 /// The admin and runner APIs: every route registered with its OpenAPI
