@@ -501,3 +501,110 @@ fn a_deep_queues_newest_jobs_keep_their_reason_in_the_stream() {
         "never blanked"
     );
 }
+
+/// Several jobs at once: the jobs page's checkboxes and "Cancel selected"
+/// cancel each selected job and come back to the same list; a job that
+/// cannot be cancelled any more is named while the others are done; a
+/// read token's bulk post changes nothing; a return address off the
+/// console is not followed; a single cancel from the list returns to it.
+#[test]
+fn selected_jobs_are_cancelled_together_and_the_list_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("runway.toml"),
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN}\"]\nread_tokens = [\"{READ}\"]\n\
+             [[pools]]\nname = \"default\"\nlabels = [\"self-hosted\", \"linux\"]\n"
+        ),
+    )
+    .unwrap();
+    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    let ids: Vec<i64> = (0..5)
+        .map(|_| common::submit(&base, ADMIN, "true"))
+        .collect();
+    let state = |id: i64| common::job(&base, ADMIN, id)["state"].clone();
+    let host = base.trim_start_matches("http://").to_owned();
+    let admin = login(&base, ADMIN);
+    let list = "/console/jobs?state=queued";
+    let (_, html) = page(&base, &admin, list);
+    for id in &ids {
+        assert!(
+            html.contains(&format!("name=\"ids\" value=\"{id}\" form=\"bulk\"")),
+            "a checkbox for job {id}: {html}"
+        );
+    }
+    assert!(
+        html.contains("Cancel selected") && html.contains("confirm("),
+        "{html}"
+    );
+    let token = csrf(&html);
+    let bulk = |cookie: &str, fields: &[(&str, String)]| {
+        let mut form: Vec<(&str, String)> = vec![("csrf", token.clone())];
+        form.extend(fields.iter().cloned());
+        http()
+            .post(format!("{base}/console/jobs/bulk"))
+            .header("cookie", cookie)
+            .header("origin", format!("http://{host}"))
+            .form(&form)
+            .send()
+            .unwrap()
+    };
+    let done = bulk(
+        &admin,
+        &[
+            ("action", "cancel".into()),
+            ("ids", ids[0].to_string()),
+            ("ids", ids[1].to_string()),
+            ("back", list.into()),
+        ],
+    );
+    assert_eq!(done.status().as_u16(), 303);
+    assert_eq!(done.headers()["location"], list, "back to the same list");
+    assert_eq!(state(ids[0]), "cancelled");
+    assert_eq!(state(ids[1]), "cancelled");
+    assert_eq!(state(ids[2]), "queued");
+
+    // One already cancelled: named; the other is done all the same.
+    let partly = bulk(
+        &admin,
+        &[
+            ("action", "cancel".into()),
+            ("ids", ids[0].to_string()),
+            ("ids", ids[2].to_string()),
+            ("back", "//evil.example/steal".into()),
+        ],
+    );
+    assert_eq!(partly.status().as_u16(), 409);
+    let text = partly.text().unwrap().replace("&#x2f;", "/");
+    assert!(
+        text.contains(&format!("job {} is cancelled", ids[0])),
+        "{text}"
+    );
+    assert!(
+        text.contains("href=\"/console/jobs\""),
+        "not the other site: {text}"
+    );
+    assert_eq!(state(ids[2]), "cancelled");
+
+    // A read token's bulk post changes nothing.
+    let reader = login(&base, READ);
+    let refused = bulk(
+        &reader,
+        &[("action", "cancel".into()), ("ids", ids[3].to_string())],
+    );
+    assert_eq!(refused.status().as_u16(), 403);
+    assert_eq!(state(ids[3]), "queued");
+
+    // One job from the list: back to the list.
+    let single = http()
+        .post(format!("{base}/console/jobs/{}/cancel", ids[3]))
+        .header("cookie", &admin)
+        .header("origin", format!("http://{host}"))
+        .form(&[("csrf", token.as_str()), ("back", list)])
+        .send()
+        .unwrap();
+    assert_eq!(single.status().as_u16(), 303);
+    assert_eq!(single.headers()["location"], list);
+    assert_eq!(state(ids[3]), "cancelled");
+    assert_eq!(state(ids[4]), "queued");
+}

@@ -58,6 +58,7 @@ pub fn router() -> Router<Arc<Service>> {
         .route("/console/sessions/end", post(end_sessions))
         .route("/console/jobs", get(jobs))
         .route("/console/jobs/{id}", get(job))
+        .route("/console/jobs/bulk", post(bulk_job_action))
         .route("/console/jobs/{id}/{action}", post(job_action))
         .route("/console/runners", get(runners))
         .route("/console/runners/{id}", get(runner_page))
@@ -331,6 +332,23 @@ struct ActionForm {
     csrf: String,
     #[serde(default)]
     force: Option<String>,
+    /// The console page to return to (the jobs list an action was made
+    /// from); only a console path is followed.
+    #[serde(default)]
+    back: Option<String>,
+}
+
+/// `back` if it is a path of the console's own (no other site, no
+/// scheme-relative `//host`), else `default`.
+fn back_to(back: Option<&str>, default: &str) -> String {
+    match back {
+        Some(path)
+            if path.starts_with("/console/") && !path.contains("//") && !path.contains('\\') =>
+        {
+            path.to_owned()
+        }
+        _ => default.to_owned(),
+    }
 }
 
 /// A POST from another site is refused: its `Origin` (or, without one,
@@ -1160,6 +1178,12 @@ async fn jobs(
     };
     let next_page = older.map(|id| link("cursor", id));
     let newer_page = newer_than.map(|id| link("after", id));
+    // This page, for an action to come back to.
+    let here = match (query.cursor, query.after) {
+        (Some(cursor), _) => link("cursor", JobId(cursor)),
+        (None, Some(after)) => link("after", JobId(after)),
+        (None, None) => link("cursor", JobId(i64::MAX)),
+    };
     let config = service.config();
     page(
         &session,
@@ -1170,6 +1194,7 @@ async fn jobs(
             "followed": shown.iter().map(|j| j.id.0).collect::<Vec<_>>(),
             "next_page": next_page,
             "newer_page": newer_page,
+            "here": here,
             "pool_names": config
                 .pools
                 .iter()
@@ -1712,8 +1737,82 @@ async fn job_action(
         "retry" => admin::retry_job(&service, actor, JobId(id)).await,
         _ => return Err(no_such_action()),
     };
-    let shown = done.map(|job| format!("/console/jobs/{}", job.id.0));
+    // Back to the list it was made from, else to the job (a retry: the
+    // new job).
+    let shown = done.map(|job| match &form.back {
+        Some(_) => back_to(form.back.as_deref(), "/console/jobs"),
+        None => format!("/console/jobs/{}", job.id.0),
+    });
     Ok(after_action(shown, &format!("/console/jobs/{id}")))
+}
+
+/// Cancels or retries every selected job of the jobs page (`ids`, one
+/// field each), each as its own change, then returns to the list. A job
+/// that cannot be changed (finished meanwhile, out of the token's scope)
+/// is skipped and said; the others are done.
+async fn bulk_job_action(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, Response> {
+    let mut form = ActionForm::default();
+    let mut action = String::new();
+    let mut ids = Vec::new();
+    for (key, value) in url::form_urlencoded::parse(&body) {
+        match key.as_ref() {
+            "csrf" => form.csrf = value.into_owned(),
+            "back" => form.back = Some(value.into_owned()),
+            "action" => action = value.into_owned(),
+            "ids" => match value.parse::<i64>() {
+                Ok(id) => ids.push(JobId(id)),
+                Err(_) => {
+                    return Err(
+                        (StatusCode::BAD_REQUEST, "ids must be job numbers\n").into_response()
+                    )
+                }
+            },
+            _ => {}
+        }
+    }
+    let session = writer(&service, &headers, &form).await?;
+    if action != "cancel" && action != "retry" {
+        return Err(no_such_action());
+    }
+    if ids.len() > PAGE as usize * 2 {
+        return Err((StatusCode::BAD_REQUEST, "at most 100 jobs at once\n").into_response());
+    }
+    let actor = &session.caller.name;
+    let mut refused = Vec::new();
+    for id in ids {
+        if let Err(error) = crate::http::auth::require_job(&service, &session.caller, id).await {
+            refused.push(format!("job {id}: {}", error.message));
+            continue;
+        }
+        let done = match action.as_str() {
+            "cancel" => admin::cancel_job(&service, actor, id, None).await,
+            _ => admin::retry_job(&service, actor, id).await,
+        };
+        if let Err(error) = done {
+            // The message names the job.
+            refused.push(error.message);
+        }
+    }
+    let back = back_to(form.back.as_deref(), "/console/jobs");
+    if refused.is_empty() {
+        return Ok(Redirect::to(&back).into_response());
+    }
+    let items: String = refused
+        .iter()
+        .map(|line| format!("<li>{}</li>", minijinja::HtmlEscape(line)))
+        .collect();
+    Ok((
+        StatusCode::CONFLICT,
+        Html(format!(
+            "<!doctype html><title>Partly done</title><p role=\"alert\">The other selected jobs were done; these were not:</p><ul>{items}</ul><p><a href=\"{}\">Back</a></p>",
+            minijinja::HtmlEscape(&back)
+        )),
+    )
+        .into_response())
 }
 
 async fn runner_action(
