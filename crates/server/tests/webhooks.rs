@@ -176,11 +176,43 @@ async fn github_examples_with_the_default_pool() {
     assert_eq!(jobs[0].external_id, "12877621891");
     let reason = jobs[0].reason.clone().unwrap_or_default();
     assert!(reason.contains("k8s"), "{reason}");
+    // Per route, by its template: an id in the path is no series of its
+    // own, and a path no route has is `unmatched`.
+    for path in ["/api/v1/jobs/12345", "/api/v1/jobs/67890", "/no/such/page"] {
+        harness
+            .send(Request::get(path).body(Body::empty()).unwrap())
+            .await;
+    }
     let metrics = harness.metrics().await;
     assert!(
         metrics.contains(r#"runway_jobs_rejected_total{reason="no_matching_pool"} 1"#),
         "{metrics}"
     );
+    assert!(
+        metrics.contains(
+            r#"runway_http_requests_total{method="POST",route="/webhooks/github",status="202"} 8"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"runway_http_requests_total{method="GET",route="/api/v1/jobs/{id}",status="401"} 2"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"runway_http_requests_total{method="GET",route="unmatched",status="404"} 1"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"runway_http_request_duration_seconds_count{method="POST",route="/webhooks/github"} 8"#
+        ),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("12345"), "no raw path in a label");
     assert!(
         metrics.contains(r#"runway_jobs_rejected_total{reason="github_hosted"} 6"#),
         "{metrics}"

@@ -58,7 +58,55 @@ pub fn router(service: Arc<Service>) -> Router {
         .merge(crate::http::console::router())
         .merge(crate::http::garm::router())
         .layer(axum::middleware::from_fn(channel))
+        .layer(axum::middleware::from_fn_with_state(
+            service.clone(),
+            measured,
+        ))
         .with_state(service)
+}
+
+/// Counts and times each request by its route's template (axum's
+/// `MatchedPath`), so an id in a path never becomes a series of its own;
+/// a request no route matched counts as `unmatched`.
+async fn measured(
+    axum::extract::State(service): axum::extract::State<Arc<Service>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let started = std::time::Instant::now();
+    // A method outside HTTP's own is one series, not one each.
+    let method = match *request.method() {
+        axum::http::Method::GET
+        | axum::http::Method::POST
+        | axum::http::Method::PUT
+        | axum::http::Method::PATCH
+        | axum::http::Method::DELETE
+        | axum::http::Method::HEAD
+        | axum::http::Method::OPTIONS => request.method().as_str().to_owned(),
+        _ => "other".to_owned(),
+    };
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
+    let response = next.run(request).await;
+    let metrics = &service.metrics;
+    metrics
+        .http_request_duration
+        .get_or_create(&crate::telemetry::metrics::HttpRouteLabels {
+            method: method.clone(),
+            route: route.clone(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    metrics
+        .http_requests
+        .get_or_create(&crate::telemetry::metrics::HttpLabels {
+            method,
+            route,
+            status: response.status().as_u16(),
+        })
+        .inc();
+    response
 }
 
 /// Runs each request with the channel its changes are audited under: the

@@ -101,6 +101,31 @@ pub struct PoolLabel {
     pub pool: String,
 }
 
+/// An HTTP request by its route's template (`/api/v1/jobs/{id}`, never
+/// the raw path: one series a route, whatever the ids), its method, and
+/// the status answered.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub method: String,
+    pub route: String,
+    pub status: u16,
+}
+
+/// An HTTP request's route template and method.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpRouteLabels {
+    pub method: String,
+    pub route: String,
+}
+
+type HttpHistogramFamily = Family<HttpRouteLabels, Histogram, fn() -> Histogram>;
+
+fn http_duration_histogram() -> Histogram {
+    Histogram::new([
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0,
+    ])
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     /// One of the reasons the code names (never a value from a request).
@@ -290,6 +315,8 @@ pub struct Metrics {
     pub provider_errors: Family<ProviderOperationLabels, Counter>,
     pub reconcile_duration: Histogram,
     pub console_snapshot_seconds: Histogram,
+    pub http_requests: Family<HttpLabels, Counter>,
+    pub http_request_duration: HttpHistogramFamily,
     pub store_rows: Family<TableLabel, Gauge>,
     pub retention_pruned: Family<TableLabel, Counter>,
     pub offer_price: Family<OfferLabels, FloatGauge>,
@@ -343,6 +370,8 @@ impl Metrics {
             jobs_waiting: add(r, "jobs_waiting", "Queued jobs by pool and the reason they wait", Family::<PoolReasonLabels, Gauge>::default()),
             provider_errors: add(r, "provider_errors", "Failed provider calls", Family::<ProviderOperationLabels, Counter>::default()),
             reconcile_duration: seconds(r, "reconcile_duration", "How long one reconcile round took", Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0])),
+            http_requests: add(r, "http_requests", "HTTP requests answered, by method, route template (unmatched: no route) and status", Family::<HttpLabels, Counter>::default()),
+            http_request_duration: seconds(r, "http_request_duration", "Time to answer an HTTP request (to its headers: a long poll's wait and a stream's life are in it only up to the first byte), by method and route template", Family::new_with_constructor(http_duration_histogram as fn() -> Histogram)),
             console_snapshot_seconds: seconds(r, "console_snapshot_duration", "How long one read of the console's live view took (one a tick, shared by every open tab)", Histogram::new([0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0])),
             store_rows: add(r, "store_rows", "Rows in each store table retention looks after, as its last pass counted", Family::<TableLabel, Gauge>::default()),
             retention_pruned: add(r, "retention_pruned", "Rows retention deleted, by table", Family::<TableLabel, Counter>::default()),
