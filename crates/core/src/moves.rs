@@ -251,3 +251,36 @@ mod tests {
         }
     }
 }
+
+/// How long to wait before asking GitHub again to deregister a runner it
+/// refused `refusals` times: `first`, doubling with each refusal, at most
+/// 64 × `first` (the scale-down ADR allows a runner one or two wasted
+/// deletes; doubling from `[github] recheck_after` keeps a long job to a
+/// few).
+pub fn deregistration_backoff(first: std::time::Duration, refusals: u32) -> std::time::Duration {
+    first.saturating_mul(1 << refusals.saturating_sub(1).min(6))
+}
+
+#[cfg(test)]
+mod deregistration_tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn deregistration_asks_double_their_wait_up_to_a_bound() {
+        let minutes = |m: u64| Duration::from_secs(60 * m);
+        let waits: Vec<Duration> = (1..=9)
+            .map(|n| deregistration_backoff(minutes(5), n))
+            .collect();
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 320, 320, 320].map(minutes),);
+        // A one-hour job seen from recheck_after (5 min): asks at 5, 10,
+        // 20 and 40 minutes are refused, the one at 80 is taken.
+        let mut at = minutes(5);
+        let mut refused = 0;
+        while at < minutes(60) {
+            refused += 1;
+            at += deregistration_backoff(minutes(5), refused);
+        }
+        assert_eq!(refused, 4, "not one a round (330 before)");
+    }
+}

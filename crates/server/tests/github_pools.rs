@@ -492,6 +492,54 @@ async fn a_runner_github_never_lets_go_of_is_settled_by_asking_again() {
     assert_eq!(h.runner(&name).await.state, RunnerState::Terminated);
 }
 
+/// The scale-down ADR allows a runner one or two wasted deletes. A runner
+/// GitHub keeps for an hour on a job runway never heard of is asked to go
+/// after recheck_after and then at doubling waits — a few refused DELETEs
+/// in the hour (one a round before: about 330) — and goes at the first ask
+/// after its job is over; how many were refused is observed.
+#[tokio::test]
+async fn a_runner_busy_for_an_hour_is_asked_to_go_a_few_times_not_every_round() {
+    let h = Harness::start(4_000, |_| {}).await;
+    h.fake.queue_job(701, &labels());
+    h.fake.deliver(701, "queued", false).await;
+    h.reconcile().await;
+    h.reconcile().await;
+    let name = h.provider.requests.lock().unwrap()[0].name.clone();
+    h.fake.complete_job(701, "cancelled");
+    h.fake.deliver(701, "completed", false).await;
+    h.fake.queue_job(702, &labels());
+    h.fake.start_job(702, &name);
+    let delete = "DELETE /orgs/octo-org/actions/runners/";
+    let before = h.fake.calls_starting(delete);
+    // The round asks the idle runner to go, and GitHub says it is busy.
+    h.reconcile().await;
+    assert_eq!(h.runner(&name).await.state, RunnerState::Busy);
+    assert_eq!(h.fake.calls_starting(delete) - before, 1);
+    // An hour of rounds, one every 30 s, while the job runs.
+    let start = runway_server::clock::now();
+    for round in 1..=120u64 {
+        let at = start.plus(Duration::from_secs(30 * round));
+        h.reconciler.reconcile_once(at).await.unwrap();
+    }
+    let refused = h.fake.calls_starting(delete) - before;
+    assert_eq!(refused, 4, "asked at 0, 5, 15 and 35 minutes");
+    assert_eq!(h.runner(&name).await.state, RunnerState::Busy);
+    // Its job ends; the next ask (75 minutes in) lets it go.
+    h.fake.complete_job(702, "success");
+    for round in 121..=170u64 {
+        let at = start.plus(Duration::from_secs(30 * round));
+        h.reconciler.reconcile_once(at).await.unwrap();
+    }
+    assert_eq!(h.fake.calls_starting(delete) - before, 5);
+    assert_eq!(h.runner(&name).await.state, RunnerState::Terminated);
+    let metrics = h.metrics();
+    assert!(
+        metrics.contains("runway_runner_deregistrations_refused_count 1")
+            && metrics.contains("runway_runner_deregistrations_refused_sum 4.0"),
+        "{metrics}"
+    );
+}
+
 #[tokio::test]
 async fn a_refusing_github_is_asked_again_after_a_backoff_not_every_round() {
     let h = Harness::start(4_000, |_| {}).await;

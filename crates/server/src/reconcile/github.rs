@@ -2,6 +2,10 @@
 
 use super::*;
 
+/// After a deregistration GitHub could not take (unreachable, 5xx, rate
+/// limited), the first wait before asking again; it doubles.
+const DEREGISTER_RETRY: Duration = Duration::from_secs(30);
+
 impl Inner {
     /// The GitHub side of `pool`, if it is a GitHub pool.
     pub(super) fn github_pool(&self, pool: &str) -> Option<PoolGithub> {
@@ -137,6 +141,56 @@ impl Inner {
         }
     }
 
+    /// Whether `runner` may be asked to deregister at `now`: not while the
+    /// backoff after GitHub's last refusal runs.
+    fn deregistration_due(&self, runner: RunnerId, now: Timestamp) -> bool {
+        let waits = self
+            .deregistrations
+            .lock()
+            .ok()
+            .and_then(|d| d.get(&runner).copied());
+        waits.is_none_or(|(_, not_before)| now >= not_before)
+    }
+
+    /// GitHub refused (or could not take) `runner`'s deregistration: the
+    /// next ask waits `first` after the first refusal, doubling after each.
+    fn deregistration_refused(&self, runner: RunnerId, first: Duration, now: Timestamp) {
+        if let Ok(mut waits) = self.deregistrations.lock() {
+            let refusals = waits.get(&runner).map_or(0, |(n, _)| *n) + 1;
+            let wait = runway_core::moves::deregistration_backoff(first, refusals);
+            waits.insert(runner, (refusals, now.plus(wait)));
+        }
+    }
+
+    /// GitHub refused `runner`'s deregistration because it runs a job:
+    /// counted, and the next ask put off.
+    fn refused_busy(&self, runner: &runway_core::Runner, recheck: Duration, now: Timestamp) {
+        self.deregistration_refused(runner.id, recheck, now);
+        self.service
+            .metrics
+            .runner_delete_requests
+            .get_or_create(&crate::telemetry::metrics::PoolResultLabels {
+                pool: runner.pool.clone(),
+                result: DeleteResult::RefusedBusy,
+            })
+            .inc();
+    }
+
+    /// `runner` is deregistered: how many asks were refused before it,
+    /// observed for the ADR's budget.
+    fn deregistration_done(&self, runner: RunnerId) {
+        let refusals = self
+            .deregistrations
+            .lock()
+            .ok()
+            .and_then(|mut waits| waits.remove(&runner))
+            .map_or(0, |(n, _)| n);
+        self.service
+            .metrics
+            .deregistrations_refused
+            .observe(f64::from(refusals));
+    }
+
     /// Deregister before delete: `true` when the instance may go. A runner
     /// GitHub says is running a job becomes busy (its job named by the
     /// job's own webhook) and keeps its instance.
@@ -147,18 +201,20 @@ impl Inner {
         now: Timestamp,
         report: &mut Report,
     ) -> Result<bool, StoreError> {
+        if !self.deregistration_due(runner.id, now) {
+            return Ok(false);
+        }
+        let recheck = self.service.config().github.recheck_after;
         match self.deregister(github, runner).await? {
-            Ok(gone) => Ok(gone),
+            Ok(gone) => {
+                if gone {
+                    self.deregistration_done(runner.id);
+                }
+                Ok(gone)
+            }
             Err(GithubError::RunnerBusy(_)) => {
                 tracing::info!(pool = %runner.pool, runner = %runner.name, "GitHub says the runner is running a job; kept");
-                self.service
-                    .metrics
-                    .runner_delete_requests
-                    .get_or_create(&crate::telemetry::metrics::PoolResultLabels {
-                        pool: runner.pool.clone(),
-                        result: DeleteResult::RefusedBusy,
-                    })
-                    .inc();
+                self.refused_busy(runner, recheck, now);
                 report.delete_refused_busy += 1;
                 if let Err(error) = self
                     .store()
@@ -170,6 +226,9 @@ impl Inner {
                 Ok(false)
             }
             Err(error) => {
+                // GitHub down or refusing: asked again after a backoff,
+                // from a round's worth, not every round.
+                self.deregistration_refused(runner.id, DEREGISTER_RETRY, now);
                 tracing::warn!(pool = %runner.pool, runner = %runner.name, %error, "cannot deregister the runner from GitHub yet; its instance is kept");
                 Ok(false)
             }
@@ -177,7 +236,9 @@ impl Inner {
     }
 
     /// A runner GitHub kept for a job runway never heard of: once that has
-    /// lasted `[github] recheck_after`, ask GitHub again; when it lets the
+    /// lasted `[github] recheck_after`, ask GitHub again, and after each
+    /// refusal wait twice as long as before (a one-hour job costs a few
+    /// refused deletes, not one a round); when it lets the
     /// runner go (the ephemeral runner's job is over), the runner finishes
     /// and is terminated like any other.
     pub(super) async fn settle_unknown_job(
@@ -187,10 +248,18 @@ impl Inner {
         now: Timestamp,
     ) -> Result<(), StoreError> {
         let since = runner.busy_at.unwrap_or(runner.requested_at);
-        if now.since(since) < self.service.config().github.recheck_after {
+        let recheck = self.service.config().github.recheck_after;
+        if now.since(since) < recheck || !self.deregistration_due(runner.id, now) {
             return Ok(());
         }
-        if let Ok(true) = self.deregister(github, runner).await? {
+        let outcome = self.deregister(github, runner).await?;
+        match &outcome {
+            Ok(true) => self.deregistration_done(runner.id),
+            Ok(false) => {}
+            Err(GithubError::RunnerBusy(_)) => self.refused_busy(runner, recheck, now),
+            Err(_) => self.deregistration_refused(runner.id, DEREGISTER_RETRY, now),
+        }
+        if let Ok(true) = outcome {
             tracing::info!(runner = %runner.name, "GitHub let go of a runner whose job runway never heard of");
             self.service.finish_runner_job(runner.id, now).await;
             // Deregistered already: nothing must ever give it work again.

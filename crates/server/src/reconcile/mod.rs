@@ -136,6 +136,10 @@ struct Inner {
     /// Busy runners of GitHub pools whose machine was found gone, and
     /// since when: judged only after [`COMPLETION_GRACE`].
     vanished_busy: Mutex<BTreeMap<RunnerId, Timestamp>>,
+    /// Runners GitHub would not deregister yet: (refusals so far, not
+    /// asked again before). The scale-down ADR allows one or two wasted
+    /// deletes a runner; asking every round spent hundreds on a long job.
+    deregistrations: Mutex<BTreeMap<RunnerId, (u32, Timestamp)>>,
 }
 
 /// How long a busy GitHub runner whose machine is gone waits for its
@@ -190,6 +194,7 @@ impl Reconciler {
                 forecasts: Mutex::new(BTreeMap::new()),
                 jit_backoff: Mutex::new(BTreeMap::new()),
                 vanished_busy: Mutex::new(BTreeMap::new()),
+                deregistrations: Mutex::new(BTreeMap::new()),
             }),
         }
     }

@@ -63,6 +63,12 @@ impl Inner {
         // every listed instance's record is in it. Each provider's part
         // below touches only its own runners, so the snapshot stays true.
         let runners = self.store().list_live_runners(None).await?;
+        // Backoffs of runners no longer live (ended, or gone with their
+        // machine) are forgotten: the map stays as small as the fleet.
+        if let Ok(mut waits) = self.deregistrations.lock() {
+            let live: std::collections::BTreeSet<RunnerId> = runners.iter().map(|r| r.id).collect();
+            waits.retain(|id, _| live.contains(id));
+        }
         let mut tasks = Vec::new();
         let providers = self.providers();
         for (name, provider) in &providers.by_name {
