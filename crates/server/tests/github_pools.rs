@@ -826,11 +826,27 @@ async fn access_policies_send_forks_and_strangers_to_the_next_pool_and_look_each
             .calls_starting("GET /repos/octo-org/app/actions/runs/72"),
         1
     );
+    // The looked-up run also names the job's triggering event in its
+    // metrics (and the event log), not the webhook's type.
+    h.fake.complete_job(801, "success");
+    assert_eq!(h.fake.deliver(801, "completed", false).await, 202);
     let metrics = h.metrics();
     for (rule, count) in [("fork", 1), ("repository", 2)] {
         let line = format!("runway_access_refusals_total{{pool=\"gh\",kind=\"{rule}\"}} {count}");
         assert!(metrics.contains(&line), "{line} in\n{metrics}");
     }
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("runway_jobs_completed_total") && l.contains("event=\"push\"")),
+        "{metrics}"
+    );
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.starts_with("runway_jobs_") && l.contains("event=\"workflow_job\"")),
+        "{metrics}"
+    );
     assert_eq!(h.fake.invalid(), Vec::<String>::new());
 }
 

@@ -102,6 +102,20 @@ async fn run_facts(
     facts
 }
 
+/// The triggering event (`push`, `pull_request`, `schedule`, …) of a run
+/// of `repository`, if a pool's policy has already looked the run up
+/// (cached): what the event log's `github_event` and the `event` label
+/// say. No lookup of its own: the webhook does not carry it, and asking
+/// GitHub for every run only for a label would spend the request budget.
+pub fn known_event(
+    service: &Service,
+    repository: Option<&str>,
+    run_id: Option<u64>,
+) -> Option<String> {
+    let key = (repository?.to_lowercase(), run_id?);
+    service.run_facts.get(&key).map(|(event, _)| event)
+}
+
 /// Pool `name`'s access policy (the default admits all). Validated at
 /// load: one that does not build admits nothing rather than everything.
 fn policy_of(config: &crate::config::Config, name: &str) -> Access {

@@ -659,12 +659,15 @@ async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Ti
         pool: job.pool.clone().unwrap_or_default(),
     };
     // The webhook names the repository and workflow, not the event that
-    // triggered the run (the runner's pre-job report has that).
+    // triggered the run: that is known when a pool's policy looked the run
+    // up (cached per run), else left empty — never the webhook's type.
+    let event =
+        crate::app::access::known_event(service, payload.repository.as_deref(), payload.run_id);
     let labels = service.metrics.job_labels(
         &pool.pool,
         payload.repository.as_deref(),
         payload.workflow.as_deref(),
-        None,
+        event.as_deref(),
     );
     let running = job.state == runway_core::JobState::Running;
     if running {
@@ -683,7 +686,7 @@ async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Ti
         flavor: &pool.pool,
         workflow: payload.workflow.as_deref().unwrap_or(""),
         repo: payload.repository.as_deref().unwrap_or(""),
-        github_event: "workflow_job",
+        github_event: event.as_deref().unwrap_or(""),
     };
     if running {
         if let (Some(created), Some(started)) = (payload.created_at, payload.started_at) {
