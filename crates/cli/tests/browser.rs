@@ -4,7 +4,8 @@
 //! when a runner boots; an admin drains a runner, pauses a pool and is
 //! asked before terminating a busy runner; a forged cross-site POST is
 //! refused; a pool page draws its seeded hour of history and the overview
-//! its sparkline; and the screenshots of docs/ are taken on a
+//! its sparkline; a 10,000-deep paused queue keeps every shown job's wait
+//! reason while it streams, and Older and Newer walk every job once; and the screenshots of docs/ are taken on a
 //! laptop-sized screen. `.ci/run` installs Chromium and playwright-core; without them
 //! this test is skipped, except under CI, where that is a failure.
 
@@ -67,16 +68,39 @@ fn seed_history(dir: &Path) {
             }
         })
         .collect();
+    // And pool "deep": DEEP queued jobs, paused (each waits, and says so).
+    let deep: Vec<runway_core::NewJob> = (0..DEEP)
+        .map(|n| runway_core::NewJob {
+            source: runway_core::JobSource::Api,
+            external_id: format!("deep-{n}"),
+            route: runway_core::Route::Pool("deep".to_owned()),
+            labels: vec!["deep".to_owned()],
+            payload: r#"{"script":"true"}"#.to_owned(),
+            max_attempts: 3,
+            share: Default::default(),
+        })
+        .collect();
     let url = format!("sqlite://{}", dir.join("runway.db").display());
     tokio::runtime::Runtime::new()
         .expect("a runtime")
         .block_on(async {
             use runway_store::Store as _;
             let store = runway_store::SqliteStore::open(&url).await?;
-            store.record_pool_samples(&samples).await
+            store.record_pool_samples(&samples).await?;
+            let at = runway_core::Timestamp::from_millis(this_minute);
+            for chunk in deep.chunks(1_000) {
+                store.enqueue_many(chunk, at).await?;
+            }
+            store
+                .set_pool_paused("deep", Some("browser-test"), at)
+                .await?;
+            Ok::<_, runway_store::StoreError>(())
         })
-        .expect("seed the pool history");
+        .expect("seed the pool history and the deep queue");
 }
+
+/// Jobs queued in the paused pool "deep".
+const DEEP: usize = 10_000;
 
 fn serve(dir: &Path) -> (Process, String) {
     let port = common::free_port();
@@ -109,6 +133,12 @@ name = "ci"
 labels = ["linux"]
 max_runners = 2
 providers = ["local"]
+
+# A deep queue, paused before the server starts (seed_history).
+[[pools]]
+name = "deep"
+labels = ["deep"]
+max_runners = 0
 
 # Registered runners only: no provider starts any.
 [[pools]]
@@ -165,6 +195,7 @@ fn the_console_in_chromium() {
         .env("ADMIN_TOKEN", ADMIN)
         .env("READ_TOKEN", READ)
         .env("SEEDED_MINUTES", SEEDED_MINUTES.to_string())
+        .env("DEEP", DEEP.to_string())
         .env("CHROMIUM", chromium)
         .env("SCREENSHOTS", &shots);
     run_checker(command, "the browser test");

@@ -775,6 +775,13 @@ async fn a_runner_gone_before_its_completion_arrived_finished_and_did_not_crash(
     let later = runway_server::clock::now().plus(runway_server::reconcile::COMPLETION_GRACE);
     h.reconciler.reconcile_once(later).await.unwrap();
     assert_eq!(h.runner(&names[1]).await.state, RunnerState::Crashed);
+    // Counted, though a GitHub job has no lease to expire: the crash alert
+    // sees GitHub pools too. The runner that finished is not counted.
+    let metrics = h.metrics();
+    assert!(
+        metrics.contains("runway_runners_crashed_total{pool=\"gh\"} 1"),
+        "{metrics}"
+    );
 }
 
 /// Pool `gh` admits only octo-org's own repositories (not octo-org/secret),

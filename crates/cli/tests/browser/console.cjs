@@ -307,6 +307,45 @@ async function run(browser) {
     }
   });
 
+  await step("a 10,000-deep paused queue keeps its reasons while streaming; Older and Newer walk it", async () => {
+    const deep = Number(process.env.DEEP);
+    const page = admin.page;
+    await page.goto(`${BASE}/console/jobs?pool=deep`);
+    const reasons = page.locator('[data-live$=":waiting"]');
+    const shown = await reasons.count();
+    if (shown !== 50) fail(`the first page shows ${shown} jobs`);
+    // Five seconds of the live stream: no reason is blanked or changed.
+    await page.waitForTimeout(5000);
+    const texts = await reasons.allInnerTexts();
+    const wrong = texts.filter((t) => !t.includes("paused"));
+    if (wrong.length) fail(`${wrong.length} of the first page's reasons lost the pause: ${JSON.stringify(wrong.slice(0, 3))}`);
+    const ids = async () =>
+      (await page.locator('[data-live^="job:"][data-live$=":state"]').evaluateAll((cells) =>
+        cells.map((c) => Number(c.getAttribute("data-live").split(":")[1]))));
+    const walk = async (rel) => {
+      const seen = [];
+      for (let pages = 0; pages < deep / 50 + 2; pages++) {
+        const onPage = await ids();
+        for (let i = 1; i < onPage.length; i++) {
+          if (onPage[i] >= onPage[i - 1]) fail(`page ${page.url()} is not newest first`);
+        }
+        seen.push(...onPage);
+        const link = page.locator(`a[rel="${rel}"]`);
+        if ((await link.count()) === 0) return seen;
+        await page.goto(new URL(await link.getAttribute("href"), BASE).href);
+      }
+      fail(`following ${rel} never ended`);
+    };
+    const older = await walk("next");
+    if (older.length !== deep || new Set(older).size !== deep) {
+      fail(`Older walked ${older.length} jobs, ${new Set(older).size} different, of ${deep}`);
+    }
+    const newer = await walk("prev");
+    if (newer.length !== deep || new Set(newer).size !== deep) {
+      fail(`Newer walked ${newer.length} jobs, ${new Set(newer).size} different, of ${deep}`);
+    }
+  });
+
   await step("screenshots of the console on a laptop screen", async () => {
     const page = admin.page;
     await page.goto(`${BASE}/`);

@@ -1098,6 +1098,7 @@ fn job_row(job: &runway_core::Job, waiting: Option<&Explanation>) -> serde_json:
         "waiting": waiting.map(waiting_text).unwrap_or_default(),
         "runner": job.runner.map(|r| r.0),
         "enqueued_at": rfc3339(job.enqueued_at),
+        "queued_ago": age(now(), job.enqueued_at),
         "repository": repository(job),
         "source": job.source.as_str(),
         "external_id": job.external_id,

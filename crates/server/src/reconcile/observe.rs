@@ -280,6 +280,17 @@ impl Inner {
             }
             if matches!(event, RunnerEvent::Crashed { .. }) {
                 *report.crashed.entry(runner.pool.clone()).or_default() += 1;
+                // Every crash the reconciler sees counts (a busy runner's
+                // machine gone, on GitHub pools once its completion had its
+                // grace), not only a lease that expired: GitHub jobs have no
+                // lease, so their crashes never reached the alert.
+                self.service
+                    .metrics
+                    .runners_crashed
+                    .get_or_create(&crate::telemetry::metrics::PoolLabel {
+                        pool: runner.pool.clone(),
+                    })
+                    .inc();
             }
             if let (Some(github), false) = (github, ready) {
                 // Its machine is gone: so must its registration be.

@@ -353,7 +353,7 @@ impl Metrics {
             job_run_duration: seconds(r, "job_run_duration", "Time from a job's start to its completion, as GitHub reports them", Family::new_with_constructor(run_duration_histogram)),
             jobs_started: add(r, "jobs_started", "Jobs that started running", Family::<JobLabels, Counter>::default()),
             jobs_completed: add(r, "jobs_completed", "Jobs that completed, by conclusion", Family::<JobConclusionLabels, Counter>::default()),
-            runners_crashed: add(r, "runners_crashed", "Runners lost while running a job", Family::<PoolLabel, Counter>::default()),
+            runners_crashed: add(r, "runners_crashed", "Runners lost while running a job: a lease that expired, or a machine gone while its runner was busy (on GitHub pools, once the job's completion had its grace)", Family::<PoolLabel, Counter>::default()),
             runners_polling: add(r, "runners_polling", "Runners long-polling for a job on this replica (POST /api/v1/jobs/request), by pool", Family::<PoolLabel, Gauge>::default()),
             runners_woken: add(r, "runners_woken", "Long-polling runners woken on this replica to look for a job, by pool: one a queued job (here or on another replica), each of the pool when what arrived is not known", Family::<PoolLabel, Counter>::default()),
             runner_reports_rejected: add(r, "runner_reports_rejected", "Runner reports refused, by reason; nothing of them is stored", Family::<ReasonLabel, Counter>::default()),
