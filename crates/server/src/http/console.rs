@@ -1097,6 +1097,17 @@ fn job_row(job: &runway_core::Job, waiting: Option<&Explanation>) -> serde_json:
         "state": job.state.as_str(),
         "waiting": waiting.map(waiting_text).unwrap_or_default(),
         "runner": job.runner.map(|r| r.0),
+        // A queued job has no runner yet; the one booting (or idle) for it
+        // is named beside it, as its reason names it.
+        "runner_for": match waiting {
+            Some(Explanation::Waiting {
+                reason:
+                    runway_core::planner::WaitReason::RunnerBooting { runner, .. }
+                    | runway_core::planner::WaitReason::RunnerIdle { runner },
+                ..
+            }) if job.runner.is_none() => Some(runner.0),
+            _ => None,
+        },
         "enqueued_at": rfc3339(job.enqueued_at),
         "queued_ago": age(now(), job.enqueued_at),
         "repository": repository(job),
@@ -2049,6 +2060,40 @@ mod tests {
         assert_eq!(stats["a"], (100, secs(50), secs(95)));
         assert_eq!(stats["b"], (1, secs(7), secs(7)));
         assert!(crate::app::history::queue_percentiles(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn a_queued_job_names_the_runner_booting_for_it_but_not_as_its_own() {
+        let job = runway_core::NewJob {
+            source: JobSource::Api,
+            external_id: "x".into(),
+            route: runway_core::Route::Pool("p".into()),
+            labels: vec!["linux".into()],
+            payload: "{}".into(),
+            max_attempts: 3,
+            share: Default::default(),
+        }
+        .initial(JobId(7), Timestamp::from_millis(1_000));
+        let booting = Explanation::Waiting {
+            reason: runway_core::planner::WaitReason::RunnerBooting {
+                runner: RunnerId(42),
+                since: Timestamp::from_millis(1_000),
+            },
+            has_providers: true,
+            offers: Vec::new(),
+        };
+        let row = job_row(&job, Some(&booting));
+        assert_eq!(row["runner"], serde_json::Value::Null);
+        assert_eq!(row["runner_for"], 42);
+        let paused = Explanation::Waiting {
+            reason: runway_core::planner::WaitReason::PoolPaused,
+            has_providers: true,
+            offers: Vec::new(),
+        };
+        assert_eq!(
+            job_row(&job, Some(&paused))["runner_for"],
+            serde_json::Value::Null
+        );
     }
 
     #[test]
