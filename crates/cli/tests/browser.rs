@@ -3,7 +3,8 @@
 //! real binary. A read token sees a queued job's wait reason change live
 //! when a runner boots; an admin drains a runner, pauses a pool and is
 //! asked before terminating a busy runner; a forged cross-site POST is
-//! refused; a pool page draws its seeded hour of history and the overview
+//! refused; logging out, a token replaced and reloaded, and an admin's
+//! "end all sessions" each end sessions for good; a pool page draws its seeded hour of history and the overview
 //! its sparkline; a 10,000-deep paused queue keeps every shown job's wait
 //! reason while it streams, and Older and Newer walk every job once; and the screenshots of docs/ are taken on a
 //! laptop-sized screen. `.ci/run` installs Chromium and playwright-core; without them
@@ -18,6 +19,9 @@ use common::{required, run_checker, runway, spawn_serve, tool, Process};
 
 const ADMIN: &str = "browser-test-admin-token";
 const READ: &str = "browser-test-read-token";
+/// An operate token under a name (`[[server.tokens]]`), replaced by the
+/// test in the config file and reloaded: its sessions end.
+const OPS: &str = "browser-test-ops-token";
 
 /// Minutes of history seeded for pool "ci" before the server starts: the
 /// last hour but its last two minutes and its first two (the server's own
@@ -112,6 +116,11 @@ listen = "127.0.0.1:{port}"
 admin_tokens = ["{ADMIN}"]
 read_tokens = ["{READ}"]
 
+[[server.tokens]]
+name = "ops"
+role = "operate"
+token = "{OPS}"
+
 [runner_api]
 poll_timeout = "2s"
 lease = "5s"
@@ -194,6 +203,8 @@ fn the_console_in_chromium() {
         .env("RUNWAY_URL", &base)
         .env("ADMIN_TOKEN", ADMIN)
         .env("READ_TOKEN", READ)
+        .env("OPS_TOKEN", OPS)
+        .env("CONFIG_FILE", dir.path().join("runway.toml"))
         .env("SEEDED_MINUTES", SEEDED_MINUTES.to_string())
         .env("DEEP", DEEP.to_string())
         .env("CHROMIUM", chromium)

@@ -15,6 +15,7 @@
 
 const http = require("node:http");
 const path = require("node:path");
+const fs = require("node:fs");
 const { chromium } = require("playwright-core");
 
 const BASE = process.env.RUNWAY_URL;
@@ -270,6 +271,41 @@ async function run(browser) {
     // The other sessions go on.
     await admin.page.goto(`${BASE}/console/jobs`);
     if ((await admin.page.locator("#token").count()) !== 0) fail("another session ended too");
+  });
+
+  await step("a token replaced in the config and reloaded ends its sessions", async () => {
+    const ops = await login(browser, process.env.OPS_TOKEN);
+    await ops.page.goto(`${BASE}/console/jobs`);
+    if ((await ops.page.locator("#token").count()) !== 0) fail("the ops token did not log in");
+    const file = process.env.CONFIG_FILE;
+    const config = fs.readFileSync(file, "utf8");
+    fs.writeFileSync(file, config.replace(process.env.OPS_TOKEN, "browser-test-ops-token-rotated"));
+    await must("POST", "/api/v1/config/reload", ADMIN, undefined, [200]);
+    await ops.page.goto(`${BASE}/console/jobs`);
+    if ((await ops.page.locator("#token").count()) !== 1) fail(`the replaced token's session still opened ${ops.page.url()}`);
+    await ops.context.close();
+    await admin.page.goto(`${BASE}/console/jobs`);
+    if ((await admin.page.locator("#token").count()) !== 0) fail("the reload ended another token's session");
+  });
+
+  await step("an admin's \"End all sessions\" ends every one, its own too", async () => {
+    const other = await login(browser, READ);
+    const ender = await login(browser, ADMIN);
+    ender.page.on("dialog", (dialog) => dialog.accept());
+    await Promise.all([
+      ender.page.waitForURL(`${BASE}/`),
+      ender.page.locator("button", { hasText: "End all sessions" }).click(),
+    ]);
+    for (const [who, session] of [["the admin's own", ender], ["another browser's", other], ["the first admin's", admin]]) {
+      await session.page.goto(`${BASE}/console/jobs`);
+      if ((await session.page.locator("#token").count()) !== 1) fail(`${who} session was not ended`);
+    }
+    await other.context.close();
+    await ender.context.close();
+    // The steps after this one work as a new admin session.
+    const again = await login(browser, ADMIN);
+    admin.page = again.page;
+    admin.context = again.context;
   });
 
   await step("a pool page charts its seeded hour, the overview its sparkline", async () => {
