@@ -84,18 +84,24 @@ fn paused(base: &str) -> bool {
     pools["pools"][0]["paused"] == true
 }
 
-#[test]
-fn the_console_logs_in_shows_by_role_and_refuses_forged_posts() {
-    let dir = tempfile::tempdir().unwrap();
+/// `runway serve` in `dir` with the admin and read tokens and one pool,
+/// `default` (self-hosted, linux).
+fn serve_default(dir: &std::path::Path) -> (common::Process, String) {
     std::fs::write(
-        dir.path().join("runway.toml"),
+        dir.join("runway.toml"),
         format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN}\"]\nread_tokens = [\"{READ}\"]\n\
              [[pools]]\nname = \"default\"\nlabels = [\"self-hosted\", \"linux\"]\n"
         ),
     )
     .unwrap();
-    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    common::serve_in(dir, &["--config", "runway.toml"])
+}
+
+#[test]
+fn the_console_logs_in_shows_by_role_and_refuses_forged_posts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base) = serve_default(dir.path());
 
     // Not logged in: the login page; a wrong token is refused.
     let (status, html) = page(&base, "", "/");
@@ -455,15 +461,7 @@ fn sessions_end_on_logout_token_replacement_and_end_all_and_survive_a_restart() 
 #[test]
 fn a_deep_queues_newest_jobs_keep_their_reason_in_the_stream() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("runway.toml"),
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN}\"]\n\
-             [[pools]]\nname = \"default\"\nlabels = [\"self-hosted\", \"linux\"]\n"
-        ),
-    )
-    .unwrap();
-    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    let (_server, base) = serve_default(dir.path());
     let paused = http()
         .post(format!("{base}/api/v1/pools/default/pause"))
         .bearer_auth(ADMIN)
@@ -510,15 +508,7 @@ fn a_deep_queues_newest_jobs_keep_their_reason_in_the_stream() {
 #[test]
 fn selected_jobs_are_cancelled_together_and_the_list_comes_back() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("runway.toml"),
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN}\"]\nread_tokens = [\"{READ}\"]\n\
-             [[pools]]\nname = \"default\"\nlabels = [\"self-hosted\", \"linux\"]\n"
-        ),
-    )
-    .unwrap();
-    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    let (_server, base) = serve_default(dir.path());
     let ids: Vec<i64> = (0..5)
         .map(|_| common::submit(&base, ADMIN, "true"))
         .collect();

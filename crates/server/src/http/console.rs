@@ -783,11 +783,7 @@ async fn pool_page(
         return unavailable();
     };
     let Some(pool) = pools.into_iter().find(|p| p.name == name) else {
-        return (
-            StatusCode::NOT_FOUND,
-            Html("<!doctype html><p>No such pool. <a href=\"/\">Overview</a></p>"),
-        )
-            .into_response();
+        return not_found("No such pool.", "/", "Overview");
     };
     if !session.caller.scope.covers(Some(&pool.name)) {
         return refused(OUT_OF_SCOPE);
@@ -921,6 +917,8 @@ async fn overview_history(
         .store
         .pool_history(None, since, Duration::from_secs(60))
         .await?;
+    // The last 24 hours in buckets wider than the window (at most two
+    // rows a pool, where the window crosses a bucket's edge), summed below.
     let day = service
         .store
         .pool_history(
@@ -1261,10 +1259,8 @@ async fn read_jobs_page(
             if shown.len() == PAGE as usize {
                 // Full: more lie beyond if anything is left after it.
                 let left = index + 1 < fetched || more;
-                return Ok((
-                    shown.clone(),
-                    left.then(|| shown.last().map(|j| j.id)).flatten(),
-                ));
+                let further = left.then(|| shown.last().map(|j| j.id)).flatten();
+                return Ok((shown, further));
             }
         }
         if !more {
@@ -1298,11 +1294,7 @@ async fn job(
         return unavailable();
     };
     let Some(found) = found else {
-        return (
-            StatusCode::NOT_FOUND,
-            Html("<!doctype html><p>No such job. <a href=\"/console/jobs\">Jobs</a></p>"),
-        )
-            .into_response();
+        return not_found("No such job.", "/console/jobs", "Jobs");
     };
     if !session.caller.scope.covers(found.pool.as_deref()) {
         return refused(OUT_OF_SCOPE);
@@ -1421,11 +1413,11 @@ async fn runner_page(
         return unavailable();
     };
     let Some(runner) = found else {
-        return (
-            StatusCode::NOT_FOUND,
-            Html("<!doctype html><p>No such runner (ended runners are kept for <code>[retention] ended_runners</code>). <a href=\"/console/runners\">Runners</a></p>"),
-        )
-            .into_response();
+        return not_found(
+            "No such runner (ended runners are kept for [retention] ended_runners).",
+            "/console/runners",
+            "Runners",
+        );
     };
     if !session.caller.scope.covers(Some(&runner.pool)) {
         return refused(OUT_OF_SCOPE);
@@ -1721,6 +1713,18 @@ fn after_action(done: Result<String, crate::app::AppError>, back: &str) -> Respo
                 .into_response()
         }
     }
+}
+
+/// A 404 page: `what` is missing, with a link back to `back` (`label`).
+fn not_found(what: &str, back: &str, label: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Html(format!(
+            "<!doctype html><p>{}</p><p><a href=\"{back}\">{label}</a></p>",
+            minijinja::HtmlEscape(what)
+        )),
+    )
+        .into_response()
 }
 
 fn no_such_action() -> Response {
