@@ -644,9 +644,20 @@ impl Job {
         Ok(next)
     }
 
-    /// Its holder stopped (`what` happened): another attempt from the
-    /// queue, or failed once it has had `max_attempts`.
+    /// Its holder stopped (`what` happened). Before it accepted the job
+    /// (provisioning), the job never started: it goes back to the queue as
+    /// if that runner had declined it (the GitLab router proposal's
+    /// "returns to the queue as in a declined scenario"): that runner is
+    /// excluded and no attempt is counted. Once running, it is another
+    /// attempt from the queue, or failed once it has had `max_attempts`.
     fn lost_holder(&mut self, what: &str, now: Timestamp) {
+        if self.state == JobState::Provisioning {
+            if let Some(runner) = self.runner {
+                self.excluded_runners.insert(runner);
+            }
+            self.requeue(now);
+            return;
+        }
         self.attempts = self.attempts.saturating_add(1);
         if self.attempts >= self.max_attempts {
             let reason = format!(

@@ -201,6 +201,20 @@ proptest! {
                 prop_assert_eq!(next.runner, Some(*runner));
                 prop_assert!(!job.excluded_runners.contains(runner));
             }
+            // A holder that stops before it accepted (silent, or its
+            // machine gone) is a decline: excluded, no attempt counted
+            // (GitLab router proposal). Once running, it is an attempt.
+            if matches!(event, JobEvent::LeaseExpired | JobEvent::HolderLost { .. }) {
+                let holder = job.runner.expect("a held job has a runner");
+                if job.state == JobState::Provisioning {
+                    prop_assert_eq!(next.attempts, job.attempts);
+                    prop_assert_eq!(next.state, JobState::Queued);
+                    prop_assert!(next.excluded_runners.contains(&holder));
+                } else {
+                    prop_assert_eq!(next.attempts, job.attempts + 1);
+                    prop_assert!(!next.excluded_runners.contains(&holder) || job.excluded_runners.contains(&holder));
+                }
+            }
             // A job moves off a runner only by going back to the queue or finishing.
             if job.runner.is_some() && next.runner != job.runner {
                 let external_start = matches!(event, JobEvent::ExternalStart { .. });
@@ -311,40 +325,69 @@ fn decline_requeues_at_the_tail_and_excludes_the_runner() {
 }
 
 #[test]
-fn lease_expiry_requeues_until_max_attempts_then_fails() {
+fn a_silent_provisioning_holder_is_a_decline_and_a_silent_running_one_an_attempt() {
     let at = Timestamp::from_millis;
-    let runner = RunnerId(7);
     let mut job = new_job(2);
-    let claim = |job: &Job, now: i64| {
+    let claim = |job: &Job, runner: i64, now: i64| {
         job.apply(
             &JobEvent::Claim {
-                runner,
+                runner: RunnerId(runner),
                 lease_deadline: at(now + 100),
             },
             at(now),
         )
         .expect("claimable")
     };
-    job = claim(&job, 0);
+    job = claim(&job, 7, 0);
     assert!(matches!(
         job.apply(&JobEvent::LeaseExpired, at(99)),
         Err(JobTransitionError::LeaseNotExpired { .. })
     ));
+    // Silent while provisioning: back to the queue as if it declined.
     job = job
         .apply(&JobEvent::LeaseExpired, at(100))
         .expect("expired at the deadline");
     assert_eq!(
         (job.state, job.attempts, job.enqueued_at),
-        (JobState::Queued, 1, at(100))
+        (JobState::Queued, 0, at(100))
     );
-    job = claim(&job, 200);
-    job = job
-        .apply(&JobEvent::Accept { runner }, at(250))
-        .expect("holder accepts");
-    job = job
-        .apply(&JobEvent::LeaseExpired, at(400))
-        .expect("a running job's lease expires too");
-    assert_eq!((job.state, job.attempts), (JobState::Failed, 2));
+    assert!(job.excluded_runners.contains(&RunnerId(7)));
+    assert!(matches!(
+        job.apply(
+            &JobEvent::Claim {
+                runner: RunnerId(7),
+                lease_deadline: at(300)
+            },
+            at(200)
+        ),
+        Err(JobTransitionError::RunnerExcluded { .. })
+    ));
+    // Declines never fail a job, however many.
+    for runner in 8..20 {
+        job = claim(&job, runner, 200 + runner);
+        job = job
+            .apply(&JobEvent::LeaseExpired, at(400 + runner))
+            .expect("expired");
+        assert_eq!((job.state, job.attempts), (JobState::Queued, 0));
+    }
+    // Silent once running: an attempt, failed at max_attempts.
+    for (runner, attempts) in [(30, 1), (31, 2)] {
+        job = claim(&job, runner, 1_000 * runner);
+        job = job
+            .apply(
+                &JobEvent::Accept {
+                    runner: RunnerId(runner),
+                },
+                at(1_000 * runner + 1),
+            )
+            .expect("holder accepts");
+        job = job
+            .apply(&JobEvent::LeaseExpired, at(1_000 * runner + 100))
+            .expect("a running job's lease expires too");
+        assert_eq!(job.attempts, attempts);
+        assert!(!job.excluded_runners.contains(&RunnerId(runner)));
+    }
+    assert_eq!(job.state, JobState::Failed);
     assert_eq!(
         job.reason.as_deref(),
         Some("lease expired 2 times (max_attempts = 2)")
@@ -356,17 +399,19 @@ fn lease_expiry_requeues_until_max_attempts_then_fails() {
 fn a_lost_holder_requeues_at_once_and_only_its_holder_can_be_lost() {
     let at = Timestamp::from_millis;
     let runner = RunnerId(7);
-    let job = new_job(2)
-        .apply(
+    let accepted = |job: &Job, now: i64| {
+        job.apply(
             &JobEvent::Claim {
                 runner,
-                lease_deadline: at(10_000),
+                lease_deadline: at(now + 10_000),
             },
-            at(0),
+            at(now),
         )
         .expect("claimable")
-        .apply(&JobEvent::Accept { runner }, at(5))
-        .expect("holder accepts");
+        .apply(&JobEvent::Accept { runner }, at(now + 5))
+        .expect("holder accepts")
+    };
+    let job = accepted(&new_job(2), 0);
     assert!(matches!(
         job.apply(
             &JobEvent::HolderLost {
@@ -392,15 +437,7 @@ fn a_lost_holder_requeues_at_once_and_only_its_holder_can_be_lost() {
         requeued.apply(&JobEvent::HolderLost { runner }, at(11)),
         Err(JobTransitionError::NotHolder { .. })
     ));
-    let failed = requeued
-        .apply(
-            &JobEvent::Claim {
-                runner,
-                lease_deadline: at(10_000),
-            },
-            at(20),
-        )
-        .expect("claimable again")
+    let failed = accepted(&requeued, 20)
         .apply(&JobEvent::HolderLost { runner }, at(30))
         .expect("lost again");
     assert_eq!((failed.state, failed.attempts), (JobState::Failed, 2));
@@ -408,6 +445,20 @@ fn a_lost_holder_requeues_at_once_and_only_its_holder_can_be_lost() {
         failed.reason.as_deref(),
         Some("runner lost 2 times (max_attempts = 2)")
     );
+    // Lost before it accepted: a decline, no attempt.
+    let declined = new_job(2)
+        .apply(
+            &JobEvent::Claim {
+                runner,
+                lease_deadline: at(10_000),
+            },
+            at(0),
+        )
+        .expect("claimable")
+        .apply(&JobEvent::HolderLost { runner }, at(5))
+        .expect("lost while provisioning");
+    assert_eq!((declined.state, declined.attempts), (JobState::Queued, 0));
+    assert!(declined.excluded_runners.contains(&runner));
 }
 
 #[test]

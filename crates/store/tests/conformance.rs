@@ -1669,31 +1669,42 @@ mod cases {
             .await
             .unwrap()
             .is_empty());
+        // Silent while provisioning: requeued as if runner 1 declined it
+        // (excluded, no attempt counted), and nobody crashed.
         let requeued = store.expire_leases(lease_end).await.unwrap();
         assert_eq!(requeued.len(), 1);
         assert_eq!(
             (
                 requeued[0].job.state,
                 requeued[0].job.attempts,
-                requeued[0].job.enqueued_at
+                requeued[0].job.enqueued_at,
+                requeued[0].runner_crashed
             ),
-            (JobState::Queued, 1, lease_end)
+            (JobState::Queued, 0, lease_end, false)
         );
-        store
-            .claim(&claim("default", 2, 1), at(200_000))
+        assert!(requeued[0].job.excluded_runners.contains(&RunnerId(1)));
+        assert!(store
+            .claim(&claim("default", 1, 1), at(100_000))
             .await
-            .unwrap();
-        store
-            .accept(job.id, RunnerId(2), at(200_001))
-            .await
-            .unwrap();
-        let failed = store.expire_leases(at(10_000_000)).await.unwrap();
-        assert_eq!(
-            (failed[0].job.state, failed[0].job.attempts),
-            (JobState::Failed, 2)
-        );
-        assert!(failed[0]
-            .job
+            .unwrap()
+            .is_empty());
+        // Silent once running: an attempt each, failed at max_attempts.
+        for (runner, from) in [(2, 200_000), (3, 10_000_000)] {
+            let claimed = store
+                .claim(&claim("default", runner, 1), at(from))
+                .await
+                .unwrap();
+            assert_eq!(claimed[0].id, job.id);
+            store
+                .accept(job.id, RunnerId(runner), at(from + 1))
+                .await
+                .unwrap();
+            let expired = store.expire_leases(at(from + 1_000_000)).await.unwrap();
+            assert_eq!(expired.len(), 1);
+        }
+        let failed = store.get_job(job.id).await.unwrap().unwrap();
+        assert_eq!((failed.state, failed.attempts), (JobState::Failed, 2));
+        assert!(failed
             .reason
             .as_deref()
             .unwrap_or("")

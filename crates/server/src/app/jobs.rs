@@ -783,6 +783,8 @@ pub async fn sweep_leases(service: &Service, now: Timestamp) -> Result<usize, St
             target: "runway::events",
             event = "lease_expired",
             job = %moved.was.id,
+            // Silent before it accepted: as if that runner declined.
+            declined = moved.was.state == runway_core::JobState::Provisioning,
             was = %moved.was.state,
             now = %moved.job.state,
             attempts = moved.job.attempts
