@@ -129,9 +129,11 @@ struct EvalArgs {
     /// A condition input, NAME=VALUE (e.g. provider=ec2, region=us-east-1); repeatable.
     #[arg(long = "set", value_name = "NAME=VALUE")]
     inputs: Vec<String>,
-    /// A runway config whose [providers] check condition names and results.
-    /// Without it, evaluation is standalone: any condition name is accepted
-    /// and no provider validation runs.
+    /// A runway config whose [providers] check condition names and results;
+    /// the provider named by `--set provider=NAME` adds its configured
+    /// `inputs` (as at launch; `--set` wins). Without it, evaluation is
+    /// standalone: any condition name is accepted and no provider
+    /// validation runs.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 }
@@ -307,10 +309,14 @@ async fn run(prepared: Prepared) -> anyhow::Result<ExitCode> {
 }
 
 fn eval_worker_config(args: EvalArgs) -> anyhow::Result<()> {
-    let schemas = match &args.config {
-        Some(path) => Config::load(Some(path), &Overrides::default())?.schemas(),
-        None => runway_core::worker_config::Schemas::default(),
+    let runway_config = match &args.config {
+        Some(path) => Some(Config::load(Some(path), &Overrides::default())?),
+        None => None,
     };
+    let schemas = runway_config
+        .as_ref()
+        .map(Config::schemas)
+        .unwrap_or_default();
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("cannot read worker configuration {}", args.file.display()))?;
     let config =
@@ -322,6 +328,13 @@ fn eval_worker_config(args: EvalArgs) -> anyhow::Result<()> {
             anyhow::bail!("--set {pair:?}: expected NAME=VALUE");
         };
         inputs.insert(name.trim().to_owned(), value.trim().to_owned());
+    }
+    // As at launch: the named provider's configured inputs, unless given.
+    if let (Some(runway_config), Some(provider)) = (&runway_config, inputs.get("provider")) {
+        let configured = runway_config.launch_inputs(provider);
+        for (name, value) in configured {
+            inputs.entry(name).or_insert(value);
+        }
     }
     let evaluation = config
         .evaluate(&inputs, &schemas)

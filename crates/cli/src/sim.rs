@@ -84,7 +84,7 @@ pub fn setup_of(config: &Config, seed: u64) -> Setup {
                     name: p.name.clone(),
                     min_idle: p.min_idle,
                     max_runners: p.max_runners,
-                    scaling_ratio: p.scaling_ratio,
+                    scaling_ratio: config.scaling_ratio(p, &config.worker_configs),
                     idle_grace: p.idle_grace,
                     boot_timeout: p.boot_timeout,
                     providers: p.providers.clone(),

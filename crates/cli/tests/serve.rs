@@ -453,11 +453,48 @@ fn config_eval_standalone_and_with_declared_providers() {
         line.contains("us-east-1a subnets") && line.contains("availabilityZone"),
         "{line}"
     );
+    // A declared condition with no value at launch is refused at load:
+    // every rule conditioned on it would silently never apply.
     std::fs::write(
         dir.path().join("runway.toml"),
         "[providers.ec2]\nkind = \"exec\"\nexecutable = \"garm-provider-ec2\"\nconditions = [\"availabilityZone\"]\nrequired_keys = [\"ec2.ImageId\"]\n",
     )
     .unwrap();
+    let output = runway(dir.path(), &["config", "check", "--config", "runway.toml"])
+        .output()
+        .unwrap();
+    let line = assert_one_line_failure(&output);
+    assert!(
+        line.contains("[providers.ec2] conditions")
+            && line.contains("availabilityZone")
+            && line.contains("inputs"),
+        "{line}"
+    );
+    std::fs::write(
+        dir.path().join("runway.toml"),
+        "[providers.ec2]\nkind = \"exec\"\nexecutable = \"garm-provider-ec2\"\nconditions = [\"availabilityZone\"]\ninputs = { availabilityZone = \"us-east-1a\" }\nrequired_keys = [\"ec2.ImageId\"]\n",
+    )
+    .unwrap();
+    // The provider's inputs apply as at launch: its zone's subnet rule holds.
+    let output = runway(
+        dir.path(),
+        &[
+            "config",
+            "eval",
+            "build.json",
+            "--config",
+            "runway.toml",
+            "--set",
+            "provider=ec2",
+            "--set",
+            "region=us-east-1",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(result["ec2"]["SubnetID"], "sn-302433abcdef", "{result}");
     let output = runway(
         dir.path(),
         &[
@@ -502,6 +539,7 @@ admin_tokens = ["worker-config-cli-token"]
 kind = "exec"
 executable = "garm-provider-ec2"
 conditions = ["availabilityZone"]
+inputs = { availabilityZone = "us-east-1a" }
 
 [[worker_configs]]
 file = "build.json"

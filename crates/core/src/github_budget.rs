@@ -32,15 +32,19 @@ pub enum Priority {
     Recheck,
     /// Asking GitHub to redeliver failed webhooks.
     Redeliver,
+    /// Looking a workflow run up only for its triggering event, for the
+    /// `event` label and the event log: spends only the top half.
+    RunEvent,
 }
 
 impl Priority {
-    pub const ALL: [Priority; 5] = [
+    pub const ALL: [Priority; 6] = [
         Priority::JitConfig,
         Priority::Deregister,
         Priority::RunFacts,
         Priority::Recheck,
         Priority::Redeliver,
+        Priority::RunEvent,
     ];
 
     /// The share of a budget this priority must leave unspent for the ones
@@ -52,7 +56,15 @@ impl Priority {
             Priority::RunFacts => 0.10,
             Priority::Recheck => 0.20,
             Priority::Redeliver => 0.35,
+            Priority::RunEvent => 0.50,
         }
+    }
+
+    /// Whether a request of this priority waits until GitHub has said what
+    /// is left (`X-RateLimit-Remaining`): one that is only nice to have
+    /// never spends a budget runway cannot see.
+    fn needs_word(self) -> bool {
+        matches!(self, Priority::RunEvent)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -62,6 +74,7 @@ impl Priority {
             Priority::RunFacts => "run_facts",
             Priority::Recheck => "recheck",
             Priority::Redeliver => "redeliver",
+            Priority::RunEvent => "run_event",
         }
     }
 }
@@ -138,6 +151,9 @@ impl Budget {
                 .get(must_age)
                 .map_or(now.plus(HOUR), |sent| sent.plus(HOUR));
             return Err(retry);
+        }
+        if priority.needs_word() && self.github_remaining(now).is_none() {
+            return Err(now.plus(Duration::from_secs(60)));
         }
         // GitHub's remaining, keeping the same reserve of its limit.
         if let Some((remaining, reset_at)) = self.remaining.filter(|(_, reset)| *reset > now) {

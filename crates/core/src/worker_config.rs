@@ -18,6 +18,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use globset::{Glob, GlobMatcher};
 use serde_json::{Map, Value};
 
+/// The top-level key whose number, in a pool's evaluated configuration, is
+/// the planner's scaling ratio for that pool (RFC 124's `scalingRatio`):
+/// runners wanted per queued job, above 0 and at most 100.
+pub const SCALING_RATIO: &str = "scalingRatio";
+
+/// Whether `ratio` is a scaling ratio the planner takes.
+pub fn valid_scaling_ratio(ratio: f64) -> bool {
+    ratio.is_finite() && ratio > 0.0 && ratio <= 100.0
+}
+
 /// The condition names every configuration may use.
 pub const GENERAL_CONDITIONS: [&str; 3] = ["provider", "pool", "region"];
 
@@ -85,6 +95,8 @@ pub enum WorkerConfigError {
     },
     #[error("rule {rule_id:?}: values must be an object")]
     ValuesNotObject { rule_id: String },
+    #[error("rule {rule_id:?}: scalingRatio must be a number above 0 and at most 100 (or null to unset it), not {value}")]
+    BadScalingRatio { rule_id: String, value: String },
     #[error("pool {pool:?} is listed twice")]
     DuplicatePool { pool: String },
     #[error("the result for provider {provider:?} lacks required key {key:?}: none of the rules that applied ({applied}) sets it")]
@@ -141,6 +153,16 @@ impl WorkerConfig {
                     rule_id: rule.rule_id.clone(),
                 });
             }
+            match rule.values.get(SCALING_RATIO) {
+                None | Some(Value::Null) => {}
+                Some(value) if value.as_f64().is_some_and(valid_scaling_ratio) => {}
+                Some(value) => {
+                    return Err(WorkerConfigError::BadScalingRatio {
+                        rule_id: rule.rule_id.clone(),
+                        value: value.to_string(),
+                    })
+                }
+            }
             for set in rule.conditions.iter().flatten() {
                 for (name, globs) in set {
                     if globs.is_empty() {
@@ -190,6 +212,23 @@ impl WorkerConfig {
             schemas.validate(provider, &evaluation)?;
         }
         Ok(evaluation)
+    }
+}
+
+impl WorkerConfig {
+    /// The scaling ratio the rules that apply for `inputs` give
+    /// ([`SCALING_RATIO`]; the last applying rule that sets it wins, a
+    /// `null` unsets it), if any. Only the top-level key is read, so no
+    /// other key needs its inputs (an offer's zone, say) to be known.
+    pub fn scaling_ratio(&self, inputs: &BTreeMap<String, String>) -> Option<f64> {
+        let mut ratio = None;
+        for rule in self.rules.iter().filter(|rule| rule.applies(inputs)) {
+            match rule.values.get(SCALING_RATIO) {
+                None => {}
+                Some(value) => ratio = value.as_f64(),
+            }
+        }
+        ratio.filter(|ratio| valid_scaling_ratio(*ratio))
     }
 }
 

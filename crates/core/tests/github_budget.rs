@@ -72,10 +72,27 @@ proptest! {
     fn retry_after_stops_everything(wait in 1u64..600, probe in 0u64..600) {
         let mut budget = Budget::new(1_000);
         let start = Timestamp::from_millis(1_000_000);
-        budget.observe(None, None, None, Some(Duration::from_secs(wait)), start);
+        let reset = Some(start.plus(Duration::from_secs(3_600)));
+        budget.observe(Some(1_000), Some(1_000), reset, Some(Duration::from_secs(wait)), start);
         let now = start.plus(Duration::from_secs(probe));
         for p in Priority::ALL {
             prop_assert_eq!(budget.permit(p, now).is_ok(), probe >= wait);
         }
     }
+}
+
+/// A lookup only for a label (the run's event) waits until GitHub has said
+/// what is left, and then spends only the top half of it.
+#[test]
+fn run_event_lookups_wait_for_githubs_word_and_keep_half() {
+    let start = Timestamp::from_millis(1_000_000);
+    let mut budget = Budget::new(5_000);
+    assert!(budget.permit(Priority::RunEvent, start).is_err());
+    assert!(budget.permit(Priority::Redeliver, start).is_ok());
+    let reset = Some(start.plus(Duration::from_secs(3_600)));
+    budget.observe(Some(2_600), Some(5_000), reset, None, start);
+    assert!(budget.permit(Priority::RunEvent, start).is_ok());
+    budget.observe(Some(2_500), Some(5_000), reset, None, start);
+    assert!(budget.permit(Priority::RunEvent, start).is_err());
+    assert!(budget.permit(Priority::Redeliver, start).is_ok());
 }

@@ -221,3 +221,50 @@ fn load_time_errors_name_the_rule() {
         "{error}"
     );
 }
+
+#[test]
+fn the_scaling_ratio_is_the_last_applying_rules_and_bad_ones_are_refused() {
+    let rules = config(vec![
+        rule("base", None, json!({"scalingRatio": 1})),
+        rule(
+            "big",
+            Some(vec![when(&[("pool", &["big-*"])])]),
+            json!({"scalingRatio": 0.5}),
+        ),
+        rule(
+            "unset",
+            Some(vec![when(&[("pool", &["big-free"])])]),
+            json!({"scalingRatio": null}),
+        ),
+        rule(
+            "zone",
+            Some(vec![when(&[("availabilityZone", &["*"])])]),
+            json!({"scalingRatio": 3}),
+        ),
+    ]);
+    type Inputs<'a> = &'a [(&'a str, &'a str)];
+    let cases: [(Inputs, Option<f64>); 4] = [
+        (&[("pool", "small")], Some(1.0)),
+        (&[("pool", "big-gpu")], Some(0.5)),
+        (&[("pool", "big-free")], None),
+        (&[("pool", "small"), ("availabilityZone", "a")], Some(3.0)),
+    ];
+    for (given, want) in cases {
+        let given = inputs(given);
+        assert_eq!(rules.scaling_ratio(&given), want, "{given:?}");
+        // The same answer a whole evaluation gives.
+        let evaluated = rules.evaluate(&given, &Schemas::default()).unwrap();
+        assert_eq!(
+            evaluated.values.get("scalingRatio").and_then(Value::as_f64),
+            want
+        );
+    }
+    for bad in [json!(0), json!(-1), json!(101), json!("2"), json!(true)] {
+        let config = config(vec![rule("r", None, json!({"scalingRatio": bad}))]);
+        let error = config.check(&Schemas::default()).unwrap_err();
+        assert!(
+            matches!(&error, WorkerConfigError::BadScalingRatio { rule_id, .. } if rule_id == "r"),
+            "{bad}: {error}"
+        );
+    }
+}

@@ -158,6 +158,21 @@ impl ProviderKind {
         }
     }
 
+    /// Condition inputs each launch of this kind takes from its offer
+    /// ([`crate::Provider::offer_inputs`]): a provider's config cannot set
+    /// them (`inputs`).
+    pub fn offer_input_names(&self) -> &'static [&'static str] {
+        match self {
+            ProviderKind::Ec2 { .. } => &[
+                "region",
+                "availabilityZone",
+                "instanceType",
+                "purchaseOption",
+            ],
+            _ => &[],
+        }
+    }
+
     /// Keys the evaluated worker configuration must have for this kind.
     pub fn implied_required_keys(&self) -> &'static [&'static str] {
         match self {

@@ -100,7 +100,11 @@ impl Harness {
         let store = common::sqlite_store(&dir.path().join("runway.db")).await;
         let mut config = config(&fake);
         adjust(&mut config);
-        let service = Arc::new(Service::new(config, store));
+        let mut service = Service::new(config, store);
+        service.events =
+            runway_server::telemetry::events::EventLog::open(&service.config().telemetry)
+                .expect("open the event log");
+        let service = Arc::new(service);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         fake.lock().webhook_url = Some(format!(
             "http://{}/webhooks/github",
@@ -943,5 +947,205 @@ async fn a_runner_group_wider_than_the_pool_policy_shows_as_a_warning() {
         h.fake
             .calls_starting("GET /orgs/octo-org/actions/runner-groups/1"),
         4
+    );
+}
+
+/// Issue 45, items 1–3: a job's triggering event labels its metrics and
+/// the event log (looked up once per run in the background, or reported
+/// by its runner's pre-job report when GitHub cannot say); the reports
+/// give the runner's idle time and its stop's status, each event once
+/// whichever source says it first; a runner that reported its job's
+/// start and never its end counts as crashed, once.
+#[tokio::test]
+async fn the_runs_event_labels_its_job_and_runner_reports_say_idle_stop_and_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let event_log = dir.path().join("events.log");
+    let log = event_log.display().to_string();
+    let h = Harness::start(4_000, move |config| {
+        config.telemetry.event_log = Some(log);
+    })
+    .await;
+    h.fake
+        .queue_run_job(811, &labels(), "octo-org/app", 81, "pull_request", false);
+    h.fake
+        .queue_run_job(812, &labels(), "octo-org/app", 82, "schedule", false);
+    h.fake
+        .queue_run_job(813, &labels(), "octo-org/app", 83, "push", false);
+    // GitHub cannot say what started runs 82 and 83: only their runners can.
+    h.fake.lock().runs.retain(|run, _| *run == 81);
+    // Run lookups only for labels wait until GitHub has said what budget
+    // is left: any call tells (here the healer's list of deliveries).
+    h.healer
+        .redeliver_once(&hook(), runway_server::clock::now())
+        .await
+        .unwrap();
+    for id in [811, 812, 813] {
+        assert_eq!(h.fake.deliver(id, "queued", false).await, 202);
+        h.wait_for_job(id).await;
+    }
+    // One background lookup per run, never holding the webhook up.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while h
+        .fake
+        .calls_starting("GET /repos/octo-org/app/actions/runs/8")
+        < 3
+    {
+        assert!(Instant::now() < deadline, "{:?}", h.fake.calls());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    h.reconcile().await;
+    h.reconcile().await;
+    let requests = h.provider.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 3);
+    let base = h
+        .fake
+        .lock()
+        .webhook_url
+        .clone()
+        .unwrap()
+        .replace("/webhooks/github", "");
+    let client = reqwest::Client::new();
+    let report = |request: &CreateRequest, body: serde_json::Value| {
+        let id = request.bootstrap["RUNWAY_RUNNER_ID"].clone();
+        let token = request.bootstrap["RUNWAY_RUNNER_TOKEN"].clone();
+        let url = format!("{base}/api/v1/runners/{id}/metrics");
+        let client = client.clone();
+        async move {
+            client
+                .post(url)
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    let unix = |t: Timestamp| t.as_millis() as f64 / 1_000.0;
+    let now = runway_server::clock::now();
+    // 811 starts: its run's event came from GitHub.
+    h.fake.start_job(811, &requests[0].name);
+    assert_eq!(h.fake.deliver(811, "in_progress", false).await, 202);
+    // 812's runner reports first (idle 30 s by its clock), then GitHub.
+    let pre = |run: u64, event: &str, at: Timestamp| {
+        serde_json::json!({"phase": "pre-job", "workflow": "ci", "repository": "octo-org/app",
+            "event": event, "workflow_run_id": run, "timestamp": unix(at)})
+    };
+    let started = now.plus(Duration::from_secs(30));
+    assert_eq!(
+        report(&requests[1], pre(82, "schedule", started)).await,
+        202
+    );
+    h.fake.start_job(812, &requests[1].name);
+    assert_eq!(h.fake.deliver(812, "in_progress", false).await, 202);
+    let ended = started.plus(Duration::from_secs(90));
+    let post =
+        serde_json::json!({"phase": "post-job", "status": "normal", "timestamp": unix(ended)});
+    assert_eq!(report(&requests[1], post).await, 202);
+    for id in [811, 812] {
+        h.fake.complete_job(id, "success");
+        assert_eq!(h.fake.deliver(id, "completed", false).await, 202);
+    }
+    // 813's runner says its job started and never that it ended.
+    assert_eq!(report(&requests[2], pre(83, "push", now)).await, 202);
+    h.fake.start_job(813, &requests[2].name);
+    assert_eq!(h.fake.deliver(813, "in_progress", false).await, 202);
+
+    let metrics = h.metrics();
+    for event in ["pull_request", "schedule", "push"] {
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("runway_jobs_started_total")
+                    && l.contains(&format!("event=\"{event}\""))),
+            "{event}: {metrics}"
+        );
+    }
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("runway_jobs_completed_total")
+                && l.contains("event=\"schedule\"")),
+        "{metrics}"
+    );
+    // Observed once per runner: the two reports' and the webhook's (when
+    // GitHub's start time is after the runner became idle).
+    let observed: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("runway_runner_idle_duration_seconds_count{pool=\"gh\"} "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!((2..=3).contains(&observed), "{metrics}");
+    assert!(
+        !metrics.contains("runway_runners_crashed_total{pool=\"gh\"}"),
+        "{metrics}"
+    );
+
+    // Still running within the job timeout: no crash. Past it: one.
+    h.reconciler
+        .reconcile_once(now.plus(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    assert!(!h
+        .metrics()
+        .contains("runway_runners_crashed_total{pool=\"gh\"}"));
+    let late = now.plus(runway_server::app::reports::JOB_TIMEOUT + Duration::from_secs(120));
+    let (report_late, _) = h.reconciler.reconcile_once(late).await.unwrap();
+    assert_eq!(report_late.crashed.get("gh"), Some(&1), "{report_late:?}");
+    h.reconciler
+        .reconcile_once(late.plus(Duration::from_secs(120)))
+        .await
+        .unwrap();
+    assert!(
+        h.metrics()
+            .contains("runway_runners_crashed_total{pool=\"gh\"} 1"),
+        "counted once: {}",
+        h.metrics()
+    );
+
+    let logged: Vec<serde_json::Value> = std::fs::read_to_string(&event_log)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let of = |name: &str| -> Vec<&serde_json::Value> {
+        logged.iter().filter(|e| e["event"] == name).collect()
+    };
+    let starts = of("runner_start");
+    let mut events: Vec<&str> = starts
+        .iter()
+        .map(|e| e["github_event"].as_str().unwrap())
+        .collect();
+    events.sort();
+    assert_eq!(events, ["pull_request", "push", "schedule"], "{starts:?}");
+    let scheduled = starts
+        .iter()
+        .find(|e| e["github_event"] == "schedule")
+        .unwrap();
+    assert_eq!(scheduled["timestamp"], started.as_millis() / 1_000);
+    let idle = scheduled["idle"].as_u64().unwrap();
+    assert!((29..=31).contains(&idle), "{scheduled}");
+    let stops = of("runner_stop");
+    assert_eq!(
+        stops.len(),
+        2,
+        "811 by its webhook, 812 by its report: {stops:?}"
+    );
+    assert!(stops.iter().all(|e| e["status"] == "normal"), "{stops:?}");
+    let reported = stops
+        .iter()
+        .find(|e| e["github_event"] == "schedule")
+        .unwrap();
+    assert_eq!(reported["duration"], 90, "{reported}");
+    assert!(
+        reported.get("conclusion").is_none(),
+        "said by the report, not the webhook"
+    );
+    let installed = of("runner_installed");
+    assert!(!installed.is_empty(), "{logged:?}");
+    assert!(
+        installed.iter().all(|e| e["timestamp"].as_i64().is_some()),
+        "{installed:?}"
     );
 }

@@ -1549,3 +1549,139 @@ async fn the_cap_per_key_limits_the_runners_started_for_one_key() {
         "{explained:?}"
     );
 }
+
+/// A provider that records each create's launch configuration; its
+/// instances boot for ever.
+#[derive(Default)]
+struct Recording(std::sync::Mutex<Vec<(serde_json::Value, Instance)>>);
+
+#[async_trait]
+impl Provider for Recording {
+    fn name(&self) -> &str {
+        "garm"
+    }
+    async fn create(&self, request: &CreateRequest) -> Result<Instance, ProviderError> {
+        let mut seen = self.0.lock().unwrap();
+        let instance = Instance {
+            id: InstanceId(format!("rec-{}", seen.len())),
+            name: request.name.clone(),
+            state: runway_providers::InstanceState::Pending,
+        };
+        seen.push((request.launch_config.clone(), instance.clone()));
+        Ok(instance)
+    }
+    async fn delete(&self, _: &InstanceId) -> Result<(), ProviderError> {
+        Ok(())
+    }
+    async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, i)| i.clone())
+            .collect())
+    }
+    fn bid(&self, _: &str, capacity: u32) -> Vec<Offer> {
+        vec![Offer {
+            provider: "garm".into(),
+            key: String::new(),
+            capacity,
+            price_per_hour: 0.01,
+            boot_time: Duration::from_secs(60),
+            reliability: 1.0,
+        }]
+    }
+}
+
+/// Issue 45, items 10 and 11: the pool's worker configuration sets the
+/// planner's scaling ratio (`scalingRatio`, RFC 124), and a provider's
+/// configured `inputs` reach the evaluation of every launch through it (a
+/// GARM provider has no offers to say its zone).
+#[tokio::test]
+async fn worker_configurations_set_the_scaling_ratio_and_provider_inputs_reach_launches() {
+    use runway_server::config::ProviderConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let mut pool = linux_pool(0, 50);
+    pool.providers = vec!["garm".into()];
+    pool.scaling_ratio = 1.0;
+    let garm = ProviderConfig {
+        name: "garm".into(),
+        conditions: vec!["availabilityZone".into()],
+        inputs: BTreeMap::from([("availabilityZone".to_owned(), "zone-b".to_owned())]),
+        ..ProviderConfig::default()
+    };
+    let config = Config {
+        pools: vec![pool],
+        providers: vec![garm],
+        ..Config::default()
+    };
+    let store = common::sqlite_store(&dir.path().join("runway.db")).await;
+    let service = Arc::new(Service::new(config, store));
+    let body = |ratio: f64| {
+        serde_json::json!({
+            "id": "linux",
+            "pools": ["linux"],
+            "rules": [
+                {"rule_id": "base", "description": "", "conditions": null,
+                 "values": {"scalingRatio": ratio}},
+                {"rule_id": "zone-b", "description": "",
+                 "conditions": [{"provider": "garm", "availabilityZone": "zone-b"}],
+                 "values": {"image": "img-b"}},
+                {"rule_id": "zone-a", "description": "",
+                 "conditions": [{"availabilityZone": "zone-a"}],
+                 "values": {"image": "img-a", "scalingRatio": 3}}
+            ]
+        })
+        .to_string()
+    };
+    let now = Timestamp::from_millis(1_000_000);
+    let version = service
+        .store
+        .put_worker_config(
+            "linux",
+            &body(0.25),
+            &["linux".into()],
+            runway_store::Expect::Any,
+            now,
+        )
+        .await
+        .unwrap();
+    let recording = Arc::new(Recording::default());
+    let providers: BTreeMap<String, Arc<dyn Provider>> =
+        BTreeMap::from([("garm".to_owned(), recording.clone() as Arc<dyn Provider>)]);
+    let reconciler = Reconciler::new(service.clone(), providers);
+    let jobs: Vec<NewJob> = (0..8).map(job).collect();
+    service.store.enqueue_many(&jobs, now).await.unwrap();
+    let (report, plan) = reconciler.reconcile_once(now).await.unwrap();
+    // ceil(8 × 0.25), not the pool's own 1.0 (nor zone-a's 3: the
+    // provider's zone is zone-b).
+    assert_eq!(report.created, 2, "{plan:?}");
+    let waiting = plan
+        .waiting
+        .iter()
+        .filter(|(_, w)| w.code() == "scaling_ratio")
+        .count();
+    assert_eq!(waiting, 6, "the other six wait for the ratio");
+    for (launch, _) in recording.0.lock().unwrap().iter() {
+        assert_eq!(launch["image"], "img-b", "{launch}");
+        assert_eq!(launch["scalingRatio"], 0.25, "{launch}");
+    }
+    // A new version of the configuration applies at the next round.
+    service
+        .store
+        .put_worker_config(
+            "linux",
+            &body(1.0),
+            &["linux".into()],
+            runway_store::Expect::Version(version),
+            now,
+        )
+        .await
+        .unwrap();
+    let (report, _) = reconciler
+        .reconcile_once(Timestamp::from_millis(1_001_000))
+        .await
+        .unwrap();
+    assert_eq!(report.created, 6, "8 queued at ratio 1, 2 already booting");
+}

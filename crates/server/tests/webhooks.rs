@@ -365,8 +365,8 @@ async fn github_examples_with_pools_for_their_labels() {
         ),
         (Some("gpu"), Some(""))
     );
-    // The triggering event, not the webhook's type: unknown here, as no
-    // pool's policy looked the run up.
+    // The triggering event, not the webhook's type: unknown here (no
+    // GitHub API is configured to look the run up, no runner reported).
     assert_ne!(start[0]["github_event"], "workflow_job");
     assert!(
         start[0]["repo"].as_str().is_some_and(|r| r.contains('/')),
@@ -376,9 +376,15 @@ async fn github_examples_with_pools_for_their_labels() {
     assert_eq!(start[0]["timestamp"], 1_623_784_947, "2021-06-15T19:22:27Z");
     let stop = of("runner_stop");
     assert_eq!(stop.len(), 1);
+    // The spec's status (the runner got to its job's end); how the job
+    // went is its conclusion.
     assert_eq!(
-        (stop[0]["flavor"].as_str(), stop[0]["status"].as_str()),
-        (Some("hosted"), Some("success"))
+        (
+            stop[0]["flavor"].as_str(),
+            stop[0]["status"].as_str(),
+            stop[0]["conclusion"].as_str()
+        ),
+        (Some("hosted"), Some("normal"), Some("success"))
     );
 }
 

@@ -4,6 +4,7 @@
 //! `arguments.rs`), so the same text runs on both, unrewritten.
 
 use crate::rows::{assignments, column_count, placeholders, Bind, JOB_COLUMNS, RUNNER_COLUMNS};
+use crate::CRASH_KEY;
 use runway_core::{JobId, Timestamp};
 
 /// A runner row that is live: the `runners_live` index's predicate
@@ -161,6 +162,7 @@ pub(crate) struct RunnerApiStatements {
     pub get_log: String,
     pub add_report: String,
     pub reports: String,
+    pub unfinished_reports: String,
     pub insert_instance_token: String,
     pub instance_token: String,
     pub take_instance_registration: String,
@@ -202,6 +204,16 @@ impl RunnerApiStatements {
             get_log: "SELECT exit_code, log FROM job_logs WHERE job_id = $1".into(),
             add_report: "INSERT INTO runner_reports (runner_id, phase, body, reported_at) VALUES ($1, $2, $3, $4)".into(),
             reports: "SELECT phase, body FROM runner_reports WHERE runner_id = $1 ORDER BY id".into(),
+            // A range of the reported_at index, each row checked through the
+            // runner index and the once-keys' key: the reports of a window,
+            // never the whole history.
+            unfinished_reports: format!(
+                "SELECT r.runner_id, r.reported_at, r.body FROM runner_reports r \
+                 WHERE r.reported_at >= $1 AND r.reported_at < $2 AND r.phase = 'pre-job' \
+                 AND NOT EXISTS (SELECT 1 FROM runner_reports p WHERE p.runner_id = r.runner_id AND p.phase = 'post-job') \
+                 AND NOT EXISTS (SELECT 1 FROM once_keys o WHERE o.key = '{CRASH_KEY}' || r.runner_id) \
+                 ORDER BY r.reported_at, r.id LIMIT $3"
+            ),
             insert_instance_token: "INSERT INTO instance_tokens (token_hash, runner_id, expires_at, jit_files) VALUES ($1, $2, $3, $4)".into(),
             instance_token: "SELECT runner_id, expires_at, jit_files, token_fetched_at FROM instance_tokens WHERE token_hash = $1".into(),
             take_instance_registration: "UPDATE instance_tokens SET token_fetched_at = $2 WHERE token_hash = $1 AND token_fetched_at IS NULL".into(),

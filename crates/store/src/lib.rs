@@ -201,6 +201,16 @@ pub enum Expect {
     Version(i64),
 }
 
+/// The prefix of the once-key that marks a runner's crash counted.
+pub const CRASH_KEY: &str = "runner_crashed:";
+
+/// The once-key ([`Store::claim_once`]) that marks `runner`'s crash as
+/// counted, whoever saw it first (the reconciler, or a pre-job report
+/// with no post-job report): a crash is counted once.
+pub fn crash_key(runner: RunnerId) -> String {
+    format!("{CRASH_KEY}{}", runner.0)
+}
+
 /// What retention prunes: finished rows of one kind, oldest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Prunable {
@@ -1081,6 +1091,18 @@ pub trait Store: Send + Sync + 'static {
 
     /// A runner's reports, oldest first, as (phase, body).
     async fn runner_reports(&self, runner: RunnerId) -> Result<Vec<(String, String)>, StoreError>;
+
+    /// Pre-job reports made in `[from, to)` whose runner sent no post-job
+    /// report and has no crash counted yet (no once-key
+    /// [`crash_key`]`(runner)`), oldest first, at most `limit`:
+    /// `(runner, reported at, body)`. The COS spec's crash: a runner that
+    /// reached pre-job and never post-job.
+    async fn unfinished_reports(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<(RunnerId, Timestamp, String)>, StoreError>;
 
     /// Deletes up to `limit` rows of `what` older than `before` (never a
     /// live job or runner), oldest first, in one short transaction; returns

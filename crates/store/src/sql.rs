@@ -2056,6 +2056,25 @@ where
         Ok(rows)
     }
 
+    async fn unfinished_reports(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<(RunnerId, Timestamp, String)>, StoreError> {
+        let rows: Vec<(i64, i64, String)> =
+            sqlx::query_as(&self.inner.statements.runner_api.unfinished_reports)
+                .bind(from.as_millis())
+                .bind(to.as_millis())
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(runner, at, body)| (RunnerId(runner), Timestamp::from_millis(at), body))
+            .collect())
+    }
+
     async fn prune(
         &self,
         what: crate::Prunable,

@@ -3,13 +3,14 @@
 //! first pool serving the job's labels whose policy admits it. The
 //! decision itself is `runway_core::access`'s.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Mutex;
 
 use runway_core::access::{first_admitting, Access, Forks, Refusal, Rule, RunFacts, Verdict};
 
 use crate::app::Service;
 use crate::github::payload::WorkflowJob;
+use runway_core::github_budget::Priority;
 
 /// How many runs' facts are kept: a run's jobs arrive within minutes, so
 /// this is many hours of runs, in a few hundred kilobytes.
@@ -22,22 +23,30 @@ const CACHED_RUNS: usize = 4_096;
 type RunKey = (String, u64);
 type Facts = (String, bool);
 
-#[derive(Default)]
-pub struct RunFactsCache {
-    inner: Mutex<(BTreeMap<RunKey, Facts>, VecDeque<RunKey>)>,
+/// A bounded map of runs to what is known of them, oldest dropped first.
+pub struct RunCache<V> {
+    inner: Mutex<(BTreeMap<RunKey, V>, VecDeque<RunKey>)>,
 }
 
-impl RunFactsCache {
-    fn get(&self, key: &RunKey) -> Option<Facts> {
+impl<V> Default for RunCache<V> {
+    fn default() -> Self {
+        RunCache {
+            inner: Mutex::new((BTreeMap::new(), VecDeque::new())),
+        }
+    }
+}
+
+impl<V: Clone> RunCache<V> {
+    fn get(&self, key: &RunKey) -> Option<V> {
         self.inner.lock().ok()?.0.get(key).cloned()
     }
 
-    fn put(&self, key: RunKey, facts: Facts) {
+    fn put(&self, key: RunKey, value: V) {
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
         let (map, order) = &mut *inner;
-        if map.insert(key.clone(), facts).is_none() {
+        if map.insert(key.clone(), value).is_none() {
             order.push_back(key);
         }
         while order.len() > CACHED_RUNS {
@@ -46,6 +55,18 @@ impl RunFactsCache {
             }
         }
     }
+}
+
+/// Runs' `(event, fork)` as GitHub gave them.
+pub type RunFactsCache = RunCache<Facts>;
+
+/// Runs' triggering events as runners reported them (pre-job), and the
+/// runs whose event is being looked up (so a fan-out of thirty jobs asks
+/// once).
+#[derive(Default)]
+pub struct RunEvents {
+    reported: RunCache<String>,
+    asking: Mutex<BTreeSet<RunKey>>,
 }
 
 /// Where a job whose labels several pools serve goes, once their access
@@ -81,7 +102,10 @@ async fn run_facts(
     let known = match service.run_facts.get(&key) {
         Some(known) => Some(known),
         None => match &service.github {
-            Some(github) => match github.get_run(&service.metrics, repository, run_id).await {
+            Some(github) => match github
+                .get_run(&service.metrics, repository, run_id, Priority::RunFacts)
+                .await
+            {
                 Ok(run) => {
                     let known = (run.event, run.fork);
                     service.run_facts.put(key, known.clone());
@@ -103,17 +127,72 @@ async fn run_facts(
 }
 
 /// The triggering event (`push`, `pull_request`, `schedule`, …) of a run
-/// of `repository`, if a pool's policy has already looked the run up
-/// (cached): what the event log's `github_event` and the `event` label
-/// say. No lookup of its own: the webhook does not carry it, and asking
-/// GitHub for every run only for a label would spend the request budget.
+/// of `repository`, if known here: looked up at GitHub (for a pool's
+/// policy, or by [`learn_event`]) or reported by a runner's pre-job
+/// report. What the event log's `github_event` and the `event` label say.
 pub fn known_event(
     service: &Service,
     repository: Option<&str>,
     run_id: Option<u64>,
 ) -> Option<String> {
     let key = (repository?.to_lowercase(), run_id?);
-    service.run_facts.get(&key).map(|(event, _)| event)
+    service
+        .run_facts
+        .get(&key)
+        .map(|(event, _)| event)
+        .or_else(|| service.run_events.reported.get(&key))
+}
+
+/// A runner reported `event` for the run (its pre-job report): later jobs
+/// and webhooks of the run are labelled with it.
+pub fn remember_event(service: &Service, repository: &str, run_id: u64, event: &str) {
+    service
+        .run_events
+        .reported
+        .put((repository.to_lowercase(), run_id), event.to_owned());
+}
+
+/// Looks the run's event up in the background if nothing here knows it
+/// yet, so the job's start and end are labelled with it: one request per
+/// run (a fan-out asks once), at the budget's lowest priority (`run_event`:
+/// only while half the budget is left), never holding up the webhook.
+pub fn learn_event(
+    service: &std::sync::Arc<Service>,
+    repository: Option<&str>,
+    run_id: Option<u64>,
+) {
+    let (Some(repository), Some(run_id)) = (repository, run_id) else {
+        return;
+    };
+    if service.github.is_none() || known_event(service, Some(repository), Some(run_id)).is_some() {
+        return;
+    }
+    let key = (repository.to_lowercase(), run_id);
+    let Ok(mut asking) = service.run_events.asking.lock() else {
+        return;
+    };
+    if asking.len() >= CACHED_RUNS || !asking.insert(key.clone()) {
+        return;
+    }
+    drop(asking);
+    let service = service.clone();
+    let repository = repository.to_owned();
+    tokio::spawn(async move {
+        if let Some(github) = &service.github {
+            match github
+                .get_run(&service.metrics, &repository, run_id, Priority::RunEvent)
+                .await
+            {
+                Ok(run) => service.run_facts.put(key.clone(), (run.event, run.fork)),
+                Err(error) => {
+                    tracing::debug!(%error, repository, run_id, "cannot look the workflow run's event up; its jobs are labelled without it");
+                }
+            }
+        }
+        if let Ok(mut asking) = service.run_events.asking.lock() {
+            asking.remove(&key);
+        }
+    });
 }
 
 /// Pool `name`'s access policy (the default admits all). Validated at

@@ -9,16 +9,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use runway_core::{Job, JobId, JobState, Timestamp};
 use runway_store::{JobFilter, StoreError};
 
-use crate::app::Service;
+use crate::app::{worker_configs, Service};
 use crate::clock::now;
 use crate::config::PoolConfig;
 
-pub fn policy(pool: &PoolConfig, paused: bool) -> PoolPolicy {
+/// The planner's policy for `pool`; `scaling_ratio` is the one its worker
+/// configuration gives, if any (`Config::scaling_ratio`).
+pub fn policy(pool: &PoolConfig, paused: bool, scaling_ratio: f64) -> PoolPolicy {
     PoolPolicy {
         name: pool.name.clone(),
         min_idle: pool.min_idle,
         max_runners: pool.max_runners,
-        scaling_ratio: pool.scaling_ratio,
+        scaling_ratio,
         idle_grace: pool.idle_grace,
         boot_timeout: pool.boot_timeout,
         providers: pool.providers.clone(),
@@ -104,10 +106,11 @@ pub async fn pool_snapshot(
         .await?
         .iter()
         .any(|paused| paused.pool == pool.name);
+    let scaling_ratio = worker_configs::scaling_ratio(service, pool).await?;
     Ok(PoolSnapshot {
         unlisted,
         held,
-        policy: policy(pool, paused),
+        policy: policy(pool, paused, scaling_ratio),
         queued: queued
             .iter()
             .map(|job| QueuedJob {

@@ -7,7 +7,7 @@ use runway_core::github::{converge, GithubUpdate, WorkflowJobAction};
 use runway_core::job::{NewJob, Route};
 use runway_core::routing::RouteDecision;
 use runway_core::runner::NewRunner;
-use runway_core::{Conclusion, Job, JobSource, RunnerId, Timestamp};
+use runway_core::{Conclusion, Job, JobSource, Runner, RunnerId, Timestamp};
 use runway_store::{Delivery, Moved, StoreError};
 use serde::Serialize;
 
@@ -514,7 +514,7 @@ async fn apply(
         (Some(_), _) => WebhookOutcome::Completed,
     };
     if let Some(moved) = &moved {
-        after_move(service, payload, &moved.job, now).await;
+        after_move(service, payload, &moved.job, moved.runner.as_ref(), now).await;
     }
     record(service, delivery_record(delivery, payload, outcome, now)).await?;
     let job = moved.as_ref().map(|moved| &moved.job).unwrap_or(&job);
@@ -654,15 +654,34 @@ async fn runner_for(service: &Service, name: &str, job: &Job) -> Result<RunnerId
 
 /// Bookkeeping after a job (and its runner) moved: metrics and the event
 /// log. Nothing here can fail the webhook: the move is stored.
-async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Timestamp) {
+async fn after_move(
+    service: &Service,
+    payload: &WorkflowJob,
+    job: &Job,
+    runner: Option<&Runner>,
+    now: Timestamp,
+) {
     let pool = PoolLabel {
         pool: job.pool.clone().unwrap_or_default(),
     };
     // The webhook names the repository and workflow, not the event that
-    // triggered the run: that is known when a pool's policy looked the run
-    // up (cached per run), else left empty — never the webhook's type.
-    let event =
+    // triggered the run: that is known when the run was looked up (for a
+    // pool's policy, or in the background when the job was queued) or a
+    // runner reported it (pre-job), here or in the store — never the
+    // webhook's type.
+    let mut event =
         crate::app::access::known_event(service, payload.repository.as_deref(), payload.run_id);
+    if event.is_none() {
+        if let Some(runner) = runner {
+            event = match crate::app::reports::pre_job_of(service, runner.id).await {
+                Ok(pre) => pre.map(|pre| pre.event).filter(|event| !event.is_empty()),
+                Err(error) => {
+                    tracing::debug!(%error, "cannot read the runner's pre-job report");
+                    None
+                }
+            };
+        }
+    }
     let labels = service.metrics.job_labels(
         &pool.pool,
         payload.repository.as_deref(),
@@ -702,31 +721,48 @@ async fn after_move(service: &Service, payload: &WorkflowJob, job: &Job, now: Ti
                 now,
             );
         }
-        if let Some(started) = payload.started_at {
-            service.events.emit(
+        let started = payload.started_at.unwrap_or(now);
+        match runner {
+            // Once per runner, whether its pre-job report said it first.
+            Some(runner) => {
+                crate::app::reports::started(service, runner, &context, started, now).await
+            }
+            None => service.events.emit(
                 "runner_start",
                 context.fields(started, serde_json::json!({"idle": 0})),
                 now,
-            );
-        }
-    } else if let (Some(started), Some(completed)) = (payload.started_at, payload.completed_at) {
-        let seconds = completed.since(started).as_secs_f64();
-        service
-            .metrics
-            .job_run_duration
-            .get_or_create(&labels)
-            .observe(seconds);
-        service.events.emit(
-            "runner_stop",
-            context.fields(
-                completed,
-                serde_json::json!({
-                    "status": job.conclusion.map(|c| c.as_str()).unwrap_or("unknown"),
-                    "duration": seconds.round() as u64,
-                }),
             ),
-            now,
+        }
+    } else if job.state == runway_core::JobState::Completed {
+        let completed = payload.completed_at.unwrap_or(now);
+        let seconds = payload
+            .started_at
+            .map(|started| completed.since(started).as_secs_f64());
+        if let Some(seconds) = seconds {
+            service
+                .metrics
+                .job_run_duration
+                .get_or_create(&labels)
+                .observe(seconds);
+        }
+        // GitHub says the job completed: its runner got to its end (the
+        // spec's `normal`); how the job went is its conclusion.
+        let fields = crate::app::reports::stop_fields(
+            "normal",
+            seconds,
+            serde_json::json!({
+                "conclusion": job.conclusion.map(|c| c.as_str()).unwrap_or("unknown"),
+            }),
         );
+        match runner {
+            Some(runner) => {
+                crate::app::reports::stopped(service, runner, &context, completed, fields, now)
+                    .await
+            }
+            None => service
+                .events
+                .emit("runner_stop", context.fields(completed, fields), now),
+        }
     }
 }
 

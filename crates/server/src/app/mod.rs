@@ -17,6 +17,7 @@ pub mod jobs;
 pub mod lease;
 pub mod live;
 pub mod reload;
+pub mod reports;
 pub mod retention;
 pub mod runners;
 pub mod tokens;
@@ -84,6 +85,7 @@ pub struct Service {
     pub scale_sets: crate::github::scaleset::ScaleSets,
     /// Workflow runs' facts for access policies, looked up once per run.
     pub run_facts: crate::app::access::RunFactsCache,
+    pub run_events: crate::app::access::RunEvents,
     /// What each GitHub pool's runner group admits beyond the pool's
     /// access policy, as last read from GitHub (`GET /api/v1/pools`).
     pub runner_group_warnings: std::sync::Mutex<std::collections::BTreeMap<String, Vec<String>>>,
@@ -178,6 +180,7 @@ impl Service {
             },
             scale_sets: crate::github::scaleset::ScaleSets::default(),
             run_facts: Default::default(),
+            run_events: Default::default(),
             runner_group_warnings: Default::default(),
             config_replaced: tokio::sync::Notify::new(),
             store_failures: std::sync::Mutex::new((None, 0)),

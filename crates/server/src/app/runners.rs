@@ -120,7 +120,11 @@ pub async fn register(
         service.metrics.runner_installed(&runner.pool, installed);
         service.events.emit(
             "runner_installed",
-            json!({"flavor": runner.pool, "duration": installed.as_secs_f64().round() as u64}),
+            json!({
+                "timestamp": now.as_millis().div_euclid(1000),
+                "flavor": runner.pool,
+                "duration": installed.as_secs_f64().round() as u64,
+            }),
             now,
         );
         tracing::info!(target: "runway::events", event = "runner_installed", flavor = %runner.pool, duration = installed.as_secs_f64(), runner = %runner.name);

@@ -94,9 +94,10 @@ pub fn evaluate(
 
 /// The launch configuration a new runner of `pool` on `provider` gets: the
 /// pool's worker configuration evaluated with the inputs `provider` and
-/// `pool`, plus what the chosen offer adds (`offer_inputs`: an EC2 offer's
-/// region, zone, instance type and purchase option); an empty object when
-/// no worker configuration names the pool.
+/// `pool`, the provider's configured `inputs`, and what the chosen offer
+/// adds (`offer_inputs`: an EC2 offer's region, zone, instance type and
+/// purchase option); an empty object when no worker configuration names
+/// the pool.
 pub async fn launch_config(
     service: &Service,
     pool: &str,
@@ -114,7 +115,8 @@ pub async fn launch_config(
     else {
         return Ok(Value::Object(serde_json::Map::new()));
     };
-    let mut inputs = offer_inputs;
+    let mut inputs = service.config().launch_inputs(provider);
+    inputs.extend(offer_inputs);
     inputs.insert("provider".to_owned(), provider.to_owned());
     inputs.insert("pool".to_owned(), pool.to_owned());
     let answer = evaluate(service, &stored, &inputs).map_err(|e| match e {
@@ -122,4 +124,22 @@ pub async fn launch_config(
         EvaluateError::Invalid(e) => format!("worker configuration {:?}: {e}", stored.id),
     })?;
     Ok(answer["config"].clone())
+}
+
+/// The scaling ratio the planner uses for `pool` now: the one the stored
+/// worker configuration of the pool gives (`scalingRatio`, evaluated with
+/// `Config::planning_inputs`), else the pool's `scaling_ratio`. A stored
+/// body that no longer parses (it was checked when written) gives the
+/// pool's own.
+pub async fn scaling_ratio(
+    service: &Service,
+    pool: &crate::config::PoolConfig,
+) -> Result<f64, runway_store::StoreError> {
+    let configs = service.store.list_worker_configs().await?;
+    let parsed: Vec<_> = configs
+        .iter()
+        .filter(|c| c.pools.iter().any(|p| p == &pool.name))
+        .filter_map(|c| parse(&c.body, &c.id).ok())
+        .collect();
+    Ok(service.config().scaling_ratio(pool, &parsed))
 }

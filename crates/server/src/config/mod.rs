@@ -627,6 +627,41 @@ impl Config {
             .collect()
     }
 
+    /// The condition inputs a pool's worker configuration is evaluated
+    /// with for the planner (its `scalingRatio`): the pool, its first
+    /// provider and that provider's `inputs`. An offer's inputs (an EC2
+    /// zone) are not known until a launch is chosen, so rules conditioned
+    /// on them do not set the ratio.
+    pub fn planning_inputs(&self, pool: &PoolConfig) -> BTreeMap<String, String> {
+        let provider = pool.providers.first().cloned().unwrap_or_default();
+        let mut inputs = self.launch_inputs(&provider);
+        inputs.insert("provider".to_owned(), provider);
+        inputs.insert("pool".to_owned(), pool.name.clone());
+        inputs
+    }
+
+    /// The condition inputs `provider`'s configuration gives every launch
+    /// through it (`[providers.NAME] inputs`).
+    pub fn launch_inputs(&self, provider: &str) -> BTreeMap<String, String> {
+        self.providers
+            .iter()
+            .find(|p| p.name == provider)
+            .map(|p| p.inputs.clone())
+            .unwrap_or_default()
+    }
+
+    /// The scaling ratio the planner uses for `pool`: `scalingRatio` from
+    /// the worker configuration (of `configs`) that names the pool, when
+    /// its rules set one for [`Config::planning_inputs`]; else the pool's
+    /// own `scaling_ratio`.
+    pub fn scaling_ratio(&self, pool: &PoolConfig, configs: &[WorkerConfig]) -> f64 {
+        configs
+            .iter()
+            .find(|config| config.pools.contains(&pool.name))
+            .and_then(|config| config.scaling_ratio(&self.planning_inputs(pool)))
+            .unwrap_or(pool.scaling_ratio)
+    }
+
     /// What the declared providers allow worker configurations to say.
     pub fn schemas(&self) -> Schemas {
         Schemas {
@@ -718,6 +753,9 @@ impl Config {
                 .kind
                 .check()
                 .map_err(|(field, message)| (key(field), message))?;
+            provider
+                .check_inputs()
+                .map_err(|(field, message)| (key(&field), message))?;
         }
         let schemas = self.schemas();
         let mut owners: BTreeMap<&str, &str> = BTreeMap::new();

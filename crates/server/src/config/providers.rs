@@ -85,7 +85,7 @@ pub fn names_a_provider(key: &str) -> bool {
 
 /// The keys every kind takes, for an error about one it does not.
 const COMMON_KEYS: &str =
-    "conditions, required_keys, max_instances, price_per_hour, boot_seconds, list_lag, environment_variables";
+    "conditions, inputs, required_keys, max_instances, price_per_hour, boot_seconds, list_lag, environment_variables";
 
 /// One provider's table, over the defaults of its kind.
 fn read(name: &str, table: toml::Table) -> Result<ProviderConfig, String> {
@@ -137,6 +137,14 @@ pub struct ProviderConfig {
     pub kind: ProviderKind,
     #[serde(default)]
     pub conditions: Vec<String>,
+    /// Condition inputs every launch through this provider adds to the
+    /// evaluation of its pools' worker configurations (`region`, or a
+    /// name in `conditions`), e.g. `{ availabilityZone = "us-east-1a" }`
+    /// for a GARM provider that serves one zone. The inputs an `ec2`
+    /// offer implies (its zone, instance type, purchase option) come from
+    /// the offer and cannot be given here.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inputs: BTreeMap<String, String>,
     #[serde(default)]
     pub required_keys: Vec<String>,
     /// Most instances at once through this provider.
@@ -176,6 +184,7 @@ impl ProviderConfig {
             name: name.to_owned(),
             kind,
             conditions: Vec::new(),
+            inputs: BTreeMap::new(),
             required_keys: Vec::new(),
             max_instances: if local { 4 } else { 100 },
             price_per_hour: if local { 0.0 } else { 0.10 },
@@ -188,6 +197,55 @@ impl ProviderConfig {
     /// The defaults of a provider of the kind called `kind`, if runway has it.
     pub fn for_kind(name: &str, kind: &str) -> Option<ProviderConfig> {
         ProviderKind::named(kind).map(|kind| ProviderConfig::new(name, kind))
+    }
+
+    /// Refuses launch inputs that could never be used or that runway or
+    /// an offer sets, and declared conditions that would never get a value
+    /// at launch (every rule conditioned on one would silently never
+    /// apply): `(field, message)`.
+    pub fn check_inputs(&self) -> Result<(), (String, String)> {
+        let from_offers = self.kind.offer_input_names();
+        for (name, value) in &self.inputs {
+            let field = format!("inputs.{name}");
+            if name == "provider" || name == "pool" {
+                return Err((
+                    field,
+                    "runway sets this input itself at each launch (the provider's and the pool's name)".into(),
+                ));
+            }
+            if from_offers.contains(&name.as_str()) {
+                return Err((
+                    field,
+                    format!(
+                        "a provider of kind {:?} takes it from each launch's offer; it cannot be set here",
+                        self.kind.name()
+                    ),
+                ));
+            }
+            if name != "region" && !self.conditions.contains(name) {
+                return Err((
+                    field,
+                    format!("{name:?} is not one of this provider's conditions: add it to conditions (or use region)"),
+                ));
+            }
+            if value.trim().is_empty() {
+                return Err((field, "must not be empty".into()));
+            }
+        }
+        let implied = self.kind.implied_conditions();
+        for name in &self.conditions {
+            let general = runway_core::worker_config::GENERAL_CONDITIONS.contains(&name.as_str());
+            if general || implied.contains(&name.as_str()) || self.inputs.contains_key(name) {
+                continue;
+            }
+            return Err((
+                "conditions".into(),
+                format!(
+                    "{name:?} never gets a value at launch, so a rule conditioned on it could never apply: give it one, e.g. inputs = {{ {name} = \"…\" }}"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Its typed declaration, for `runway_providers::factory::build`; `pools`

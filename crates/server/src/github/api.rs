@@ -642,10 +642,11 @@ impl GithubClient {
         metrics: &Metrics,
         repository: &str,
         run_id: u64,
+        priority: Priority,
     ) -> Result<RunInfo, GithubError> {
         let call = Call::new(
             "get_run",
-            Priority::RunFacts,
+            priority,
             As::Installation,
             reqwest::Method::GET,
             format!("/repos/{repository}/actions/runs/{run_id}"),

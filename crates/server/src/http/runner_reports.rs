@@ -24,6 +24,7 @@ use utoipa_axum::routes;
 use runway_core::access::Verdict;
 
 use crate::app::access::judge_started_job;
+use crate::app::reports::{self, PreJob};
 use crate::app::{AppError, Service};
 use crate::clock::now;
 use crate::http::auth::ReporterAuth;
@@ -118,6 +119,11 @@ impl PostJobStatus {
             PostJobStatus::RepoPolicyCheckFailure => "repo-policy-check-failure",
         }
     }
+}
+
+/// Unix seconds as a time.
+fn seconds(seconds: f64) -> runway_core::Timestamp {
+    runway_core::Timestamp::from_millis((seconds * 1_000.0).round() as i64)
 }
 
 fn refuse(
@@ -222,6 +228,8 @@ async fn report(
         }
     };
     let mut denied = None;
+    let mut pre_job = None;
+    let mut post_job = None;
     let phase = match &parsed {
         Report::PreJob {
             workflow,
@@ -259,12 +267,20 @@ async fn report(
             {
                 denied = Some((rule, detail));
             }
+            pre_job = Some(PreJob {
+                workflow: workflow.clone(),
+                repository: repository.clone(),
+                event: event.clone(),
+                run_id: run,
+                at: seconds(*timestamp),
+            });
             "pre-job"
         }
         // The status was checked by deserialisation: only the two values parse.
         Report::PostJob { timestamp, status } => {
             check_time(*timestamp)?;
             tracing::debug!(runner = %runner.id, status = status.as_str(), "post-job report");
+            post_job = Some((status.as_str(), seconds(*timestamp)));
             "post-job"
         }
     };
@@ -280,19 +296,35 @@ async fn report(
         .get_or_create(&crate::telemetry::metrics::PhaseLabel { phase })
         .inc();
     tracing::info!(target: "runway::events", event = "runner_report", runner = %runner.id, phase);
-    if let Some((rule, detail)) = denied {
-        // The hook fails the job before any step runs; the runner stops
-        // with the spec's status for it.
-        service.events.emit(
-            "runner_stop",
-            serde_json::json!({
-                "flavor": runner.pool,
-                "status": "repo-policy-check-failure",
-                "rule": rule.as_str(),
-                "reason": detail,
-            }),
+    if let Some(pre) = &pre_job {
+        reports::pre_job(&service, &runner, pre, now).await;
+    }
+    if let Some((status, at)) = post_job {
+        reports::post_job(&service, &runner, status, at, serde_json::json!({}), now).await;
+    }
+    if let (Some((rule, detail)), Some(pre)) = (denied, &pre_job) {
+        // The hook fails the job before any step runs: the runner stops
+        // with the spec's status for it, as if it had written the spec's
+        // post-job file (so it is no crash).
+        let post = serde_json::json!({
+            "phase": "post-job",
+            "timestamp": now.as_millis() as f64 / 1_000.0,
+            "status": "repo-policy-check-failure",
+        });
+        service
+            .store
+            .add_runner_report(runner.id, "post-job", &post.to_string(), now)
+            .await
+            .map_err(|error| AppError::store(&service, "add_runner_report", error))?;
+        reports::post_job(
+            &service,
+            &runner,
+            "repo-policy-check-failure",
+            now.max(pre.at),
+            serde_json::json!({"rule": rule.as_str(), "reason": detail}),
             now,
-        );
+        )
+        .await;
         tracing::warn!(target: "runway::events", event = "runner_stop", runner = %runner.id, pool = %runner.pool, status = "repo-policy-check-failure", rule = rule.as_str(), %detail, "a runner was handed a job its pool does not admit");
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,

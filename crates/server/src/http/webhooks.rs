@@ -136,7 +136,7 @@ pub async fn github_webhook(
 }
 
 async fn handle(
-    service: &Service,
+    service: &Arc<Service>,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
     received: &mut Received<'_>,
@@ -196,6 +196,11 @@ async fn handle(
         ));
     };
     let applied = intake::receive(service, &payload, action, received.delivery, now()).await?;
+    if applied.job.is_some() {
+        // Its run's event, for the job's labels when it starts and ends
+        // (nothing is asked when it is known or being asked already).
+        crate::app::access::learn_event(service, payload.repository.as_deref(), payload.run_id);
+    }
     let status = match applied.outcome {
         WebhookOutcome::Pong | WebhookOutcome::DuplicateDelivery => StatusCode::OK,
         _ => StatusCode::ACCEPTED,

@@ -140,7 +140,13 @@ struct Inner {
     /// asked again before). The scale-down ADR allows one or two wasted
     /// deletes a runner; asking every round spent hundreds on a long job.
     deregistrations: Mutex<BTreeMap<RunnerId, (u32, Timestamp)>>,
+    /// When runners' unfinished reports were last checked for crashes.
+    reports_checked: Mutex<Option<Timestamp>>,
 }
+
+/// How often a round checks runners' reports for crashes (a pre-job
+/// report with no post-job report, `app::reports::count_crashes`).
+const REPORT_CHECK: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How long a busy GitHub runner whose machine is gone waits for its
 /// job's completion (`JobCompleted`, the `completed` webhook) before it is
@@ -195,6 +201,7 @@ impl Reconciler {
                 jit_backoff: Mutex::new(BTreeMap::new()),
                 vanished_busy: Mutex::new(BTreeMap::new()),
                 deregistrations: Mutex::new(BTreeMap::new()),
+                reports_checked: Mutex::new(None),
             }),
         }
     }
@@ -223,6 +230,24 @@ impl crate::app::reload::ProviderSet for Reconciler {
 }
 
 impl Inner {
+    /// Counts, at most every [`REPORT_CHECK`], the runners that reported
+    /// their job's start and never its end (the COS spec's crash).
+    async fn check_reports(&self, now: Timestamp, report: &mut Report) -> Result<(), StoreError> {
+        {
+            let Ok(mut checked) = self.reports_checked.lock() else {
+                return Ok(());
+            };
+            if checked.is_some_and(|at| now.since(at) < REPORT_CHECK) {
+                return Ok(());
+            }
+            *checked = Some(now);
+        }
+        for (pool, crashed) in crate::app::reports::count_crashes(&self.service, now).await? {
+            *report.crashed.entry(pool).or_default() += crashed;
+        }
+        Ok(())
+    }
+
     /// The store as this leader's term sees it (`Service::leader_store`).
     fn store(&self) -> Arc<dyn runway_store::Store> {
         self.service.leader_store()
@@ -238,6 +263,7 @@ impl Inner {
         let started = Instant::now();
         let mut report = Report::default();
         self.observe(now, &mut report).await?;
+        self.check_reports(now, &mut report).await?;
         self.learn_arrivals(now).await?;
         let snapshot = self.snapshot(now).await?;
         let plan = plan(&snapshot, now);

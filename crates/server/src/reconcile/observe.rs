@@ -283,14 +283,9 @@ impl Inner {
                 // Every crash the reconciler sees counts (a busy runner's
                 // machine gone, on GitHub pools once its completion had its
                 // grace), not only a lease that expired: GitHub jobs have no
-                // lease, so their crashes never reached the alert.
-                self.service
-                    .metrics
-                    .runners_crashed
-                    .get_or_create(&crate::telemetry::metrics::PoolLabel {
-                        pool: runner.pool.clone(),
-                    })
-                    .inc();
+                // lease, so their crashes never reached the alert. Once per
+                // runner: its missing post-job report may have said it.
+                crate::app::reports::crash_seen(&self.service, runner, now).await;
             }
             if let (Some(github), false) = (github, ready) {
                 // Its machine is gone: so must its registration be.
@@ -306,6 +301,7 @@ impl Inner {
                 self.service.events.emit(
                     "runner_installed",
                     serde_json::json!({
+                        "timestamp": now.as_millis().div_euclid(1000),
                         "flavor": runner.pool,
                         "duration": installed.as_secs_f64().round() as u64,
                     }),
