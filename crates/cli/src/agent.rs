@@ -613,6 +613,9 @@ async fn run_job(
         .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log))
         .spawn();
+    // Kills for memory in this agent's cgroup so far: one more after the
+    // job means the kernel killed it (or part of it) at the memory limit.
+    let oom_kills_before = oom_kills();
     let mut child = match spawned {
         Ok(child) => child,
         Err(error) => {
@@ -676,7 +679,19 @@ async fn run_job(
         let _ = child.kill().await;
     }
     heartbeats.abort();
-    let log_tail = read_tail(&log_path);
+    let mut log_tail = read_tail(&log_path);
+    let sigkilled = match &outcome {
+        Outcome::Exited(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            status.signal() == Some(libc::SIGKILL) || status.code() == Some(137)
+        }
+        _ => false,
+    };
+    if sigkilled && oom_kills() > oom_kills_before {
+        log_tail.push_str(
+            "\n[runway agent: out of memory: the kernel killed the job at its memory limit]\n",
+        );
+    }
     finish(&job_dir, &log_path, group);
     let report = match outcome {
         Outcome::Exited(status) => match status.code() {
@@ -693,6 +708,24 @@ async fn run_job(
     };
     report_completion(client, &path("complete"), id, lease, report).await;
     Ok(())
+}
+
+/// How many processes the kernel has killed for memory in this process's
+/// memory cgroup (cgroup v2 `memory.events`, v1 `memory.oom_control`: the
+/// container's own, in a container); 0 where neither can be read.
+fn oom_kills() -> u64 {
+    [
+        "/sys/fs/cgroup/memory.events",
+        "/sys/fs/cgroup/memory/memory.oom_control",
+    ]
+    .iter()
+    .filter_map(|path| std::fs::read_to_string(path).ok())
+    .find_map(|text| {
+        text.lines()
+            .find_map(|line| line.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+    })
+    .unwrap_or(0)
 }
 
 /// After a job: kills what is left of its process group and removes its

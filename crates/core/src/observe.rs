@@ -83,6 +83,13 @@ pub fn observe(
         return None; // Not visible yet.
     }
     let gone = matches!(instance, Observed::Absent | Observed::Failed);
+    // Listed as ended (an exited container or process, GARM's `error`),
+    // or no longer listed at all.
+    let how = if instance == Observed::Failed {
+        "ended"
+    } else {
+        "vanished"
+    };
     match runner.state {
         RunnerState::Provisioning
             if instance == Observed::Running && readiness == Readiness::MachineRunning =>
@@ -90,11 +97,11 @@ pub fn observe(
             Some(RunnerEvent::Ready)
         }
         RunnerState::Busy if gone => Some(RunnerEvent::Crashed {
-            reason: format!("instance {instance_id} vanished while running a job"),
+            reason: format!("instance {instance_id} {how} while running a job"),
         }),
         RunnerState::Terminating if gone => Some(RunnerEvent::Terminated),
         RunnerState::Provisioning | RunnerState::Idle if gone => Some(RunnerEvent::Failed {
-            reason: format!("instance {instance_id} vanished"),
+            reason: format!("instance {instance_id} {how}"),
         }),
         _ => None,
     }

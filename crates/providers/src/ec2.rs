@@ -612,17 +612,11 @@ impl Ec2Provider {
     }
 
     fn transient(&self, message: String) -> ProviderError {
-        ProviderError::Transient {
-            provider: self.config.name.clone(),
-            message,
-        }
+        ProviderError::transient(&self.config.name, message)
     }
 
     fn permanent(&self, message: String) -> ProviderError {
-        ProviderError::Permanent {
-            provider: self.config.name.clone(),
-            message,
-        }
+        ProviderError::permanent(&self.config.name, message)
     }
 
     /// An SDK error as a provider error: settings the account refuses are

@@ -220,7 +220,7 @@ pub struct ExecProvider {
     /// listed ones and launches the list does not show yet.
     used: AtomicU32,
     /// Quota slots held for runners about to be created (by name).
-    reserved: Mutex<std::collections::BTreeSet<String>>,
+    reserved: crate::Slots,
     /// Launches not yet seen in a list, and when each returned.
     launched: Mutex<BTreeMap<String, std::time::Instant>>,
     /// Instances created by this process, by name: a retried create finds
@@ -312,7 +312,7 @@ impl ExecProvider {
             config,
             fence,
             used: AtomicU32::new(0),
-            reserved: Mutex::new(std::collections::BTreeSet::new()),
+            reserved: crate::Slots::default(),
             launched: Mutex::new(BTreeMap::new()),
             created: Mutex::new(BTreeMap::new()),
             located: Mutex::new(BTreeMap::new()),
@@ -729,17 +729,12 @@ impl ExecProvider {
     }
 
     fn unreserve_slot(&self, name: &str) {
-        if let Ok(mut reserved) = self.reserved.lock() {
-            reserved.remove(name);
-        }
+        self.reserved.release(name);
     }
 
     /// Slots held for creates other than `name`'s.
     fn reserved_besides(&self, name: &str) -> u32 {
-        self.reserved
-            .lock()
-            .map(|reserved| reserved.iter().filter(|n| n.as_str() != name).count() as u32)
-            .unwrap_or(0)
+        self.reserved.held_besides(name)
     }
 }
 
@@ -917,22 +912,12 @@ impl Provider for ExecProvider {
     }
 
     fn reserve(&self, name: &str) -> Result<(), ProviderError> {
-        let mut reserved = self
-            .reserved
-            .lock()
-            .map_err(|_| self.error("quota lock poisoned".into()))?;
-        if reserved.contains(name) {
-            return Ok(());
-        }
-        let used = self.used.load(Ordering::SeqCst) + reserved.len() as u32;
-        if used >= self.config.max_instances {
-            return Err(ProviderError::Quota {
-                provider: self.config.name.clone(),
-                limit: self.config.max_instances,
-            });
-        }
-        reserved.insert(name.to_owned());
-        Ok(())
+        self.reserved.reserve(
+            &self.config.name,
+            name,
+            self.used.load(Ordering::SeqCst),
+            self.config.max_instances,
+        )
     }
 
     fn unreserve(&self, name: &str) {
@@ -946,8 +931,7 @@ impl Provider for ExecProvider {
         crate::quota_offer(
             &self.config.name,
             self.config.max_instances,
-            self.used.load(Ordering::SeqCst)
-                + self.reserved.lock().map(|r| r.len() as u32).unwrap_or(0),
+            self.used.load(Ordering::SeqCst) + self.reserved.held(),
             capacity,
             self.config.price_per_hour,
             self.config.boot_time,

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::container::{ContainerConfig, ContainerProvider, Mount, Pull};
 use crate::ec2::{Ec2Config, Ec2Provider, Purchase};
 use crate::exec::{ExecConfig, ExecProvider, InterfaceVersion};
 use crate::process::{ProcessConfig, ProcessProvider};
@@ -85,6 +86,60 @@ pub enum ProviderKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         boot_command: Option<String>,
     },
+    /// One fresh container per runner through the Docker Engine API
+    /// (Docker, or Podman's compatible service): `container.rs`.
+    Container {
+        /// The engine's socket; default `DOCKER_HOST`, then Docker's and
+        /// Podman's usual sockets.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        socket: Option<PathBuf>,
+        /// The image, unless a worker configuration sets `container.image`.
+        #[serde(default)]
+        image: String,
+        #[serde(default)]
+        pull: Pull,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cpus: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        memory_mb: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pids_limit: Option<i64>,
+        /// `none`, `host` or a named network (`bridge`, the default).
+        #[serde(default = "default_network")]
+        network: String,
+        #[serde(default)]
+        read_only: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        mounts: Vec<Mount>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        allowed_mounts: Vec<PathBuf>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        capabilities: Vec<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        allowed_capabilities: Vec<String>,
+        /// The shell command run once the bootstrap is read (default:
+        /// `runway agent --once`, or GitHub's runner for a GitHub pool).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        command: Option<String>,
+        /// Mount this runway's executable read-only at
+        /// `/usr/local/bin/runway`.
+        #[serde(default = "default_mount_runway")]
+        mount_runway: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state_dir: Option<PathBuf>,
+        #[serde(with = "settings::duration", default = "default_stop_grace")]
+        stop_grace: Duration,
+    },
+}
+
+fn default_network() -> String {
+    "bridge".to_owned()
+}
+
+fn default_mount_runway() -> bool {
+    true
 }
 
 fn default_purchase_options() -> Vec<Purchase> {
@@ -105,7 +160,7 @@ fn default_exec_timeout() -> Duration {
 
 impl ProviderKind {
     /// The names the config file uses for the kinds, in this order.
-    pub const NAMES: [&'static str; 4] = ["sim", "process", "exec", "ec2"];
+    pub const NAMES: [&'static str; 5] = ["sim", "process", "exec", "ec2", "container"];
 
     /// The kind called `name`, with that kind's defaults.
     pub fn named(name: &str) -> Option<ProviderKind> {
@@ -136,6 +191,25 @@ impl ProviderKind {
                 spot_price_refresh: default_spot_price_refresh(),
                 boot_command: None,
             },
+            "container" => ProviderKind::Container {
+                socket: None,
+                image: String::new(),
+                pull: Pull::default(),
+                cpus: None,
+                memory_mb: None,
+                pids_limit: None,
+                network: default_network(),
+                read_only: false,
+                user: None,
+                mounts: Vec::new(),
+                allowed_mounts: Vec::new(),
+                capabilities: Vec::new(),
+                allowed_capabilities: Vec::new(),
+                command: None,
+                mount_runway: default_mount_runway(),
+                state_dir: None,
+                stop_grace: default_stop_grace(),
+            },
             _ => return None,
         })
     }
@@ -146,6 +220,7 @@ impl ProviderKind {
             ProviderKind::Process { .. } => "process",
             ProviderKind::Exec { .. } => "exec",
             ProviderKind::Ec2 { .. } => "ec2",
+            ProviderKind::Container { .. } => "container",
         }
     }
 
@@ -190,12 +265,63 @@ impl ProviderKind {
     pub fn check_rule_values(&self, values: &serde_json::Value) -> Result<(), String> {
         match self {
             ProviderKind::Ec2 { .. } => crate::ec2::check_rule_values(values),
+            ProviderKind::Container { .. } => crate::container::check_rule_values(values),
             _ => Ok(()),
         }
     }
 
     /// What is wrong with this kind's own settings, as (key, message).
     pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if let ProviderKind::Container {
+            cpus,
+            memory_mb,
+            pids_limit,
+            network,
+            mounts,
+            capabilities,
+            allowed_capabilities,
+            ..
+        } = self
+        {
+            if cpus.is_some_and(|c| !(c.is_finite() && c > 0.0)) {
+                return Err((
+                    "cpus",
+                    "must be a number of CPUs above 0, e.g. 2 or 0.5".into(),
+                ));
+            }
+            if *memory_mb == Some(0) {
+                return Err(("memory_mb", "must be at least 1 (MiB)".into()));
+            }
+            if pids_limit.is_some_and(|p| p <= 0) {
+                return Err(("pids_limit", "must be at least 1".into()));
+            }
+            if network.trim().is_empty() {
+                return Err(("network", "must be none, host or a network's name".into()));
+            }
+            if let Some(mount) = mounts
+                .iter()
+                .find(|m| !m.source.is_absolute() || !m.target.starts_with('/'))
+            {
+                return Err((
+                    "mounts",
+                    format!(
+                        "{} → {}: source and target must be absolute paths",
+                        mount.source.display(),
+                        mount.target
+                    ),
+                ));
+            }
+            if let Some(bad) = capabilities
+                .iter()
+                .chain(allowed_capabilities)
+                .find(|c| c.is_empty() || !c.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+            {
+                return Err((
+                    "capabilities",
+                    format!("{bad:?} is not a capability name such as CAP_NET_ADMIN"),
+                ));
+            }
+        }
         if let ProviderKind::Ec2 {
             region,
             instance_types,
@@ -432,6 +558,67 @@ pub fn build(spec: &ProviderSpec, context: &BuildContext) -> Result<Arc<dyn Prov
                     },
                     context.clock.clone(),
                 )
+                .fenced(context.fence.clone()),
+            )
+        }
+        ProviderKind::Container {
+            socket,
+            image,
+            pull,
+            cpus,
+            memory_mb,
+            pids_limit,
+            network,
+            read_only,
+            user,
+            mounts,
+            allowed_mounts,
+            capabilities,
+            allowed_capabilities,
+            command,
+            mount_runway,
+            state_dir,
+            stop_grace,
+        } => {
+            spec.kind
+                .check()
+                .map_err(|(key, message)| invalid(key, message))?;
+            let state_dir = state_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("runway-containers").join(&spec.name));
+            let state_dir = std::path::absolute(&state_dir).unwrap_or(state_dir);
+            Arc::new(
+                ContainerProvider::new(ContainerConfig {
+                    name: spec.name.clone(),
+                    socket: socket.clone(),
+                    image: image.clone(),
+                    pull: *pull,
+                    cpus: *cpus,
+                    memory_mb: *memory_mb,
+                    pids_limit: *pids_limit,
+                    network: network.clone(),
+                    read_only: *read_only,
+                    user: user.clone(),
+                    mounts: mounts.clone(),
+                    allowed_mounts: allowed_mounts.clone(),
+                    capabilities: capabilities.clone(),
+                    allowed_capabilities: allowed_capabilities.clone(),
+                    command: command.clone(),
+                    runway_exe: if *mount_runway {
+                        context.runway_exe.clone()
+                    } else {
+                        None
+                    },
+                    environment_variables: spec.environment_variables.clone(),
+                    state_dir,
+                    stop_grace: *stop_grace,
+                    max_instances: spec.max_instances,
+                    price_per_hour: spec.price_per_hour,
+                    boot_time: spec.mean_boot_time(),
+                    controller_id: context.controller_id.clone(),
+                    legacy_controller_id: context.legacy_controller_id.clone(),
+                })
+                .map_err(|e| invalid("state_dir", e.to_string()))?
                 .fenced(context.fence.clone()),
             )
         }

@@ -7,6 +7,7 @@
 //! tolerate an instance that never finished being created, and offers never
 //! exceed the quota left.
 
+pub mod container;
 pub mod ec2;
 pub mod environment;
 pub mod exec;
@@ -113,6 +114,22 @@ pub enum ProviderError {
 }
 
 impl ProviderError {
+    /// A failure of `provider` that may pass.
+    pub fn transient(provider: &str, message: String) -> ProviderError {
+        ProviderError::Transient {
+            provider: provider.to_owned(),
+            message,
+        }
+    }
+
+    /// A refusal of `provider` that needs a configuration change.
+    pub fn permanent(provider: &str, message: String) -> ProviderError {
+        ProviderError::Permanent {
+            provider: provider.to_owned(),
+            message,
+        }
+    }
+
     /// Whether the same call may succeed later (quota frees up, a network
     /// blip passes); a permanent error needs a configuration change.
     pub fn is_retryable(&self) -> bool {
@@ -166,6 +183,15 @@ pub trait Provider: Send + Sync {
         false
     }
 
+    /// Why instance `id`, listed as ended ([`InstanceState::Failed`]),
+    /// ended, when the provider knows more than that it did ("out of
+    /// memory", an exit code, its last output): added to its runner's
+    /// reason.
+    fn ended_detail(&self, id: &InstanceId) -> Option<String> {
+        let _ = id;
+        None
+    }
+
     /// Gives back the slot [`Provider::reserve`] held for `name`.
     fn unreserve(&self, name: &str) {
         let _ = name;
@@ -190,6 +216,60 @@ pub trait Provider: Send + Sync {
     /// not yet a ready runner.
     fn runners_register(&self) -> bool {
         false
+    }
+}
+
+/// Quota slots held for creates about to be made ([`Provider::reserve`]),
+/// by runner name, for providers that count their instances themselves.
+#[derive(Debug, Default)]
+pub struct Slots(std::sync::Mutex<std::collections::BTreeSet<String>>);
+
+impl Slots {
+    /// Holds a slot for `name` unless `used` instances and the slots held
+    /// already reach `max` ([`ProviderError::Quota`]); holding one twice
+    /// is one slot.
+    pub fn reserve(
+        &self,
+        provider: &str,
+        name: &str,
+        used: u32,
+        max: u32,
+    ) -> Result<(), ProviderError> {
+        let mut held = self
+            .0
+            .lock()
+            .map_err(|_| ProviderError::transient(provider, "quota lock poisoned".into()))?;
+        if held.contains(name) {
+            return Ok(());
+        }
+        if used + held.len() as u32 >= max {
+            return Err(ProviderError::Quota {
+                provider: provider.to_owned(),
+                limit: max,
+            });
+        }
+        held.insert(name.to_owned());
+        Ok(())
+    }
+
+    /// Gives `name`'s slot back.
+    pub fn release(&self, name: &str) {
+        if let Ok(mut held) = self.0.lock() {
+            held.remove(name);
+        }
+    }
+
+    /// How many slots are held.
+    pub fn held(&self) -> u32 {
+        self.0.lock().map(|held| held.len() as u32).unwrap_or(0)
+    }
+
+    /// How many slots are held for creates other than `name`'s.
+    pub fn held_besides(&self, name: &str) -> u32 {
+        self.0
+            .lock()
+            .map(|held| held.iter().filter(|n| n.as_str() != name).count() as u32)
+            .unwrap_or(0)
     }
 }
 

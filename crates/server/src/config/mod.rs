@@ -1223,13 +1223,13 @@ mod tests {
         check(
             "[providers.cloud]\nkind = \"sim\"\ncommand = [\"runway\"]\n",
             expect![[
-                r#"error: config runway.toml: [providers.cloud]: unknown field `command`, expected `fail_rate` or `seed` for kind "sim", or one every kind takes: conditions, required_keys, max_instances, price_per_hour, boot_seconds, list_lag, environment_variables"#
+                r#"error: config runway.toml: [providers.cloud]: unknown field `command`, expected `fail_rate` or `seed` for kind "sim", or one every kind takes: conditions, inputs, required_keys, max_instances, price_per_hour, boot_seconds, list_lag, environment_variables"#
             ]],
         );
         check(
             "[providers.cloud]\nkind = \"ec3\"\n",
             expect![[
-                r#"error: config runway.toml: [providers.cloud]: kind: "ec3" is not one of sim, process, exec, ec2"#
+                r#"error: config runway.toml: [providers.cloud]: kind: "ec3" is not one of sim, process, exec, ec2, container"#
             ]],
         );
         check(

@@ -161,7 +161,7 @@ pub struct ProviderConfig {
     /// and `sim` 0 (their lists are what they just did).
     #[serde(with = "runway_providers::settings::duration")]
     pub list_lag: Duration,
-    /// `process`, `exec`: host environment variables (names, or prefixes
+    /// `process`, `exec`, `container`: host environment variables (names, or prefixes
     /// such as `"AWS_"`) the child may inherit besides the base (`PATH`,
     /// `HOME`, `LANG`, `TMPDIR`, the proxy variables). Nothing else of
     /// runway's environment reaches it; `RUNWAY_*` and `GARM_*` never do.
@@ -174,7 +174,10 @@ impl ProviderConfig {
     /// boots in minutes and costs money; a local process starts in a
     /// second, free.
     pub fn new(name: &str, kind: ProviderKind) -> ProviderConfig {
-        let local = matches!(kind, ProviderKind::Process { .. });
+        let local = matches!(
+            kind,
+            ProviderKind::Process { .. } | ProviderKind::Container { .. }
+        );
         let list_lag = match kind {
             ProviderKind::Ec2 { .. } => Duration::from_secs(60),
             ProviderKind::Exec { .. } => Duration::from_secs(30),
@@ -276,4 +279,4 @@ impl Default for ProviderConfig {
     }
 }
 
-pub const PROVIDER_KINDS: [&str; 4] = ProviderKind::NAMES;
+pub const PROVIDER_KINDS: [&str; 5] = ProviderKind::NAMES;

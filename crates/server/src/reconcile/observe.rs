@@ -253,6 +253,17 @@ impl Inner {
             let Some(event) = observe(runner, &instance_id.0, observed, readiness, listing) else {
                 continue; // Nothing changes (or its instance is not visible yet).
             };
+            // What the provider knows of why it ended ("out of memory", its
+            // last output) goes with the runner's reason.
+            let event = match (event, provider.ended_detail(&instance_id)) {
+                (RunnerEvent::Crashed { reason }, Some(detail)) => RunnerEvent::Crashed {
+                    reason: format!("{reason}: {detail}"),
+                },
+                (RunnerEvent::Failed { reason }, Some(detail)) => RunnerEvent::Failed {
+                    reason: format!("{reason}: {detail}"),
+                },
+                (event, _) => event,
+            };
             if matches!(event, RunnerEvent::Crashed { .. })
                 && github.is_some()
                 && !self.completion_grace_over(runner.id, now)

@@ -1,0 +1,518 @@
+//! The `container` provider against a real Podman (its Docker-compatible
+//! API on a unix socket), with `runway serve` and `runway submit` as a user
+//! drives them. The test starts its own `podman system service` with its
+//! own storage in a temporary directory and builds its image there, with
+//! no registry: `podman import` of busybox-static, `/bin/sh`, and the
+//! shared libraries runway links (runway itself is mounted read-only by
+//! the provider). Containers use the host's network (loopback only; no
+//! bridge). Needs `podman`, `runc` and `busybox` (`.ci/run` installs them):
+//! without them the tests fail under CI and are skipped elsewhere.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{client, wait_until};
+use serde_json::{json, Value};
+
+const ADMIN: &str = "container-admin-token";
+const IMAGE: &str = "localhost/runway-test-runner:1";
+
+/// A private Podman: its service, storage and socket in one directory;
+/// every container it ran is removed and the service stopped on drop.
+struct Podman {
+    dir: PathBuf,
+    service: Option<Child>,
+    socket: PathBuf,
+}
+
+fn tools_present() -> bool {
+    ["podman", "runc", "busybox"].iter().all(|tool| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// The Podman of these tests, or `None` (skipped) where it is not
+/// installed and this is not CI.
+fn podman() -> Option<Podman> {
+    if !tools_present() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "podman, runc and busybox must be installed under CI (.ci/run does)"
+        );
+        eprintln!("skipped: podman, runc or busybox is not installed");
+        return None;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("runway-podman-")
+        .tempdir()
+        .expect("a temporary directory")
+        .keep();
+    // This machine kind: crun fails on hybrid cgroups, and the default
+    // ulimits exceed what a process without CAP_SYS_RESOURCE may set.
+    std::fs::write(
+        dir.join("containers.conf"),
+        "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=4096:4096\"]\n\
+         [engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n",
+    )
+    .unwrap();
+    let socket = dir.join("podman.sock");
+    let mut podman = Podman {
+        dir,
+        service: None,
+        socket,
+    };
+    podman.start_service();
+    podman.build_image();
+    Some(podman)
+}
+
+fn podman_args(dir: &Path) -> Vec<String> {
+    vec![
+        "--root".into(),
+        dir.join("root").display().to_string(),
+        "--runroot".into(),
+        dir.join("run").display().to_string(),
+    ]
+}
+
+impl Podman {
+    /// `podman system service` on [`Podman::socket`], until stopped.
+    fn start_service(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+        let service = Command::new("podman")
+            .args(podman_args(&self.dir))
+            .args(["system", "service", "--time", "0"])
+            .arg(format!("unix://{}", self.socket.display()))
+            .env("CONTAINERS_CONF", self.dir.join("containers.conf"))
+            // conmon leaves files (an `oom` marker) in its working directory.
+            .current_dir(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.join("service.log")).unwrap())
+            .spawn()
+            .expect("start podman system service");
+        self.service = Some(service);
+        wait_until("podman's socket", 30, || self.socket.exists());
+    }
+
+    /// The engine goes away (its socket file stays, as after a crash).
+    fn stop_service(&mut self) {
+        if let Some(mut service) = self.service.take() {
+            let _ = service.kill();
+            let _ = service.wait();
+        }
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new("podman");
+        command
+            .args(podman_args(&self.dir))
+            .env("CONTAINERS_CONF", self.dir.join("containers.conf"));
+        command
+    }
+
+    /// busybox-static as `/bin/sh` and the other tools, and the shared
+    /// libraries runway links, imported as [`IMAGE`].
+    fn build_image(&self) {
+        let root = self.dir.join("rootfs");
+        for sub in ["bin", "tmp", "etc", "usr/local/bin"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        let busybox = String::from_utf8(
+            Command::new("sh")
+                .args(["-c", "command -v busybox"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        std::fs::copy(busybox.trim(), root.join("bin/busybox")).unwrap();
+        for tool in [
+            "sh", "cat", "echo", "ls", "rm", "mkdir", "hostname", "test", "tr", "sleep", "env",
+            "id", "touch", "head",
+        ] {
+            std::os::unix::fs::symlink("busybox", root.join("bin").join(tool)).unwrap();
+        }
+        std::fs::set_permissions(
+            root.join("tmp"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+        )
+        .unwrap();
+        std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n").unwrap();
+        // The shared libraries of runway, at the paths it asks for.
+        let ldd = Command::new("ldd").arg(common::RUNWAY).output().unwrap();
+        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+            let path = line
+                .split_whitespace()
+                .find(|word| word.starts_with('/'))
+                .map(PathBuf::from);
+            if let Some(path) = path.filter(|p| p.exists()) {
+                let target = root.join(path.strip_prefix("/").unwrap());
+                std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+                std::fs::copy(std::fs::canonicalize(&path).unwrap(), &target).unwrap();
+            }
+        }
+        let tar = self.dir.join("rootfs.tar");
+        let packed = Command::new("tar")
+            .arg("-C")
+            .arg(&root)
+            .arg("-cf")
+            .arg(&tar)
+            .arg(".")
+            .status()
+            .unwrap();
+        assert!(packed.success());
+        let imported = self
+            .command()
+            .arg("import")
+            .arg(&tar)
+            .arg(IMAGE)
+            .output()
+            .unwrap();
+        assert!(
+            imported.status.success(),
+            "podman import: {}",
+            String::from_utf8_lossy(&imported.stderr)
+        );
+    }
+
+    /// Names of this Podman's containers (all states) with a label.
+    fn containers(&self) -> Vec<String> {
+        let output = self
+            .command()
+            .args(["ps", "-a", "--format", "{{.Names}}", "--filter"])
+            .arg("label=io.runway.controller")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(str::to_owned)
+            .filter(|l| !l.is_empty())
+            .collect()
+    }
+
+    fn inspect(&self, name: &str) -> String {
+        let output = self.command().arg("inspect").arg(name).output().unwrap();
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+}
+
+impl Drop for Podman {
+    fn drop(&mut self) {
+        let _ = self
+            .command()
+            .args(["rm", "-a", "-f", "-t", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        self.stop_service();
+        let _ = self
+            .command()
+            .args(["system", "reset", "-f"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn write_config(dir: &Path, podman: &Podman, listen: &str, max_instances: u32) {
+    std::fs::write(
+        dir.join("runway.toml"),
+        format!(
+            r#"[server]
+listen = "{listen}"
+admin_tokens = ["{ADMIN}"]
+
+[runner_api]
+poll_timeout = "2s"
+
+[scaling]
+interval = "200ms"
+
+[providers.podman]
+kind = "container"
+socket = "{socket}"
+image = "{IMAGE}"
+pull = "never"
+network = "host"
+memory_mb = 96
+pids_limit = 512
+stop_grace = "2s"
+max_instances = {max_instances}
+boot_seconds = 1
+
+[[pools]]
+name = "boxes"
+labels = ["box"]
+max_runners = {max_instances}
+idle_grace = "1s"
+boot_timeout = "60s"
+providers = ["podman"]
+"#,
+            socket = podman.socket.display(),
+        ),
+    )
+    .unwrap();
+}
+
+fn submit(base: &str, script: &str) -> i64 {
+    let body: Value = client()
+        .post(format!("{base}/api/v1/jobs"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"labels": ["box"], "script": script, "timeout_seconds": 60}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    body["id"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("job id in {body}"))
+}
+
+fn get(base: &str, path: &str) -> Value {
+    client()
+        .get(format!("{base}{path}"))
+        .bearer_auth(ADMIN)
+        .send()
+        .and_then(|r| r.json())
+        .unwrap_or_default()
+}
+
+/// Waits for job `id` to finish; its record and its log's tail.
+fn finished(base: &str, id: i64, seconds: u64) -> (Value, String) {
+    let mut job = Value::Null;
+    wait_until(&format!("job {id} to finish"), seconds, || {
+        job = get(base, &format!("/api/v1/jobs/{id}"));
+        matches!(
+            job["state"].as_str(),
+            Some("completed" | "failed" | "cancelled")
+        )
+    });
+    let log = client()
+        .get(format!("{base}/api/v1/jobs/{id}/log"))
+        .bearer_auth(ADMIN)
+        .send()
+        .and_then(|r| r.text())
+        .unwrap_or_default();
+    (job, log)
+}
+
+#[test]
+fn each_job_gets_a_fresh_container_that_is_removed_after_it() {
+    let Some(podman) = podman() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &podman, "127.0.0.1:0", 4);
+    // Secrets in runway's own environment (as `env:` config values and
+    // cloud credentials are): none may reach a container or a job.
+    let mut command = common::runway(dir.path());
+    command
+        .args(["serve", "--config", "runway.toml"])
+        .env("AWS_SECRET_ACCESS_KEY", "aws-secret-in-runways-env")
+        .env("RUNWAY_WEBHOOK_SECRET", "webhook-secret-in-runways-env");
+    let (_server, base) = common::spawn_serve(command);
+
+    // In a container: PID 1 is the container's own (the agent, which the
+    // entry shell became), not the host's init.
+    let first = submit(
+        &base,
+        "echo pid1=$(tr '\\0' ' ' < /proc/1/cmdline); touch /tmp/left-behind; env",
+    );
+    let (job, log) = finished(&base, first, 90);
+    assert_eq!(job["conclusion"], "success", "{job} {log}");
+    assert!(log.contains("pid1=runway agent --once"), "{log}");
+    // The job's environment holds none of runway's bootstrap.
+    for secret in [
+        "RUNWAY_REGISTRATION_TOKEN",
+        "rwr_",
+        "RUNWAY_URL",
+        "aws-secret-in-runways-env",
+        "webhook-secret-in-runways-env",
+        ADMIN,
+    ] {
+        assert!(!log.contains(secret), "{secret} in the job's env:\n{log}");
+    }
+    // The next job's container is a fresh one.
+    let second = submit(
+        &base,
+        "test -e /tmp/left-behind && echo dirty || echo clean",
+    );
+    let (job, log) = finished(&base, second, 90);
+    assert_eq!(job["conclusion"], "success", "{job} {log}");
+    assert!(log.contains("clean"), "{log}");
+
+    // A job over its memory limit: killed, and said to be out of memory.
+    let hog = submit(&base, "x=a; while true; do x=\"$x$x$x$x\"; done");
+    let (job, log) = finished(&base, hog, 120);
+    assert_ne!(job["conclusion"], "success", "{job}");
+    assert!(log.contains("out of memory"), "{job} {log}");
+
+    // Every runner's container is removed once it is done.
+    wait_until("no container left", 60, || podman.containers().is_empty());
+}
+
+#[test]
+fn at_most_max_instances_containers_run_and_every_job_completes() {
+    let Some(podman) = podman() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &podman, "127.0.0.1:0", 4);
+    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    let ids: Vec<i64> = (0..20)
+        .map(|i| submit(&base, &format!("sleep 0.$((RANDOM % 5)); echo job-{i}")))
+        .collect();
+    let mut most = 0;
+    let mut inspected = 0;
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let containers = podman.containers();
+        most = most.max(containers.len());
+        // A runner's container holds no secret in its configuration: the
+        // bootstrap is a file it read and deleted.
+        if let Some(name) = containers.first() {
+            let configuration = podman.inspect(name);
+            if configuration.contains("io.runway.runner") {
+                inspected += 1;
+                for secret in ["rwr_", "RUNWAY_REGISTRATION_TOKEN", "RUNWAY_URL=", ADMIN] {
+                    assert!(!configuration.contains(secret), "{secret}: {configuration}");
+                }
+            }
+        }
+        let done = ids
+            .iter()
+            .filter(|id| get(&base, &format!("/api/v1/jobs/{id}"))["state"] == "completed")
+            .count();
+        if done == ids.len() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{done} of 20 completed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(most <= 4, "at most 4 containers at once, saw {most}");
+    assert!(most >= 2, "the jobs ran side by side, saw {most}");
+    assert!(inspected > 0, "no runner's container was inspected");
+}
+
+#[test]
+fn kill_9_of_runway_leaves_no_container_behind_and_removes_no_busy_one() {
+    let Some(podman) = podman() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", common::free_port());
+    write_config(dir.path(), &podman, &listen, 10);
+    let (mut server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    let marks = dir.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    // Ten jobs that run for a while: each leaves a mark in a host directory
+    // it cannot see — so it prints instead, and the log shows it finished.
+    let ids: Vec<i64> = (0..10)
+        .map(|i| submit(&base, &format!("sleep 6; echo finished-{i}")))
+        .collect();
+    wait_until("ten jobs running", 90, || {
+        ids.iter()
+            .filter(|id| get(&base, &format!("/api/v1/jobs/{id}"))["state"] == "running")
+            .count()
+            == 10
+    });
+    let running = podman.containers();
+    assert_eq!(running.len(), 10, "{running:?}");
+    // kill -9, then start again on the same port and store.
+    let pid = server.0.id() as i32;
+    // SAFETY: kill(2) on the child we started.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let _ = server.0.wait();
+    drop(server);
+    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    for id in &ids {
+        let (job, log) = finished(&base, *id, 120);
+        assert_eq!(job["conclusion"], "success", "{job} {log}");
+        assert!(log.contains("finished-"), "{log}");
+    }
+    wait_until("every container adopted and removed", 60, || {
+        podman.containers().is_empty()
+    });
+    // Each job ran once: no busy container was removed under its job.
+    let metrics = client()
+        .get(format!("{base}/metrics"))
+        .send()
+        .and_then(|r| r.text())
+        .unwrap_or_default();
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.starts_with("runway_runners_crashed_total") && !l.ends_with(" 0")),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_stopped_engine_is_backed_off_with_its_reason_and_used_again_when_back() {
+    let Some(mut podman) = podman() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &podman, "127.0.0.1:0", 4);
+    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    let first = submit(&base, "echo before");
+    assert_eq!(finished(&base, first, 90).0["conclusion"], "success");
+    wait_until("the first container removed", 60, || {
+        podman.containers().is_empty()
+    });
+    podman.stop_service();
+    let id = submit(&base, "echo after");
+    // The job waits on a provider that backs off, and says why.
+    let mut waiting = Value::Null;
+    wait_until("the engine's failure in the job's explanation", 60, || {
+        waiting = get(&base, &format!("/api/v1/jobs/{id}"))["waiting"].clone();
+        waiting.to_string().contains("container engine")
+    });
+    assert_eq!(
+        get(&base, &format!("/api/v1/jobs/{id}"))["state"],
+        "queued",
+        "{waiting}"
+    );
+    // Back: runway carries on, no restart.
+    podman.start_service();
+    let (job, log) = finished(&base, id, 180);
+    assert_eq!(job["conclusion"], "success", "{job} {log}");
+    assert!(log.contains("after"), "{log}");
+}
+
+#[test]
+fn a_cancelled_job_and_one_past_its_timeout_have_their_containers_removed() {
+    let Some(podman) = podman() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &podman, "127.0.0.1:0", 4);
+    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    let body: Value = client()
+        .post(format!("{base}/api/v1/jobs"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"labels": ["box"], "script": "sleep 600", "timeout_seconds": 3}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let timed_out = body["id"].as_i64().unwrap();
+    let cancelled = submit(&base, "sleep 600");
+    wait_until("the second job running", 90, || {
+        get(&base, &format!("/api/v1/jobs/{cancelled}"))["state"] == "running"
+    });
+    let answer = client()
+        .post(format!("{base}/api/v1/jobs/{cancelled}/cancel"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"reason": "not needed"}))
+        .send()
+        .unwrap();
+    assert!(answer.status().is_success(), "{:?}", answer.text());
+    let (job, _) = finished(&base, timed_out, 90);
+    assert_eq!(job["conclusion"], "timed_out", "{job}");
+    let (job, _) = finished(&base, cancelled, 90);
+    assert_eq!(job["state"], "cancelled", "{job}");
+    wait_until("both containers removed", 90, || {
+        podman.containers().is_empty()
+    });
+}
