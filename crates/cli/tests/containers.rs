@@ -9,220 +9,18 @@
 //! without them the tests fail under CI and are skipped elsewhere.
 
 mod common;
+#[path = "../../providers/tests/podman/mod.rs"]
+mod podman;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{client, wait_until};
 use serde_json::{json, Value};
 
 const ADMIN: &str = "container-admin-token";
-const IMAGE: &str = "localhost/runway-test-runner:1";
 
-/// A private Podman: its service, storage and socket in one directory;
-/// every container it ran is removed and the service stopped on drop.
-struct Podman {
-    dir: PathBuf,
-    service: Option<Child>,
-    socket: PathBuf,
-}
-
-fn tools_present() -> bool {
-    ["podman", "runc", "busybox"].iter().all(|tool| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    })
-}
-
-/// The Podman of these tests, or `None` (skipped) where it is not
-/// installed and this is not CI.
-fn podman() -> Option<Podman> {
-    if !tools_present() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "podman, runc and busybox must be installed under CI (.ci/run does)"
-        );
-        eprintln!("skipped: podman, runc or busybox is not installed");
-        return None;
-    }
-    let dir = tempfile::Builder::new()
-        .prefix("runway-podman-")
-        .tempdir()
-        .expect("a temporary directory")
-        .keep();
-    // This machine kind: crun fails on hybrid cgroups, and the default
-    // ulimits exceed what a process without CAP_SYS_RESOURCE may set.
-    std::fs::write(
-        dir.join("containers.conf"),
-        "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=4096:4096\"]\n\
-         [engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n",
-    )
-    .unwrap();
-    let socket = dir.join("podman.sock");
-    let mut podman = Podman {
-        dir,
-        service: None,
-        socket,
-    };
-    podman.start_service();
-    podman.build_image();
-    Some(podman)
-}
-
-fn podman_args(dir: &Path) -> Vec<String> {
-    vec![
-        "--root".into(),
-        dir.join("root").display().to_string(),
-        "--runroot".into(),
-        dir.join("run").display().to_string(),
-    ]
-}
-
-impl Podman {
-    /// `podman system service` on [`Podman::socket`], until stopped.
-    fn start_service(&mut self) {
-        let _ = std::fs::remove_file(&self.socket);
-        let service = Command::new("podman")
-            .args(podman_args(&self.dir))
-            .args(["system", "service", "--time", "0"])
-            .arg(format!("unix://{}", self.socket.display()))
-            .env("CONTAINERS_CONF", self.dir.join("containers.conf"))
-            // conmon leaves files (an `oom` marker) in its working directory.
-            .current_dir(&self.dir)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.dir.join("service.log")).unwrap())
-            .spawn()
-            .expect("start podman system service");
-        self.service = Some(service);
-        wait_until("podman's socket", 30, || self.socket.exists());
-    }
-
-    /// The engine goes away (its socket file stays, as after a crash).
-    fn stop_service(&mut self) {
-        if let Some(mut service) = self.service.take() {
-            let _ = service.kill();
-            let _ = service.wait();
-        }
-    }
-
-    fn command(&self) -> Command {
-        let mut command = Command::new("podman");
-        command
-            .args(podman_args(&self.dir))
-            .env("CONTAINERS_CONF", self.dir.join("containers.conf"));
-        command
-    }
-
-    /// busybox-static as `/bin/sh` and the other tools, and the shared
-    /// libraries runway links, imported as [`IMAGE`].
-    fn build_image(&self) {
-        let root = self.dir.join("rootfs");
-        for sub in ["bin", "tmp", "etc", "usr/local/bin"] {
-            std::fs::create_dir_all(root.join(sub)).unwrap();
-        }
-        let busybox = String::from_utf8(
-            Command::new("sh")
-                .args(["-c", "command -v busybox"])
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .unwrap();
-        std::fs::copy(busybox.trim(), root.join("bin/busybox")).unwrap();
-        for tool in [
-            "sh", "cat", "echo", "ls", "rm", "mkdir", "hostname", "test", "tr", "sleep", "env",
-            "id", "touch", "head",
-        ] {
-            std::os::unix::fs::symlink("busybox", root.join("bin").join(tool)).unwrap();
-        }
-        std::fs::set_permissions(
-            root.join("tmp"),
-            std::os::unix::fs::PermissionsExt::from_mode(0o1777),
-        )
-        .unwrap();
-        std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n").unwrap();
-        // The shared libraries of runway, at the paths it asks for.
-        let ldd = Command::new("ldd").arg(common::RUNWAY).output().unwrap();
-        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
-            let path = line
-                .split_whitespace()
-                .find(|word| word.starts_with('/'))
-                .map(PathBuf::from);
-            if let Some(path) = path.filter(|p| p.exists()) {
-                let target = root.join(path.strip_prefix("/").unwrap());
-                std::fs::create_dir_all(target.parent().unwrap()).unwrap();
-                std::fs::copy(std::fs::canonicalize(&path).unwrap(), &target).unwrap();
-            }
-        }
-        let tar = self.dir.join("rootfs.tar");
-        let packed = Command::new("tar")
-            .arg("-C")
-            .arg(&root)
-            .arg("-cf")
-            .arg(&tar)
-            .arg(".")
-            .status()
-            .unwrap();
-        assert!(packed.success());
-        let imported = self
-            .command()
-            .arg("import")
-            .arg(&tar)
-            .arg(IMAGE)
-            .output()
-            .unwrap();
-        assert!(
-            imported.status.success(),
-            "podman import: {}",
-            String::from_utf8_lossy(&imported.stderr)
-        );
-    }
-
-    /// Names of this Podman's containers (all states) with a label.
-    fn containers(&self) -> Vec<String> {
-        let output = self
-            .command()
-            .args(["ps", "-a", "--format", "{{.Names}}", "--filter"])
-            .arg("label=io.runway.controller")
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .map(str::to_owned)
-            .filter(|l| !l.is_empty())
-            .collect()
-    }
-
-    fn inspect(&self, name: &str) -> String {
-        let output = self.command().arg("inspect").arg(name).output().unwrap();
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    }
-}
-
-impl Drop for Podman {
-    fn drop(&mut self) {
-        let _ = self
-            .command()
-            .args(["rm", "-a", "-f", "-t", "0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        self.stop_service();
-        let _ = self
-            .command()
-            .args(["system", "reset", "-f"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn write_config(dir: &Path, podman: &Podman, listen: &str, max_instances: u32) {
+fn write_config(dir: &Path, podman: &podman::Podman, listen: &str, max_instances: u32) {
     std::fs::write(
         dir.join("runway.toml"),
         format!(
@@ -239,7 +37,7 @@ interval = "200ms"
 [providers.podman]
 kind = "container"
 socket = "{socket}"
-image = "{IMAGE}"
+image = "{image}"
 pull = "never"
 network = "host"
 memory_mb = 96
@@ -247,6 +45,16 @@ pids_limit = 512
 stop_grace = "2s"
 max_instances = {max_instances}
 boot_seconds = 1
+required_keys = ["container.pids_limit"]
+
+[[worker_configs]]
+id = "boxes"
+pools = ["boxes"]
+
+[[worker_configs.rules]]
+rule_id = "limits"
+description = "the pool's own process limit"
+values = {{ container = {{ pids_limit = 300 }} }}
 
 [[pools]]
 name = "boxes"
@@ -257,6 +65,7 @@ boot_timeout = "60s"
 providers = ["podman"]
 "#,
             socket = podman.socket.display(),
+            image = podman::IMAGE,
         ),
     )
     .unwrap();
@@ -306,7 +115,9 @@ fn finished(base: &str, id: i64, seconds: u64) -> (Value, String) {
 
 #[test]
 fn each_job_gets_a_fresh_container_that_is_removed_after_it() {
-    let Some(podman) = podman() else { return };
+    let Some(podman) = podman::podman(&[PathBuf::from(common::RUNWAY)]) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &podman, "127.0.0.1:0", 4);
     // Secrets in runway's own environment (as `env:` config values and
@@ -338,14 +149,22 @@ fn each_job_gets_a_fresh_container_that_is_removed_after_it() {
     ] {
         assert!(!log.contains(secret), "{secret} in the job's env:\n{log}");
     }
-    // The next job's container is a fresh one.
-    let second = submit(
-        &base,
-        "test -e /tmp/left-behind && echo dirty || echo clean",
+    // The next job's container is a fresh one (submitted as a user would).
+    let output = common::runway(dir.path())
+        .args([
+            "submit", "--url", &base, "--token", ADMIN, "--labels", "box",
+        ])
+        .args(["--wait", "--wait-seconds", "90", "--"])
+        .arg("test -e /tmp/left-behind && echo dirty || echo clean")
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{printed} {}",
+        String::from_utf8_lossy(&output.stderr)
     );
-    let (job, log) = finished(&base, second, 90);
-    assert_eq!(job["conclusion"], "success", "{job} {log}");
-    assert!(log.contains("clean"), "{log}");
+    assert_eq!(printed.trim(), "clean");
 
     // A job over its memory limit: killed, and said to be out of memory.
     let hog = submit(&base, "x=a; while true; do x=\"$x$x$x$x\"; done");
@@ -359,7 +178,9 @@ fn each_job_gets_a_fresh_container_that_is_removed_after_it() {
 
 #[test]
 fn at_most_max_instances_containers_run_and_every_job_completes() {
-    let Some(podman) = podman() else { return };
+    let Some(podman) = podman::podman(&[PathBuf::from(common::RUNWAY)]) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &podman, "127.0.0.1:0", 4);
     let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
@@ -400,7 +221,9 @@ fn at_most_max_instances_containers_run_and_every_job_completes() {
 
 #[test]
 fn kill_9_of_runway_leaves_no_container_behind_and_removes_no_busy_one() {
-    let Some(podman) = podman() else { return };
+    let Some(podman) = podman::podman(&[PathBuf::from(common::RUNWAY)]) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let listen = format!("127.0.0.1:{}", common::free_port());
     write_config(dir.path(), &podman, &listen, 10);
@@ -453,7 +276,9 @@ fn kill_9_of_runway_leaves_no_container_behind_and_removes_no_busy_one() {
 
 #[test]
 fn a_stopped_engine_is_backed_off_with_its_reason_and_used_again_when_back() {
-    let Some(mut podman) = podman() else { return };
+    let Some(mut podman) = podman::podman(&[PathBuf::from(common::RUNWAY)]) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &podman, "127.0.0.1:0", 4);
     let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
@@ -484,7 +309,9 @@ fn a_stopped_engine_is_backed_off_with_its_reason_and_used_again_when_back() {
 
 #[test]
 fn a_cancelled_job_and_one_past_its_timeout_have_their_containers_removed() {
-    let Some(podman) = podman() else { return };
+    let Some(podman) = podman::podman(&[PathBuf::from(common::RUNWAY)]) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &podman, "127.0.0.1:0", 4);
     let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
@@ -501,6 +328,13 @@ fn a_cancelled_job_and_one_past_its_timeout_have_their_containers_removed() {
     wait_until("the second job running", 90, || {
         get(&base, &format!("/api/v1/jobs/{cancelled}"))["state"] == "running"
     });
+    // The pool's worker configuration set its containers' process limit.
+    let running = podman.containers();
+    assert!(!running.is_empty());
+    for name in &running {
+        let inspected = podman.inspect(name);
+        assert!(inspected.contains("\"PidsLimit\": 300"), "{inspected}");
+    }
     let answer = client()
         .post(format!("{base}/api/v1/jobs/{cancelled}/cancel"))
         .bearer_auth(ADMIN)

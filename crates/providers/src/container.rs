@@ -844,6 +844,13 @@ impl ContainerProvider {
             }) => {}
             Err(error) => return Err(self.engine_error("inspect the container", error)),
         }
+        let used = self.used.load(Ordering::SeqCst);
+        if used + self.reserved.held_besides(&request.name) >= self.config.max_instances {
+            return Err(ProviderError::Quota {
+                provider: self.config.name.clone(),
+                limit: self.config.max_instances,
+            });
+        }
         let settings = LaunchSettings::of(&request.launch_config).map_err(|e| self.permanent(e))?;
         let image = settings
             .image

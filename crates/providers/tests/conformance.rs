@@ -15,6 +15,7 @@ use runway_providers::{
 };
 
 mod moto;
+mod podman;
 
 struct Harness {
     provider: Arc<dyn Provider>,
@@ -199,6 +200,53 @@ async fn ec2_provider_conforms_on_moto() {
         return;
     };
     run_suite(|| ec2(&moto.url)).await;
+}
+
+/// A container provider on a private Podman, its containers sleeping,
+/// tagged with a controller id of its own.
+fn container(podman: &podman::Podman, state_dir: &std::path::Path) -> Harness {
+    use runway_providers::container::{ContainerConfig, ContainerProvider, Pull};
+    let config = ContainerConfig {
+        name: "box".into(),
+        socket: Some(podman.socket.clone()),
+        image: podman::IMAGE.into(),
+        pull: Pull::Never,
+        cpus: Some(0.5),
+        memory_mb: Some(64),
+        pids_limit: Some(64),
+        network: "none".into(),
+        read_only: true,
+        user: None,
+        mounts: Vec::new(),
+        allowed_mounts: Vec::new(),
+        capabilities: Vec::new(),
+        allowed_capabilities: Vec::new(),
+        command: Some("exec sleep 600".into()),
+        runway_exe: None,
+        environment_variables: Vec::new(),
+        state_dir: state_dir.to_path_buf(),
+        stop_grace: Duration::from_secs(1),
+        max_instances: 3,
+        price_per_hour: 0.0,
+        boot_time: Duration::from_secs(1),
+        controller_id: uuid::Uuid::new_v4().to_string(),
+        legacy_controller_id: None,
+    };
+    Harness {
+        provider: Arc::new(ContainerProvider::new(config).expect("a container provider")),
+        // A started container runs at once.
+        let_boot: Box::new(|| {}),
+        quota: 3,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_provider_conforms_on_podman() {
+    let Some(podman) = podman::podman(&[]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    run_suite(|| container(&podman, dir.path())).await;
 }
 
 fn sim(config: SimConfig) -> Harness {
