@@ -285,3 +285,122 @@ fn an_exec_provider_gets_a_clean_environment() {
         assert!(!environment.contains("MY_ADMIN"), "{environment}");
     }
 }
+
+#[path = "../../providers/tests/podman/mod.rs"]
+mod podman;
+
+/// A `container` runner (a real Podman): its job, its agent (PID 1 of the
+/// container) and the container's configuration (`podman inspect`) hold
+/// none of runway's secrets; the allow-listed host variable alone passes.
+#[test]
+fn a_container_runner_its_job_and_its_configuration_hold_no_secret() {
+    let Some(podman) = podman::podman(&[PathBuf::from(common::RUNWAY)]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::write(
+        root.join("runway.toml"),
+        format!(
+            r#"[server]
+listen = "127.0.0.1:0"
+admin_tokens = ["env:MY_ADMIN"]
+read_tokens = ["{FILE_SECRET}"]
+
+[github]
+webhook_secrets = ["env:MY_HOOK_SECRET"]
+token = "env:MY_GITHUB_TOKEN"
+api_url = "http://127.0.0.1:9"
+
+[runner_api]
+poll_timeout = "2s"
+
+[scaling]
+interval = "200ms"
+
+[providers.box]
+kind = "container"
+socket = "{socket}"
+image = "{image}"
+pull = "never"
+network = "host"
+max_instances = 1
+environment_variables = ["ALLOWED_"]
+
+[[pools]]
+name = "box"
+labels = ["box"]
+max_runners = 1
+boot_timeout = "60s"
+providers = ["box"]
+"#,
+            socket = podman.socket.display(),
+            image = podman::IMAGE,
+        ),
+    )
+    .unwrap();
+    let mut command = runway(root);
+    command
+        .args(["serve", "--config", "runway.toml"])
+        .env("MY_ADMIN", ADMIN_SECRET)
+        .env("MY_HOOK_SECRET", HOOK_SECRET)
+        .env("MY_GITHUB_TOKEN", GITHUB_SECRET)
+        .env("RUNWAY_DATABASE_URL", "sqlite://runway.db")
+        .env("ALLOWED_FLAG", "visible")
+        .env("UNLISTED_VAR", HIDDEN);
+    let (serve, base) = spawn_serve(command);
+    let setup = Setup {
+        serve,
+        base,
+        _runners: RunnerProcesses(root.join("none")),
+        _garm_runners: RunnerProcesses(root.join("none")),
+        dir,
+    };
+    let script = "echo '== job =='; env; echo '== runner =='; tr '\\0' '\\n' < /proc/1/environ; \
+                  echo '== inspect =='; sleep 2; echo '== end =='";
+    let submitted: Value = client()
+        .post(format!("{}/api/v1/jobs", setup.base))
+        .bearer_auth(ADMIN_SECRET)
+        .json(&json!({"labels": ["box"], "script": script, "timeout_seconds": 60}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let id = submitted["id"].as_i64().expect("a job id");
+    // While it runs: the container's configuration as the engine shows it.
+    let mut inspected = String::new();
+    wait_until("the runner's container", 60, || {
+        let names = podman.containers();
+        if let Some(name) = names.first() {
+            inspected = podman.inspect(name);
+        }
+        inspected.contains("io.runway.runner")
+    });
+    assert_clean_child("podman inspect of the runner's container", &inspected);
+    assert!(inspected.contains("ALLOWED_FLAG=visible"), "{inspected}");
+    for name in ["RUNWAY_REGISTRATION_TOKEN", "RUNWAY_URL="] {
+        assert!(!inspected.contains(name), "{name} in:\n{inspected}");
+    }
+    let mut log = String::new();
+    wait_until("the job to finish", 90, || {
+        log = client()
+            .get(format!("{}/api/v1/jobs/{id}/log", setup.base))
+            .bearer_auth(ADMIN_SECRET)
+            .send()
+            .and_then(|r| r.text())
+            .unwrap_or_default();
+        log.contains("== end ==")
+    });
+    let job = section(&log, "== job ==", "== runner ==");
+    let runner = section(&log, "== runner ==", "== inspect ==");
+    assert!(job.contains("RUNWAY_JOB_ID="), "{log}");
+    assert_clean_child("the container job's environment", job);
+    for name in ["RUNWAY_URL", "RUNWAY_REGISTRATION_TOKEN", "ALLOWED_FLAG"] {
+        assert!(!job.contains(name), "the job saw {name}:\n{job}");
+    }
+    // The agent (the container's PID 1): its bootstrap and the allowed
+    // host variable; its registration token scrubbed once read.
+    assert!(runner.contains("RUNWAY_RUNNER_NAME=box-"), "{log}");
+    assert!(runner.contains("ALLOWED_FLAG=visible"), "{log}");
+    assert_clean_child("the container agent's /proc/1/environ", runner);
+}
