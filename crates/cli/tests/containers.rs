@@ -300,6 +300,19 @@ fn a_stopped_engine_is_backed_off_with_its_reason_and_used_again_when_back() {
         "queued",
         "{waiting}"
     );
+    // And among the replica's tasks, as the console's tasks page shows it.
+    let tasks = get(&base, "/api/v1/tasks");
+    let backing_off = tasks["providers_backing_off"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        backing_off.iter().any(|b| b["provider"] == "podman"
+            && b["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("container engine"))),
+        "{tasks}"
+    );
     // Back: runway carries on, no restart.
     podman.start_service();
     let (job, log) = finished(&base, id, 180);

@@ -683,10 +683,25 @@ pub struct TaskDto {
 pub struct TasksDto {
     pub leading: bool,
     pub tasks: Vec<TaskDto>,
+    /// Providers (or one offer of one) the reconciler backs off after
+    /// errors, with the last one's cause (an engine that does not answer,
+    /// a refused image, a cloud's quota…), as this replica last planned.
+    #[serde(default)]
+    pub providers_backing_off: Vec<BackoffDto>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
+pub struct BackoffDto {
+    pub provider: String,
+    /// The offer backing off; empty: every offer of the provider.
+    pub offer: String,
+    pub until: String,
+    pub last_error: String,
 }
 
 /// The background workers of the replica that answers, with their state,
-/// last error and consecutive failures.
+/// last error and consecutive failures; and the providers it backs off,
+/// with why.
 #[utoipa::path(get, path = "/api/v1/tasks", tag = "operations",
     security(("admin_token" = [])),
     responses(
@@ -719,9 +734,25 @@ pub(crate) fn tasks_dto(service: &Service) -> TasksDto {
             last_success_at: status.last_success_at.map(rfc3339),
         })
         .collect();
+    let providers_backing_off = service
+        .provider_backoffs
+        .lock()
+        .map(|backoffs| {
+            backoffs
+                .iter()
+                .map(|b| BackoffDto {
+                    provider: b.provider.clone(),
+                    offer: b.offer.clone(),
+                    until: rfc3339(b.retry_at),
+                    last_error: b.last_error.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     TasksDto {
         leading: service.is_leader(),
         tasks,
+        providers_backing_off,
     }
 }
 
