@@ -19,7 +19,7 @@ source scripts/bench-common.sh
 N=${1:-50}
 ROUNDS=${2:-1}
 MARK=runway-bench-container
-trap 'bench_cleanup $MARK; podman_stop' EXIT
+trap 'podman_stop; bench_cleanup $MARK' EXIT
 
 PODMAN_DIR="$DIR/podman"
 mkdir -p "$PODMAN_DIR"
@@ -39,6 +39,7 @@ PODMAN_PID=$!
 podman_stop() {
   "${PODMAN[@]}" rm -a -f -t 0 >/dev/null 2>&1 || true
   kill "$PODMAN_PID" 2>/dev/null || true
+  "${PODMAN[@]}" system reset -f >/dev/null 2>&1 || true
 }
 for _ in $(seq 1 100); do [ -S "$SOCKET" ] && break; sleep 0.1; done
 
@@ -80,7 +81,7 @@ providers = ["p"]
 TOML
   bench_serve "$MARK" "$RUNWAY" "sqlite://$DIR/runway.db" "$port" "$DIR/serve-$kind.log"
   for _ in $(seq 1 "$N"); do
-    "$RUNWAY" submit --url "http://127.0.0.1:$port" --token "$ADMIN" --labels bench --wait -- true >/dev/null
+    "$RUNWAY" submit --url "http://127.0.0.1:$port" --token "$ADMIN" --labels bench --wait -- true >/dev/null 2>&1
   done
   curl -fs -H "Authorization: Bearer $ADMIN" "http://127.0.0.1:$port/api/v1/jobs?state=completed&limit=1000" |
     python3 -c '
