@@ -50,6 +50,13 @@ pub struct SimArgs {
     /// reactive-prespawn, or all.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     policy: Vec<String>,
+    /// Sweep the predictive policy's wait_value (its quantile) on this
+    /// workload beside the reactive policy and the oracle: print every
+    /// setting's cost and waits, the cost-versus-mean-wait frontier and the
+    /// cheapest setting close to the oracle (with --plot, tune.svg).
+    /// Replaces --policy.
+    #[arg(long)]
+    tune: bool,
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
     /// Write SVG charts into this directory.
@@ -139,7 +146,9 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         .generate(),
         (None, None) => anyhow::bail!("give a workload: --trace FILE or --workload NAME"),
     };
-    let policies: Vec<String> = if args.policy.iter().any(|p| p == "all") {
+    let policies: Vec<String> = if args.tune {
+        runway_sim::tune::policies()
+    } else if args.policy.iter().any(|p| p == "all") {
         runway_sim::policy::ALL
             .iter()
             .map(|p| p.to_string())
@@ -169,6 +178,18 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
     let mut summaries: Vec<Summary> = outcomes.iter().map(Summary::of).collect();
     runway_sim::report::relate(&mut summaries);
+    if args.tune {
+        let tuning = runway_sim::tune::tune(&summaries);
+        print!("{}", runway_sim::tune::report(&tuning));
+        if let Some(dir) = &args.plot {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            runway_sim::plot::tune(&dir.join("tune.svg"), &tuning)
+                .with_context(|| format!("cannot write tune.svg to {}", dir.display()))?;
+            eprintln!("chart written to {}", dir.join("tune.svg").display());
+        }
+        return Ok(());
+    }
     let text = match args.format {
         Format::Table => runway_sim::report::table(&summaries),
         Format::Json => runway_sim::report::json(&summaries),

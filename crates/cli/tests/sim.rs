@@ -323,3 +323,58 @@ fn a_trace_exported_from_the_store_is_the_trace_that_ran() {
         "{csv}"
     );
 }
+
+/// `runway sim --tune`: every swept setting with its figures, the
+/// frontier, a pick or why there is none, and the chart.
+#[test]
+fn tune_sweeps_the_predictive_setting_and_names_the_frontier_and_a_pick() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = sim(
+        dir.path(),
+        &[
+            "--workload",
+            "bursty",
+            "--days",
+            "3",
+            "--jobs",
+            "3000",
+            "--tune",
+            "--plot",
+            "charts",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    let rows: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .filter(|l| !l.starts_with("pick") && !l.starts_with("no "))
+        .collect();
+    assert_eq!(rows.len(), 2 + runway_sim_quantiles(), "{text}");
+    assert!(rows[0].starts_with("policy = \"runway\""), "{text}");
+    assert!(rows[1].starts_with("oracle"), "{text}");
+    assert!(
+        text.contains("wait_value = 1.50 (quantile 0.5)"),
+        "the swept settings name their wait_value: {text}"
+    );
+    assert!(rows.iter().any(|r| r.ends_with('*')), "a frontier: {text}");
+    let verdict = text.lines().last().unwrap_or_default();
+    assert!(
+        verdict.starts_with("pick: ") || verdict.starts_with("no setting closes"),
+        "{text}"
+    );
+    let svg = std::fs::read_to_string(dir.path().join("charts/tune.svg")).unwrap();
+    assert!(
+        svg.contains("oracle (floor)") && svg.contains("q 0.5"),
+        "{svg}"
+    );
+}
+
+/// How many quantiles `--tune` sweeps (runway_sim::tune::QUANTILES).
+fn runway_sim_quantiles() -> usize {
+    12
+}

@@ -9,6 +9,7 @@ pub mod plot;
 pub mod policy;
 pub mod report;
 pub mod trace;
+pub mod tune;
 
 pub use engine::{run, Outcome, PoolModel, ProviderModel, Setup};
 pub use trace::{TraceJob, Workload, WorkloadKind};

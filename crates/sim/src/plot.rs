@@ -205,3 +205,71 @@ fn cost_vs_wait(
     }
     root.present().map_err(failed)
 }
+
+/// `--tune --plot DIR`: `tune.svg`, every setting of a sweep on the
+/// cost-versus-mean-wait plane, the frontier joined by a line, the oracle
+/// (the floor) and the reactive policy marked, the pick ringed.
+pub fn tune(path: &Path, tuning: &crate::tune::Tuning) -> Result<(), PlotError> {
+    let root = SVGBackend::new(path, (900, 550)).into_drawing_area();
+    root.fill(&WHITE).map_err(failed)?;
+    let points = &tuning.points;
+    let right = points.iter().map(|p| p.mean_wait_s).fold(1.0f64, f64::max) * 1.15;
+    let low = points.iter().map(|p| p.cost).fold(f64::INFINITY, f64::min);
+    let high = points.iter().map(|p| p.cost).fold(0.0f64, f64::max);
+    let margin = ((high - low) * 0.1).max(high * 0.01).max(1e-6);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "cost versus mean queue time, by setting",
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..right, (low - margin).max(0.0)..high + margin)
+        .map_err(failed)?;
+    chart
+        .configure_mesh()
+        .x_desc("mean queue time (s)")
+        .y_desc("cost")
+        .draw()
+        .map_err(failed)?;
+    let mut frontier: Vec<(f64, f64)> = points
+        .iter()
+        .filter(|p| p.on_frontier)
+        .map(|p| (p.mean_wait_s, p.cost))
+        .collect();
+    frontier.sort_by(|a, b| a.0.total_cmp(&b.0));
+    chart
+        .draw_series(LineSeries::new(frontier, color(0).stroke_width(2)))
+        .map_err(failed)?;
+    for point in points {
+        let at = (point.mean_wait_s, point.cost);
+        let (label, style, size) = match (point.policy.as_str(), point.quantile) {
+            ("oracle", _) => ("oracle (floor)".to_owned(), color(2), 8),
+            ("runway", _) => ("reactive".to_owned(), color(1), 8),
+            (_, Some(q)) => (format!("q {q}"), color(0), 4),
+            (other, None) => (other.to_owned(), color(7), 4),
+        };
+        // The label beside its dot, not on it.
+        let element = EmptyElement::at(at)
+            + Circle::new((0, 0), size, style.filled())
+            + Text::new(
+                label,
+                (size + 3, -size - 8),
+                ("sans-serif", 12).into_font().color(&style),
+            );
+        chart
+            .draw_series(std::iter::once(element))
+            .map_err(failed)?;
+    }
+    if let Some(pick) = &tuning.pick {
+        chart
+            .draw_series(std::iter::once(Circle::new(
+                (pick.mean_wait_s, pick.cost),
+                12,
+                color(3).stroke_width(2),
+            )))
+            .map_err(failed)?;
+    }
+    root.present().map_err(failed)
+}
