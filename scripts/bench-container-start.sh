@@ -32,7 +32,7 @@ cgroup_manager = "cgroupfs"
 events_logger = "file"
 CONF
 export CONTAINERS_CONF="$PODMAN_DIR/containers.conf"
-PODMAN=(podman --root "$PODMAN_DIR/root" --runroot "$PODMAN_DIR/run")
+PODMAN=(podman --root "$PODMAN_DIR/root" --runroot "$PODMAN_DIR/run" --tmpdir "$PODMAN_DIR/libpod")
 SOCKET="$PODMAN_DIR/podman.sock"
 (cd "$PODMAN_DIR" && exec "${PODMAN[@]}" system service --time 0 "unix://$SOCKET" >"$PODMAN_DIR/service.log" 2>&1) &
 PODMAN_PID=$!

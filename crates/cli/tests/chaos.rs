@@ -967,6 +967,9 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
     let mut settled = false;
     let instances =
         || cloud_instances(&root.join("cloud")) + cloud_instances(&root.join("cloud-github"));
+    // The runner records still live at the last look: what a soak that
+    // does not settle reports.
+    let mut still_live: Vec<String> = Vec::new();
     while Instant::now() < deadline {
         let live = api(&balancer.url, "/api/v1/runners")
             .and_then(|v| v["runners"].as_array().cloned())
@@ -979,9 +982,13 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
                             Some("terminated" | "failed" | "crashed")
                         )
                     })
-                    .count()
+                    .cloned()
+                    .collect::<Vec<_>>()
             });
-        if live == Some(0) && instances() == 0 {
+        if let Some(live) = &live {
+            still_live = live.iter().map(|r| format!("live runner: {r}")).collect();
+        }
+        if live.as_ref().is_some_and(Vec::is_empty) && instances() == 0 {
             settled = true;
             break;
         }
@@ -1104,6 +1111,7 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
         .chain(&doubled)
         .chain(&deposed_calls)
         .chain(&github_figures.busy_stopped)
+        .chain(if settled { &[][..] } else { &still_live[..] })
     {
         let _ = writeln!(report, "  {line}");
     }

@@ -76,12 +76,17 @@ pub fn podman(extra: &[PathBuf]) -> Option<Podman> {
     Some(podman)
 }
 
+/// Storage, run state and libpod's own state (default `/run/libpod`,
+/// shared by every Podman on the machine: another test's `system reset`
+/// would remove it under this one) all in `dir`.
 fn podman_args(dir: &Path) -> Vec<String> {
     vec![
         "--root".into(),
         dir.join("root").display().to_string(),
         "--runroot".into(),
         dir.join("run").display().to_string(),
+        "--tmpdir".into(),
+        dir.join("libpod").display().to_string(),
     ]
 }
 
