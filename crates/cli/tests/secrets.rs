@@ -35,6 +35,22 @@ struct Setup {
     dir: tempfile::TempDir,
 }
 
+/// `runway serve --config runway.toml` in `root`, with runway's secrets
+/// in its environment (the config names them `env:`), an allow-listed host
+/// variable and one nobody allowed.
+fn serve_with_secrets(root: &std::path::Path) -> std::process::Command {
+    let mut command = runway(root);
+    command
+        .args(["serve", "--config", "runway.toml"])
+        .env("MY_ADMIN", ADMIN_SECRET)
+        .env("MY_HOOK_SECRET", HOOK_SECRET)
+        .env("MY_GITHUB_TOKEN", GITHUB_SECRET)
+        .env("RUNWAY_DATABASE_URL", "sqlite://runway.db")
+        .env("ALLOWED_FLAG", "visible")
+        .env("UNLISTED_VAR", HIDDEN);
+    command
+}
+
 /// `runway serve` with its secrets in its environment and config.
 fn start() -> Setup {
     let dir = tempfile::tempdir().unwrap();
@@ -121,16 +137,7 @@ providers = ["garm"]
         ),
     )
     .unwrap();
-    let mut command = runway(root);
-    command
-        .args(["serve", "--config", "runway.toml"])
-        .env("MY_ADMIN", ADMIN_SECRET)
-        .env("MY_HOOK_SECRET", HOOK_SECRET)
-        .env("MY_GITHUB_TOKEN", GITHUB_SECRET)
-        .env("RUNWAY_DATABASE_URL", "sqlite://runway.db")
-        .env("ALLOWED_FLAG", "visible")
-        .env("UNLISTED_VAR", HIDDEN);
-    let (serve, base) = spawn_serve(command);
+    let (serve, base) = spawn_serve(serve_with_secrets(root));
     Setup {
         _runners: RunnerProcesses(root.join("processes")),
         // The GARM provider's records have the same `name` and `pid`.
@@ -339,16 +346,7 @@ providers = ["box"]
         ),
     )
     .unwrap();
-    let mut command = runway(root);
-    command
-        .args(["serve", "--config", "runway.toml"])
-        .env("MY_ADMIN", ADMIN_SECRET)
-        .env("MY_HOOK_SECRET", HOOK_SECRET)
-        .env("MY_GITHUB_TOKEN", GITHUB_SECRET)
-        .env("RUNWAY_DATABASE_URL", "sqlite://runway.db")
-        .env("ALLOWED_FLAG", "visible")
-        .env("UNLISTED_VAR", HIDDEN);
-    let (serve, base) = spawn_serve(command);
+    let (serve, base) = spawn_serve(serve_with_secrets(root));
     let setup = Setup {
         serve,
         base,

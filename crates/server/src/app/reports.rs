@@ -257,13 +257,7 @@ pub async fn count_crashes(
         {
             continue;
         }
-        service
-            .metrics
-            .runners_crashed
-            .get_or_create(&PoolLabel {
-                pool: runner.pool.clone(),
-            })
-            .inc();
+        count_crash(service, &runner);
         *crashed.entry(runner.pool.clone()).or_default() += 1;
         tracing::warn!(target: "runway::events", event = "runner_crashed", runner = %runner.id, name = %runner.name, pool = %runner.pool, "a runner reported its job's start and never its end");
     }
@@ -276,6 +270,12 @@ pub async fn crash_seen(service: &Service, runner: &Runner, now: Timestamp) -> b
     if !first(service, &crash_key(runner.id), now).await {
         return false;
     }
+    count_crash(service, runner);
+    true
+}
+
+/// One more crash of `runner`'s pool in `runway_runners_crashed_total`.
+fn count_crash(service: &Service, runner: &Runner) {
     service
         .metrics
         .runners_crashed
@@ -283,7 +283,6 @@ pub async fn crash_seen(service: &Service, runner: &Runner, now: Timestamp) -> b
             pool: runner.pool.clone(),
         })
         .inc();
-    true
 }
 
 #[cfg(test)]
