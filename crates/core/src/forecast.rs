@@ -18,16 +18,27 @@
 //!   bursts make single windows noisy, and a noisy forecast boots runners
 //!   only to delete them. Before a day has been seen, the last hour's
 //!   windows are the sample.
-//! - **Scheduled batches**: several jobs that arrived within the same
-//!   twenty seconds of the day on most of the seasonal days — a batch at
-//!   the same minute on the same days. Expected on top of the rate, from
-//!   one horizon before its minute until it has arrived.
+//! - **Scheduled batches** ([`batches`]): many jobs arriving within a
+//!   few minutes, far above their background, recurring at about the same
+//!   time of day on most of the days like today (or of the week on most
+//!   weeks), tolerating a start that drifts by a quarter of an hour.
+//!   Expected on top of the rate from one horizon before the batch's
+//!   earliest likely start until it has arrived, or until it is clearly
+//!   not coming today.
+//! - **Groups in progress** ([`groups`]): where jobs come in groups
+//!   (matrices, fan-outs) and no workflow run says so, a group's first
+//!   arrivals announce the rest, as the key's (repository's) recent groups
+//!   of at least that size went on — those of its jobs still to come that
+//!   are worth a runner started now (a job seconds away saves little).
+//!   The forecast takes the larger of these and the rate with the batches
+//!   (a group is part of what the rate describes, and a batch arriving is
+//!   a group too).
 //!
 //! - **Workflow runs in progress** ([`runs`]): when the first jobs of a run
 //!   have arrived, its later jobs (`needs:`) are expected as its
 //!   workflow's recent runs brought them. These jobs are known to be
-//!   coming, so the warm pool is never smaller than them: the forecast is
-//!   the larger of the two parts above and these.
+//!   coming, and they are not part of the rate (which counts only a
+//!   run's first jobs): they are added to it.
 //!
 //! The quantile is what the pool's operator pays for: [`quantile_for`]
 //! turns the value of a minute of a job's wait, in minutes of a runner,
@@ -41,7 +52,11 @@ use std::time::Duration;
 
 use crate::time::Timestamp;
 
+mod batches;
+mod groups;
 mod runs;
+
+pub use batches::ExpectedBatch;
 
 const BUCKET_MILLIS: i64 = 10_000;
 const DAY_MILLIS: i64 = 86_400_000;
@@ -54,13 +69,6 @@ const WEEKS: i64 = 4;
 const DAYS: i64 = 6;
 /// The neighbourhood of a seasonal lag: this many buckets either side.
 const AROUND: i64 = 180;
-/// A batch must have recurred on at least this many seasonal days (and on
-/// more than half of them)...
-const BATCH_DAYS: usize = 3;
-/// ... with at least this many jobs ...
-const BATCH_JOBS: u64 = 3;
-/// ... arriving within this many buckets.
-const BATCH_SLOT: i64 = 2;
 
 /// What a minute of a job's wait is worth, in minutes of a runner, when a
 /// pool does not say.
@@ -90,6 +98,12 @@ pub fn quantile_for(wait_value: f64) -> f64 {
     (1.0 - 1.0 / (wait_value + 0.5)).clamp(0.05, 0.99)
 }
 
+/// The `wait_value` a quantile comes from (the inverse of
+/// [`quantile_for`]).
+fn wait_value_of(quantile: f64) -> f64 {
+    1.0 / (1.0 - quantile.min(0.99)) - 0.5
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArrivalForecast {
     /// The window forecast, in buckets.
@@ -100,18 +114,30 @@ pub struct ArrivalForecast {
     /// `totals[i]`: arrivals in buckets `first ..= first + i`.
     totals: VecDeque<u64>,
     runs: runs::Runs,
+    groups: groups::Groups,
+    /// Bursts far above their background, oldest first ([`batches`]).
+    episodes: VecDeque<batches::Episode>,
+    /// Buckets before this one have been scanned for episodes.
+    scanned: i64,
 }
 
 /// What a forecast says about the window starting now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Expected {
-    /// Jobs expected in the window: the larger of the recurring rate at
-    /// the quantile with the batches, and the runs' later jobs.
+    /// Jobs expected in the window: the larger of the groups in progress
+    /// and the recurring rate at the quantile with the scheduled batches
+    /// expected now, and the runs' later jobs.
     pub jobs: u32,
-    /// Of the first, how many come in a recognised scheduled batch.
+    /// Of those, how many come in a recognised scheduled batch.
     pub batch: u32,
     /// Later jobs of workflow runs in progress expected in the window.
     pub following: u32,
+    /// Jobs still to come of groups in progress (before the larger of
+    /// this and the rate is taken).
+    pub group: u32,
+    /// The recurring batches: those wanted now (`warm`) and those due
+    /// within twelve hours, earliest first.
+    pub batches: Vec<ExpectedBatch>,
 }
 
 impl ArrivalForecast {
@@ -130,6 +156,9 @@ impl ArrivalForecast {
             first: 0,
             totals: VecDeque::new(),
             runs: runs::Runs::default(),
+            groups: groups::Groups::default(),
+            episodes: VecDeque::new(),
+            scanned: i64::MIN,
         }
     }
 
@@ -143,10 +172,12 @@ impl ArrivalForecast {
     }
 
     /// Counts one arrival at `at` of a job of workflow run `run` (its id
-    /// and workflow name, when known).
-    pub fn observe_job(&mut self, at: Timestamp, run: Option<(u64, &str)>) {
+    /// and workflow name, when known) from `key` (its repository, or
+    /// whoever it counts against; empty when unknown).
+    pub fn observe_job(&mut self, at: Timestamp, run: Option<(u64, &str)>, key: &str) {
         let later = run.is_some_and(|(id, workflow)| self.runs.observe(id, workflow, at));
         if !later {
+            self.groups.observe(key, at);
             self.observe(at);
         }
     }
@@ -168,6 +199,7 @@ impl ArrivalForecast {
             // A silence longer than the history: start over rather than
             // write a month of buckets.
             self.totals.clear();
+            self.episodes.clear();
             self.first = index;
         }
         let carried = self.totals.back().copied().unwrap_or(0);
@@ -182,6 +214,7 @@ impl ArrivalForecast {
         for total in self.totals.range_mut(from..) {
             *total += 1;
         }
+        self.detect(index);
     }
 
     /// Arrivals before bucket `index` (clamped to the history kept).
@@ -207,9 +240,13 @@ impl ArrivalForecast {
     /// day's within a factor of two of today's weekday a week ago (when a
     /// week has been seen).
     fn like_today(&self, day: i64, today: i64, current: i64) -> bool {
+        self.like_today_so_far(day, today, current) && self.like_by_week(day, today, current)
+    }
+
+    fn like_today_so_far(&self, day: i64, today: i64, current: i64) -> bool {
         let alike = |a: u64, b: u64| a.max(b) <= 2 * a.min(b) + 10;
         let elapsed = current - today * BUCKETS_PER_DAY;
-        let so_far = match (
+        match (
             self.count(
                 day * BUCKETS_PER_DAY,
                 day * BUCKETS_PER_DAY + elapsed,
@@ -219,13 +256,21 @@ impl ArrivalForecast {
         ) {
             (Some(then), Some(now)) => alike(then, now),
             _ => true,
-        };
+        }
+    }
+
+    /// Whether `day`'s arrivals were within a factor of two of today's
+    /// weekday a week ago (true before a week has been seen). The days a
+    /// scheduled batch is looked for on: not the so-far test, which the
+    /// batch itself (arriving today at another minute than then) would
+    /// fail.
+    fn like_by_week(&self, day: i64, today: i64, current: i64) -> bool {
+        let alike = |a: u64, b: u64| a.max(b) <= 2 * a.min(b) + 10;
         let total = |d: i64| self.count(d * BUCKETS_PER_DAY, (d + 1) * BUCKETS_PER_DAY, current);
-        let weekly = match (total(today - 7), total(day)) {
+        match (total(today - 7), total(day)) {
             (Some(week_ago), Some(then)) => alike(week_ago, then),
             _ => true,
-        };
-        so_far && weekly
+        }
     }
 
     fn at_quantile(&self, sample: &mut [u64]) -> u64 {
@@ -237,63 +282,37 @@ impl ArrivalForecast {
         sample[rank.clamp(1, sample.len()) - 1]
     }
 
-    /// The jobs of scheduled batches expected in the window starting at
-    /// bucket `current`: slots of the window (two buckets, a batch's
-    /// seconds of jitter) that held at least [`BATCH_JOBS`] arrivals on
-    /// most of the seasonal days, the median of those days' counts each.
-    /// A burst lands in a given twenty seconds by chance on one day in
-    /// many; a scheduled batch on every day it is scheduled.
-    fn batch(&self, lags: &[i64], current: i64) -> u64 {
-        if lags.len() < BATCH_DAYS {
-            return 0;
-        }
-        let mut total = 0;
-        let mut counts = Vec::with_capacity(lags.len());
-        let mut slot = 0;
-        while slot < self.horizon {
-            counts.clear();
-            counts.extend(
-                lags.iter()
-                    .filter_map(|lag| {
-                        let at = current - lag + slot;
-                        self.count(at, at + BATCH_SLOT, current)
-                    })
-                    .filter(|n| *n >= BATCH_JOBS),
-            );
-            if counts.len() >= BATCH_DAYS && 2 * counts.len() > lags.len() {
-                counts.sort_unstable();
-                total += counts[(counts.len() - 1) / 2];
-                slot += BATCH_SLOT; // Its slot is counted; do not count it twice.
-            } else {
-                slot += 1;
-            }
-        }
-        total
-    }
-
     /// The jobs expected within the horizon from `now`, at the quantile.
-    pub fn expected(&self, now: Timestamp) -> u32 {
+    pub fn expected(&mut self, now: Timestamp) -> u32 {
         self.explain(now).jobs
     }
 
-    /// [`ArrivalForecast::expected`], with how much of it is a recognised
-    /// scheduled batch.
-    pub fn explain(&self, now: Timestamp) -> Expected {
+    /// [`ArrivalForecast::expected`], with its parts: the scheduled
+    /// batches, the groups and the runs in progress.
+    /// (`&mut`: the history up to now is scanned for batches first.)
+    pub fn explain(&mut self, now: Timestamp) -> Expected {
         if self.totals.is_empty() {
-            return Expected {
-                jobs: 0,
-                batch: 0,
-                following: 0,
-            };
+            return Expected::default();
         }
         let current = Self::bucket(now);
+        self.detect(current);
         let h = self.horizon;
         let today = current.div_euclid(BUCKETS_PER_DAY);
-        let lags: Vec<i64> = (1..=DAYS)
+        let seen = |days: &i64| current - days * BUCKETS_PER_DAY >= self.first;
+        // A day counts for batches once its history starts within two
+        // hours after this time of it (a trace may start with a batch).
+        let seen_near =
+            |days: &i64| current - days * BUCKETS_PER_DAY + 2 * BUCKETS_PER_HOUR >= self.first;
+        let daily: Vec<i64> = (1..=DAYS)
+            .filter(seen)
             .filter(|day| self.like_today(today - day, today, current))
-            .map(|day| day * BUCKETS_PER_DAY)
-            .chain((1..=WEEKS).map(|week| 7 * week * BUCKETS_PER_DAY))
-            .filter(|lag| current - lag >= self.first)
+            .collect();
+        let weekly: Vec<i64> = (1..=WEEKS).map(|week| 7 * week).filter(seen).collect();
+        let batch_weeks: Vec<i64> = (1..=WEEKS).map(|week| 7 * week).filter(seen_near).collect();
+        let lags: Vec<i64> = daily
+            .iter()
+            .chain(&weekly)
+            .map(|days| days * BUCKETS_PER_DAY)
             .collect();
         let mut sample = Vec::with_capacity(lags.len() * (2 * AROUND / h + 1) as usize);
         let mut windows = 0;
@@ -315,19 +334,35 @@ impl ArrivalForecast {
                 start += h;
             }
         }
-        let rate = self.at_quantile(&mut sample);
-        let batch = self.batch(&lags, current);
+        let rate = u32::try_from(self.at_quantile(&mut sample)).unwrap_or(u32::MAX);
+        let batch_days: Vec<i64> = (1..=DAYS)
+            .filter(seen_near)
+            .filter(|day| self.like_by_week(today - day, today, current))
+            .collect();
+        let batches = self.batches(current, &batch_days, &batch_weeks);
+        let batch = batches
+            .iter()
+            .filter(|b| b.warm)
+            .fold(0u32, |sum, b| sum.saturating_add(b.remaining));
+        let group = self.groups.expected(
+            now,
+            self.horizon * BUCKET_MILLIS,
+            wait_value_of(self.quantile),
+        );
         let following = self
             .runs
             .expected(now, self.horizon * BUCKET_MILLIS, self.quantile);
-        let jobs = u32::try_from(rate + batch)
-            .unwrap_or(u32::MAX)
+        // A batch arriving is a group in progress too: not counted twice.
+        let jobs = rate
+            .saturating_add(batch)
+            .max(group)
             .saturating_add(following);
-
         Expected {
             jobs,
-            batch: u32::try_from(batch).unwrap_or(u32::MAX),
+            batch,
             following,
+            group,
+            batches,
         }
     }
 }
@@ -344,7 +379,7 @@ mod tests {
 
     #[test]
     fn nothing_seen_nothing_expected() {
-        let forecast = ArrivalForecast::new(Duration::from_secs(150), 0.9);
+        let mut forecast = ArrivalForecast::new(Duration::from_secs(150), 0.9);
         assert_eq!(forecast.expected(at(1_000)), 0);
     }
 
@@ -428,6 +463,178 @@ mod tests {
         let mut weekend = ArrivalForecast::new(Duration::from_secs(190), 0.6);
         let saturday = forecast_at(&mut weekend, &arrivals, 19 * DAY + two - 100);
         assert!(saturday.jobs <= 1, "{saturday:?}");
+    }
+
+    /// Feeds `arrivals` (seconds, sorted) before `when` to a fresh
+    /// forecast looking 190 s ahead and asks it at `when`.
+    fn asked(arrivals: &[i64], when: i64, quantile: f64) -> Expected {
+        let mut forecast = ArrivalForecast::new(Duration::from_secs(190), quantile);
+        for &t in arrivals.iter().filter(|t| **t < when) {
+            forecast.observe_job(at(t), None, "");
+        }
+        forecast.explain(at(when))
+    }
+
+    /// A small random generator for test workloads (xorshift).
+    struct Noise(u64);
+    impl Noise {
+        fn next(&mut self) -> f64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
+    /// A nightly batch of 150 jobs over two minutes, starting between
+    /// 02:00 and 02:15 (a different time each day), and a job every ten
+    /// minutes all day: the batch's start on each day.
+    fn drifting(days: i64, noise: &mut Noise, arrivals: &mut Vec<i64>) -> Vec<i64> {
+        let mut starts = Vec::new();
+        for day in 0..days {
+            arrivals.extend((0..144).map(|i| day * DAY + i * 600 + 3));
+            let start = day * DAY + 2 * 3_600 + (noise.next() * 900.0) as i64;
+            starts.push(start);
+            arrivals.extend((0..150).map(|i| start + (i * 120) / 150));
+        }
+        arrivals.sort_unstable();
+        starts
+    }
+
+    #[test]
+    fn a_drifting_nightly_batch_is_warm_before_its_earliest_start_from_its_fourth_night() {
+        let mut noise = Noise(7);
+        let mut arrivals = Vec::new();
+        let starts = drifting(10, &mut noise, &mut arrivals);
+        for day in 3..10usize {
+            let seen = &starts[day.saturating_sub(6)..day];
+            let earliest = seen.iter().map(|s| s % DAY).min().unwrap();
+            // One horizon (190 s) before the earliest start seen, less a
+            // few seconds: the batch is expected.
+            let when = day as i64 * DAY + earliest - earliest % 300 - 180;
+            let e = asked(&arrivals, when, 0.56);
+            assert!(e.batch >= 140, "night {day}: {e:?}");
+            assert_eq!(e.batches.len(), 1, "{e:?}");
+            let batch = &e.batches[0];
+            assert!(batch.warm);
+            assert!(batch.seen as usize >= 3.min(day), "{batch:?}");
+            // Down to the five minutes: a schedule's cron minute.
+            assert_eq!(
+                batch.earliest.as_millis() / 1000,
+                day as i64 * DAY + earliest - earliest % 300
+            );
+            // Half an hour before, it is listed as due but not wanted yet.
+            let early = asked(&arrivals, when - 1_800, 0.56);
+            assert_eq!(early.batch, 0, "{early:?}");
+            assert!(
+                early.batches.iter().any(|b| !b.warm && b.jobs >= 140),
+                "{early:?}"
+            );
+            // Half of today's batch in: the rest is expected.
+            let start = starts[day];
+            let middle = asked(&arrivals, start + 61, 0.56);
+            assert!((60..=90).contains(&middle.batch), "night {day}: {middle:?}");
+            // All in: nothing more, but for a few the background's share
+            // leaves (they are released ten minutes after its latest start).
+            let after = asked(&arrivals, start + 130, 0.56);
+            assert!(after.batch <= 8, "night {day}: {after:?}");
+        }
+        // Not on the third night: it has come only twice.
+        let e = asked(&arrivals, 2 * DAY + 2 * 3_600 - 100, 0.56);
+        assert_eq!(e.batch, 0, "{e:?}");
+    }
+
+    #[test]
+    fn a_batch_that_does_not_come_is_released_and_one_that_stops_is_forgotten_in_two_days() {
+        let mut noise = Noise(11);
+        let mut arrivals = Vec::new();
+        let starts = drifting(8, &mut noise, &mut arrivals);
+        let latest = starts.iter().map(|s| s % DAY).max().unwrap();
+        // Nights 8, 9, 10 without it (the trickle goes on).
+        for day in 8..11 {
+            arrivals.extend((0..144).map(|i| day * DAY + i * 600 + 3));
+        }
+        arrivals.sort_unstable();
+        for (day, wanted) in [(8, true), (9, true), (10, false)] {
+            let e = asked(&arrivals, day * DAY + 2 * 3_600 - 60, 0.56);
+            assert_eq!(e.batch > 0, wanted, "day {day}: {e:?}");
+            // Eleven minutes after its latest start seen, it is not
+            // waited for any more.
+            let gone = asked(&arrivals, day * DAY + latest + 660, 0.56);
+            assert_eq!(gone.batch, 0, "day {day}: {gone:?}");
+        }
+    }
+
+    #[test]
+    fn a_weekly_batch_is_expected_on_its_weekday_only() {
+        // 60 jobs at about 03:00 on day 6 of each week, a job every ten
+        // minutes otherwise.
+        let mut arrivals: Vec<i64> = Vec::new();
+        for day in 0..22 {
+            arrivals.extend((0..144).map(|i| day * DAY + i * 600 + 3));
+            if day % 7 == 6 {
+                let start = day * DAY + 3 * 3_600 + (day / 7) * 120;
+                arrivals.extend((0..60).map(|i| start + i));
+            }
+        }
+        arrivals.sort_unstable();
+        let three = 3 * 3_600;
+        // Day 13: seen once (a week ago): not yet.
+        assert_eq!(asked(&arrivals, 13 * DAY + three - 60, 0.56).batch, 0);
+        // Day 20: seen twice, a week ago too.
+        let e = asked(&arrivals, 20 * DAY + three - 60, 0.56);
+        assert!(e.batch >= 55, "{e:?}");
+        assert!(e.batches[0].weekly, "{e:?}");
+        // Not on the days around it.
+        for day in [14, 15, 19] {
+            let e = asked(&arrivals, day * DAY + three - 60, 0.56);
+            assert_eq!(e.batch, 0, "day {day}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn random_bursts_are_not_taken_for_a_schedule() {
+        // Bursts of 2–30 at random times, about every 20 minutes, two weeks.
+        let mut noise = Noise(3);
+        let mut arrivals = Vec::new();
+        let mut t = 0.0;
+        while t < 14.0 * DAY as f64 {
+            t += -1_200.0 * (1.0 - noise.next()).ln();
+            let size = 2 + (noise.next() * 29.0) as i64;
+            arrivals.extend((0..size).map(|i| t as i64 + i));
+        }
+        arrivals.sort_unstable();
+        let mut forecast = ArrivalForecast::new(Duration::from_secs(190), 0.56);
+        let (mut asked, mut batched) = (0, 0);
+        let mut next = 0;
+        for when in (7 * DAY..14 * DAY).step_by(60) {
+            while next < arrivals.len() && arrivals[next] < when {
+                forecast.observe_job(at(arrivals[next]), None, "");
+                next += 1;
+            }
+            asked += 1;
+            batched += u32::from(forecast.explain(at(when)).batch > 0);
+        }
+        assert!(batched * 100 <= asked, "{batched} of {asked} minutes");
+    }
+
+    #[test]
+    fn a_group_in_progress_raises_the_forecast() {
+        // Groups of 12 a repository, a second apart, every 20 minutes.
+        let mut forecast = ArrivalForecast::new(Duration::from_secs(190), 0.56);
+        let mut t = 0;
+        for _ in 0..30 {
+            for i in 0..12 {
+                forecast.observe_job(at(t + i), None, "org/app");
+            }
+            t += 1_200;
+        }
+        let quiet = forecast.explain(at(t - 10));
+        forecast.observe_job(at(t), None, "org/app");
+        forecast.observe_job(at(t + 1), None, "org/app");
+        let e = forecast.explain(at(t + 2));
+        assert_eq!(e.group, 10, "{e:?}");
+        assert!(e.jobs >= 10 && e.jobs > quiet.jobs, "{quiet:?} then {e:?}");
     }
 
     #[test]

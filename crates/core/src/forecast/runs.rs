@@ -4,15 +4,18 @@
 //! how many jobs came after a run's first stage, and how long after its
 //! first arrival.
 //!
-//! A run's first stage is its jobs that arrived within [`STAGE_MILLIS`] of
-//! its first; every later arrival of the run is a later job. A run with no
+//! A run's first stage is its jobs that arrived each within
+//! [`STAGE_MILLIS`] of the one before (a scheduled run's hundreds of jobs
+//! are queued over minutes, a second or two apart, and are all its first
+//! stage); every arrival after a longer pause is a later job. A run with no
 //! arrival for [`CLOSE_MILLIS`] is over and is learnt from.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::time::Timestamp;
 
-/// A run's jobs that arrive this close to its first are its first stage.
+/// A run's jobs that arrive this close to the one before, from its first
+/// on, are its first stage.
 const STAGE_MILLIS: i64 = 10_000;
 /// A run with no arrival for this long is over.
 const CLOSE_MILLIS: i64 = 3_600_000;
@@ -82,7 +85,7 @@ impl Runs {
             }
         }
         if let Some(open) = self.open.get_mut(&run) {
-            if open.later > 0 || at - open.first > STAGE_MILLIS {
+            if open.later > 0 || at - open.last > STAGE_MILLIS {
                 open.later += 1;
                 open.first_later.get_or_insert(at);
             }
@@ -225,6 +228,22 @@ mod tests {
         // Once they have come, nothing more is expected of the run.
         runs.observe(99, "ci", at(start + 90));
         assert_eq!(runs.expected(at(start + 90), 160_000, 0.5), 0);
+    }
+
+    /// A scheduled run's jobs queued over minutes, seconds apart, are all
+    /// its first stage (the batch recognition sees them); a pause of more
+    /// than ten seconds starts its later jobs.
+    #[test]
+    fn a_runs_first_stage_is_what_arrives_without_a_pause() {
+        let mut runs = Runs::default();
+        for i in 0..150 {
+            assert!(!runs.observe(7, "nightly", at(i)), "job {i} is first stage");
+        }
+        assert!(
+            runs.observe(7, "nightly", at(149 + 11)),
+            "after a pause: later"
+        );
+        assert!(runs.observe(7, "nightly", at(149 + 12)), "and all after it");
     }
 
     #[test]
