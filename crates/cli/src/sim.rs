@@ -33,7 +33,8 @@ pub struct SimArgs {
     /// A trace: JSON lines or CSV (docs/sim.md).
     #[arg(long, value_name = "FILE", conflicts_with = "workload")]
     trace: Option<PathBuf>,
-    /// A synthetic workload: poisson, diurnal, bursty, mixed or monorepo.
+    /// A synthetic workload: poisson, diurnal, bursty, mixed, monorepo,
+    /// scheduled, fanout or changing (docs/sim.md).
     #[arg(long, value_name = "NAME")]
     workload: Option<String>,
     /// Days the synthetic workload spans.

@@ -73,13 +73,23 @@ fn a_trace_file_is_replayed_deterministically_in_every_format() {
             "--trace",
             "trace.jsonl",
             "--policy",
-            "oracle,runway",
+            "oracle,runway,predictive",
             "--plot",
             "charts",
         ],
     );
     assert!(table.status.success());
-    assert!(String::from_utf8_lossy(&table.stdout).starts_with("policy "));
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.starts_with("policy "));
+    // What the warm pool bought is said in words.
+    let bought = text
+        .lines()
+        .find(|l| l.starts_with("bought: predictive idled "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        bought.contains("runner-hours") && bought.contains("less mean wait than runway, at "),
+        "{bought}"
+    );
     for chart in [
         "timeline.svg",
         "queue_cdf.svg",

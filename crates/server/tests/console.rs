@@ -474,3 +474,60 @@ async fn the_audit_trail_pages_links_its_targets_and_names_the_channel() {
     assert!(pager_link(&second, "next").is_none(), "the last page");
     assert!(second.contains("rel=\"first\" href=\"/console/audit\""));
 }
+
+/// A predictive pool's page shows its warm pool: why its runners are kept
+/// warm, and the recurring batches its forecast expects (issue 47).
+#[tokio::test]
+async fn a_pool_page_shows_the_batches_its_warm_pool_is_kept_for() {
+    use runway_core::forecast::{Expected, ExpectedBatch};
+    let harness = harness().await;
+    let at = |hh: i64, mm: i64| Timestamp::from_millis((3 * 86_400 + hh * 3_600 + mm * 60) * 1_000);
+    let warm = runway_server::app::Warm {
+        target: 150,
+        forecast: Expected {
+            jobs: 150,
+            batch: 150,
+            following: 0,
+            group: 0,
+            batches: vec![
+                ExpectedBatch {
+                    earliest: at(2, 0),
+                    latest: at(2, 14),
+                    jobs: 150,
+                    remaining: 150,
+                    seen: 4,
+                    of: 4,
+                    weekly: false,
+                    warm: true,
+                },
+                ExpectedBatch {
+                    earliest: at(6, 30),
+                    latest: at(6, 38),
+                    jobs: 60,
+                    remaining: 0,
+                    seen: 6,
+                    of: 6,
+                    weekly: false,
+                    warm: false,
+                },
+            ],
+        },
+        at: at(1, 58),
+    };
+    harness
+        .service
+        .warm
+        .lock()
+        .unwrap()
+        .insert("default".into(), warm);
+    let cookie = login(&harness).await;
+    let html = page(&harness, &cookie, "/console/pools/default").await;
+    assert!(html.contains("data-warm=\"150\""), "{html}");
+    assert!(
+        html.contains("150 runners are kept warm for the batch expected at 02:00 UTC (150 jobs, 150 still to come; seen on 4 of the last 4 days like today)"),
+        "{html}"
+    );
+    assert!(html.contains("data-batch=\"06:30 UTC\""), "{html}");
+    assert!(html.contains("06:30 UTC – 06:38 UTC · daily"));
+    assert!(html.contains(">due<") && html.contains(">kept warm<"));
+}

@@ -754,14 +754,14 @@ async fn a_predictive_pool_boots_for_the_jobs_a_workflow_run_will_bring() {
     arrived(&service, at(5 * 7_200), Some((7, "ci"))).await;
     let (report, plan) = reconciler.reconcile_once(at(5 * 7_200 + 1)).await.unwrap();
     assert_eq!(report.created, 6, "{plan:?}");
-    let warm = service.warm.lock().unwrap()["linux"];
+    let warm = service.warm.lock().unwrap()["linux"].clone();
     assert_eq!((warm.target, warm.forecast.following), (6, 6));
     // Once they have arrived, nothing more is expected of the run.
     for _ in 0..6 {
         arrived(&service, at(5 * 7_200 + 90), Some((7, "ci"))).await;
     }
     reconciler.reconcile_once(at(5 * 7_200 + 91)).await.unwrap();
-    let warm = service.warm.lock().unwrap()["linux"];
+    let warm = service.warm.lock().unwrap()["linux"].clone();
     assert_eq!(warm.forecast.following, 0);
 }
 
@@ -795,7 +795,7 @@ async fn a_new_leader_seeds_its_forecast_from_the_jobs_in_the_store() {
     let start = recent + 15 * 7_200;
     arrived(&service, at(start), Some((15, "ci"))).await;
     let (report, plan) = reconciler.reconcile_once(at(start + 1)).await.unwrap();
-    let warm = service.warm.lock().unwrap()["linux"];
+    let warm = service.warm.lock().unwrap()["linux"].clone();
     assert_eq!(warm.forecast.following, 6, "{warm:?}");
     assert_eq!(report.created, 6, "{plan:?}");
 }
@@ -1684,4 +1684,91 @@ async fn worker_configurations_set_the_scaling_ratio_and_provider_inputs_reach_l
         .await
         .unwrap();
     assert_eq!(report.created, 6, "8 queued at ratio 1, 2 already booting");
+}
+
+/// Issue 47: a predictive pool recognises a nightly batch whose start
+/// drifts (30 jobs queued over a minute, starting a few minutes later each
+/// night) from its store, warms its runners one horizon before its
+/// earliest start on the fourth night, and says so: `warm` in
+/// `GET /api/v1/pools` lists the batch, and a job waiting for one of those
+/// runners is explained as "kept warm for the batch expected at 02:00 UTC".
+#[tokio::test]
+async fn a_drifting_nightly_batch_is_kept_warm_for_and_explained() {
+    use tower::ServiceExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (service, reconciler) = predictive(&dir, linux_pool(0, 50)).await;
+    let mut config = (*service.config()).clone();
+    config.server.admin_tokens = vec![runway_server::config::Secret::literal("admin-token")];
+    service.replace_config(config);
+    let at = |s: i64| Timestamp::from_millis(s * 1_000);
+    let day = 86_400;
+    // The fourth night is now (explaining a job reads the wall clock):
+    // its batch is due 100 s from now, at a whole five minutes (the cron's
+    // minute), the first three nights' at that time, 170 s later and 340 s
+    // later. The horizon is the 100 s boot and a 10 s round.
+    let now = runway_server::clock::now().as_millis() / 1_000;
+    let due = (now + 100 + 299) / 300 * 300;
+    let when = due - 100;
+    for night in 0..3 {
+        let start = due - (3 - night) * day + night * 170;
+        for i in 0..30 {
+            arrived(&service, at(start + 2 * i), None).await;
+        }
+    }
+    let (report, plan) = reconciler.reconcile_once(at(when)).await.unwrap();
+    let warm = service.warm.lock().unwrap()["linux"].clone();
+    assert_eq!(warm.forecast.batch, 30, "{warm:?}");
+    assert_eq!(report.created, 30, "{plan:?}");
+    let why = warm.why().unwrap();
+    let clock = runway_server::app::clock_time(at(due));
+    assert!(
+        why.contains(&format!(
+            "kept warm for the batch expected at {clock} (30 jobs"
+        )),
+        "{why}"
+    );
+
+    let request = axum::http::Request::get("/api/v1/pools")
+        .header("authorization", "Bearer admin-token")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = runway_server::http::router(service.clone())
+        .oneshot(request)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let pools: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let warm = &pools["pools"][0]["warm"];
+    assert_eq!(warm["target"], 30, "{warm}");
+    let batch = &warm["batches"][0];
+    assert_eq!(batch["jobs"], 30, "{warm}");
+    assert_eq!(batch["warm"], true);
+    assert_eq!(batch["seen"], 3);
+    let rfc3339 = |t: Timestamp| runway_server::clock::rfc3339(t);
+    assert_eq!(batch["earliest"], rfc3339(at(due)));
+    assert_eq!(batch["latest"], rfc3339(at(due + 340)));
+
+    // A job queued now waits for one of those runners: its explanation
+    // says why the runner is there.
+    let job = service
+        .store
+        .enqueue(&job(1), at(when + 1))
+        .await
+        .unwrap()
+        .job;
+    let explained = runway_server::app::explain::explain_job(&service, &job)
+        .await
+        .unwrap()
+        .unwrap();
+    let runway_server::app::explain::Explanation::Waiting { warm, .. } = explained else {
+        panic!("{explained:?}");
+    };
+    assert!(
+        warm.as_deref()
+            .is_some_and(|w| w.contains(&format!("the batch expected at {clock}"))),
+        "{warm:?}"
+    );
 }

@@ -363,7 +363,8 @@ impl Policy for Predictive {
             let run = job
                 .run_id
                 .map(|id| (id, job.workflow.as_deref().unwrap_or_default()));
-            forecast.observe_job(Timestamp::from_millis(now), run);
+            let key = job.repo.as_deref().unwrap_or_default();
+            forecast.observe_job(Timestamp::from_millis(now), run, key);
         }
     }
 

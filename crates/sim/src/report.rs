@@ -265,6 +265,23 @@ pub fn table(summaries: &[Summary]) -> String {
     if !unfinished.is_empty() {
         out.push_str(&format!("note: {}\n", unfinished.join("; ")));
     }
+    // What the warm pools bought: their idling against the reactive
+    // policy's waits.
+    if let Some(base) = summaries.iter().find(|s| s.policy == "runway") {
+        for s in summaries
+            .iter()
+            .filter(|s| s.policy.starts_with("predictive"))
+        {
+            out.push_str(&format!(
+                "bought: {} idled {:.1} runner-hours ({:.0}% of its runner-hours) for {:.1} s less mean wait than runway, at {:.2}× its cost\n",
+                s.policy,
+                s.idle_runner_hours,
+                100.0 * s.idle_runner_hours / s.runner_hours.max(f64::MIN_POSITIVE),
+                base.queue_mean_s - s.queue_mean_s,
+                s.cost / base.cost.max(f64::MIN_POSITIVE),
+            ));
+        }
+    }
     // Fair share across the trace's repositories, where it has several:
     // the index per policy, then the waits of the busiest keys.
     let fair: Vec<String> = summaries

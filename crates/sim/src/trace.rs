@@ -31,7 +31,7 @@ pub enum TraceError {
     Line { line: usize, message: String },
     #[error("the trace has no jobs")]
     Empty,
-    #[error("unknown workload {0:?}; one of poisson, diurnal, bursty, mixed, monorepo")]
+    #[error("unknown workload {0:?}; one of poisson, diurnal, bursty, mixed, monorepo, scheduled, fanout, changing")]
     UnknownWorkload(String),
 }
 
@@ -221,6 +221,23 @@ pub enum WorkloadKind {
     /// whose first job plans and then fans out 1–24 jobs (`needs:`), a
     /// nightly batch of 40 jobs at 02:00 on weekdays, quiet weekends.
     Monorepo,
+    /// Scheduled workflows whose start drifts (GitHub's `schedule` starts
+    /// late under load): 150 jobs at 02:00–02:15 on weekdays, 60 at
+    /// 06:30–06:40 every day, 200 at 04:00–04:15 on Sundays, each queued
+    /// over a few minutes (each from the repository `org/NAME` of its
+    /// workflow, so the report shows each one's waits); office-hour pushes
+    /// (`org/app`) otherwise, quiet nights and weekends, and a holiday
+    /// (days 9 and 23) with no pushes.
+    Scheduled,
+    /// Fan-outs without workflow runs (a trace from another system):
+    /// groups of 2–30 jobs a few seconds apart, each repository with its
+    /// own sizes, on office hours, quiet nights and weekends; only arrival
+    /// times, labels and `repo` are known.
+    Fanout,
+    /// A schedule that changes: a 100-job batch at 01:00–01:15 on weekdays
+    /// that stops after day 13, a 120-job one at 03:30–03:45 every day from
+    /// day 10; office-hour pushes otherwise.
+    Changing,
 }
 
 impl std::str::FromStr for WorkloadKind {
@@ -232,6 +249,9 @@ impl std::str::FromStr for WorkloadKind {
             "bursty" => Ok(WorkloadKind::Bursty),
             "mixed" => Ok(WorkloadKind::Mixed),
             "monorepo" => Ok(WorkloadKind::Monorepo),
+            "scheduled" => Ok(WorkloadKind::Scheduled),
+            "fanout" => Ok(WorkloadKind::Fanout),
+            "changing" => Ok(WorkloadKind::Changing),
             other => Err(TraceError::UnknownWorkload(other.to_owned())),
         }
     }
@@ -359,6 +379,107 @@ fn monorepo(rng: &mut StdRng, horizon: f64, jobs: f64, labels: &[Vec<String>]) -
     out
 }
 
+/// A scheduled workflow: `jobs` jobs queued over `over_s` (a range of
+/// seconds) from a start that drifts up to `drift_s` after `at_s` (seconds
+/// into the day), on the days `on` says, each `length` times a usual job.
+struct Schedule {
+    name: &'static str,
+    jobs: u32,
+    at_s: f64,
+    drift_s: f64,
+    over_s: (f64, f64),
+    length: f64,
+    on: fn(i64) -> bool,
+}
+
+fn weekday(day: i64) -> bool {
+    day.rem_euclid(7) < 5
+}
+
+/// The runs of `schedules` over `days` days (one run id each, from
+/// `run_id`), and office-hour pushes for the rest of `jobs` (one job each,
+/// none on `holidays`).
+#[allow(clippy::too_many_arguments)]
+fn scheduled(
+    rng: &mut StdRng,
+    horizon: f64,
+    jobs: f64,
+    labels: &[Vec<String>],
+    schedules: &[Schedule],
+    holidays: &[i64],
+) -> Vec<TraceJob> {
+    let mut out = Vec::new();
+    let days = (horizon / DAY_S).ceil() as i64;
+    let pick = |rng: &mut StdRng| labels[rng.gen_range(0..labels.len())].clone();
+    let mut run_id = 0u64;
+    for day in 0..days {
+        for schedule in schedules.iter().filter(|s| (s.on)(day)) {
+            run_id += 1;
+            let start = day as f64 * DAY_S + schedule.at_s + rng.gen_range(0.0..=schedule.drift_s);
+            let over = rng.gen_range(schedule.over_s.0..=schedule.over_s.1);
+            let pool = pick(rng);
+            for _ in 0..schedule.jobs {
+                let mut one = job(
+                    start + rng.gen_range(0.0..over),
+                    schedule.length * duration_s(rng),
+                    pool.clone(),
+                );
+                one.repo = Some(format!("org/{}", schedule.name));
+                one.run_id = Some(run_id);
+                one.workflow = Some(schedule.name.into());
+                out.push(one);
+            }
+        }
+    }
+    let pushes = (jobs - out.len() as f64).max(0.0);
+    for at in thinned(rng, horizon, pushes / horizon, office_intensity, 1.03) {
+        if holidays.contains(&((at / DAY_S).floor() as i64)) {
+            continue;
+        }
+        let mut one = job(at, duration_s(rng), pick(rng));
+        one.repo = Some("org/app".into());
+        out.push(one);
+    }
+    out
+}
+
+/// The fan-out workload's groups (see [`WorkloadKind::Fanout`]).
+fn fanouts(rng: &mut StdRng, horizon: f64, jobs: f64, labels: &[Vec<String>]) -> Vec<TraceJob> {
+    // (repository, smallest and largest group, share of the groups)
+    const REPOS: [(&str, u32, u32, f64); 4] = [
+        ("org/web", 2, 6, 0.4),
+        ("org/matrix", 10, 14, 0.25),
+        ("org/monolith", 20, 30, 0.15),
+        ("org/tools", 2, 30, 0.2),
+    ];
+    let mean: f64 = REPOS
+        .iter()
+        .map(|(_, lo, hi, share)| share * f64::from(lo + hi) / 2.0)
+        .sum();
+    let mut out = Vec::new();
+    for start in thinned(rng, horizon, jobs / mean / horizon, office_intensity, 1.03) {
+        let mut pick = rng.gen::<f64>();
+        let (repo, lo, hi, _) = REPOS
+            .iter()
+            .find(|(_, _, _, share)| {
+                pick -= share;
+                pick < 0.0
+            })
+            .copied()
+            .unwrap_or(REPOS[0]);
+        let pool = labels[rng.gen_range(0..labels.len())].clone();
+        let mut at = start;
+        for _ in 0..rng.gen_range(lo..=hi) {
+            let mut one = job(at, duration_s(rng), pool.clone());
+            one.repo = Some(repo.into());
+            out.push(one);
+            // The next one a few seconds on.
+            at += exponential(rng, 3.0);
+        }
+    }
+    out
+}
+
 /// A job duration: log-normal around a median of 4 minutes (most CI jobs
 /// are short; a few run for an hour), capped at 3 hours.
 fn duration_s(rng: &mut StdRng) -> f64 {
@@ -389,8 +510,77 @@ impl Workload {
             self.pools.clone()
         };
         let mut jobs = Vec::with_capacity(usize::try_from(self.jobs).unwrap_or(0));
-        if self.kind == WorkloadKind::Monorepo {
-            let mut jobs = monorepo(&mut rng, horizon, self.jobs as f64, &pools);
+        let total = self.jobs as f64;
+        let special = match self.kind {
+            WorkloadKind::Monorepo => Some(monorepo(&mut rng, horizon, total, &pools)),
+            WorkloadKind::Scheduled => Some(scheduled(
+                &mut rng,
+                horizon,
+                total,
+                &pools,
+                &[
+                    Schedule {
+                        name: "nightly",
+                        jobs: 150,
+                        at_s: 2.0 * 3600.0,
+                        drift_s: 900.0,
+                        over_s: (60.0, 240.0),
+                        length: 4.0,
+                        on: weekday,
+                    },
+                    Schedule {
+                        name: "daily",
+                        jobs: 60,
+                        at_s: 6.5 * 3600.0,
+                        drift_s: 600.0,
+                        over_s: (60.0, 120.0),
+                        length: 1.0,
+                        on: |_| true,
+                    },
+                    Schedule {
+                        name: "weekly",
+                        jobs: 200,
+                        at_s: 4.0 * 3600.0,
+                        drift_s: 900.0,
+                        over_s: (180.0, 360.0),
+                        length: 2.0,
+                        on: |day| day.rem_euclid(7) == 6,
+                    },
+                ],
+                &[9, 23],
+            )),
+            WorkloadKind::Fanout => Some(fanouts(&mut rng, horizon, total, &pools)),
+            WorkloadKind::Changing => Some(scheduled(
+                &mut rng,
+                horizon,
+                total,
+                &pools,
+                &[
+                    Schedule {
+                        name: "old-nightly",
+                        jobs: 100,
+                        at_s: 3600.0,
+                        drift_s: 900.0,
+                        over_s: (60.0, 180.0),
+                        length: 2.0,
+                        on: |day| weekday(day) && day <= 13,
+                    },
+                    Schedule {
+                        name: "new-nightly",
+                        jobs: 120,
+                        at_s: 3.5 * 3600.0,
+                        drift_s: 900.0,
+                        over_s: (60.0, 180.0),
+                        length: 2.0,
+                        on: |day| day >= 10,
+                    },
+                ],
+                &[],
+            )),
+            _ => None,
+        };
+        if let Some(mut jobs) = special {
+            jobs.retain(|j| (j.arrival_ms as f64) < horizon * 1000.0);
             jobs.sort_by_key(|j| j.arrival_ms);
             return jobs;
         }
@@ -414,7 +604,12 @@ impl Workload {
             };
             let rate = share / horizon; // jobs per second, on average
             match kind {
-                WorkloadKind::Poisson | WorkloadKind::Mixed | WorkloadKind::Monorepo => {
+                WorkloadKind::Poisson
+                | WorkloadKind::Mixed
+                | WorkloadKind::Monorepo
+                | WorkloadKind::Scheduled
+                | WorkloadKind::Fanout
+                | WorkloadKind::Changing => {
                     let mut t = exponential(&mut rng, 1.0 / rate);
                     while t < horizon {
                         let labels = pool_of(&mut rng);
@@ -547,6 +742,55 @@ mod tests {
     }
 
     #[test]
+    fn scheduled_batches_drift_and_fanouts_have_no_runs() {
+        let jobs = Workload {
+            kind: WorkloadKind::Scheduled,
+            days: 14,
+            jobs: 10_000,
+            seed: 4,
+            pools: vec![],
+        }
+        .generate();
+        let starts: Vec<i64> = (0..14)
+            .filter(|day| day % 7 < 5)
+            .filter_map(|day| {
+                jobs.iter()
+                    .filter(|j| j.workflow.as_deref() == Some("nightly"))
+                    .find(|j| j.arrival_ms / 86_400_000 == day)
+                    .map(|j| j.arrival_ms % 86_400_000)
+            })
+            .collect();
+        assert_eq!(starts.len(), 10);
+        let (first, last) = (starts.iter().min().unwrap(), starts.iter().max().unwrap());
+        assert!(*first >= 2 * 3_600_000 && *last <= 2 * 3_600_000 + 900_000);
+        assert!(last - first > 300_000, "the start drifts: {starts:?}");
+        let holiday = jobs
+            .iter()
+            .filter(|j| j.arrival_ms / 86_400_000 == 9 && j.workflow.is_none())
+            .count();
+        assert_eq!(holiday, 0, "no pushes on the holiday");
+
+        let fanout = Workload {
+            kind: WorkloadKind::Fanout,
+            days: 7,
+            jobs: 10_000,
+            seed: 4,
+            pools: vec![],
+        }
+        .generate();
+        assert!(fanout
+            .iter()
+            .all(|j| j.run_id.is_none() && j.workflow.is_none()));
+        assert!(fanout.iter().all(|j| j.repo.is_some()));
+        // Groups: most arrivals within seconds of the one before.
+        let close = fanout
+            .windows(2)
+            .filter(|w| w[1].arrival_ms - w[0].arrival_ms <= 10_000)
+            .count();
+        assert!(close * 10 > fanout.len() * 8, "{close} of {}", fanout.len());
+    }
+
+    #[test]
     fn bad_traces_name_the_line() {
         assert_eq!(
             parse("{\"arrival_s\": -1, \"duration_s\": 1, \"labels\": []}").unwrap_err(),
@@ -570,7 +814,16 @@ mod tests {
 
     #[test]
     fn workloads_are_seeded_and_about_the_size_asked() {
-        for kind in ["poisson", "diurnal", "bursty", "mixed", "monorepo"] {
+        for kind in [
+            "poisson",
+            "diurnal",
+            "bursty",
+            "mixed",
+            "monorepo",
+            "scheduled",
+            "fanout",
+            "changing",
+        ] {
             let workload = Workload {
                 kind: kind.parse().unwrap(),
                 days: 7,

@@ -184,6 +184,9 @@ pub enum Explanation {
         /// How bidding chose: the pool's offers in the latest round,
         /// cheapest per unit of reliable capacity first.
         offers: Vec<OfferChoice>,
+        /// Why the runner it waits for was kept warm (a predictive pool's
+        /// forecast: "… kept warm for the batch expected at 02:00 UTC …").
+        warm: Option<String>,
     },
     /// Intake could not route it; intake's reason.
     Unroutable { reason: Option<String> },
@@ -206,10 +209,25 @@ impl Explanation {
             .lock()
             .map(|b| b.clone())
             .unwrap_or_default();
+        // A job a warm runner takes (or one booting ahead of it): why
+        // the pool kept it warm.
+        let warm = matches!(
+            reason,
+            WaitReason::RunnerIdle { .. } | WaitReason::RunnerBooting { .. }
+        )
+        .then(|| {
+            service
+                .warm
+                .lock()
+                .ok()
+                .and_then(|warm| warm.get(&pool.name).and_then(|w| w.why()))
+        })
+        .flatten();
         Explanation::Waiting {
             reason,
             has_providers,
             offers: rank_offers(offers, &backoffs, now()),
+            warm,
         }
     }
 }

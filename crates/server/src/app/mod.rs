@@ -40,12 +40,63 @@ use crate::config::Config;
 use crate::telemetry::metrics::Metrics;
 
 /// A predictive pool's warm pool as the reconciler last sized it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Warm {
     /// Idle runners kept: the forecast, within `min_idle` and `max_runners`.
     pub target: u32,
     pub forecast: runway_core::forecast::Expected,
     pub at: Timestamp,
+}
+
+impl Warm {
+    /// Why its runners are kept warm, in a sentence: the batches expected
+    /// now first ("kept warm for the batch expected at 02:00 UTC (150 jobs,
+    /// seen on 4 of the last 4 days like today)"), else the forecast's
+    /// count; `None` when nothing is kept warm.
+    pub fn why(&self) -> Option<String> {
+        if self.target == 0 {
+            return None;
+        }
+        let batches: Vec<String> = self
+            .forecast
+            .batches
+            .iter()
+            .filter(|batch| batch.warm)
+            .map(|batch| {
+                format!(
+                    "the batch expected at {} ({} jobs, {} still to come; seen on {} of the last {} {})",
+                    clock_time(batch.earliest),
+                    batch.jobs,
+                    batch.remaining,
+                    batch.seen,
+                    batch.of,
+                    if batch.weekly { "weeks" } else { "days like today" },
+                )
+            })
+            .collect();
+        Some(if batches.is_empty() {
+            format!(
+                "{} runner{} kept warm for the {} job{} the forecast expects within one boot time",
+                self.target,
+                if self.target == 1 { " is" } else { "s are" },
+                self.forecast.jobs,
+                if self.forecast.jobs == 1 { "" } else { "s" },
+            )
+        } else {
+            format!(
+                "{} runner{} kept warm for {}",
+                self.target,
+                if self.target == 1 { " is" } else { "s are" },
+                batches.join(" and ")
+            )
+        })
+    }
+}
+
+/// `at`'s time of day, `HH:MM UTC`.
+pub fn clock_time(at: Timestamp) -> String {
+    let minutes = at.as_millis().div_euclid(60_000).rem_euclid(24 * 60);
+    format!("{:02}:{:02} UTC", minutes / 60, minutes % 60)
 }
 
 pub struct Service {

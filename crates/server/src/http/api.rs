@@ -272,10 +272,16 @@ fn explanation_json(explanation: &Explanation) -> Value {
             reason,
             has_providers,
             offers,
+            warm,
         } => {
             let mut details = wait_details(reason, *has_providers);
-            if let (Value::Object(details), false) = (&mut details, offers.is_empty()) {
-                details.insert("offers".into(), offers_json(offers));
+            if let Value::Object(details) = &mut details {
+                if !offers.is_empty() {
+                    details.insert("offers".into(), offers_json(offers));
+                }
+                if let Some(warm) = warm {
+                    details.insert("warm".into(), Value::String(warm.clone()));
+                }
             }
             (reason.code(), details)
         }
@@ -411,8 +417,40 @@ pub struct WarmDto {
     pub batch: u32,
     /// Of those, later jobs of workflow runs in progress.
     pub following: u32,
+    /// Jobs still to come of groups in progress (jobs arriving close
+    /// together from one repository), learnt without workflow runs.
+    #[serde(default)]
+    pub group: u32,
+    /// The recurring scheduled batches the forecast expects: those its
+    /// runners are kept warm for now, and those due within twelve hours.
+    #[serde(default)]
+    pub batches: Vec<ExpectedBatchDto>,
+    /// Why the runners are kept warm, in a sentence.
+    #[serde(default)]
+    pub why: Option<String>,
     /// When it was sized.
     pub at: String,
+}
+
+/// A recurring batch the forecast expects.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
+pub struct ExpectedBatchDto {
+    /// Its earliest and latest likely start today (the earliest and
+    /// latest of its starts on the days it came), RFC 3339.
+    pub earliest: String,
+    pub latest: String,
+    /// The jobs it brings (the median over the days it came).
+    pub jobs: u32,
+    /// Of those, not yet arrived (while it is expected now).
+    pub remaining: u32,
+    /// On how many of the days (or weeks) looked at it came, of how many.
+    pub seen: u32,
+    pub of: u32,
+    /// Recurs weekly (else daily).
+    pub weekly: bool,
+    /// Runners are kept warm for it now (from one boot time before its
+    /// earliest likely start until it has arrived or is not coming).
+    pub warm: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
@@ -486,6 +524,23 @@ async fn list_pools(
                     expected: w.forecast.jobs,
                     batch: w.forecast.batch,
                     following: w.forecast.following,
+                    group: w.forecast.group,
+                    batches: w
+                        .forecast
+                        .batches
+                        .iter()
+                        .map(|b| ExpectedBatchDto {
+                            earliest: rfc3339(b.earliest),
+                            latest: rfc3339(b.latest),
+                            jobs: b.jobs,
+                            remaining: b.remaining,
+                            seen: b.seen,
+                            of: b.of,
+                            weekly: b.weekly,
+                            warm: b.warm,
+                        })
+                        .collect(),
+                    why: w.why(),
                     at: rfc3339(w.at),
                 }),
                 scale_set: scale_set_dto(&service, pool),

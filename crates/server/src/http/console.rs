@@ -888,6 +888,28 @@ async fn pool_page(
         })
         .collect();
     let health = health.get(&pool.name).cloned().unwrap_or_default();
+    let warm = service
+        .warm
+        .lock()
+        .ok()
+        .and_then(|warm| warm.get(&pool.name).cloned())
+        .map(|w| {
+            json!({
+                "target": w.target,
+                "expected": w.forecast.jobs,
+                "why": w.why(),
+                "batches": w.forecast.batches.iter().map(|b| json!({
+                    "earliest": crate::app::clock_time(b.earliest),
+                    "latest": crate::app::clock_time(b.latest),
+                    "jobs": b.jobs,
+                    "remaining": b.remaining,
+                    "seen": b.seen,
+                    "of": b.of,
+                    "weekly": b.weekly,
+                    "warm": b.warm,
+                })).collect::<Vec<_>>(),
+            })
+        });
     page(
         &session,
         "pool.html",
@@ -902,6 +924,7 @@ async fn pool_page(
             "runner_hours": format!("{:.1}", runner_seconds as f64 / 3600.0),
             "started": started,
             "waits": waits,
+            "warm": warm,
         }),
     )
 }
@@ -1008,54 +1031,63 @@ fn waiting_text(explanation: &Explanation) -> String {
             reason,
             has_providers,
             offers,
-        } => bidding(
-            offers,
-            match reason {
-                W::RunnerIdle { runner } => {
-                    format!("runner {runner} is idle and takes it at its next poll")
-                }
-                W::RunnerBooting { runner, since } => {
-                    format!(
-                        "runner {runner} is booting for it (since {})",
-                        rfc3339(*since)
-                    )
-                }
-                W::RunnerRequested { provider } => {
-                    format!("a runner is being started by {provider}")
-                }
-                W::AtMaxRunners { max_runners } => {
-                    format!("the pool is at max_runners ({max_runners})")
-                }
-                W::ProviderBackoff {
-                    provider,
-                    last_error,
-                    retry_at,
-                } => format!(
-                    "provider {provider} is backing off until {} after: {last_error}",
-                    rfc3339(*retry_at)
-                ),
-                W::NoProviderCapacity if !has_providers => {
-                    "no provider starts runners for this pool; waiting for a runner to register"
-                        .to_owned()
-                }
-                W::NoProviderCapacity => "no provider has capacity left".to_owned(),
-                W::ScalingRatio { scaling_ratio } => {
-                    format!("scaling_ratio {scaling_ratio} starts fewer runners than queued jobs")
-                }
-                W::LeaseExpiredRequeued { attempts } => {
-                    format!("requeued after a runner's lease expired ({attempts} attempts)")
-                }
-                W::PoolPaused => "the pool is paused".to_owned(),
-                W::KeyAtCap { key, max_running } => format!(
-                    "{} already has {max_running} jobs running here (the pool's cap per key)",
-                    if key.is_empty() {
-                        "its key"
-                    } else {
-                        key.as_str()
+            warm,
+        } => {
+            let text = bidding(
+                offers,
+                match reason {
+                    W::RunnerIdle { runner } => {
+                        format!("runner {runner} is idle and takes it at its next poll")
                     }
-                ),
-            },
-        ),
+                    W::RunnerBooting { runner, since } => {
+                        format!(
+                            "runner {runner} is booting for it (since {})",
+                            rfc3339(*since)
+                        )
+                    }
+                    W::RunnerRequested { provider } => {
+                        format!("a runner is being started by {provider}")
+                    }
+                    W::AtMaxRunners { max_runners } => {
+                        format!("the pool is at max_runners ({max_runners})")
+                    }
+                    W::ProviderBackoff {
+                        provider,
+                        last_error,
+                        retry_at,
+                    } => format!(
+                        "provider {provider} is backing off until {} after: {last_error}",
+                        rfc3339(*retry_at)
+                    ),
+                    W::NoProviderCapacity if !has_providers => {
+                        "no provider starts runners for this pool; waiting for a runner to register"
+                            .to_owned()
+                    }
+                    W::NoProviderCapacity => "no provider has capacity left".to_owned(),
+                    W::ScalingRatio { scaling_ratio } => {
+                        format!(
+                            "scaling_ratio {scaling_ratio} starts fewer runners than queued jobs"
+                        )
+                    }
+                    W::LeaseExpiredRequeued { attempts } => {
+                        format!("requeued after a runner's lease expired ({attempts} attempts)")
+                    }
+                    W::PoolPaused => "the pool is paused".to_owned(),
+                    W::KeyAtCap { key, max_running } => format!(
+                        "{} already has {max_running} jobs running here (the pool's cap per key)",
+                        if key.is_empty() {
+                            "its key"
+                        } else {
+                            key.as_str()
+                        }
+                    ),
+                },
+            );
+            match warm {
+                Some(warm) => format!("{text}; {warm}"),
+                None => text,
+            }
+        }
         Explanation::Unroutable { reason } => {
             format!(
                 "unroutable: {}",
@@ -2085,6 +2117,7 @@ mod tests {
             },
             has_providers: true,
             offers: Vec::new(),
+            warm: None,
         };
         let row = job_row(&job, Some(&booting));
         assert_eq!(row["runner"], serde_json::Value::Null);
@@ -2093,6 +2126,7 @@ mod tests {
             reason: runway_core::planner::WaitReason::PoolPaused,
             has_providers: true,
             offers: Vec::new(),
+            warm: None,
         };
         assert_eq!(
             job_row(&job, Some(&paused))["runner_for"],

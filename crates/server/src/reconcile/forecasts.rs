@@ -25,12 +25,18 @@ struct Seed {
     /// The newest id when the read began: later jobs are read after it.
     newest: Option<JobId>,
     done: bool,
-    /// (created at, (run id, workflow index)) of the pool's jobs.
-    jobs: Vec<(Timestamp, Option<(u64, u32)>)>,
-    workflows: Vec<String>,
-    /// Index of each name in `workflows`.
-    workflow_index: std::collections::HashMap<String, u32>,
+    /// (created at, (run id, workflow's index), key's index) of the
+    /// pool's jobs: workflow names and fair-share keys (repositories) are
+    /// kept once each, in `names`.
+    jobs: Vec<SeedJob>,
+    names: Vec<String>,
+    /// Index of each name in `names`.
+    name_index: std::collections::HashMap<String, u32>,
 }
+
+/// A job of a seed: when it was created, its workflow run (id and the
+/// workflow's index in `Seed::names`) and its key's index there.
+type SeedJob = (Timestamp, Option<(u64, u32)>, u32);
 
 /// Jobs read a page at a time.
 const JOB_PAGE: u32 = 1_000;
@@ -49,12 +55,14 @@ fn run_of(job: &runway_core::Job) -> Option<(u64, String)> {
 const SEED_PAGES: usize = 20;
 
 impl Seed {
-    fn workflow(&mut self, name: String) -> u32 {
-        let next = self.workflows.len() as u32;
-        *self.workflow_index.entry(name).or_insert_with_key(|name| {
-            self.workflows.push(name.clone());
-            next
-        })
+    fn name(&mut self, name: &str) -> u32 {
+        if let Some(index) = self.name_index.get(name) {
+            return *index;
+        }
+        let next = self.names.len() as u32;
+        self.names.push(name.to_owned());
+        self.name_index.insert(name.to_owned(), next);
+        next
     }
 }
 
@@ -63,12 +71,12 @@ impl Inner {
     /// predictive policy the arrivals expected within one boot time and a
     /// round.
     pub(super) fn warm(&self, pool: &PoolConfig, now: Timestamp) -> u32 {
-        let forecast = self.forecasts.lock().ok().and_then(|forecasts| {
-            let learning = forecasts.get(&pool.name)?;
-            learning
-                .seed
-                .is_none()
-                .then(|| learning.forecast.explain(now))
+        let forecast = self.forecasts.lock().ok().and_then(|mut forecasts| {
+            let learning = forecasts.get_mut(&pool.name)?;
+            if learning.seed.is_some() {
+                return None;
+            }
+            Some(learning.forecast.explain(now))
         });
         let Some(forecast) = forecast else {
             if let Ok(mut warm) = self.service.warm.lock() {
@@ -164,9 +172,10 @@ impl Inner {
                     learning.seed = Some(seed);
                     continue;
                 }
-                for (at, run) in seed.jobs.iter().rev() {
-                    let run = run.map(|(id, w)| (id, seed.workflows[w as usize].as_str()));
-                    learning.forecast.observe_job(*at, run);
+                for (at, run, key) in seed.jobs.iter().rev() {
+                    let run = run.map(|(id, w)| (id, seed.names[w as usize].as_str()));
+                    let key = seed.names[*key as usize].as_str();
+                    learning.forecast.observe_job(*at, run, key);
                 }
                 learning.newest = seed.newest.unwrap_or(JobId(0));
                 tracing::info!(pool = %pool, jobs = seed.jobs.len(), "predictive forecast seeded from the store");
@@ -181,9 +190,9 @@ impl Inner {
             let (seen, newest) = self.jobs_after(&pool, after).await?;
             if let Ok(mut forecasts) = self.forecasts.lock() {
                 if let Some(learning) = forecasts.get_mut(&pool) {
-                    for (at, run) in &seen {
+                    for (at, run, key) in &seen {
                         let run = run.as_ref().map(|(id, w)| (*id, w.as_str()));
-                        learning.forecast.observe_job(*at, run);
+                        learning.forecast.observe_job(*at, run, key);
                     }
                     learning.newest = newest;
                 }
@@ -226,8 +235,9 @@ impl Inner {
                     return Ok(seed);
                 }
                 if job.pool.as_deref() == Some(pool) {
-                    let run = run_of(job).map(|(id, w)| (id, seed.workflow(w)));
-                    seed.jobs.push((job.created_at, run));
+                    let run = run_of(job).map(|(id, w)| (id, seed.name(&w)));
+                    let key = seed.name(&job.share.key);
+                    seed.jobs.push((job.created_at, run, key));
                 }
             }
             if page.len() < JOB_PAGE as usize {
@@ -245,7 +255,7 @@ impl Inner {
         &self,
         pool: &str,
         after: JobId,
-    ) -> Result<(Vec<(Timestamp, Option<(u64, String)>)>, JobId), StoreError> {
+    ) -> Result<(Vec<(Timestamp, Option<(u64, String)>, String)>, JobId), StoreError> {
         let mut seen = Vec::new();
         let mut newest = after;
         let mut before = None;
@@ -264,12 +274,15 @@ impl Inner {
             let Some(last) = page.last() else { break };
             before = Some(last.id);
             newest = newest.max(page[0].id);
-            seen.extend(page.iter().map(|job| (job.created_at, run_of(job))));
+            seen.extend(
+                page.iter()
+                    .map(|job| (job.created_at, run_of(job), job.share.key.clone())),
+            );
             if page.len() < JOB_PAGE as usize {
                 break;
             }
         }
-        seen.sort_by_key(|(at, _)| *at);
+        seen.sort_by_key(|(at, _, _)| *at);
         Ok((seen, newest))
     }
 }
