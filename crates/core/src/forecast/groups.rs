@@ -36,6 +36,10 @@ struct Key {
     /// The last groups' milliseconds from one arrival to the next (of
     /// groups of two or more).
     spacings: VecDeque<i64>,
+    /// `sizes` sorted and the median of `spacings`, kept as groups close
+    /// (a forecast is asked far more often than a group closes).
+    sorted: Vec<u32>,
+    spacing: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -77,6 +81,12 @@ impl Groups {
                             entry.spacings.pop_front();
                         }
                     }
+                    entry.sorted.clear();
+                    entry.sorted.extend(entry.sizes.iter().copied());
+                    entry.sorted.sort_unstable();
+                    let mut spacings: Vec<i64> = entry.spacings.iter().copied().collect();
+                    spacings.sort_unstable();
+                    entry.spacing = spacings.get(spacings.len().saturating_sub(1) / 2).copied();
                 }
                 entry.open = Some((at, at, 1));
             }
@@ -102,8 +112,6 @@ impl Groups {
         let now = now.as_millis();
         let unused = 2.0 * horizon_millis as f64;
         let mut total = 0u32;
-        let mut rest = Vec::new();
-        let mut spacings = Vec::new();
         for key in self.keys.values() {
             let Some((first, last, size)) = key.open else {
                 continue;
@@ -111,41 +119,79 @@ impl Groups {
             if now - last > GAP_MILLIS || now - first > SPAN_MILLIS {
                 continue;
             }
-            rest.clear();
-            rest.extend(key.sizes.iter().filter(|s| **s >= size).map(|s| s - size));
-            if rest.len() < MIN_GROUPS {
+            // The recent groups that got this far.
+            let reached = &key.sorted[key.sorted.partition_point(|s| *s < size)..];
+            if reached.len() < MIN_GROUPS {
                 continue;
             }
-            rest.sort_unstable();
             let spacing = if size >= 2 {
                 (last - first) / i64::from(size - 1)
             } else {
-                spacings.clear();
-                spacings.extend(key.spacings.iter().copied());
-                spacings.sort_unstable();
-                match spacings.get(spacings.len().saturating_sub(1) / 2) {
-                    Some(spacing) => *spacing,
+                match key.spacing {
+                    Some(spacing) => spacing,
                     None => continue,
                 }
             };
-            let n = rest.len() as f64;
-            let most = rest[rest.len() - 1];
-            // rest[below..]: the groups that brought at least j more.
-            let mut below = 0;
-            for j in 1..=most {
-                while below < rest.len() && rest[below] < j {
-                    below += 1;
-                }
-                let p = (rest.len() - below) as f64 / n;
-                let arrives = (last + i64::from(j) * spacing - now).max(0);
-                let saved = arrives.min(horizon_millis) as f64;
-                if p * wait_value * saved >= (1.0 - p) * unused {
-                    total = total.saturating_add(1);
-                }
-            }
+            total = total.saturating_add(worth(
+                reached,
+                size,
+                last + spacing.max(0) - now,
+                spacing.max(0),
+                horizon_millis,
+                wait_value,
+                unused,
+            ));
         }
         total
     }
+}
+
+/// How many of a group's further jobs are worth a runner now: `reached`
+/// the sizes (sorted) of the recent groups that got to `size` — what each
+/// brought after it is its size less `size` —, the next job `first_in`
+/// milliseconds away and each one after `spacing` later. The j-th is worth it when `p × wait_value × saved ≥ (1 − p) ×
+/// unused` with p the share of `rest` at least j and `saved` its time away
+/// (at most a horizon). p is constant between the sizes, so this
+/// counts per value, not per job: a key whose groups run to thousands
+/// costs what one of twos does.
+fn worth(
+    reached: &[u32],
+    size: u32,
+    first_in: i64,
+    spacing: i64,
+    horizon_millis: i64,
+    wait_value: f64,
+    unused: f64,
+) -> u32 {
+    let n = reached.len();
+    let mut total = 0u32;
+    let mut previous = 0u32; // the jobs counted so far: j ≤ previous
+    let mut index = 0;
+    while index < n {
+        let value = reached[index] - size;
+        if value > previous {
+            let p = (n - index) as f64 / n as f64;
+            // The least time saved that pays for a runner at this p.
+            let needed = (1.0 - p) * unused / (p * wait_value.max(f64::MIN_POSITIVE));
+            // The first j (from 1) whose job is far enough away.
+            let first = if needed <= 0.0 {
+                1
+            } else if needed > horizon_millis as f64 || spacing == 0 {
+                u32::MAX
+            } else {
+                // first_in + (j − 1) × spacing ≥ needed
+                let j = ((needed - first_in as f64) / spacing as f64).ceil() + 1.0;
+                j.clamp(1.0, f64::from(u32::MAX)) as u32
+            };
+            let from = first.max(previous + 1);
+            if from <= value {
+                total = total.saturating_add(value - from + 1);
+            }
+            previous = value;
+        }
+        index += 1;
+    }
+    total
 }
 
 #[cfg(test)]
@@ -204,6 +250,42 @@ mod tests {
         g.observe("k", at(t + 1_000));
         g.observe("k", at(t + 2_000));
         assert_eq!(g.expected(at(t + 2_000), 20_000, 1.75), 17);
+    }
+
+    /// `worth`, one job at a time: the rule as written.
+    fn worth_job_by_job(
+        rest: &[u32],
+        first_in: i64,
+        spacing: i64,
+        horizon: i64,
+        wait_value: f64,
+        unused: f64,
+    ) -> u32 {
+        let most = rest.iter().copied().max().unwrap_or(0);
+        (1..=most)
+            .filter(|j| {
+                let p = rest.iter().filter(|r| **r >= *j).count() as f64 / rest.len() as f64;
+                let saved = (first_in + i64::from(j - 1) * spacing).clamp(0, horizon) as f64;
+                p * wait_value * saved >= (1.0 - p) * unused
+            })
+            .count() as u32
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn worth_counts_per_value_what_job_by_job_counts(
+            mut rest in proptest::collection::vec(0u32..60, 1..40),
+            first_in in -20_000i64..60_000,
+            spacing in 0i64..20_000,
+            wait_value in 0.3f64..20.0,
+        ) {
+            rest.sort_unstable();
+            let (horizon, unused) = (190_000, 380_000.0);
+            proptest::prop_assert_eq!(
+                worth(&rest, 0, first_in, spacing, horizon, wait_value, unused),
+                worth_job_by_job(&rest, first_in, spacing, horizon, wait_value, unused)
+            );
+        }
     }
 
     #[test]
