@@ -98,6 +98,12 @@ pub fn quantile_for(wait_value: f64) -> f64 {
     (1.0 - 1.0 / (wait_value + 0.5)).clamp(0.05, 0.99)
 }
 
+/// The median of `values` (the lower of the middle two), sorting them.
+fn median<T: Ord + Copy>(values: &mut [T]) -> Option<T> {
+    values.sort_unstable();
+    values.get(values.len().checked_sub(1)? / 2).copied()
+}
+
 /// The `wait_value` a quantile comes from (the inverse of
 /// [`quantile_for`]).
 fn wait_value_of(quantile: f64) -> f64 {

@@ -14,6 +14,16 @@ pub fn now() -> Timestamp {
     Timestamp::from_millis(i64::try_from(millis).unwrap_or(i64::MAX))
 }
 
+/// `timestamp`'s time of day, `HH:MM` in UTC (its RFC 3339 form's, so the
+/// same fallback when out of range).
+pub fn hh_mm(timestamp: Timestamp) -> String {
+    let text = rfc3339(timestamp);
+    match text.get(11..16) {
+        Some(time) => time.to_owned(),
+        None => text,
+    }
+}
+
 /// `timestamp` as RFC 3339 in UTC (its epoch milliseconds if out of range).
 pub fn rfc3339(timestamp: Timestamp) -> String {
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(timestamp.as_millis()) * 1_000_000)

@@ -1720,7 +1720,7 @@ async fn a_drifting_nightly_batch_is_kept_warm_for_and_explained() {
     assert_eq!(warm.forecast.batch, 30, "{warm:?}");
     assert_eq!(report.created, 30, "{plan:?}");
     let why = warm.why().unwrap();
-    let clock = runway_server::app::clock_time(at(due));
+    let clock = format!("{} UTC", runway_server::clock::hh_mm(at(due)));
     assert!(
         why.contains(&format!(
             "kept warm for the batch expected at {clock} (30 jobs"

@@ -42,7 +42,7 @@
 //! arrived, or [`RELEASE`] after its latest likely start if it has not
 //! come.
 
-use super::{ArrivalForecast, BUCKETS_PER_DAY, BUCKET_MILLIS};
+use super::{median, ArrivalForecast, BUCKETS_PER_DAY, BUCKET_MILLIS};
 use crate::time::Timestamp;
 
 /// Buckets in the window a batch arrives within (five minutes).
@@ -77,6 +77,16 @@ pub(super) struct Episode {
     pub(super) jobs: u32,
 }
 
+/// A recurring batch found near now, in buckets from now.
+struct Recurring {
+    earliest: i64,
+    latest: i64,
+    jobs: u32,
+    seen: u32,
+    of: u32,
+    weekly: bool,
+}
+
 /// A recurring batch as the forecast sees it from now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExpectedBatch {
@@ -106,11 +116,7 @@ impl ArrivalForecast {
         let mut counts: Vec<u64> = (block - CONTEXT..=block + CONTEXT)
             .filter_map(|b| self.count(b * WINDOW, (b + 1) * WINDOW, current))
             .collect();
-        if counts.is_empty() {
-            return 0;
-        }
-        counts.sort_unstable();
-        counts[(counts.len() - 1) / 2]
+        median(&mut counts).unwrap_or(0)
     }
 
     /// Scans for episodes up to where the counts and their background are
@@ -186,7 +192,7 @@ impl ArrivalForecast {
         hi: i64,
         daily: &[i64],
         weekly: &[i64],
-    ) -> Vec<(i64, i64, u32, u32, u32, bool)> {
+    ) -> Vec<Recurring> {
         // Every day that could matter: the seasonal ones, and those either
         // side of a week ago (a weekly batch is not on them).
         let mut lags: Vec<i64> = daily.iter().chain(weekly).copied().collect();
@@ -282,16 +288,14 @@ impl ArrivalForecast {
                 continue;
             }
             let mut jobs: Vec<u32> = days.iter().map(|d| d.0).collect();
-            jobs.sort_unstable();
-            let median = jobs[(jobs.len() - 1) / 2];
-            found.push((
+            found.push(Recurring {
                 earliest,
                 latest,
-                median,
-                days.len() as u32,
-                of as u32,
-                is_weekly,
-            ));
+                jobs: median(&mut jobs).unwrap_or(0),
+                seen: days.len() as u32,
+                of: of as u32,
+                weekly: is_weekly,
+            });
         }
         found
     }
@@ -316,15 +320,19 @@ impl ArrivalForecast {
         let mut last_hour: Vec<u64> = (1..=CONTEXT)
             .filter_map(|k| self.count(current - k * WINDOW, current - (k - 1) * WINDOW, current))
             .collect();
-        last_hour.sort_unstable();
-        let background = last_hour
-            .get(last_hour.len().saturating_sub(1) / 2)
-            .copied()
-            .unwrap_or(0);
+        let background = median(&mut last_hour).unwrap_or(0);
         let at = |offset: i64| Timestamp::from_millis((current + offset) * BUCKET_MILLIS);
         found
             .into_iter()
-            .map(|(earliest, latest, jobs, seen, of, weekly)| {
+            .map(|found| {
+                let Recurring {
+                    earliest,
+                    latest,
+                    jobs,
+                    seen,
+                    of,
+                    weekly,
+                } = found;
                 let warm = earliest <= horizon && latest + RELEASE >= 0;
                 let remaining = if warm {
                     // Today's arrivals since a span before its earliest

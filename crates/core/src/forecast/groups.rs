@@ -85,8 +85,7 @@ impl Groups {
                     entry.sorted.extend(entry.sizes.iter().copied());
                     entry.sorted.sort_unstable();
                     let mut spacings: Vec<i64> = entry.spacings.iter().copied().collect();
-                    spacings.sort_unstable();
-                    entry.spacing = spacings.get(spacings.len().saturating_sub(1) / 2).copied();
+                    entry.spacing = super::median(&mut spacings);
                 }
                 entry.open = Some((at, at, 1));
             }

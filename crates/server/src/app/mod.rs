@@ -64,8 +64,8 @@ impl Warm {
             .filter(|batch| batch.warm)
             .map(|batch| {
                 format!(
-                    "the batch expected at {} ({} jobs, {} still to come; seen on {} of the last {} {})",
-                    clock_time(batch.earliest),
+                    "the batch expected at {} UTC ({} jobs, {} still to come; seen on {} of the last {} {})",
+                    crate::clock::hh_mm(batch.earliest),
                     batch.jobs,
                     batch.remaining,
                     batch.seen,
@@ -74,29 +74,21 @@ impl Warm {
                 )
             })
             .collect();
+        let runners = format!(
+            "{} runner{} kept warm for",
+            self.target,
+            if self.target == 1 { " is" } else { "s are" }
+        );
         Some(if batches.is_empty() {
+            let jobs = self.forecast.jobs;
             format!(
-                "{} runner{} kept warm for the {} job{} the forecast expects within one boot time",
-                self.target,
-                if self.target == 1 { " is" } else { "s are" },
-                self.forecast.jobs,
-                if self.forecast.jobs == 1 { "" } else { "s" },
+                "{runners} the {jobs} job{} the forecast expects within one boot time",
+                if jobs == 1 { "" } else { "s" },
             )
         } else {
-            format!(
-                "{} runner{} kept warm for {}",
-                self.target,
-                if self.target == 1 { " is" } else { "s are" },
-                batches.join(" and ")
-            )
+            format!("{runners} {}", batches.join(" and "))
         })
     }
-}
-
-/// `at`'s time of day, `HH:MM UTC`.
-pub fn clock_time(at: Timestamp) -> String {
-    let minutes = at.as_millis().div_euclid(60_000).rem_euclid(24 * 60);
-    format!("{:02}:{:02} UTC", minutes / 60, minutes % 60)
 }
 
 pub struct Service {

@@ -214,13 +214,12 @@ pub fn axis_duration(seconds: f64) -> String {
 
 /// `at` as "HH:MM" (UTC), with the date when the chart spans days.
 fn clock(at: Timestamp, other: Timestamp) -> String {
-    let text = crate::clock::rfc3339(at);
     let span_days = (at.as_millis() - other.as_millis()).abs() > 24 * 3600 * 1000 - 1;
+    let time = crate::clock::hh_mm(at);
     // rfc3339: YYYY-MM-DDTHH:MM:SS…
-    match (text.get(5..10), text.get(11..16)) {
-        (Some(date), Some(time)) if span_days => format!("{date} {time}"),
-        (_, Some(time)) => time.to_owned(),
-        _ => text,
+    match crate::clock::rfc3339(at).get(5..10) {
+        Some(date) if span_days => format!("{date} {time}"),
+        _ => time,
     }
 }
 

@@ -899,8 +899,8 @@ async fn pool_page(
                 "expected": w.forecast.jobs,
                 "why": w.why(),
                 "batches": w.forecast.batches.iter().map(|b| json!({
-                    "earliest": crate::app::clock_time(b.earliest),
-                    "latest": crate::app::clock_time(b.latest),
+                    "earliest": format!("{} UTC", crate::clock::hh_mm(b.earliest)),
+                    "latest": format!("{} UTC", crate::clock::hh_mm(b.latest)),
                     "jobs": b.jobs,
                     "remaining": b.remaining,
                     "seen": b.seen,
