@@ -44,6 +44,7 @@ fn fleet() -> Snapshot {
                     id: RunnerId(p * 1_000 + r),
                     provider: "sim".into(),
                     state: states[(r % 5) as usize],
+                    in_doubt: false,
                     requested_at: Timestamp::from_millis(r * 2_000),
                     idle_at: Some(Timestamp::from_millis(r * 3_000)),
                 })

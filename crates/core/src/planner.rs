@@ -105,6 +105,10 @@ pub struct RunnerView {
     pub id: RunnerId,
     pub provider: String,
     pub state: RunnerState,
+    /// Its create's outcome is unknown (`Runner::create_in_doubt`): it
+    /// holds its place under `max_runners` but is not counted as booting
+    /// for demand, and the reconciler, not the boot timeout, judges it.
+    pub in_doubt: bool,
     pub requested_at: Timestamp,
     /// When it last became idle.
     pub idle_at: Option<Timestamp>,
@@ -360,8 +364,10 @@ fn plan_pool(
     let mut booting: Vec<&RunnerView> = Vec::new();
     let mut busy = 0u32;
     let mut terminating = 0u32;
+    let mut in_doubt = 0u32;
     for runner in &pool.runners {
         match runner.state {
+            _ if runner.in_doubt => in_doubt += 1,
             RunnerState::Idle => idle.push(runner),
             state if is_booting(state) => {
                 if now.since(runner.requested_at) > policy.boot_timeout {
@@ -395,7 +401,7 @@ fn plan_pool(
     let (i, p) = (idle.len() as u32, booting.len() as u32);
     let room = policy
         .max_runners
-        .saturating_sub(i + p + busy + terminating);
+        .saturating_sub(i + p + busy + terminating + in_doubt);
     let needed = want.saturating_sub(i + p);
     let to_create = if policy.paused { 0 } else { needed.min(room) };
 

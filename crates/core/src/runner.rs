@@ -145,6 +145,12 @@ impl Runner {
     pub fn origin(&self) -> RunnerOrigin<'_> {
         RunnerOrigin::of_column(&self.provider)
     }
+
+    /// Whether its create's outcome is unknown ([`RunnerEvent::CreateInDoubt`]):
+    /// requested, no instance known, and a reason why.
+    pub fn create_in_doubt(&self) -> bool {
+        self.state == RunnerState::Requested && self.instance_id.is_none() && self.reason.is_some()
+    }
 }
 
 /// One runner as the store holds it, with the time of each transition.
@@ -197,6 +203,14 @@ pub enum RunnerEvent {
     /// job runway has not heard of yet (GitHub's 422 on deregistration,
     /// ahead of the job's `in_progress` webhook): busy, job not yet known.
     RemovalRefused,
+    /// The provider's create failed in a way that leaves its outcome
+    /// unknown (a timeout, a lost answer, a restart during the call): the
+    /// instance may exist or appear later. The runner stays `requested`,
+    /// holding its quota slot, with `reason` saying why it is in doubt;
+    /// it no longer counts as booting for demand. A list that shows its
+    /// instance adopts it (`ProvisioningStarted`); past the in-flight
+    /// window it fails.
+    CreateInDoubt { reason: String },
     /// The provider confirmed the instance is gone.
     Terminated,
     /// Boot timeout, provider error, or the instance vanished while not busy.
@@ -215,6 +229,7 @@ impl RunnerEvent {
             RunnerEvent::TerminateRequested => "terminate request",
             RunnerEvent::DrainRequested => "drain request",
             RunnerEvent::RemovalRefused => "removal refusal",
+            RunnerEvent::CreateInDoubt { .. } => "create in doubt",
             RunnerEvent::Terminated => "termination",
             RunnerEvent::Failed { .. } => "failure",
             RunnerEvent::Crashed { .. } => "crash",
@@ -273,6 +288,8 @@ impl Runner {
                     (Requested, _) => {
                         next.state = Provisioning;
                         next.provisioning_at = Some(now);
+                        // Adopted: no longer in doubt.
+                        next.reason = None;
                     }
                     (Provisioning | Idle | Busy | Terminating, None) => {}
                     _ => return Err(invalid()),
@@ -341,6 +358,12 @@ impl Runner {
                 next.job = None;
                 next.terminating_at = None;
                 next.busy_at = Some(now);
+            }
+            RunnerEvent::CreateInDoubt { reason } => {
+                if self.state != Requested || self.instance_id.is_some() {
+                    return Err(invalid());
+                }
+                next.reason = Some(reason.clone());
             }
             RunnerEvent::Terminated => {
                 if self.state != Terminating {

@@ -56,6 +56,7 @@ fn runner(id: i64, state: RunnerState, requested: i64, idle_since: Option<i64>) 
         id: RunnerId(id),
         provider: "sim".into(),
         state,
+        in_doubt: false,
         requested_at: at(requested),
         idle_at: idle_since.map(at),
     }

@@ -226,7 +226,7 @@ proptest! {
 
     #[test]
     fn runner_invariants_hold_and_busy_runners_are_never_terminated(
-        steps in prop::collection::vec(0u8..9, 1..40),
+        steps in prop::collection::vec(0u8..10, 1..40),
     ) {
         let mut runner = NewRunner {
             name: "default-1".into(),
@@ -248,6 +248,7 @@ proptest! {
                 5 => RunnerEvent::Terminated,
                 6 => RunnerEvent::Failed { reason: "boot timeout".into() },
                 7 => RunnerEvent::RemovalRefused,
+                8 => RunnerEvent::CreateInDoubt { reason: "create timed out".into() },
                 _ => RunnerEvent::Crashed { reason: "lost".into() },
             };
             let result = runner.apply(&event, now);
@@ -265,8 +266,18 @@ proptest! {
                 };
                 prop_assert!(refused);
             }
+            if matches!(event, RunnerEvent::CreateInDoubt { .. }) {
+                // Only a create not yet answered can be in doubt.
+                let requested = runner.state == RunnerState::Requested && runner.instance_id.is_none();
+                prop_assert_eq!(result.is_ok(), requested);
+            }
             let Ok(next) = result else { continue };
             prop_assert!(next.invariant_violations().is_empty(), "{:?}", next.invariant_violations());
+            // In doubt until an instance is known or it leaves `requested`.
+            prop_assert!(!next.create_in_doubt() || (next.state == RunnerState::Requested && next.instance_id.is_none()));
+            if matches!(event, RunnerEvent::ProvisioningStarted { .. }) {
+                prop_assert!(!next.create_in_doubt());
+            }
             prop_assert_eq!(next.version, runner.version + 1);
             runner = next;
         }

@@ -2,9 +2,13 @@
 //! through the Docker Engine API (the `bollard` client), so the same
 //! configuration works against Docker and against Podman's compatible
 //! service. A container is labelled with this installation's controller
-//! id, its pool and its runner's name; listing filters on the controller
-//! id, so another installation's containers (or anyone else's) are never
-//! seen, let alone touched.
+//! id, this provider's name, its pool and its runner's name; listing keeps
+//! only containers with this controller id and this provider's name, so
+//! another installation's containers, another `container` provider's of
+//! this one (on the same engine), or anyone else's, are never seen, let
+//! alone touched. Containers from before the provider label are listed
+//! unproven ([`Provider::proven_own`]): their records find them, but
+//! nothing is deleted on them that no record accounts for.
 //!
 //! What runs inside is a shell command (`command`), started by `/bin/sh`
 //! after the runner's bootstrap variables (`RUNWAY_URL`, a one-time
@@ -48,6 +52,8 @@ use crate::{CreateRequest, Instance, InstanceId, InstanceState, Provider, Provid
 
 /// The labels every runway container carries.
 pub const LABEL_CONTROLLER: &str = "io.runway.controller";
+/// The provider (its `[providers.NAME]`) that made the container.
+pub const LABEL_PROVIDER: &str = "io.runway.provider";
 pub const LABEL_POOL: &str = "io.runway.pool";
 pub const LABEL_RUNNER: &str = "io.runway.runner";
 
@@ -196,6 +202,8 @@ pub struct ContainerProvider {
     ended: Mutex<BTreeMap<String, Ended>>,
     /// Containers runway itself is stopping: their SIGKILL is no crash.
     stopping: Mutex<std::collections::BTreeSet<String>>,
+    /// Containers the latest list found without this provider's label.
+    unproven: Mutex<std::collections::BTreeSet<InstanceId>>,
     /// Asked right before each call that changes the engine's containers.
     fence: crate::Fence,
 }
@@ -322,6 +330,7 @@ impl ContainerProvider {
             used: AtomicU32::new(0),
             reserved: crate::Slots::default(),
             ended: Mutex::new(BTreeMap::new()),
+            unproven: Mutex::new(std::collections::BTreeSet::new()),
             stopping: Mutex::new(Default::default()),
             fence: crate::unfenced(),
         };
@@ -401,12 +410,22 @@ impl ContainerProvider {
         }
     }
 
-    fn ours(&self, labels: Option<&HashMap<String, String>>) -> bool {
-        let Some(controller) = labels.and_then(|l| l.get(LABEL_CONTROLLER)) else {
-            return false;
-        };
-        controller == &self.config.controller_id
-            || self.config.legacy_controller_id.as_deref() == Some(controller.as_str())
+    /// Whose a container with `labels` is: `None` another's; `Some(true)`
+    /// this provider's by its labels; `Some(false)` this installation's
+    /// from before the provider label (or under the legacy controller id),
+    /// so maybe another provider's of this installation.
+    fn ours(&self, labels: Option<&HashMap<String, String>>) -> Option<bool> {
+        let labels = labels?;
+        let controller = labels.get(LABEL_CONTROLLER)?;
+        let legacy = self.config.legacy_controller_id.as_deref() == Some(controller.as_str());
+        if controller != &self.config.controller_id && !legacy {
+            return None;
+        }
+        match labels.get(LABEL_PROVIDER) {
+            Some(provider) if provider == &self.config.name => Some(!legacy),
+            Some(_) => None,
+            None => Some(false),
+        }
     }
 
     fn bootstrap_dir(&self, name: &str) -> PathBuf {
@@ -563,6 +582,7 @@ impl ContainerProvider {
                 .collect();
         let labels = HashMap::from([
             (LABEL_CONTROLLER.to_owned(), config.controller_id.clone()),
+            (LABEL_PROVIDER.to_owned(), config.name.clone()),
             (LABEL_POOL.to_owned(), request.pool.clone()),
             (LABEL_RUNNER.to_owned(), request.name.clone()),
         ]);
@@ -736,10 +756,11 @@ impl Provider for ContainerProvider {
             .await
             .map_err(|e| self.engine_error("list containers", e))?;
         let mut instances = Vec::new();
+        let mut unproven = std::collections::BTreeSet::new();
         for container in listed {
-            if !self.ours(container.labels.as_ref()) {
+            let Some(proven) = self.ours(container.labels.as_ref()) else {
                 continue;
-            }
+            };
             let Some(name) = container
                 .names
                 .as_ref()
@@ -778,14 +799,27 @@ impl Provider for ContainerProvider {
                 .and_then(|l| l.get(LABEL_RUNNER))
                 .cloned()
                 .unwrap_or_else(|| name.clone());
+            if !proven {
+                unproven.insert(InstanceId(name.clone()));
+            }
             instances.push(Instance {
                 id: InstanceId(name),
                 name: runner,
                 state,
             });
         }
+        if let Ok(mut kept) = self.unproven.lock() {
+            *kept = unproven;
+        }
         self.used.store(instances.len() as u32, Ordering::SeqCst);
         Ok(instances)
+    }
+
+    fn proven_own(&self, id: &InstanceId) -> bool {
+        self.unproven
+            .lock()
+            .map(|unproven| !unproven.contains(id))
+            .unwrap_or(false)
     }
 
     fn ended_detail(&self, id: &InstanceId) -> Option<String> {
@@ -819,7 +853,10 @@ impl ContainerProvider {
         // A retried create finds the first attempt's container.
         match self.docker()?.inspect_container(name, None).await {
             Ok(existing) => {
-                if !self.ours(existing.config.as_ref().and_then(|c| c.labels.as_ref())) {
+                if self
+                    .ours(existing.config.as_ref().and_then(|c| c.labels.as_ref()))
+                    .is_none()
+                {
                     return Err(self.permanent(format!(
                         "a container named {name} exists and is not this runway's"
                     )));
@@ -865,10 +902,25 @@ impl ContainerProvider {
             return Err(error);
         }
         if let Err(error) = self.docker()?.create_container(Some(options), body).await {
+            if outcome_unknown(&error) {
+                // The engine may have made it: kept, bootstrap and all, for
+                // the next look (a retried create finds it by name).
+                return Err(ProviderError::in_doubt(
+                    &self.config.name,
+                    format!("create the container: {error}"),
+                ));
+            }
             let _ = std::fs::remove_dir_all(&bootstrap);
             return Err(self.engine_error("create the container", error));
         }
         if let Err(error) = self.docker()?.start_container(name, None).await {
+            if outcome_unknown(&error) {
+                // It may be running its job by now: nothing is removed.
+                return Err(ProviderError::in_doubt(
+                    &self.config.name,
+                    format!("start the container: {error}"),
+                ));
+            }
             // Not started: removed, so nothing half-made is left.
             let remove = RemoveContainerOptionsBuilder::default()
                 .force(true)
@@ -888,6 +940,17 @@ impl ContainerProvider {
             state: InstanceState::Running,
         })
     }
+}
+
+/// Whether an engine call that failed with `error` may still have done
+/// what it was asked: it timed out, or its connection broke after the
+/// request was sent.
+fn outcome_unknown(error: &bollard::errors::Error) -> bool {
+    use bollard::errors::Error as E;
+    matches!(
+        error,
+        E::RequestTimeoutError | E::HyperResponseError { .. } | E::HyperLegacyError { .. }
+    )
 }
 
 #[cfg(test)]

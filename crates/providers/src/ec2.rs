@@ -14,10 +14,16 @@
 //! A launch takes its settings from the pool's worker configuration, whose
 //! `ec2` object is written with RunInstances' own names (`ImageId`,
 //! `SubnetId`, `SecurityGroupIds`, …; see [`LaunchSettings`]). Instances
-//! are tagged with the runner's name, pool, offer and this installation's
-//! controller id; creates are idempotent by name (a lookup by tag, and the
-//! name as RunInstances' client token), deletes are idempotent, and `list`
-//! pages through only this controller's instances. The user data is a
+//! are tagged with the runner's name, pool, offer, this installation's
+//! controller id and this provider's name; creates are idempotent by name
+//! (a lookup by tag, and the name as RunInstances' client token), deletes
+//! are idempotent, and `list` pages through only this controller's
+//! instances and keeps this provider's: two `ec2` providers in one account
+//! and region never see each other's. Instances from before the provider
+//! tag are listed unproven ([`Provider::proven_own`]). A RunInstances that
+//! timed out or whose answer was lost is [`ProviderError::InDoubt`]: its
+//! quota slot stays held and the instance, if AWS made it, is adopted by
+//! the record's name. The user data is a
 //! shell script that exports the runner's bootstrap and runs its command;
 //! the machine powers off, and so terminates, when the command ends.
 
@@ -46,6 +52,9 @@ use crate::{Clock, CreateRequest, Instance, InstanceId, InstanceState, Provider,
 
 /// The tag that names the installation an instance belongs to.
 pub const CONTROLLER_TAG: &str = "runway:controller";
+/// The tag that names the provider (its `[providers.NAME]`) that launched
+/// the instance.
+pub const PROVIDER_TAG: &str = "runway:provider";
 /// The tag that names the runner (its record's name).
 pub const RUNNER_TAG: &str = "runway:runner";
 pub const POOL_TAG: &str = "runway:pool";
@@ -512,6 +521,8 @@ struct State {
     launched: BTreeMap<String, Instant>,
     /// Instances the latest list saw shutting down or terminated.
     gone: BTreeSet<String>,
+    /// Instances the latest list found without this provider's tag.
+    unproven: BTreeSet<String>,
     /// Spot $/hour per (instance type, zone).
     spot_prices: BTreeMap<(String, String), f64>,
     prices_read: Option<Instant>,
@@ -581,6 +592,7 @@ impl Ec2Provider {
                 reserved: BTreeSet::new(),
                 launched: BTreeMap::new(),
                 gone: BTreeSet::new(),
+                unproven: BTreeSet::new(),
                 spot_prices: BTreeMap::new(),
                 prices_read: None,
                 interruptions: BTreeMap::new(),
@@ -741,18 +753,27 @@ impl Ec2Provider {
             .find_map(|i| self.instance(i).map(|(instance, _)| instance)))
     }
 
-    /// An EC2 instance as runway sees it, with whether AWS interrupted it.
+    /// An EC2 instance as runway sees it, with whether AWS interrupted it;
+    /// `None` for another provider's (its provider tag names another).
     fn instance(&self, instance: &aws_sdk_ec2::types::Instance) -> Option<(Instance, Observed)> {
         let id = instance.instance_id()?;
+        let proven = match tag_value(instance.tags(), PROVIDER_TAG) {
+            Some(provider) if provider == self.config.name => true,
+            Some(_) => return None,
+            None => false,
+        };
         let name = tag_value(instance.tags(), RUNNER_TAG).unwrap_or_default();
         let state = instance.state().and_then(|s| s.name());
         let interrupted = instance
             .state_reason()
             .and_then(|r| r.code())
             .is_some_and(|code| code == "Server.SpotInstanceTermination");
+        let legacy = tag_value(instance.tags(), CONTROLLER_TAG).as_deref()
+            != Some(self.config.controller_id.as_str());
         let observed = Observed {
             interrupted,
             gone: state == Some(&InstanceStateName::Terminated),
+            proven: proven && !legacy,
         };
         let state = match state {
             Some(InstanceStateName::Pending) => InstanceState::Pending,
@@ -810,6 +831,8 @@ struct Observed {
     interrupted: bool,
     /// Terminated: no longer runway's concern, but for what it teaches.
     gone: bool,
+    /// Tagged with this provider's name under this controller's id.
+    proven: bool,
 }
 
 /// An offer's reliability after `recent` spot interruptions within the
@@ -834,6 +857,18 @@ fn is_permanent(code: &str) -> bool {
         || code == "InvalidClientTokenId"
         || code == "OptInRequired"
         || code == "MissingParameter"
+}
+
+/// Whether a failed call may still have been carried out: it timed out,
+/// its connection broke after it was sent, or its answer could not be
+/// read.
+fn sdk_in_doubt<E, R>(error: &aws_sdk_ec2::error::SdkError<E, R>) -> bool {
+    use aws_sdk_ec2::error::SdkError;
+    match error {
+        SdkError::TimeoutError(_) | SdkError::ResponseError(_) => true,
+        SdkError::DispatchFailure(failure) => !failure.is_user(),
+        _ => false,
+    }
 }
 
 fn state_filter(states: &[&str]) -> Filter {
@@ -910,6 +945,7 @@ impl Provider for Ec2Provider {
         let mut tags = vec![
             tag("Name", &request.name),
             tag(CONTROLLER_TAG, &self.config.controller_id),
+            tag(PROVIDER_TAG, &self.config.name),
             tag(RUNNER_TAG, &request.name),
             tag(POOL_TAG, &request.pool),
             tag(OFFER_TAG, &offer.to_string()),
@@ -998,6 +1034,19 @@ impl Provider for Ec2Provider {
         }
         let started = match run.send().await {
             Ok(started) => started,
+            Err(error) if sdk_in_doubt(&error) => {
+                // AWS may have launched it: the slot stays held, and the
+                // instance is adopted by its runner tag if it appears.
+                let error = ProviderError::in_doubt(
+                    &self.config.name,
+                    format!(
+                        "RunInstances: {}",
+                        aws_sdk_ec2::error::DisplayErrorContext(&error)
+                    ),
+                );
+                tracing::warn!(provider = %self.config.name, runner = %request.name, offer = %offer, %error, "launch outcome unknown");
+                return Err(error);
+            }
             Err(error) => {
                 release(None);
                 let error = self.sdk_error("RunInstances", &error);
@@ -1082,6 +1131,7 @@ impl Provider for Ec2Provider {
         // shown (running or already terminated) is no longer lagging.
         let mut seen = BTreeSet::new();
         let mut gone = BTreeSet::new();
+        let mut unproven = BTreeSet::new();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| self.sdk_error("DescribeInstances", &e))?;
             for described in page.reservations().iter().flat_map(|r| r.instances()) {
@@ -1093,6 +1143,9 @@ impl Provider for Ec2Provider {
                     interrupted.push((instance.id.0.clone(), offer));
                 }
                 seen.insert(instance.id.0.clone());
+                if !observed.proven {
+                    unproven.insert(instance.id.0.clone());
+                }
                 if observed.gone {
                     gone.insert(instance.id.0.clone());
                     continue;
@@ -1111,6 +1164,7 @@ impl Provider for Ec2Provider {
                 .retain(|id, at| !seen.contains(id) && at.elapsed() < lag);
             let unlisted: Vec<String> = state.launched.keys().cloned().collect();
             state.gone = gone;
+            state.unproven = unproven;
             state.live = listed
                 .iter()
                 .filter(|i| i.state != InstanceState::Failed)
@@ -1185,6 +1239,13 @@ impl Provider for Ec2Provider {
 
     fn reserve(&self, name: &str) -> Result<(), ProviderError> {
         self.take_slot(name)
+    }
+
+    fn proven_own(&self, id: &InstanceId) -> bool {
+        self.state
+            .lock()
+            .map(|state| !state.unproven.contains(&id.0))
+            .unwrap_or(false)
     }
 
     fn seen_gone(&self, id: &InstanceId) -> bool {

@@ -27,11 +27,24 @@
 //! timeout; a call that overruns is killed.
 //!
 //! The controller id is a UUID and each pool's `GARM_POOL_ID` is a UUID
-//! derived from it and the pool's name ([`pool_id`]), as GARM's are:
-//! providers use both as tags and labels, whose lengths are limited.
-//! Instances of an installation from before the UUIDs (controller
-//! `rwc_…`, pool id = pool name) are still listed and deleted under their
-//! old ids until none is left.
+//! derived from it, this provider's name and the pool's name
+//! ([`provider_pool_id`]): as in GARM, where a pool belongs to one
+//! provider, so two `exec` providers on one backend never list each
+//! other's instances. Providers use both as tags and labels, whose
+//! lengths are limited. Instances under older ids (a pool id without the
+//! provider's name, [`pool_id`]; a controller `rwc_…` with the pool's name
+//! as its id) are still listed, so that their records find them, until
+//! none is left — but as *unproven* ([`Provider::proven_own`]): another
+//! provider may list them too, and nothing no record accounts for is
+//! deleted on them.
+//!
+//! A call that overruns its timeout has an unknown outcome
+//! ([`ProviderError::InDoubt`]): a `CreateInstance` killed late may still
+//! have made its instance, so runway does not clean up by name after it
+//! (GARM does); the reconciler adopts the instance or judges it as any
+//! other it cannot account for. Calls of one provider run concurrently
+//! (the reconciler bounds them per provider): a hung create holds its own
+//! call, not the provider.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -164,14 +177,26 @@ pub const EXIT_NOT_FOUND: i32 = 30;
 /// GARM's exit code for "duplicate".
 pub const EXIT_DUPLICATE: i32 = 31;
 
-/// The `GARM_POOL_ID` of runway pool `pool` under `controller_id`: a UUID
-/// (version 5) of the pool's name in the controller's namespace, so it is
-/// the same on every replica and after every restart.
+/// The `GARM_POOL_ID` runway pool `pool` had under `controller_id` before
+/// pool ids named their provider: a UUID (version 5) of the pool's name in
+/// the controller's namespace. Instances under it are listed unproven.
 pub fn pool_id(controller_id: &str, pool: &str) -> String {
-    let namespace = uuid::Uuid::parse_str(controller_id).unwrap_or_else(|_| {
+    uuid::Uuid::new_v5(&controller_namespace(controller_id), pool.as_bytes()).to_string()
+}
+
+/// The `GARM_POOL_ID` of runway pool `pool` served by provider `provider`
+/// under `controller_id`: a UUID (version 5) of `provider/pool` in the
+/// controller's namespace, the same on every replica and after every
+/// restart, and another for each provider (GARM's pools belong to one).
+pub fn provider_pool_id(controller_id: &str, provider: &str, pool: &str) -> String {
+    let key = format!("{provider}/{pool}");
+    uuid::Uuid::new_v5(&controller_namespace(controller_id), key.as_bytes()).to_string()
+}
+
+fn controller_namespace(controller_id: &str) -> uuid::Uuid {
+    uuid::Uuid::parse_str(controller_id).unwrap_or_else(|_| {
         uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, controller_id.as_bytes())
-    });
-    uuid::Uuid::new_v5(&namespace, pool.as_bytes()).to_string()
+    })
 }
 
 /// Under which ids an instance lives at the provider.
@@ -182,6 +207,9 @@ struct Scope {
     pool_id: Option<String>,
     /// The runway pool, for its extra specs.
     pool: Option<String>,
+    /// Whether its ids name this provider: instances listed under an
+    /// older scope may be another provider's too.
+    proven: bool,
 }
 
 /// How one call went wrong.
@@ -231,9 +259,11 @@ pub struct ExecProvider {
     located: Mutex<BTreeMap<InstanceId, Scope>>,
     /// Each pool's extra specs, as its last create sent them.
     extra_specs: Mutex<BTreeMap<String, Value>>,
-    /// Whether instances under the legacy ids may still exist.
+    /// Whether instances under older ids (a legacy controller, a pool id
+    /// without this provider's name) may still exist.
     legacy_left: AtomicBool,
-    creating: tokio::sync::Mutex<()>,
+    /// Instances the latest list found only under older ids.
+    unproven: Mutex<std::collections::BTreeSet<InstanceId>>,
 }
 
 /// The most of the executable's standard error quoted in an error.
@@ -307,7 +337,6 @@ impl ExecProvider {
     /// A provider that asks `fence` right before each call that changes
     /// an instance (create, delete, start, stop, remove all).
     pub fn fenced(config: ExecConfig, fence: crate::Fence) -> ExecProvider {
-        let legacy = config.legacy_controller_id.is_some();
         ExecProvider {
             config,
             fence,
@@ -317,8 +346,9 @@ impl ExecProvider {
             created: Mutex::new(BTreeMap::new()),
             located: Mutex::new(BTreeMap::new()),
             extra_specs: Mutex::new(BTreeMap::new()),
-            legacy_left: AtomicBool::new(legacy),
-            creating: tokio::sync::Mutex::new(()),
+            // Until a list finds none under the older ids.
+            legacy_left: AtomicBool::new(true),
+            unproven: Mutex::new(std::collections::BTreeSet::new()),
         }
     }
 
@@ -333,12 +363,17 @@ impl ExecProvider {
     fn pool_scope(&self, pool: &str) -> Scope {
         Scope {
             controller_id: self.config.controller_id.clone(),
-            pool_id: Some(pool_id(&self.config.controller_id, pool)),
+            pool_id: Some(provider_pool_id(
+                &self.config.controller_id,
+                &self.config.name,
+                pool,
+            )),
             pool: Some(pool.to_owned()),
+            proven: true,
         }
     }
 
-    /// The scopes `list` asks: each pool's, and its legacy one while
+    /// The scopes `list` asks: each pool's, and its older ones while
     /// instances may be left there.
     fn list_scopes(&self) -> Vec<Scope> {
         let mut scopes: Vec<Scope> = self
@@ -347,14 +382,21 @@ impl ExecProvider {
             .iter()
             .map(|p| self.pool_scope(p))
             .collect();
-        if let (Some(legacy), true) = (
-            &self.config.legacy_controller_id,
-            self.legacy_left.load(Ordering::SeqCst),
-        ) {
+        if !self.legacy_left.load(Ordering::SeqCst) {
+            return scopes;
+        }
+        scopes.extend(self.config.pools.iter().map(|p| Scope {
+            controller_id: self.config.controller_id.clone(),
+            pool_id: Some(pool_id(&self.config.controller_id, p)),
+            pool: Some(p.clone()),
+            proven: false,
+        }));
+        if let Some(legacy) = &self.config.legacy_controller_id {
             scopes.extend(self.config.pools.iter().map(|p| Scope {
                 controller_id: legacy.clone(),
                 pool_id: Some(p.clone()),
                 pool: Some(p.clone()),
+                proven: false,
             }));
         }
         scopes
@@ -463,13 +505,17 @@ impl ExecProvider {
                     self.error(format!("{}: {e}", operation.as_str())),
                 ))
             }
-            // Dropping the future kills the child (kill_on_drop).
+            // Dropping the future kills the child (kill_on_drop). What it
+            // did before is unknown: a create may have made its instance.
             Err(_) => {
-                return Err(CallError::Other(self.error(format!(
-                    "{} did not finish within {:?}",
-                    operation.as_str(),
-                    self.config.timeout
-                ))))
+                return Err(CallError::Other(ProviderError::in_doubt(
+                    &self.config.name,
+                    format!(
+                        "{} did not finish within {:?}",
+                        operation.as_str(),
+                        self.config.timeout
+                    ),
+                )))
             }
         };
         if !output.status.success() {
@@ -639,6 +685,7 @@ impl ExecProvider {
                 controller_id,
                 pool_id: None,
                 pool: None,
+                proven: false,
             };
             self.call(Command::RemoveAllInstances, &scope, None, None)
                 .await?;
@@ -731,11 +778,6 @@ impl ExecProvider {
     fn unreserve_slot(&self, name: &str) {
         self.reserved.release(name);
     }
-
-    /// Slots held for creates other than `name`'s.
-    fn reserved_besides(&self, name: &str) -> u32 {
-        self.reserved.held_besides(name)
-    }
 }
 
 fn short(text: &str) -> String {
@@ -761,7 +803,6 @@ impl Provider for ExecProvider {
     }
 
     async fn create(&self, request: &CreateRequest) -> Result<Instance, ProviderError> {
-        let _one_at_a_time = self.creating.lock().await;
         let known = self
             .created
             .lock()
@@ -772,9 +813,24 @@ impl Provider for ExecProvider {
                 return Ok(instance);
             }
         }
-        self.list().await?;
+        let instances = self.list().await?;
+        if let Some(found) = instances.iter().find(|i| i.name == request.name) {
+            // Made by an earlier create whose answer was lost (a timeout,
+            // a restart): adopted, not made twice. The list counted it.
+            if let Ok(mut created) = self.created.lock() {
+                created.insert(request.name.clone(), found.id.clone());
+            }
+            self.unreserve_slot(&request.name);
+            return Ok(found.clone());
+        }
+        let listed: std::collections::BTreeSet<String> =
+            instances.into_iter().map(|i| i.name).collect();
         let used = self.used.load(Ordering::SeqCst);
-        if used + self.reserved_besides(&request.name) >= self.config.max_instances {
+        // Creates run concurrently: another's slot whose instance the list
+        // shows already counts once, in `used`.
+        if used + self.reserved.held_besides_unlisted(&request.name, &listed)
+            >= self.config.max_instances
+        {
             self.unreserve_slot(&request.name);
             return Err(ProviderError::Quota {
                 provider: self.config.name.clone(),
@@ -808,12 +864,17 @@ impl Provider for ExecProvider {
                 }
             }
             Err(error) => {
-                self.unreserve_slot(&request.name);
-                // GARM's contract: clean up a failed create by name.
-                let _ = self
-                    .call(Command::DeleteInstance, &scope, Some(&request.name), None)
-                    .await;
-                return Err(error.into());
+                let error = ProviderError::from(error);
+                if !error.is_in_doubt() {
+                    self.unreserve_slot(&request.name);
+                }
+                // GARM cleans up a failed create by name at once. runway
+                // does not: a create that failed late (killed at its
+                // timeout, say) may have made an instance that registered
+                // and took a job. Its record or the orphan rules judge it
+                // once the in-flight window has passed, after positive
+                // checks (DESIGN §3).
+                return Err(error);
             }
         };
         self.unreserve_slot(&request.name);
@@ -848,6 +909,7 @@ impl Provider for ExecProvider {
                 controller_id: self.config.controller_id.clone(),
                 pool_id: None,
                 pool: None,
+                proven: false,
             },
         };
         match self
@@ -881,14 +943,26 @@ impl Provider for ExecProvider {
     }
 
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
-        let mut instances = Vec::new();
+        let mut instances: Vec<Instance> = Vec::new();
+        let mut unproven = std::collections::BTreeSet::new();
         let mut legacy_found = false;
         for scope in self.list_scopes() {
             let found = self.list_scope(&scope).await?;
-            if scope.controller_id != self.config.controller_id && !found.is_empty() {
-                legacy_found = true;
+            if scope.proven {
+                instances.extend(found);
+                continue;
             }
-            instances.extend(found);
+            legacy_found |= !found.is_empty();
+            for instance in found {
+                // One instance under two scopes is listed once, as proven.
+                if !instances.iter().any(|i| i.id == instance.id) {
+                    unproven.insert(instance.id.clone());
+                    instances.push(instance);
+                }
+            }
+        }
+        if let Ok(mut kept) = self.unproven.lock() {
+            *kept = unproven;
         }
         if !legacy_found {
             // Every legacy list came back empty: none is left to look after.
@@ -909,6 +983,13 @@ impl Provider for ExecProvider {
         self.used
             .store((instances.len() + unlisted) as u32, Ordering::SeqCst);
         Ok(instances)
+    }
+
+    fn proven_own(&self, id: &InstanceId) -> bool {
+        self.unproven
+            .lock()
+            .map(|unproven| !unproven.contains(id))
+            .unwrap_or(false)
     }
 
     fn reserve(&self, name: &str) -> Result<(), ProviderError> {

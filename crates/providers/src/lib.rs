@@ -111,6 +111,13 @@ pub enum ProviderError {
     Transient { provider: String, message: String },
     #[error("provider {provider}: {message}")]
     Permanent { provider: String, message: String },
+    /// The call's outcome is unknown (it timed out, or its connection
+    /// broke after the request went out): the instance may exist, or
+    /// appear later. Never a reason to delete anything: the runner's
+    /// record stays in flight until a list shows the instance or its
+    /// in-flight window passes (DESIGN §3).
+    #[error("provider {provider}: {message} (outcome unknown: the instance may exist)")]
+    InDoubt { provider: String, message: String },
 }
 
 impl ProviderError {
@@ -128,6 +135,20 @@ impl ProviderError {
             provider: provider.to_owned(),
             message,
         }
+    }
+
+    /// A call of `provider` whose outcome is unknown.
+    pub fn in_doubt(provider: &str, message: String) -> ProviderError {
+        ProviderError::InDoubt {
+            provider: provider.to_owned(),
+            message,
+        }
+    }
+
+    /// Whether the call may have done what it was asked although it
+    /// failed ([`ProviderError::InDoubt`]).
+    pub fn is_in_doubt(&self) -> bool {
+        matches!(self, ProviderError::InDoubt { .. })
     }
 
     /// Whether the same call may succeed later (quota frees up, a network
@@ -157,8 +178,21 @@ pub trait Provider: Send + Sync {
         })
     }
 
-    /// Every instance this provider manages for this installation.
+    /// Every instance this provider manages for this installation: tagged
+    /// with this installation's controller id and, since provider names
+    /// were added to tags, with this provider's name. Another provider's
+    /// instances (of this installation or another) are never listed.
     async fn list(&self) -> Result<Vec<Instance>, ProviderError>;
+
+    /// Whether the latest list proved `id` this provider's own (its tags
+    /// name this provider). An instance from before provider names were
+    /// tagged is listed, so that its record can find it, but unproven:
+    /// another provider of the same kind may list it too, so nothing that
+    /// no record of this provider accounts for is ever deleted on it.
+    fn proven_own(&self, id: &InstanceId) -> bool {
+        let _ = id;
+        true
+    }
 
     /// Offers for up to `capacity` new runners of `pool`.
     fn bid(&self, pool: &str, capacity: u32) -> Vec<Offer>;
@@ -262,6 +296,24 @@ impl Slots {
     /// How many slots are held.
     pub fn held(&self) -> u32 {
         self.0.lock().map(|held| held.len() as u32).unwrap_or(0)
+    }
+
+    /// How many slots are held for creates other than `name`'s whose
+    /// instances are not among `listed` (names): a create whose instance a
+    /// list shows already, while its call has not returned, counts once.
+    pub fn held_besides_unlisted(
+        &self,
+        name: &str,
+        listed: &std::collections::BTreeSet<String>,
+    ) -> u32 {
+        self.0
+            .lock()
+            .map(|held| {
+                held.iter()
+                    .filter(|n| n.as_str() != name && !listed.contains(n.as_str()))
+                    .count() as u32
+            })
+            .unwrap_or(0)
     }
 
     /// How many slots are held for creates other than `name`'s.

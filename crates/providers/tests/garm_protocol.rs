@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use base64::Engine as _;
-use runway_providers::exec::{pool_id, ExecConfig, ExecProvider, InterfaceVersion};
+use runway_providers::exec::{
+    pool_id, provider_pool_id, ExecConfig, ExecProvider, InterfaceVersion,
+};
 use runway_providers::{CreateRequest, InstanceId, InstanceState, Provider};
 
 const CONTROLLER: &str = "0f5c3c0e-2f8a-4d55-9a53-1f2f7cbd0a11";
@@ -119,7 +121,11 @@ async fn drive(version: InterfaceVersion) -> Vec<BTreeMap<String, String>> {
 #[tokio::test]
 async fn v0_1_1_calls_carry_the_pool_and_its_extra_specs_on_every_command() {
     let calls = drive(InterfaceVersion::V011).await;
-    let pool = pool_id(CONTROLLER, "linux");
+    // The pool's id names its provider (GARM's pools belong to one); lists
+    // also ask under the id from before, while instances may be left there.
+    let pool = provider_pool_id(CONTROLLER, "garm", "linux");
+    let before = pool_id(CONTROLLER, "linux");
+    assert_ne!(pool, before);
     let commands: std::collections::BTreeSet<_> =
         calls.iter().map(|c| c["GARM_COMMAND"].as_str()).collect();
     assert_eq!(
@@ -138,6 +144,9 @@ async fn v0_1_1_calls_carry_the_pool_and_its_extra_specs_on_every_command() {
         let command = &call["GARM_COMMAND"];
         assert_eq!(call["GARM_INTERFACE_VERSION"], "v0.1.1", "{command}");
         assert_eq!(call["GARM_CONTROLLER_ID"], CONTROLLER, "{command}");
+        if command == "ListInstances" && call["GARM_POOL_ID"] == before {
+            continue;
+        }
         assert_eq!(call["GARM_POOL_ID"], pool, "{command}");
         let specs = base64::engine::general_purpose::STANDARD
             .decode(&call["GARM_POOL_EXTRASPECS"])
@@ -443,4 +452,125 @@ async fn launches_a_lagging_list_does_not_show_count_against_the_quota() {
     assert_eq!(provider.bid("linux", 5)[0].capacity, 0);
     provider.unreserve("a");
     assert_eq!(provider.bid("linux", 5)[0].capacity, 1);
+}
+
+/// Two `exec` providers of one installation on one backend (the same
+/// executable and state): each lists only its own instances, because each
+/// pool's `GARM_POOL_ID` names its provider; an instance from before that
+/// (under the pool id without the provider) is listed by both, unproven.
+#[tokio::test]
+async fn two_providers_on_one_backend_list_only_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let make = |name: &str| {
+        let mut config = config(dir.path(), contrib(), InterfaceVersion::V011);
+        config.name = name.to_owned();
+        ExecProvider::new(config)
+    };
+    let (a, b) = (make("cloud-a"), make("cloud-b"));
+    // Left by a runway from before provider-scoped pool ids.
+    let old = std::process::Command::new(contrib())
+        .env("GARM_COMMAND", "CreateInstance")
+        .env("GARM_INTERFACE_VERSION", "v0.1.1")
+        .env(
+            "GARM_PROVIDER_CONFIG_FILE",
+            dir.path().join("provider.conf"),
+        )
+        .env("GARM_CONTROLLER_ID", CONTROLLER)
+        .env("GARM_POOL_ID", pool_id(CONTROLLER, "linux"))
+        .env("GARM_POOL_EXTRASPECS", "e30=")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut old = old;
+        let mut bootstrap = a.bootstrap(&request("linux-old"));
+        bootstrap["pool_id"] = serde_json::json!(pool_id(CONTROLLER, "linux"));
+        old.stdin
+            .take()
+            .unwrap()
+            .write_all(bootstrap.to_string().as_bytes())
+            .unwrap();
+        assert!(old.wait_with_output().unwrap().status.success());
+    }
+    let made_by_a = a.create(&request("linux-aaaa")).await.unwrap();
+    let made_by_b = b.create(&request("linux-bbbb")).await.unwrap();
+    for (provider, own, other) in [(&a, &made_by_a, &made_by_b), (&b, &made_by_b, &made_by_a)] {
+        let listed = provider.list().await.unwrap();
+        let names: Vec<&str> = listed.iter().map(|i| i.name.as_str()).collect();
+        assert!(names.contains(&own.name.as_str()), "{names:?}");
+        assert!(!names.contains(&other.name.as_str()), "{names:?}");
+        let old = listed
+            .iter()
+            .find(|i| i.name == "linux-old")
+            .expect("listed");
+        assert!(provider.proven_own(&own.id));
+        assert!(!provider.proven_own(&old.id), "maybe another provider's");
+    }
+    for (provider, instance) in [(&a, &made_by_a), (&b, &made_by_b)] {
+        provider.delete(&instance.id).await.unwrap();
+    }
+    let old = a
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|i| i.name == "linux-old")
+        .unwrap();
+    a.delete(&old.id).await.unwrap();
+    assert!(a.list().await.unwrap().is_empty());
+}
+
+/// A create that overruns its timeout has an unknown outcome: it is
+/// `InDoubt`, and no clean-up delete goes out after it (the instance it
+/// may have made could be running a job). Another create of the same
+/// provider is not held behind it.
+#[tokio::test]
+async fn a_hung_create_is_in_doubt_cleans_nothing_up_and_blocks_no_other_create() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = executable(
+        dir.path(),
+        "provider",
+        &format!(
+            "d={d}\necho \"$GARM_COMMAND $GARM_INSTANCE_ID\" >> \"$d/log\"\n\
+             case \"$GARM_COMMAND\" in\n\
+             ListInstances) echo '[]' ;;\n\
+             CreateInstance) n=$(cat | sed 's/.*\"name\": *\"\\([^\"]*\\)\".*/\\1/'); \
+               case \"$n\" in *hang*) exec sleep 30 ;; esac; \
+               echo \"{{\\\"provider_id\\\":\\\"i-$n\\\",\\\"name\\\":\\\"$n\\\",\\\"status\\\":\\\"running\\\"}}\" ;;\n\
+             esac\n",
+            d = dir.path().display()
+        ),
+    );
+    let mut config = config(dir.path(), provider, InterfaceVersion::V011);
+    config.timeout = Duration::from_secs(3);
+    let provider = std::sync::Arc::new(ExecProvider::new(config));
+    let hung = {
+        let provider = provider.clone();
+        tokio::spawn(async move { provider.create(&request("linux-hang")).await })
+    };
+    // Give the hung create time to be under way.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !std::fs::read_to_string(dir.path().join("log"))
+        .unwrap_or_default()
+        .contains("CreateInstance")
+    {
+        assert!(std::time::Instant::now() < deadline, "no create began");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let other = provider.create(&request("linux-other")).await.unwrap();
+    assert_eq!(other.name, "linux-other");
+    assert!(
+        !hung.is_finished(),
+        "the second create waited behind the hung one"
+    );
+    let error = hung.await.unwrap().unwrap_err();
+    assert!(error.is_in_doubt(), "{error}");
+    assert!(error.is_retryable());
+    let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
+    assert!(
+        !log.contains("DeleteInstance"),
+        "cleaned up after a timeout: {log}"
+    );
 }

@@ -193,13 +193,14 @@ async fn a_leader_held_between_its_list_and_its_deletes_deletes_nothing_after_a_
         }
         cloud.hold_list.store(false, SeqCst);
         cloud.list_released.notify_waiters();
-        // The held list is observed in the next rounds, as after a pause.
+        // The held list is observed in the next rounds, as after a pause;
+        // each an hour after the last, so that the orphan, once seen, is
+        // past its in-flight window at the next.
         let deadline = Instant::now() + Duration::from_secs(10);
+        let mut at = now;
         loop {
-            reconciler
-                .reconcile_once(now.plus(Duration::from_secs(1)))
-                .await
-                .unwrap();
+            at = at.plus(Duration::from_secs(3600));
+            reconciler.reconcile_once(at).await.unwrap();
             let done = if take_over {
                 fenced(&service) > 0
             } else {

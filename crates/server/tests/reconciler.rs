@@ -594,8 +594,10 @@ async fn self_registering_runners_adopt_their_record_and_orphans_are_deleted() {
         1
     );
 
-    // An instance no record accounts for (say, a crash between create and
-    // record) is deleted at the next round; the adopted one is kept.
+    // An instance no record accounts for is kept while a create that
+    // answered late could still be adopted (its in-flight window), then
+    // deleted (no GitHub pool: no registration to let go first); the
+    // adopted one is kept.
     process
         .create(&CreateRequest {
             name: "linux-orphan".into(),
@@ -610,6 +612,15 @@ async fn self_registering_runners_adopt_their_record_and_orphans_are_deleted() {
         .unwrap();
     let (report, _) = reconciler
         .reconcile_once(now.plus(Duration::from_secs(3)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.orphans_deleted, report.orphans_kept, report.created),
+        (0, 1, 0),
+        "within its window: kept"
+    );
+    let (report, _) = reconciler
+        .reconcile_once(now.plus(Duration::from_secs(3600)))
         .await
         .unwrap();
     assert_eq!((report.orphans_deleted, report.created), (1, 0));
@@ -628,7 +639,7 @@ async fn self_registering_runners_adopt_their_record_and_orphans_are_deleted() {
         .await
         .unwrap();
     let (report, _) = reconciler
-        .reconcile_once(now.plus(Duration::from_secs(4)))
+        .reconcile_once(now.plus(Duration::from_secs(3601)))
         .await
         .unwrap();
     assert_eq!(report.marked_lost, 1, "a vanished idle runner fails");
@@ -1449,54 +1460,90 @@ async fn instances_a_lagging_list_does_not_show_yet_are_not_vanished() {
 }
 
 /// A runner record written by a replica that stopped (or lost the lead)
-/// before its create — a create batch writes every record first — is
-/// failed at the next observation, not counted as booting until
-/// `boot_timeout` while its job waits; the job gets a runner at once.
+/// around its create — a create batch writes every record first, and the
+/// call may have gone out — has an unknown outcome: it stays in flight,
+/// holding its place under `max_runners` but not counted as booting, so
+/// its job gets a runner at once; an instance that appears with its name
+/// within the in-flight window (`list_lag` + `boot_timeout`) is adopted;
+/// past the window with none, it is failed as never made.
 #[tokio::test]
-async fn a_runner_requested_but_never_created_is_failed_and_replaced() {
-    let dir = tempfile::tempdir().unwrap();
-    let service = service(&dir, linux_pool(0, 5)).await;
-    let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
-    let sim = SimProvider::new(
-        SimConfig {
-            boot_time: BootTime::Fixed(Duration::from_secs(30)),
-            ..SimConfig::default()
-        },
-        clock.clone(),
-    );
-    let providers: BTreeMap<String, Arc<dyn Provider>> =
-        BTreeMap::from([("sim".to_owned(), Arc::new(sim) as Arc<dyn Provider>)]);
-    service.store.enqueue(&job(1), clock.now()).await.unwrap();
-    // What a deposed replica left: a record for the job, no create.
-    let left = service
-        .store
-        .create_runner(
-            &runway_core::runner::NewRunner {
+async fn a_runner_whose_create_was_cut_off_is_in_doubt_then_adopted_or_failed() {
+    for appears in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut pool = linux_pool(0, 5);
+        pool.boot_timeout = Duration::from_secs(300);
+        let service = service(&dir, pool).await;
+        let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
+        let sim = Arc::new(SimProvider::new(
+            SimConfig {
+                boot_time: BootTime::Fixed(Duration::from_secs(30)),
+                ..SimConfig::default()
+            },
+            clock.clone(),
+        ));
+        let providers: BTreeMap<String, Arc<dyn Provider>> =
+            BTreeMap::from([("sim".to_owned(), sim.clone() as Arc<dyn Provider>)]);
+        service.store.enqueue(&job(1), clock.now()).await.unwrap();
+        // What a deposed replica left: a record for the job, its create's
+        // outcome unknown.
+        let left = service
+            .store
+            .create_runner(
+                &runway_core::runner::NewRunner {
+                    name: "linux-deadbeef".into(),
+                    pool: "linux".into(),
+                    provider: "sim".into(),
+                    labels: vec!["linux".into()],
+                },
+                clock.now(),
+            )
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(1));
+        let reconciler = Reconciler::new(service.clone(), providers);
+        let (report, _) = reconciler.reconcile_once(clock.now()).await.unwrap();
+        let seen = service.store.get_runner(left.id).await.unwrap().unwrap();
+        assert_eq!(seen.state, RunnerState::Requested, "{seen:?}");
+        assert!(seen.create_in_doubt(), "{seen:?}");
+        assert_eq!(
+            (report.created, report.creates_in_doubt),
+            (1, 1),
+            "the job's runner, in the same round: {report:?}"
+        );
+        if appears {
+            // The cut-off create made its instance after all.
+            sim.create(&CreateRequest {
                 name: "linux-deadbeef".into(),
                 pool: "linux".into(),
-                provider: "sim".into(),
-                labels: vec!["linux".into()],
-            },
-            clock.now(),
-        )
-        .await
-        .unwrap();
-    clock.advance(Duration::from_secs(1));
-    let reconciler = Reconciler::new(service.clone(), providers);
-    let (report, _) = reconciler.reconcile_once(clock.now()).await.unwrap();
-    let left = service.store.get_runner(left.id).await.unwrap().unwrap();
-    assert_eq!(left.state, RunnerState::Failed, "{left:?}");
-    assert!(
-        left.reason
-            .as_deref()
-            .unwrap_or_default()
-            .contains("never made"),
-        "{left:?}"
-    );
-    assert_eq!(
-        report.created, 1,
-        "the job's runner, in the same round: {report:?}"
-    );
+                ..CreateRequest::default()
+            })
+            .await
+            .unwrap();
+        }
+        // Still within its window: nothing concluded.
+        clock.advance(Duration::from_secs(200));
+        let (report, _) = reconciler.reconcile_once(clock.now()).await.unwrap();
+        let seen = service.store.get_runner(left.id).await.unwrap().unwrap();
+        if appears {
+            assert_eq!(report.adopted, 1, "{report:?}");
+            assert_eq!(seen.state, RunnerState::Provisioning, "{seen:?}");
+            assert!(seen.instance_id.is_some() && seen.reason.is_none());
+            continue;
+        }
+        assert_eq!(seen.state, RunnerState::Requested, "{seen:?}");
+        // Past list_lag (0) + boot_timeout since it was first seen.
+        clock.advance(Duration::from_secs(101));
+        reconciler.reconcile_once(clock.now()).await.unwrap();
+        let seen = service.store.get_runner(left.id).await.unwrap().unwrap();
+        assert_eq!(seen.state, RunnerState::Failed, "{seen:?}");
+        assert!(
+            seen.reason
+                .as_deref()
+                .unwrap_or_default()
+                .contains("never made"),
+            "{seen:?}"
+        );
+    }
 }
 
 /// `[pools.share] max_running = 2`: of repository A's 6 queued jobs only

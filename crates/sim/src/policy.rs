@@ -133,6 +133,7 @@ impl PlannerInput {
                 id: RunnerId(runner.id as i64),
                 provider: String::new(),
                 state: state_of(runner.phase),
+                in_doubt: false,
                 requested_at: Timestamp::from_millis(runner.created_ms),
                 idle_at: (runner.phase == RunnerPhase::Idle)
                     .then(|| Timestamp::from_millis(runner.idle_since_ms)),

@@ -41,6 +41,11 @@ pub fn queue_times(backend: crate::Backend) -> String {
     )
 }
 
+/// An ended runner whose registration at its job source was not let go:
+/// the predicate of the `runners_registered_ended` index.
+pub const REGISTERED_ENDED_RUNNER: &str =
+    "external_id <> '' AND state IN ('terminated', 'failed', 'crashed')";
+
 /// An ended runner: the predicate of the `runners_ended` index.
 const ENDED_RUNNER: &str = "state IN ('terminated', 'failed', 'crashed')";
 

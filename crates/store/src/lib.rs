@@ -47,7 +47,7 @@ use runway_core::{
     RunnerId, RunnerState, RunnerTransitionError, Timestamp,
 };
 
-pub use common::{queue_times, FINISHED_JOB, LIVE_JOB, LIVE_RUNNER};
+pub use common::{queue_times, FINISHED_JOB, LIVE_JOB, LIVE_RUNNER, REGISTERED_ENDED_RUNNER};
 pub use postgres::{PostgresDialect, PostgresStore};
 pub use sql::{Dialect, SqlStore};
 pub use sqlite::{SqliteDialect, SqliteStore};
@@ -1069,6 +1069,11 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<(), StoreError>;
 
     async fn runner_external_id(&self, runner: RunnerId) -> Result<Option<String>, StoreError>;
+
+    /// Up to `limit` ended runners whose external id (GitHub's runner id)
+    /// is still set, by id: registrations not yet let go, asked about
+    /// again until GitHub answers. Reads only such rows (an index of them).
+    async fn ended_runners_registered(&self, limit: u32) -> Result<Vec<Runner>, StoreError>;
 
     /// Stores (replacing) the output tail and exit code a runner reported.
     async fn put_job_log(

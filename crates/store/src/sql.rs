@@ -1904,6 +1904,18 @@ where
         Ok(value.flatten())
     }
 
+    async fn ended_runners_registered(&self, limit: u32) -> Result<Vec<Runner>, StoreError> {
+        let sql = format!(
+            "SELECT id, {RUNNER_COLUMNS} FROM runners WHERE {} ORDER BY id LIMIT $1",
+            crate::common::REGISTERED_ENDED_RUNNER
+        );
+        let rows: Vec<RunnerRow> = sqlx::query_as(&sql)
+            .bind(i64::from(limit))
+            .fetch_all(self.reader())
+            .await?;
+        rows.into_iter().map(Runner::try_from).collect()
+    }
+
     /// Every runner API call starts here: a held connection (one round trip).
     async fn find_runner_by_token(&self, token_hash: &str) -> Result<Option<Runner>, StoreError> {
         let mut connection = self.inner.held_reads().acquire().await?;

@@ -883,6 +883,19 @@ mod cases {
             store.set_runner_external_id(RunnerId(999_999), "1").await,
             Err(StoreError::RunnerNotFound(_))
         ));
+        // Ended with its registration not let go: listed until it is.
+        assert!(store.ended_runners_registered(10).await.unwrap().is_empty());
+        let failed = RunnerEvent::Failed {
+            reason: "boot".into(),
+        };
+        store
+            .apply_runner_event(runner.id, &failed, at(1))
+            .await
+            .unwrap();
+        let listed = store.ended_runners_registered(10).await.unwrap();
+        assert_eq!(listed.iter().map(|r| r.id).collect::<Vec<_>>(), [runner.id]);
+        store.set_runner_external_id(runner.id, "").await.unwrap();
+        assert!(store.ended_runners_registered(10).await.unwrap().is_empty());
     }
 
     pub async fn once_keys_are_claimed_once_until_pruned(store: Arc<dyn Store>) {

@@ -9,7 +9,10 @@
 
 mod common;
 
-use runway_store::{queue_times, Backend, SqliteStore, Store, FINISHED_JOB, LIVE_JOB, LIVE_RUNNER};
+use runway_store::{
+    queue_times, Backend, SqliteStore, Store, FINISHED_JOB, LIVE_JOB, LIVE_RUNNER,
+    REGISTERED_ENDED_RUNNER,
+};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::SqlitePoolOptions;
 
@@ -42,6 +45,20 @@ fn scans_the_table(details: &[String], table: &str) -> bool {
     details
         .iter()
         .any(|d| d.starts_with(&format!("SCAN {table}")) && !d.contains("USING"))
+}
+
+#[tokio::test]
+async fn ended_runners_still_registered_are_read_through_their_partial_index() {
+    let query =
+        format!("SELECT id FROM runners WHERE {REGISTERED_ENDED_RUNNER} ORDER BY id LIMIT 20");
+    let details = plans(&[query]).await.remove(0);
+    assert!(
+        details
+            .iter()
+            .any(|d| d.contains("runners_registered_ended")),
+        "{details:?}"
+    );
+    assert!(!scans_the_table(&details, "runners"), "{details:?}");
 }
 
 #[tokio::test]

@@ -128,6 +128,7 @@ pub async fn pool_snapshot(
                 id: r.id,
                 provider: r.provider.clone(),
                 state: r.state,
+                in_doubt: r.create_in_doubt(),
                 requested_at: r.requested_at,
                 idle_at: r.idle_at,
             })

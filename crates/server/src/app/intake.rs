@@ -7,7 +7,7 @@ use runway_core::github::{converge, GithubUpdate, WorkflowJobAction};
 use runway_core::job::{NewJob, Route};
 use runway_core::routing::RouteDecision;
 use runway_core::runner::NewRunner;
-use runway_core::{Conclusion, Job, JobSource, Runner, RunnerId, Timestamp};
+use runway_core::{Conclusion, Job, JobSource, Runner, RunnerEvent, RunnerId, Timestamp};
 use runway_store::{Delivery, Moved, StoreError};
 use serde::Serialize;
 
@@ -508,6 +508,16 @@ async fn apply(
         }
     };
     let moved = move_job(service, &job, &update, now).await?;
+    if moved.is_none() {
+        if let GithubUpdate::InProgress { runner }
+        | GithubUpdate::Completed {
+            runner: Some(runner),
+            ..
+        } = &update
+        {
+            used_up_elsewhere(service, &job, *runner, action, now).await;
+        }
+    }
     let outcome = match (&moved, action) {
         (None, _) => WebhookOutcome::NoChange,
         (Some(_), WorkflowJobAction::InProgress) => WebhookOutcome::Started,
@@ -621,6 +631,54 @@ async fn move_job(
         "contention",
         "the job kept changing under us; retry",
     ))
+}
+
+/// GitHub says our runner `runner` runs (`in_progress`) or ran
+/// (`completed`) `job`, but the job did not move to it: a job runway
+/// refused or never routed (its access policy, no pool), or one that ended
+/// another way first. A just-in-time runner runs one job whatever runway
+/// thought of it, so it is used up: busy with a job runway does not track
+/// while it runs, then finished and stopped, its place under `max_runners`
+/// given back for the next job.
+async fn used_up_elsewhere(
+    service: &Service,
+    job: &Job,
+    runner: RunnerId,
+    action: WorkflowJobAction,
+    now: Timestamp,
+) {
+    let Ok(Some(record)) = service.store.get_runner(runner).await else {
+        return;
+    };
+    if job.runner == Some(record.id) || !service.stops_after_its_job(&record) {
+        return;
+    }
+    use runway_core::RunnerState as S;
+    let event = match (action, record.state, record.job) {
+        (WorkflowJobAction::InProgress, S::Provisioning | S::Idle, _) => {
+            RunnerEvent::RemovalRefused
+        }
+        (WorkflowJobAction::Completed, S::Busy, None) => {
+            tracing::info!(runner = %record.name, job_id = %job.external_id, "a runner finished a job runway did not run there; stopped");
+            service.finish_runner_job(record.id, now).await;
+            return;
+        }
+        (WorkflowJobAction::Completed, S::Requested | S::Provisioning | S::Idle, _) => {
+            RunnerEvent::TerminateRequested
+        }
+        _ => return,
+    };
+    match service
+        .store
+        .apply_runner_event(record.id, &event, now)
+        .await
+    {
+        Ok(next) => {
+            tracing::info!(runner = %record.name, job_id = %job.external_id, state = %next.state, "a runner ran a job runway did not give it; it is used up");
+            service.runner_moved(Some(&next));
+        }
+        Err(error) => tracing::debug!(%error, runner = %record.name, "runner changed meanwhile"),
+    }
 }
 
 /// The runner a GitHub job runs on: ours if we know the name, else an

@@ -288,6 +288,20 @@ impl Inner {
                     }
                     stopped = Some(Stopped::Quota);
                 }
+                Err(error) if error.is_in_doubt() => {
+                    // The instance may exist, or appear later: the record
+                    // stays in flight (its quota slot held, no longer
+                    // booting for demand) until a list adopts the instance
+                    // or the in-flight window passes (`observe`). Nothing
+                    // is deregistered or deleted on it now.
+                    self.provider_error(provider, "create", &error.to_string());
+                    report.create_failures += 1;
+                    self.learn(provider, &offer, false, now);
+                    last_error = Some(error.to_string());
+                    let ended = now.plus(began.elapsed());
+                    self.create_in_doubt(&runner, &error.to_string(), ended)
+                        .await?;
+                }
                 Err(error) => {
                     backend.unreserve(&name);
                     self.provider_error(provider, "create", &error.to_string());

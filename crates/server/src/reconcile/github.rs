@@ -1,10 +1,11 @@
 //! The GitHub side of a GitHub pool's runners: just-in-time configurations, deregistration before a machine goes, runners GitHub keeps for jobs runway never heard of.
 
+use super::doubt::LetGo;
 use super::*;
 
 /// After a deregistration GitHub could not take (unreachable, 5xx, rate
 /// limited), the first wait before asking again; it doubles.
-const DEREGISTER_RETRY: Duration = Duration::from_secs(30);
+pub(super) const DEREGISTER_RETRY: Duration = Duration::from_secs(30);
 
 impl Inner {
     /// The GitHub side of `pool`, if it is a GitHub pool.
@@ -143,7 +144,7 @@ impl Inner {
 
     /// Whether `runner` may be asked to deregister at `now`: not while the
     /// backoff after GitHub's last refusal runs.
-    fn deregistration_due(&self, runner: RunnerId, now: Timestamp) -> bool {
+    pub(super) fn deregistration_due(&self, runner: RunnerId, now: Timestamp) -> bool {
         let waits = self
             .deregistrations
             .lock()
@@ -154,7 +155,7 @@ impl Inner {
 
     /// GitHub refused (or could not take) `runner`'s deregistration: the
     /// next ask waits `first` after the first refusal, doubling after each.
-    fn deregistration_refused(&self, runner: RunnerId, first: Duration, now: Timestamp) {
+    pub(super) fn deregistration_refused(&self, runner: RunnerId, first: Duration, now: Timestamp) {
         if let Ok(mut waits) = self.deregistrations.lock() {
             let refusals = waits.get(&runner).map_or(0, |(n, _)| *n) + 1;
             let wait = runway_core::moves::deregistration_backoff(first, refusals);
@@ -164,7 +165,12 @@ impl Inner {
 
     /// GitHub refused `runner`'s deregistration because it runs a job:
     /// counted, and the next ask put off.
-    fn refused_busy(&self, runner: &runway_core::Runner, recheck: Duration, now: Timestamp) {
+    pub(super) fn refused_busy(
+        &self,
+        runner: &runway_core::Runner,
+        recheck: Duration,
+        now: Timestamp,
+    ) {
         self.deregistration_refused(runner.id, recheck, now);
         self.service
             .metrics
@@ -178,7 +184,7 @@ impl Inner {
 
     /// `runner` is deregistered: how many asks were refused before it,
     /// observed for the ADR's budget.
-    fn deregistration_done(&self, runner: RunnerId) {
+    pub(super) fn deregistration_done(&self, runner: RunnerId) {
         let refusals = self
             .deregistrations
             .lock()
@@ -201,20 +207,10 @@ impl Inner {
         now: Timestamp,
         report: &mut Report,
     ) -> Result<bool, StoreError> {
-        if !self.deregistration_due(runner.id, now) {
-            return Ok(false);
-        }
-        let recheck = self.service.config().github.recheck_after;
-        match self.deregister(github, runner).await? {
-            Ok(gone) => {
-                if gone {
-                    self.deregistration_done(runner.id);
-                }
-                Ok(gone)
-            }
-            Err(GithubError::RunnerBusy(_)) => {
-                tracing::info!(pool = %runner.pool, runner = %runner.name, "GitHub says the runner is running a job; kept");
-                self.refused_busy(runner, recheck, now);
+        match self.let_go_at_github(github, runner, now).await? {
+            LetGo::Gone => Ok(true),
+            LetGo::NotYet => Ok(false),
+            LetGo::Busy => {
                 report.delete_refused_busy += 1;
                 if let Err(error) = self
                     .store()
@@ -223,13 +219,6 @@ impl Inner {
                 {
                     tracing::debug!(%error, runner = %runner.name, "runner changed meanwhile");
                 }
-                Ok(false)
-            }
-            Err(error) => {
-                // GitHub down or refusing: asked again after a backoff,
-                // from a round's worth, not every round.
-                self.deregistration_refused(runner.id, DEREGISTER_RETRY, now);
-                tracing::warn!(pool = %runner.pool, runner = %runner.name, %error, "cannot deregister the runner from GitHub yet; its instance is kept");
                 Ok(false)
             }
         }
@@ -270,4 +259,54 @@ impl Inner {
         }
         Ok(())
     }
+
+    /// Asks GitHub again to let go of the registrations of ended runners
+    /// it has not let go of yet (a deregistration that met a 5xx, a rate
+    /// limit or an outage), each at doubling waits, at most
+    /// [`DEREGISTER_BATCH`] a round and every [`DEREGISTER_SWEEP`]: a
+    /// stale just-in-time registration is never left at GitHub.
+    pub(super) async fn retry_deregistrations(&self, now: Timestamp) -> Result<(), StoreError> {
+        {
+            let Ok(mut swept) = self.deregistrations_swept.lock() else {
+                return Ok(());
+            };
+            if swept.is_some_and(|at| now.since(at) < DEREGISTER_SWEEP) {
+                return Ok(());
+            }
+            *swept = Some(now);
+        }
+        let ended = self
+            .store()
+            .ended_runners_registered(DEREGISTER_BATCH)
+            .await?;
+        for runner in ended {
+            let Some(github) = self.github_pool(&runner.pool) else {
+                continue; // Its pool is gone: nothing to ask with.
+            };
+            if !self.deregistration_due(runner.id, now) {
+                continue;
+            }
+            match self.deregister(&github, &runner).await? {
+                Ok(_) => {
+                    tracing::info!(runner = %runner.name, pool = %runner.pool, "GitHub let go of an ended runner's registration");
+                    self.deregistration_done(runner.id);
+                }
+                Err(GithubError::RunnerBusy(_)) => {
+                    // Its machine still runs a job (the orphan rules keep it).
+                    let recheck = self.service.config().github.recheck_after;
+                    self.deregistration_refused(runner.id, recheck, now);
+                }
+                Err(error) => {
+                    tracing::debug!(runner = %runner.name, %error, "an ended runner's registration is asked about again later");
+                    self.deregistration_refused(runner.id, DEREGISTER_RETRY, now);
+                }
+            }
+        }
+        Ok(())
+    }
 }
+
+/// How many ended runners' registrations one sweep asks about at most.
+const DEREGISTER_BATCH: u32 = 20;
+/// How often ended runners' registrations are looked at.
+const DEREGISTER_SWEEP: Duration = Duration::from_secs(10);

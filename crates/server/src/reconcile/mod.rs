@@ -5,6 +5,7 @@
 
 mod create;
 mod delete;
+mod doubt;
 mod forecasts;
 mod github;
 pub mod heal;
@@ -33,6 +34,7 @@ use crate::config::{PoolConfig, PoolGithub};
 use crate::github::api::GithubError;
 use crate::telemetry::metrics::DeleteResult;
 use forecasts::Learning;
+use github::DEREGISTER_RETRY;
 
 #[derive(Default)]
 struct Health {
@@ -50,6 +52,14 @@ pub struct Report {
     pub marked_ready: u32,
     pub marked_lost: u32,
     pub orphans_deleted: u32,
+    /// Instances no live record accounts for that were kept this round:
+    /// within their in-flight window, busy at GitHub, or not provably
+    /// idle.
+    pub orphans_kept: u32,
+    /// Runners whose create's outcome became unknown, and those adopted
+    /// when their instance appeared.
+    pub creates_in_doubt: u32,
+    pub adopted: u32,
     /// Runners found crashed this round, by pool.
     pub crashed: BTreeMap<String, u32>,
 }
@@ -142,6 +152,17 @@ struct Inner {
     deregistrations: Mutex<BTreeMap<RunnerId, (u32, Timestamp)>>,
     /// When runners' unfinished reports were last checked for crashes.
     reports_checked: Mutex<Option<Timestamp>>,
+    /// Runners whose create's outcome is unknown, and since when this
+    /// replica knows it (after a restart: since it first saw the record
+    /// with no task working on it, which is never earlier than its
+    /// create). Their in-flight window counts from then.
+    in_doubt: Mutex<BTreeMap<RunnerId, Timestamp>>,
+    /// Instances no live record accounts for, by (provider, instance), and
+    /// when a list first showed each so: judged only past the in-flight
+    /// window (a create that answered late may still be adopted).
+    unaccounted: Mutex<BTreeMap<(String, InstanceId), Timestamp>>,
+    /// When ended runners' registrations were last looked at.
+    deregistrations_swept: Mutex<Option<Timestamp>>,
 }
 
 /// How often a round checks runners' reports for crashes (a pre-job
@@ -178,6 +199,9 @@ impl Report {
         self.marked_ready += other.marked_ready;
         self.marked_lost += other.marked_lost;
         self.orphans_deleted += other.orphans_deleted;
+        self.orphans_kept += other.orphans_kept;
+        self.creates_in_doubt += other.creates_in_doubt;
+        self.adopted += other.adopted;
         for (pool, crashed) in other.crashed {
             *self.crashed.entry(pool).or_default() += crashed;
         }
@@ -202,6 +226,9 @@ impl Reconciler {
                 vanished_busy: Mutex::new(BTreeMap::new()),
                 deregistrations: Mutex::new(BTreeMap::new()),
                 reports_checked: Mutex::new(None),
+                in_doubt: Mutex::new(BTreeMap::new()),
+                unaccounted: Mutex::new(BTreeMap::new()),
+                deregistrations_swept: Mutex::new(None),
             }),
         }
     }
@@ -264,6 +291,7 @@ impl Inner {
         let mut report = Report::default();
         self.observe(now, &mut report).await?;
         self.check_reports(now, &mut report).await?;
+        self.retry_deregistrations(now).await?;
         self.learn_arrivals(now).await?;
         let snapshot = self.snapshot(now).await?;
         let plan = plan(&snapshot, now);

@@ -65,9 +65,15 @@ impl Inner {
         let runners = self.store().list_live_runners(None).await?;
         // Backoffs of runners no longer live (ended, or gone with their
         // machine) are forgotten: the map stays as small as the fleet.
+        let live: std::collections::BTreeSet<RunnerId> = runners.iter().map(|r| r.id).collect();
         if let Ok(mut waits) = self.deregistrations.lock() {
-            let live: std::collections::BTreeSet<RunnerId> = runners.iter().map(|r| r.id).collect();
-            waits.retain(|id, _| live.contains(id));
+            // An ended runner's wait is kept a while: the orphan rules ask
+            // GitHub about an ended record's machine at doubling waits.
+            let kept = Duration::from_secs(3600);
+            waits.retain(|id, (_, not_before)| live.contains(id) || now < not_before.plus(kept));
+        }
+        if let Ok(mut in_doubt) = self.in_doubt.lock() {
+            in_doubt.retain(|id, _| live.contains(id));
         }
         let mut tasks = Vec::new();
         let providers = self.providers();
@@ -93,7 +99,7 @@ impl Inner {
                     .cloned()
                     .collect()
             };
-            tasks.extend(self.orphans(name, provider, &instances, &runners));
+            tasks.extend(self.orphans(name, provider, &instances, &runners, now, report));
             let listing = runway_core::observe::Listing {
                 started_at: listed.started_at,
                 lag: self.list_lag(name),
@@ -129,19 +135,15 @@ impl Inner {
             let instance_id = match &runner.instance_id {
                 Some(id) => InstanceId(id.clone()),
                 None => {
-                    // Its create never returned (runway stopped in
-                    // between): the instance, if any, carries its name.
+                    // Its create never returned, or its outcome is unknown
+                    // (a timeout, a restart, a lost lead): the instance, if
+                    // any, carries its name.
                     let Some(found) = instances.iter().find(|i| i.name == runner.name) else {
-                        if runner.state == RunnerState::Requested {
-                            // No task here works on it and no instance carries
-                            // its name: the replica or process that wrote it
-                            // stopped, or lost the lead, before its create
-                            // (a batch writes every record first). Left, it
-                            // would count as booting until boot_timeout while
-                            // its jobs wait; an instance its create makes after
-                            // all is an orphan, and deleted as one.
-                            self.never_created(runner, now, report).await?;
-                        }
+                        // No task here works on it and no instance carries
+                        // its name (yet): in doubt until its in-flight
+                        // window passes (`doubt.rs`).
+                        self.judge_without_instance(provider, runner, now, report)
+                            .await?;
                         continue;
                     };
                     let started = RunnerEvent::ProvisioningStarted {
@@ -154,6 +156,13 @@ impl Inner {
                     {
                         continue;
                     }
+                    if runner.state == RunnerState::Requested {
+                        // The list counts it now: its held slot goes.
+                        provider.unreserve(&runner.name);
+                        tracing::info!(runner = %runner.name, instance = %found.id, "adopted the instance of a create whose answer was lost");
+                        report.adopted += 1;
+                    }
+                    self.forget_doubt(runner.id);
                     found.id.clone()
                 }
             };
@@ -345,7 +354,7 @@ impl Inner {
 
     /// How long provider `name`'s list may lag behind its creates
     /// (`[providers.NAME] list_lag`).
-    fn list_lag(&self, name: &str) -> Duration {
+    pub(super) fn list_lag(&self, name: &str) -> Duration {
         self.service
             .config()
             .providers
@@ -353,35 +362,5 @@ impl Inner {
             .find(|p| p.name == name)
             .map(|p| p.list_lag)
             .unwrap_or_default()
-    }
-
-    /// Fails `runner`, requested but never created (see `observe_provider`),
-    /// and lets go of its GitHub registration if it had one.
-    async fn never_created(
-        &self,
-        runner: &runway_core::Runner,
-        now: Timestamp,
-        report: &mut Report,
-    ) -> Result<(), StoreError> {
-        let failed = RunnerEvent::Failed {
-            reason: "its create was never made (the replica that requested it stopped or lost the lead first)"
-                .into(),
-        };
-        if self
-            .store()
-            .apply_runner_event(runner.id, &failed, now)
-            .await
-            .is_err()
-        {
-            return Ok(()); // Changed meanwhile: the next round looks again.
-        }
-        tracing::warn!(runner = %runner.name, pool = %runner.pool, "a runner requested but never created is failed");
-        report.marked_lost += 1;
-        if let Some(github) = self.github_pool(&runner.pool) {
-            if let Err(error) = self.deregister(&github, runner).await? {
-                tracing::debug!(runner = %runner.name, %error, "registration of a runner never created left to GitHub");
-            }
-        }
-        Ok(())
     }
 }

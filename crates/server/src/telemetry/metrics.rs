@@ -212,6 +212,11 @@ pub struct PoolReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderLabels {
+    pub provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProviderOperationLabels {
     pub provider: String,
     pub operation: String,
@@ -313,6 +318,7 @@ pub struct Metrics {
     pub runners: Family<PoolStateLabels, Gauge>,
     pub jobs_waiting: Family<PoolReasonLabels, Gauge>,
     pub provider_errors: Family<ProviderOperationLabels, Counter>,
+    pub instances_unaccounted: Family<ProviderLabels, Gauge>,
     pub reconcile_duration: Histogram,
     pub console_snapshot_seconds: Histogram,
     pub deregistrations_refused: Histogram,
@@ -370,6 +376,7 @@ impl Metrics {
             runners: add(r, "runners", "Live runners by pool and state", Family::<PoolStateLabels, Gauge>::default()),
             jobs_waiting: add(r, "jobs_waiting", "Queued jobs by pool and the reason they wait", Family::<PoolReasonLabels, Gauge>::default()),
             provider_errors: add(r, "provider_errors", "Failed provider calls", Family::<ProviderOperationLabels, Counter>::default()),
+            instances_unaccounted: add(r, "instances_unaccounted", "Instances a provider lists that no live runner record accounts for, as its last list showed: kept while in their in-flight window, busy at GitHub, or not provably this provider's; deleted after positive checks", Family::<ProviderLabels, Gauge>::default()),
             reconcile_duration: seconds(r, "reconcile_duration", "How long one reconcile round took", Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0])),
             http_requests: add(r, "http_requests", "HTTP requests answered, by method, route template (unmatched: no route) and status", Family::<HttpLabels, Counter>::default()),
             http_request_duration: seconds(r, "http_request_duration", "Time to answer an HTTP request (to its headers: a long poll's wait and a stream's life are in it only up to the first byte), by method and route template", Family::new_with_constructor(http_duration_histogram as fn() -> Histogram)),
