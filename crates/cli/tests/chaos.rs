@@ -10,16 +10,23 @@
 //!   just-in-time runners (a script that says it is online and waits for
 //!   the fake GitHub to give it a job) of a second shared `exec` pool.
 //!
+//! Each pool is served by two `exec` providers of the same kind on the
+//! same backend (one executable, configuration and cloud): each must list,
+//! count and delete only its own instances.
+//!
 //! Faults at random for a set time: kill -9 and restart of a replica,
 //! SIGSTOP then SIGCONT, PostgreSQL crashed and restarted, every database
 //! connection ended, provider calls that fail, hang past their timeout or
-//! answer slowly. Then, from the store, the shared clouds, the provider's
-//! call log and the fake GitHub's:
+//! answer slowly, and late creates (the call hangs past its timeout while
+//! the instance appears 1-20 s later: most register and take a job, a
+//! third are duds whose runner exits at once). Then, from the store, the
+//! shared clouds, the provider's call log and the fake GitHub's:
 //!
 //! - every job acknowledged to the client completed, and every GitHub job
 //!   ran (none lost);
 //! - no job ran twice, except after its first runner was lost (listed);
-//! - no instance is left that no runner accounts for (0 leaked), and no
+//! - no instance is left that no runner accounts for (0 leaked), no
+//!   runner is left registered at GitHub (0 stale registrations), and no
 //!   runner with a job was stopped under it;
 //! - each pool's `max_runners` was never exceeded (sampled);
 //! - no create, delete, start or stop, and no GitHub JIT configuration,
@@ -174,7 +181,9 @@ fn executable(path: &Path, text: &str) {
 fn write_configs(dir: &Path, ports: &[u16], balancer: &str, github: &str) {
     // Every provider call is logged with its time and caller; the fault
     // files make the mutating ones fail, hang past the 5 s timeout, or
-    // answer slowly within it.
+    // answer slowly within it; `fault.late` makes a create hang past its
+    // timeout while its instance appears 1-20 s later, a third of them
+    // duds (their runner exits at once).
     let provider = dir.join("provider.sh");
     executable(
         &provider,
@@ -182,6 +191,14 @@ fn write_configs(dir: &Path, ports: &[u16], balancer: &str, github: &str) {
             "#!/bin/sh\n\
              d='{dir}'\n\
              echo \"$(date +%s.%N) $GARM_COMMAND $GARM_INSTANCE_ID $PPID\" >> \"$d/calls.log\"\n\
+             if [ \"$GARM_COMMAND\" = CreateInstance ] && [ -f \"$d/fault.late\" ]; then\n\
+               cat > \"$d/late.$$\"\n\
+               n=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[\"name\"])' \"$d/late.$$\")\n\
+               r=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')\n\
+               [ $((r % 3)) = 0 ] && touch \"$d/dud/$n\"\n\
+               ( sleep $((r % 20 + 1)); exec '{garm}' < \"$d/late.$$\" > /dev/null 2>&1 ) &\n\
+               exec sleep 8\n\
+             fi\n\
              case \"$GARM_COMMAND\" in CreateInstance|DeleteInstance)\n\
                [ -f \"$d/fault.fail\" ] && {{ echo 'injected failure' >&2; exit 1; }}\n\
                [ -f \"$d/fault.hang\" ] && sleep 8\n\
@@ -201,18 +218,27 @@ fn write_configs(dir: &Path, ports: &[u16], balancer: &str, github: &str) {
             "#!/bin/sh\n\
              d='{dir}'\n\
              [ -n \"$RUNWAY_JIT_CONFIG\" ] || {{ echo 'no JIT configuration' >&2; exit 3; }}\n\
+             [ -e \"$d/dud/$RUNWAY_RUNNER_NAME\" ] && exit 4\n\
              echo $$ > \"$d/online/$RUNWAY_RUNNER_NAME\"\n\
              i=0\n\
              while [ $i -lt 1500 ] && [ ! -e \"$d/done/$RUNWAY_RUNNER_NAME\" ]; do sleep 0.2; i=$((i+1)); done\n",
             dir = dir.display(),
         ),
     );
-    for (name, state, command) in [
-        (
-            "garm.conf",
-            "cloud",
-            format!("{} agent --once", common::RUNWAY),
+    // A runway-API runner: `runway agent --once`, unless it is a dud.
+    let agent = dir.join("agent.sh");
+    executable(
+        &agent,
+        &format!(
+            "#!/bin/sh\n\
+             [ -e '{dir}/dud/'\"$RUNWAY_RUNNER_NAME\" ] && exit 4\n\
+             exec '{runway}' agent --once\n",
+            dir = dir.display(),
+            runway = common::RUNWAY,
         ),
+    );
+    for (name, state, command) in [
+        ("garm.conf", "cloud", agent.display().to_string()),
         (
             "garm-github.conf",
             "cloud-github",
@@ -260,7 +286,18 @@ kind = "exec"
 executable = "{provider}"
 config_file = "{dir}/garm.conf"
 timeout = "5s"
-max_instances = {MAX_RUNNERS}
+max_instances = {half_runners}
+boot_seconds = 2
+list_lag = "0s"
+
+# A second provider of the same kind on the same backend (the same
+# executable, configuration and cloud): each must see only its own.
+[providers.cloud-2]
+kind = "exec"
+executable = "{provider}"
+config_file = "{dir}/garm.conf"
+timeout = "5s"
+max_instances = {half_runners}
 boot_seconds = 2
 list_lag = "0s"
 
@@ -269,7 +306,16 @@ kind = "exec"
 executable = "{provider}"
 config_file = "{dir}/garm-github.conf"
 timeout = "5s"
-max_instances = {MAX_GITHUB_RUNNERS}
+max_instances = {half_github}
+boot_seconds = 2
+list_lag = "0s"
+
+[providers.github-cloud-2]
+kind = "exec"
+executable = "{provider}"
+config_file = "{dir}/garm-github.conf"
+timeout = "5s"
+max_instances = {half_github}
 boot_seconds = 2
 list_lag = "0s"
 
@@ -279,7 +325,7 @@ labels = ["self-hosted", "linux"]
 max_runners = {MAX_RUNNERS}
 boot_timeout = "60s"
 idle_grace = "2s"
-providers = ["cloud"]
+providers = ["cloud", "cloud-2"]
 
 [[pools]]
 name = "github"
@@ -287,12 +333,14 @@ labels = ["self-hosted", "chaos"]
 max_runners = {MAX_GITHUB_RUNNERS}
 boot_timeout = "60s"
 idle_grace = "2s"
-providers = ["github-cloud"]
+providers = ["github-cloud", "github-cloud-2"]
 [pools.github]
 org = "octo-org"
 "#,
                 provider = provider.display(),
                 dir = dir.display(),
+                half_runners = MAX_RUNNERS / 2,
+                half_github = MAX_GITHUB_RUNNERS / 2,
             ),
         )
         .unwrap();
@@ -623,7 +671,7 @@ impl Cluster {
         github.lock().busy_lag = Duration::from_secs(2);
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        for sub in ["cloud", "cloud-github", "online", "done"] {
+        for sub in ["cloud", "cloud-github", "online", "done", "dud"] {
             std::fs::create_dir_all(root.join(sub)).unwrap();
         }
         let ports: Vec<u16> = (0..count).map(|_| common::free_port()).collect();
@@ -847,7 +895,7 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(rng.gen_range(2_000..6_000)));
         let which = rng.gen_range(0..REPLICAS);
-        match rng.gen_range(0..7) {
+        match rng.gen_range(0..8) {
             0 => {
                 *faults.entry("kill -9 and restart").or_default() += 1;
                 replicas[which].kill();
@@ -882,6 +930,12 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
             5 => {
                 *faults.entry("provider calls answer slowly").or_default() += 1;
                 provider_fault("fault.slow", rng.gen_range(3_000..9_000));
+            }
+            6 => {
+                *faults
+                    .entry("creates time out, their instances appear 1-20 s later")
+                    .or_default() += 1;
+                provider_fault("fault.late", rng.gen_range(3_000..9_000));
             }
             _ => {
                 *faults
@@ -988,13 +1042,22 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
         if let Some(live) = &live {
             still_live = live.iter().map(|r| format!("live runner: {r}")).collect();
         }
-        if live.as_ref().is_some_and(Vec::is_empty) && instances() == 0 {
+        if live.as_ref().is_some_and(Vec::is_empty)
+            && instances() == 0
+            && github.lock().runners.is_empty()
+        {
             settled = true;
             break;
         }
         std::thread::sleep(Duration::from_millis(500));
     }
     let leaked = instances();
+    let registrations_left: Vec<String> = github
+        .lock()
+        .runners
+        .values()
+        .map(|r| format!("registration left at GitHub: {}", r.name))
+        .collect();
     stop_github.store(true, SeqCst);
     let github_figures = driver.join().unwrap();
     sampling.join().unwrap();
@@ -1102,8 +1165,9 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
     );
     let _ = writeln!(
         report,
-        "side effects: provider calls that change something {mutating}, GitHub calls that do {github_mutating}; by a replica that did not lead {}; most runners at once {most_runners:?} (max {MAX_RUNNERS} and {MAX_GITHUB_RUNNERS}); instances leaked {leaked}; converged {:?} after the last fault",
+        "side effects: provider calls that change something {mutating}, GitHub calls that do {github_mutating}; by a replica that did not lead {}; most runners at once {most_runners:?} (max {MAX_RUNNERS} and {MAX_GITHUB_RUNNERS}); instances leaked {leaked}; registrations left at GitHub {}; converged {:?} after the last fault",
         deposed_calls.len(),
+        registrations_left.len(),
         converged
     );
     for line in requeued_runs
@@ -1111,6 +1175,7 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
         .chain(&doubled)
         .chain(&deposed_calls)
         .chain(&github_figures.busy_stopped)
+        .chain(&registrations_left)
         .chain(if settled { &[][..] } else { &still_live[..] })
     {
         let _ = writeln!(report, "  {line}");
@@ -1121,7 +1186,8 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
         && deposed_calls.is_empty()
         && github_figures.busy_stopped.is_empty()
         && settled
-        && leaked == 0);
+        && leaked == 0
+        && registrations_left.is_empty());
     if failed {
         // The logs, the clouds' state and the call log, for a post-mortem.
         let kept = dir.keep();
@@ -1137,6 +1203,7 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
     assert!(deposed_calls.is_empty(), "{report}");
     assert!(github_figures.busy_stopped.is_empty(), "{report}");
     assert!(settled && leaked == 0, "{report}");
+    assert!(registrations_left.is_empty(), "{report}");
     assert!(
         most_runners.get("default").copied().unwrap_or(0) <= MAX_RUNNERS
             && most_runners.get("github").copied().unwrap_or(0) <= MAX_GITHUB_RUNNERS,

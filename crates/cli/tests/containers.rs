@@ -363,3 +363,46 @@ fn a_cancelled_job_and_one_past_its_timeout_have_their_containers_removed() {
         podman.containers().is_empty()
     });
 }
+
+/// Two `container` providers of one installation on one engine serve one
+/// pool: each lists only the containers labelled with its own name, so
+/// neither removes the other's busy containers as orphans. Four 30-s jobs
+/// run at once, two on each: every one completes on its first runner.
+#[test]
+fn two_container_providers_on_one_engine_never_remove_each_others_runners() {
+    let Some(podman) = podman::podman(&[PathBuf::from(common::RUNWAY)]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &podman, "127.0.0.1:0", 2);
+    let config = std::fs::read_to_string(dir.path().join("runway.toml")).unwrap();
+    let (head, rest) = config.split_once("[providers.podman]").unwrap();
+    let (provider, tail) = rest.split_once("\n\n").unwrap();
+    let config =
+        format!("{head}[providers.podman-a]{provider}\n\n[providers.podman-b]{provider}\n\n{tail}")
+            .replace("max_runners = 2", "max_runners = 4")
+            .replace(
+                "providers = [\"podman\"]",
+                "providers = [\"podman-a\", \"podman-b\"]",
+            );
+    std::fs::write(dir.path().join("runway.toml"), config).unwrap();
+    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    let ids: Vec<i64> = (0..4)
+        .map(|i| submit(&base, &format!("sleep 30; echo long-{i}")))
+        .collect();
+    let mut most = 0;
+    wait_until("four containers running at once", 60, || {
+        most = most.max(podman.containers().len());
+        most >= 4
+    });
+    for id in ids {
+        let (job, log) = finished(&base, id, 120);
+        assert_eq!(job["state"], "completed", "{job}\n{log}");
+        assert_eq!(job["conclusion"], "success", "{job}\n{log}");
+        assert_eq!(job["attempts"], 0, "its runner was lost: {job}");
+    }
+    let runners = get(&base, "/api/v1/runners");
+    for runner in runners["runners"].as_array().cloned().unwrap_or_default() {
+        assert_ne!(runner["state"], "crashed", "{runner}");
+    }
+}

@@ -222,3 +222,54 @@ fn the_job_started_hook_fails_a_job_its_runners_pool_does_not_admit() {
     assert_eq!(listing.status(), 401);
     drop(processes);
 }
+
+/// GitHub hands a just-in-time runner a job runway's access policy refused
+/// (docs/github.md warns it can): the runner runs it (its hook fails it)
+/// and is used up. Its `in_progress` and `completed` name the runner: it
+/// is let go and its place under `max_runners` (1 here) goes to a new
+/// runner for the job the pool admits, which otherwise would wait forever.
+#[test]
+fn a_runner_used_up_by_a_refused_job_is_let_go_and_replaced() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let fake = runtime.block_on(FakeGithub::start(4_000, Auth::Token));
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.url);
+    let config = std::fs::read_to_string(dir.path().join("runway.toml")).unwrap();
+    let config = config.replace("max_runners = 3", "max_runners = 1")
+        + "[pools.access]\nrepositories = [\"octo-org/*\"]\n";
+    std::fs::write(dir.path().join("runway.toml"), config).unwrap();
+    let (_serve, _base, processes) = serve(dir.path(), &fake);
+    let labels = ["self-hosted", "linux"];
+    fake.queue_run_job(1001, &labels, "octo-org/app", 91, "push", false);
+    assert_eq!(runtime.block_on(fake.deliver(1001, "queued", false)), 202);
+    let log = dir.path().join("jit.log");
+    let runners = || -> Vec<String> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once(' ').map(|(name, _)| name.to_owned()))
+            .collect()
+    };
+    wait_until("a runner for the admitted job", 30, || runners().len() == 1);
+    let first = runners().remove(0);
+    // Another repository's job, refused by the pool's access policy …
+    fake.queue_run_job(1002, &labels, "someone/else", 92, "push", false);
+    assert_eq!(runtime.block_on(fake.deliver(1002, "queued", false)), 202);
+    // … is what GitHub gives the runner; its hook fails it.
+    fake.start_job(1002, &first);
+    assert_eq!(
+        runtime.block_on(fake.deliver(1002, "in_progress", false)),
+        202
+    );
+    fake.complete_job(1002, "failure");
+    assert_eq!(
+        runtime.block_on(fake.deliver(1002, "completed", false)),
+        202
+    );
+    wait_until("the used-up runner to be stopped", 30, || {
+        !processes.tracked().iter().any(|(name, _)| name == &first)
+    });
+    wait_until("a new runner for the admitted job", 30, || {
+        runners().len() == 2
+    });
+}

@@ -205,8 +205,22 @@ async fn ec2_provider_conforms_on_moto() {
 /// A container provider on a private Podman, its containers sleeping,
 /// tagged with a controller id of its own.
 fn container(podman: &podman::Podman, state_dir: &std::path::Path) -> Harness {
-    use runway_providers::container::{ContainerConfig, ContainerProvider, Pull};
-    let config = ContainerConfig {
+    use runway_providers::container::ContainerProvider;
+    let config = container_config(podman, state_dir);
+    Harness {
+        provider: Arc::new(ContainerProvider::new(config).expect("a container provider")),
+        // A started container runs at once.
+        let_boot: Box::new(|| {}),
+        quota: 3,
+    }
+}
+
+fn container_config(
+    podman: &podman::Podman,
+    state_dir: &std::path::Path,
+) -> runway_providers::container::ContainerConfig {
+    use runway_providers::container::{ContainerConfig, Pull};
+    ContainerConfig {
         name: "box".into(),
         socket: Some(podman.socket.clone()),
         image: podman::IMAGE.into(),
@@ -231,13 +245,42 @@ fn container(podman: &podman::Podman, state_dir: &std::path::Path) -> Harness {
         boot_time: Duration::from_secs(1),
         controller_id: uuid::Uuid::new_v4().to_string(),
         legacy_controller_id: None,
-    };
-    Harness {
-        provider: Arc::new(ContainerProvider::new(config).expect("a container provider")),
-        // A started container runs at once.
-        let_boot: Box::new(|| {}),
-        quota: 3,
     }
+}
+
+/// Two `container` providers of one installation on one engine: each
+/// lists (so counts and judges) only the containers labelled with its own
+/// name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_container_providers_on_one_engine_list_only_their_own() {
+    use runway_providers::container::{ContainerConfig, ContainerProvider};
+    let Some(podman) = podman::podman(&[]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let controller = uuid::Uuid::new_v4().to_string();
+    let make = |name: &str| {
+        let mut config: ContainerConfig = container_config(&podman, &dir.path().join(name));
+        config.name = name.into();
+        config.controller_id = controller.clone();
+        Arc::new(ContainerProvider::new(config).expect("a container provider"))
+    };
+    let (a, b) = (make("box-a"), make("box-b"));
+    let made_by_a = a.create(&request("two-a")).await.expect("a creates");
+    let made_by_b = b.create(&request("two-b")).await.expect("b creates");
+    for (provider, own, other) in [(&a, &made_by_a, &made_by_b), (&b, &made_by_b, &made_by_a)] {
+        let listed: Vec<InstanceId> = provider
+            .list()
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(listed, std::slice::from_ref(&own.id), "not {:?}", other.id);
+        assert!(provider.proven_own(&own.id));
+    }
+    a.delete(&made_by_a.id).await.unwrap();
+    b.delete(&made_by_b.id).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -237,6 +237,10 @@ pub struct Fake {
     pub secondary_limited: u32,
     /// Refuse JIT configurations with this status (a missing permission).
     pub refuse_jit: Option<StatusCode>,
+    /// Bad weather for runner deletes: each DELETE of a runner takes the
+    /// first status left here and answers it, with no effect (a 5xx burst;
+    /// a 429 carries `Retry-After: 1`).
+    pub delete_faults: std::collections::VecDeque<StatusCode>,
     /// Accept redelivery requests but hold the redeliveries until
     /// `FakeGithub::release_redeliveries`.
     pub hold_redeliveries: bool,
@@ -287,6 +291,7 @@ impl FakeGithub {
             installation_tokens: Vec::new(),
             secondary_limited: 0,
             refuse_jit: None,
+            delete_faults: std::collections::VecDeque::new(),
             token_lifetime: Duration::from_secs(3600),
             downloads_listed: 0,
             runner_tarball: None,
@@ -770,6 +775,19 @@ async fn handle(
             }
             (Method::DELETE, ["actions", "runners", id]) => {
                 let operation = format!("actions/delete-self-hosted-runner-from-{scope}");
+                if let Some(fault) = fake.delete_faults.pop_front() {
+                    let mut response = reply(
+                        &mut fake,
+                        fault,
+                        json!({"message": "Server Error", "documentation_url": "https://docs.github.com/rest"}),
+                    );
+                    if fault == StatusCode::TOO_MANY_REQUESTS {
+                        response
+                            .headers_mut()
+                            .insert("retry-after", "1".parse().unwrap());
+                    }
+                    return response;
+                }
                 let id: u64 = id.parse().unwrap_or(0);
                 // The truth, not the lagging flag, decides.
                 let (status, body) = match fake.runners.get(&id) {
