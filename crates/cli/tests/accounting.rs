@@ -46,9 +46,10 @@ impl Setup {
         for sub in ["online", "done", "cloud"] {
             std::fs::create_dir_all(root.join(sub)).unwrap();
         }
-        // Every call logged; `late` makes a create make its instance and
-        // then hang past the timeout; `appear` makes it hang while its
-        // instance appears that many seconds later, after runway gave up.
+        // Every call logged; `fail` makes a create fail at once; `late`
+        // makes it make its instance and then hang past the timeout;
+        // `appear` makes it hang while its instance appears that many
+        // seconds later, after runway gave up.
         executable(
             &root.join("provider.sh"),
             &format!(
@@ -56,6 +57,7 @@ impl Setup {
                  d='{root}'\n\
                  echo \"$(date +%s.%N) $GARM_COMMAND $GARM_INSTANCE_ID $GARM_POOL_ID\" >> \"$d/calls.log\"\n\
                  if [ \"$GARM_COMMAND\" = CreateInstance ]; then\n\
+                   [ -f \"$d/fault.fail\" ] && {{ echo 'injected failure' >&2; exit 1; }}\n\
                    if [ -f \"$d/fault.appear\" ]; then\n\
                      cat > \"$d/in.$$\"\n\
                      ( sleep $(cat \"$d/fault.appear\"); exec '{garm}' < \"$d/in.$$\" > /dev/null 2>&1 ) &\n\
@@ -270,7 +272,7 @@ fn alive(pid: u32) -> bool {
 #[test]
 fn a_create_that_answers_late_is_adopted_and_its_runner_never_killed_mid_job() {
     for (fault, value) in [("late", "1"), ("appear", "4")] {
-        let setup = Setup::new(&["cloud"], 6);
+        let setup = Setup::new(&["cloud"], 8);
         std::fs::write(setup.root().join(format!("fault.{fault}")), value).unwrap();
         setup.fake.lock().delete_faults.extend([
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -283,7 +285,7 @@ fn a_create_that_answers_late_is_adopted_and_its_runner_never_killed_mid_job() {
         let (name, pid) = setup.run_job_on_first_online(701, 40);
         // Creates answer normally again: the next runners are ordinary.
         std::fs::remove_file(setup.root().join(format!("fault.{fault}"))).unwrap();
-        // Three in-flight windows (list_lag 0 + boot_timeout 6 s) and more.
+        // Over two in-flight windows (list_lag 0 + boot_timeout 8 s).
         setup.job_runs_to_its_end(701, &name, pid, 20);
         setup.settles(60);
         let calls = setup.calls();
@@ -372,4 +374,36 @@ fn two_exec_providers_on_one_backend_never_delete_each_others_runners() {
         setup.job_runs_to_its_end(*job, name, *pid, 0);
     }
     setup.settles(60);
+}
+
+/// A runner whose create failed had its just-in-time registration made at
+/// GitHub; GitHub answers its deregistration 503 and then 429 (with
+/// Retry-After). runway asks again, at doubling waits, until GitHub takes
+/// it: no stale registration is left. The job then runs on a new runner.
+#[test]
+fn a_failed_runners_registration_is_let_go_through_5xx_and_429() {
+    let setup = Setup::new(&["cloud"], 6);
+    std::fs::write(setup.root().join("fault.fail"), "").unwrap();
+    setup.fake.lock().delete_faults.extend([
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        axum::http::StatusCode::TOO_MANY_REQUESTS,
+    ]);
+    let (_serve, base) = setup.serve();
+    setup.fake.queue_job(1101, &["self-hosted", "linux"]);
+    assert_eq!(setup.deliver(1101, "queued"), 202);
+    wait_until("a create to fail", 30, || {
+        setup.calls().contains("CreateInstance")
+            && common::metric(
+                &base,
+                r#"runway_provider_errors_total{provider="cloud",operation="create"}"#,
+            ) >= 1.0
+    });
+    std::fs::remove_file(setup.root().join("fault.fail")).unwrap();
+    wait_until("both faults answered", 30, || {
+        setup.fake.lock().delete_faults.is_empty()
+    });
+    let (name, pid) = setup.run_job_on_first_online(1101, 60);
+    setup.job_runs_to_its_end(1101, &name, pid, 0);
+    // 30 s after the first refusal, then 60 s after the second.
+    setup.settles(150);
 }

@@ -1819,3 +1819,45 @@ async fn a_drifting_nightly_batch_is_kept_warm_for_and_explained() {
         "{warm:?}"
     );
 }
+
+/// A record left `terminating` with no instance (a scale-down of a runner
+/// whose create never answered) is ended once its in-flight window has
+/// passed with no instance under its name, not kept forever.
+#[tokio::test]
+async fn a_terminating_record_with_no_instance_ends_after_its_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut pool = linux_pool(0, 5);
+    pool.boot_timeout = Duration::from_secs(60);
+    let service = service(&dir, pool).await;
+    let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
+    let sim = Arc::new(SimProvider::new(SimConfig::default(), clock.clone()));
+    let providers: BTreeMap<String, Arc<dyn Provider>> =
+        BTreeMap::from([("sim".to_owned(), sim as Arc<dyn Provider>)]);
+    let runner = service
+        .store
+        .create_runner(
+            &runway_core::runner::NewRunner {
+                name: "linux-0badf00d".into(),
+                pool: "linux".into(),
+                provider: "sim".into(),
+                labels: vec!["linux".into()],
+            },
+            clock.now(),
+        )
+        .await
+        .unwrap();
+    service
+        .store
+        .apply_runner_event(runner.id, &RunnerEvent::TerminateRequested, clock.now())
+        .await
+        .unwrap();
+    let reconciler = Reconciler::new(service.clone(), providers);
+    clock.advance(Duration::from_secs(1));
+    reconciler.reconcile_once(clock.now()).await.unwrap();
+    let seen = service.store.get_runner(runner.id).await.unwrap().unwrap();
+    assert_eq!(seen.state, RunnerState::Terminating, "within its window");
+    clock.advance(Duration::from_secs(61));
+    reconciler.reconcile_once(clock.now()).await.unwrap();
+    let seen = service.store.get_runner(runner.id).await.unwrap().unwrap();
+    assert_eq!(seen.state, RunnerState::Terminated, "{seen:?}");
+}
