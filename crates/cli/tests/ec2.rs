@@ -627,20 +627,36 @@ fn launches_carry_the_worker_configuration_and_runway_sees_only_its_own_instance
         Some(network.subnets["us-east-1a"].as_str())
     );
 
-    // An instance with this installation's tag and no runner record is
-    // an orphan: deleted. Another installation's, and an untagged one,
-    // are never touched.
+    // Instances with this installation's tag and no runner record: one of
+    // this provider's (its `runway:provider` tag) is unaccounted for and
+    // deleted only past its in-flight window (`list_lag` + `boot_timeout`,
+    // ten minutes here: the deletion itself is tested in the server's
+    // reconciler and fencing tests); one without a provider tag may be
+    // another provider's and is never deleted as an orphan. Both are
+    // counted. Another installation's, and an untagged one, are never
+    // touched nor counted.
     let orphan = outside_instance(
         &ec2,
         &runtime,
         &[
             ("runway:controller", &controller),
+            ("runway:provider", "aws"),
             ("runway:runner", "linux-orphan"),
         ],
     );
-    wait_until("the orphan terminated", 30, || {
-        instance_state(&ec2, &runtime, &orphan) == "terminated"
+    let unproven = outside_instance(
+        &ec2,
+        &runtime,
+        &[
+            ("runway:controller", &controller),
+            ("runway:runner", "linux-before-provider-tags"),
+        ],
+    );
+    wait_until("both counted as unaccounted for", 30, || {
+        common::metric(&base, r#"runway_instances_unaccounted{provider="aws"}"#) == 2.0
     });
+    assert_eq!(instance_state(&ec2, &runtime, &orphan), "running");
+    assert_eq!(instance_state(&ec2, &runtime, &unproven), "running");
     assert_eq!(instance_state(&ec2, &runtime, &foreign), "running");
     assert_eq!(instance_state(&ec2, &runtime, &untagged), "running");
     let runners = get_json(&base, "/api/v1/runners");

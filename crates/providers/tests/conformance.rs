@@ -164,8 +164,20 @@ async fn run_suite(make: impl Fn() -> Harness) {
 /// An EC2 provider on a private moto server, tagged with a controller id
 /// of its own.
 fn ec2(url: &str) -> Harness {
+    Harness {
+        provider: Arc::new(runway_providers::ec2::Ec2Provider::new(
+            ec2_config(url),
+            Arc::new(runway_providers::SystemClock),
+        )),
+        // moto's instances run as soon as they are described.
+        let_boot: Box::new(|| {}),
+        quota: 4,
+    }
+}
+
+fn ec2_config(url: &str) -> runway_providers::ec2::Ec2Config {
     moto::aws_environment();
-    let config = runway_providers::ec2::Ec2Config {
+    runway_providers::ec2::Ec2Config {
         name: "ec2".into(),
         region: "us-east-1".into(),
         endpoint_url: Some(url.to_owned()),
@@ -182,16 +194,39 @@ fn ec2(url: &str) -> Harness {
         list_lag: Duration::from_secs(60),
         controller_id: uuid::Uuid::new_v4().to_string(),
         legacy_controller_id: None,
-    };
-    Harness {
-        provider: Arc::new(runway_providers::ec2::Ec2Provider::new(
-            config,
-            Arc::new(runway_providers::SystemClock),
-        )),
-        // moto's instances run as soon as they are described.
-        let_boot: Box::new(|| {}),
-        quota: 4,
     }
+}
+
+/// Two `ec2` providers of one installation in one account and region:
+/// each lists only the instances tagged with its own name.
+#[tokio::test]
+async fn two_ec2_providers_in_one_account_list_only_their_own() {
+    let Some(moto) = moto::start() else {
+        return;
+    };
+    let controller = uuid::Uuid::new_v4().to_string();
+    let make = |name: &str| {
+        let mut config = ec2_config(&moto.url);
+        config.name = name.into();
+        config.controller_id = controller.clone();
+        runway_providers::ec2::Ec2Provider::new(config, Arc::new(runway_providers::SystemClock))
+    };
+    let (a, b) = (make("ec2-a"), make("ec2-b"));
+    let made_by_a = a.create(&request("two-ec2-a")).await.expect("a launches");
+    let made_by_b = b.create(&request("two-ec2-b")).await.expect("b launches");
+    for (provider, own, other) in [(&a, &made_by_a, &made_by_b), (&b, &made_by_b, &made_by_a)] {
+        let listed: Vec<InstanceId> = provider
+            .list()
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(listed, std::slice::from_ref(&own.id), "not {:?}", other.id);
+        assert!(provider.proven_own(&own.id));
+    }
+    a.delete(&made_by_a.id).await.unwrap();
+    b.delete(&made_by_b.id).await.unwrap();
 }
 
 #[tokio::test]
