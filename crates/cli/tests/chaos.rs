@@ -17,7 +17,8 @@
 //! Faults at random for a set time: kill -9 and restart of a replica,
 //! SIGSTOP then SIGCONT, PostgreSQL crashed and restarted, every database
 //! connection ended, provider calls that fail, hang past their timeout or
-//! answer slowly, and late creates (the call hangs past its timeout while
+//! answer slowly, GitHub answering bursts of 5xx and 429 to runner
+//! deregistrations, and late creates (the call hangs past its timeout while
 //! the instance appears 1-20 s later: most register and take a job, a
 //! third are duds whose runner exits at once). Then, from the store, the
 //! shared clouds, the provider's call log and the fake GitHub's:
@@ -895,7 +896,7 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(rng.gen_range(2_000..6_000)));
         let which = rng.gen_range(0..REPLICAS);
-        match rng.gen_range(0..8) {
+        match rng.gen_range(0..9) {
             0 => {
                 *faults.entry("kill -9 and restart").or_default() += 1;
                 replicas[which].kill();
@@ -930,6 +931,24 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
             5 => {
                 *faults.entry("provider calls answer slowly").or_default() += 1;
                 provider_fault("fault.slow", rng.gen_range(3_000..9_000));
+            }
+            7 => {
+                *faults
+                    .entry("GitHub answers 5xx and 429 to deregistrations")
+                    .or_default() += 1;
+                let statuses = [
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    axum::http::StatusCode::TOO_MANY_REQUESTS,
+                    axum::http::StatusCode::BAD_GATEWAY,
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                ];
+                let burst = rng.gen_range(2..6);
+                let mut github = github.lock();
+                for _ in 0..burst {
+                    github
+                        .delete_faults
+                        .push_back(statuses[rng.gen_range(0..statuses.len())]);
+                }
             }
             6 => {
                 *faults

@@ -263,46 +263,33 @@ impl Inner {
     /// Asks GitHub again to let go of the registrations of ended runners
     /// it has not let go of yet (a deregistration that met a 5xx, a rate
     /// limit or an outage), each at doubling waits, at most
-    /// [`DEREGISTER_BATCH`] a round and every [`DEREGISTER_SWEEP`]: a
-    /// stale just-in-time registration is never left at GitHub.
-    pub(super) async fn retry_deregistrations(&self, now: Timestamp) -> Result<(), StoreError> {
+    /// [`DEREGISTER_BATCH`] a sweep and a sweep every [`DEREGISTER_SWEEP`],
+    /// in a task of its own (a slow GitHub holds no round): a stale
+    /// just-in-time registration is never left at GitHub.
+    pub(super) fn retry_deregistrations(self: &Arc<Self>, now: Timestamp) -> Option<Task> {
         {
-            let Ok(mut swept) = self.deregistrations_swept.lock() else {
-                return Ok(());
-            };
+            let mut swept = self.deregistrations_swept.lock().ok()?;
             if swept.is_some_and(|at| now.since(at) < DEREGISTER_SWEEP) {
-                return Ok(());
+                return None;
             }
             *swept = Some(now);
         }
-        let ended = self
-            .store()
-            .ended_runners_registered(DEREGISTER_BATCH)
-            .await?;
-        for runner in ended {
-            let Some(github) = self.github_pool(&runner.pool) else {
-                continue; // Its pool is gone: nothing to ask with.
-            };
-            if !self.deregistration_due(runner.id, now) {
-                continue;
-            }
-            match self.deregister(&github, &runner).await? {
-                Ok(_) => {
+        let this = self.clone();
+        self.sweep("deregistrations".into(), async move {
+            let ended = this
+                .store()
+                .ended_runners_registered(DEREGISTER_BATCH)
+                .await?;
+            for runner in ended {
+                let Some(github) = this.github_pool(&runner.pool) else {
+                    continue; // Its pool is gone: nothing to ask with.
+                };
+                if this.let_go_at_github(&github, &runner, now).await? == LetGo::Gone {
                     tracing::info!(runner = %runner.name, pool = %runner.pool, "GitHub let go of an ended runner's registration");
-                    self.deregistration_done(runner.id);
-                }
-                Err(GithubError::RunnerBusy(_)) => {
-                    // Its machine still runs a job (the orphan rules keep it).
-                    let recheck = self.service.config().github.recheck_after;
-                    self.deregistration_refused(runner.id, recheck, now);
-                }
-                Err(error) => {
-                    tracing::debug!(runner = %runner.name, %error, "an ended runner's registration is asked about again later");
-                    self.deregistration_refused(runner.id, DEREGISTER_RETRY, now);
                 }
             }
-        }
-        Ok(())
+            Ok(Report::default())
+        })
     }
 }
 

@@ -163,6 +163,11 @@ struct Inner {
     unaccounted: Mutex<BTreeMap<(String, InstanceId), Timestamp>>,
     /// When ended runners' registrations were last looked at.
     deregistrations_swept: Mutex<Option<Timestamp>>,
+    /// Tasks running now that no runner record guards: ended runners'
+    /// deregistrations (`"deregistrations"`) and each provider's orphans
+    /// (`"orphans:NAME"`). One of each at a time: a slow GitHub or
+    /// provider does not pile them up round after round.
+    sweeping: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// How often a round checks runners' reports for crashes (a pre-job
@@ -229,6 +234,7 @@ impl Reconciler {
                 in_doubt: Mutex::new(BTreeMap::new()),
                 unaccounted: Mutex::new(BTreeMap::new()),
                 deregistrations_swept: Mutex::new(None),
+                sweeping: Mutex::new(std::collections::BTreeSet::new()),
             }),
         }
     }
@@ -291,7 +297,7 @@ impl Inner {
         let mut report = Report::default();
         self.observe(now, &mut report).await?;
         self.check_reports(now, &mut report).await?;
-        self.retry_deregistrations(now).await?;
+        let deregistering = self.retry_deregistrations(now);
         self.learn_arrivals(now).await?;
         let snapshot = self.snapshot(now).await?;
         let plan = plan(&snapshot, now);
@@ -299,6 +305,7 @@ impl Inner {
             .actions
             .iter()
             .filter_map(|action| self.dispatch(action.clone(), now))
+            .chain(deregistering)
             .collect();
         report.merge(self.collect(tasks).await?);
         self.update_gauges(&snapshot, &plan).await?;
@@ -380,6 +387,24 @@ impl Inner {
             Some(error) => Err(error),
             None => Ok(report),
         }
+    }
+
+    /// Runs `work` as a task of its own unless one of the same `kind` runs.
+    fn sweep<F>(self: &Arc<Self>, kind: String, work: F) -> Option<Task>
+    where
+        F: std::future::Future<Output = Result<Report, StoreError>> + Send + 'static,
+    {
+        if !self.sweeping.lock().ok()?.insert(kind.clone()) {
+            return None; // The last one still runs.
+        }
+        let this = self.clone();
+        self.spawn(None, async move {
+            let outcome = work.await;
+            if let Ok(mut sweeping) = this.sweeping.lock() {
+                sweeping.remove(&kind);
+            }
+            outcome
+        })
     }
 
     /// Marks `runner` as worked on until the guard is dropped.

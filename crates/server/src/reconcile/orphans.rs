@@ -69,7 +69,7 @@ impl Inner {
             return Vec::new();
         }
         let (this, provider, name) = (self.clone(), provider.clone(), name.to_owned());
-        self.spawn(None, async move {
+        self.sweep(format!("orphans:{name}"), async move {
             let mut report = Report::default();
             for orphan in due {
                 if !this.may_delete_orphan(&name, &orphan, now).await? {
