@@ -39,6 +39,11 @@ impl Setup {
     /// backend: the same executable and cloud), each with a 2 s `timeout`
     /// and `list_lag` 0, the pool's `boot_timeout` as given.
     fn new(providers: &[&str], boot_timeout_secs: u64) -> Setup {
+        Setup::lagging(providers, boot_timeout_secs, 0)
+    }
+
+    /// As [`Setup::new`], the providers' `list_lag` as given.
+    fn lagging(providers: &[&str], boot_timeout_secs: u64, list_lag_secs: u64) -> Setup {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let fake = runtime.block_on(FakeGithub::start(100_000, Auth::Token));
         let dir = tempfile::tempdir().unwrap();
@@ -46,7 +51,9 @@ impl Setup {
         for sub in ["online", "done", "cloud"] {
             std::fs::create_dir_all(root.join(sub)).unwrap();
         }
-        // Every call logged; `fail` makes a create fail at once; `late`
+        // Every call logged; `listlag` hides instances younger than that
+        // many seconds from lists (a cloud's list lags behind its creates);
+        // `fail` makes a create fail at once; `late`
         // makes it make its instance and then hang past the timeout;
         // `appear` makes it hang while its instance appears that many
         // seconds later, after runway gave up.
@@ -56,6 +63,10 @@ impl Setup {
                 "#!/bin/sh\n\
                  d='{root}'\n\
                  echo \"$(date +%s.%N) $GARM_COMMAND $GARM_INSTANCE_ID $GARM_POOL_ID\" >> \"$d/calls.log\"\n\
+                 if [ \"$GARM_COMMAND\" = ListInstances ] && [ -f \"$d/fault.listlag\" ]; then\n\
+                   '{garm}' > \"$d/list.$$\" || exit $?\n\
+                   exec python3 -c 'import json,os,sys,time; lag=float(open(sys.argv[1]).read()); print(json.dumps([i for i in json.load(open(sys.argv[3])) if time.time()-os.path.getmtime(os.path.join(sys.argv[2],i[\"name\"]+\".json\"))>=lag]))' \"$d/fault.listlag\" \"$d/cloud\" \"$d/list.$$\"\n\
+                 fi\n\
                  if [ \"$GARM_COMMAND\" = CreateInstance ]; then\n\
                    [ -f \"$d/fault.fail\" ] && {{ echo 'injected failure' >&2; exit 1; }}\n\
                    if [ -f \"$d/fault.appear\" ]; then\n\
@@ -138,7 +149,7 @@ config_file = "{root}/garm.conf"
 timeout = "2s"
 max_instances = 2
 boot_seconds = 1
-list_lag = "0s"
+list_lag = "{list_lag_secs}s"
 "#,
                 root = root.display(),
             ));
@@ -301,13 +312,17 @@ fn a_create_that_answers_late_is_adopted_and_its_runner_never_killed_mid_job() {
 }
 
 /// runway is killed (-9) while a create is outstanding; its instance comes
-/// up and takes its job while runway is down. The restarted runway adopts
-/// it by its name (it does not fail it as never created, nor delete it as
-/// an orphan) and it runs its job to the end.
+/// up and takes its job while runway is down, and the provider's list lags
+/// behind (it shows an instance 8 s after its create; `list_lag` says
+/// 10 s). The restarted runway does not fail the record as never created
+/// at its first look (and so deregister, ignore GitHub's 422 and delete
+/// the instance as an orphan once listed): it waits out the window, adopts
+/// the instance by its name, and the runner runs its job to the end.
 #[test]
 fn a_create_cut_off_by_a_restart_is_adopted_after_it() {
-    let setup = Setup::new(&["cloud"], 6);
+    let setup = Setup::lagging(&["cloud"], 6, 10);
     std::fs::write(setup.root().join("fault.late"), "1").unwrap();
+    std::fs::write(setup.root().join("fault.listlag"), "8").unwrap();
     let (mut serve, _base) = setup.serve();
     setup.fake.queue_job(801, &["self-hosted", "linux"]);
     assert_eq!(setup.deliver(801, "queued"), 202);
@@ -318,11 +333,8 @@ fn a_create_cut_off_by_a_restart_is_adopted_after_it() {
     let _ = serve.0.kill();
     let _ = serve.0.wait();
     std::fs::remove_file(setup.root().join("fault.late")).unwrap();
-    let (name, pid) = {
-        let (name, pid) = setup.online().remove(0);
-        assert_eq!(setup.fake.give_oldest_queued_job(&name), Some(801));
-        (name, pid)
-    };
+    let (name, pid) = setup.online().remove(0);
+    assert_eq!(setup.fake.give_oldest_queued_job(&name), Some(801));
     // The in_progress webhook meets no runway: redelivered later.
     assert_eq!(
         setup
@@ -330,8 +342,10 @@ fn a_create_cut_off_by_a_restart_is_adopted_after_it() {
             .block_on(setup.fake.deliver(801, "in_progress", true)),
         0
     );
+    // Back while the list still hides the instance.
     let (_serve, _base) = setup.serve();
-    setup.job_runs_to_its_end(801, &name, pid, 20);
+    setup.job_runs_to_its_end(801, &name, pid, 25);
+    std::fs::remove_file(setup.root().join("fault.listlag")).unwrap();
     setup.settles(60);
 }
 
