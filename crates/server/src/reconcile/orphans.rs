@@ -5,7 +5,9 @@
 //!   one from before provider tags, maybe another provider's, is kept;
 //! - it has been unaccounted for longer than the in-flight window
 //!   (`list_lag` + `boot_timeout`): a create that answered late, or was
-//!   cut off by a restart, may still be adopted by its record meanwhile;
+//!   cut off by a restart, may still be adopted by its record meanwhile —
+//!   unless no adoption can come: the provider lists it as ended, or its
+//!   record has ended knowing this very instance;
 //! - it is idle or finished by every source runway has: a GitHub
 //!   runner's registration is let go first (204/404; a 422 means it runs
 //!   a job: kept, asked again at doubling waits); a runway-API runner
@@ -39,6 +41,7 @@ impl Inner {
             .filter(|i| !live.contains(i.name.as_str()) && !live.contains(i.id.0.as_str()))
             .collect();
         let window = self.longest_window(name);
+        // (instance, within its window)
         let mut due = Vec::new();
         if let Ok(mut seen) = self.unaccounted.lock() {
             // Forget what is accounted for again, or gone.
@@ -49,12 +52,10 @@ impl Inner {
                 let first = *seen
                     .entry((name.to_owned(), instance.id.clone()))
                     .or_insert(now);
-                if !provider.proven_own(&instance.id) {
-                    report.orphans_kept += 1; // Maybe another provider's.
-                } else if now.since(first) < window {
-                    report.orphans_kept += 1; // Its create may still be adopted.
+                if provider.proven_own(&instance.id) {
+                    due.push(((*instance).clone(), now.since(first) < window));
                 } else {
-                    due.push((*instance).clone());
+                    report.orphans_kept += 1; // Maybe another provider's.
                 }
             }
         }
@@ -71,8 +72,11 @@ impl Inner {
         let (this, provider, name) = (self.clone(), provider.clone(), name.to_owned());
         self.sweep(format!("orphans:{name}"), async move {
             let mut report = Report::default();
-            for orphan in due {
-                if !this.may_delete_orphan(&name, &orphan, now).await? {
+            for (orphan, within_window) in due {
+                if !this
+                    .may_delete_orphan(&name, &orphan, within_window, now)
+                    .await?
+                {
                     report.orphans_kept += 1;
                     continue;
                 }
@@ -112,15 +116,25 @@ impl Inner {
             .unwrap_or_else(|| self.in_flight_window(name, ""))
     }
 
-    /// Whether `orphan` of provider `name`, unaccounted for past its
-    /// window, is let go of by every source and may be deleted.
+    /// Whether `orphan` of provider `name`, no live record accounting for
+    /// it, is let go of by every source and may be deleted. One still
+    /// `within_window` may yet be adopted by a late create's record, unless
+    /// it has ended or its record ended knowing it.
     async fn may_delete_orphan(
         &self,
         name: &str,
         orphan: &runway_providers::Instance,
+        within_window: bool,
         now: Timestamp,
     ) -> Result<bool, StoreError> {
         let record = self.store().find_runner(&orphan.name).await?;
+        let settled = orphan.state == runway_providers::InstanceState::Failed
+            || record.as_ref().is_some_and(|r| {
+                r.state.is_terminal() && r.instance_id.as_deref() == Some(orphan.id.0.as_str())
+            });
+        if within_window && !settled {
+            return Ok(false); // Its create may still be adopted.
+        }
         match record {
             Some(runner) if runner.provider != name => {
                 // Another provider's record names it: not this one's to judge.
