@@ -1149,3 +1149,59 @@ async fn the_runs_event_labels_its_job_and_runner_reports_say_idle_stop_and_cras
         "{installed:?}"
     );
 }
+
+/// GitHub made a runner's just-in-time registration, but its id never
+/// reached the store (runway stopped, or its store failed, between
+/// GitHub's answer and the write). Once its record's create is judged
+/// never made, runway finds the registration by the runner's name and
+/// removes it: no stale registration is left at GitHub.
+#[tokio::test]
+async fn a_registration_whose_id_never_reached_the_store_is_found_by_name_and_removed() {
+    let h = Harness::start(4_000, |_| {}).await;
+    let record = h
+        .service
+        .store
+        .create_runner(
+            &runway_core::runner::NewRunner {
+                name: "gh-5eedf00d".into(),
+                pool: "gh".into(),
+                provider: "sim".into(),
+                labels: vec![],
+            },
+            runway_server::clock::now(),
+        )
+        .await
+        .unwrap();
+    h.fake.lock().runners.insert(
+        77,
+        fake_github::FakeRunner {
+            name: "gh-5eedf00d".into(),
+            labels: vec![],
+            job: None,
+            busy_shown_from: None,
+        },
+    );
+    h.reconcile().await;
+    assert!(h.runner("gh-5eedf00d").await.create_in_doubt());
+    assert!(
+        h.fake.runner_id("gh-5eedf00d").is_some(),
+        "not before its window"
+    );
+    // Past list_lag (0) + boot_timeout.
+    let later = runway_server::clock::now().plus(Duration::from_secs(3_600));
+    h.reconciler.reconcile_once(later).await.unwrap();
+    assert_eq!(
+        h.fake.runner_id("gh-5eedf00d"),
+        None,
+        "{:?}",
+        h.fake.calls()
+    );
+    let ended = h
+        .service
+        .store
+        .get_runner(record.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ended.state, RunnerState::Failed, "{ended:?}");
+}

@@ -613,6 +613,33 @@ impl GithubClient {
         }
     }
 
+    /// `GET …/actions/runners?name=NAME`: the id of the self-hosted runner
+    /// registered under `name`, if any. What deregistration asks when the
+    /// id GitHub gave a just-in-time runner never reached the store (runway
+    /// stopped, or the store failed, between GitHub's answer and the write).
+    pub async fn find_runner_id(
+        &self,
+        metrics: &Metrics,
+        target: &Target,
+        name: &str,
+    ) -> Result<Option<u64>, GithubError> {
+        let encoded: String = url::form_urlencoded::byte_serialize(name.as_bytes()).collect();
+        let call = Call::new(
+            "find_runner",
+            Priority::Deregister,
+            As::Installation,
+            reqwest::Method::GET,
+            format!("{}?name={encoded}", target.runners_path()),
+        );
+        let answer = self.send(metrics, call).await?.expect(StatusCode::OK)?;
+        Ok(answer.body["runners"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|runner| runner["name"].as_str() == Some(name))
+            .and_then(|runner| runner["id"].as_u64()))
+    }
+
     /// `GET /repos/{owner}/{repo}/actions/jobs/{job_id}`: what a queued
     /// job really is now.
     pub async fn get_job(

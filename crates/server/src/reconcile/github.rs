@@ -101,20 +101,39 @@ impl Inner {
         github: &PoolGithub,
         runner: &runway_core::Runner,
     ) -> Result<Result<bool, GithubError>, StoreError> {
-        let Some(github_id) = self
-            .store()
-            .runner_external_id(runner.id)
-            .await?
-            .and_then(|id| id.parse::<u64>().ok())
-        else {
-            return Ok(Ok(true)); // It never got a JIT configuration.
-        };
+        let stored = self.store().runner_external_id(runner.id).await?;
         if let Err(deposed) = self.service.may_act("github_deregister").await {
             return Ok(Err(GithubError::Transport {
                 operation: "deregister runner",
                 message: deposed.to_string(),
             }));
         }
+        let github_id = match stored.as_deref() {
+            // Deregistered before.
+            Some("") => return Ok(Ok(true)),
+            Some(id) => match id.parse::<u64>() {
+                Ok(id) => id,
+                Err(_) => return Ok(Ok(true)),
+            },
+            // No id stored: it never got a JIT configuration — or GitHub
+            // gave it one and runway stopped (or its store failed) before
+            // the id was written. GitHub is asked by the runner's name.
+            None => {
+                let found = match (&github.scale_set, &self.service.github) {
+                    (None, Some(client)) => {
+                        client
+                            .find_runner_id(&self.service.metrics, &github.target, &runner.name)
+                            .await
+                    }
+                    _ => Ok(None),
+                };
+                match found {
+                    Ok(Some(id)) => id,
+                    Ok(None) => return Ok(Ok(true)),
+                    Err(error) => return Ok(Err(error)),
+                }
+            }
+        };
         let deleted = if github.scale_set.is_some() {
             // Registered in the scale set: removed through the Actions service.
             let Some(handle) = self.service.scale_sets.get(&runner.pool) else {

@@ -773,6 +773,32 @@ async fn handle(
                 );
                 reply(&mut fake, StatusCode::OK, body)
             }
+            (Method::GET, ["actions", "runners"]) => {
+                // `?name=NAME`: the runners registered under that name.
+                let name: Option<String> = url::form_urlencoded::parse(query.as_bytes())
+                    .find(|(key, _)| key == "name")
+                    .map(|(_, value)| value.into_owned());
+                let runners: Vec<Value> = fake
+                    .runners
+                    .iter()
+                    .filter(|(_, r)| name.as_deref().is_none_or(|n| n == r.name))
+                    .map(|(id, r)| {
+                        json!({
+                            "id": id,
+                            "name": r.name,
+                            "os": "linux",
+                            "status": "online",
+                            "busy": r.job.is_some(),
+                            "labels": [],
+                        })
+                    })
+                    .collect();
+                reply(
+                    &mut fake,
+                    StatusCode::OK,
+                    json!({"total_count": runners.len(), "runners": runners}),
+                )
+            }
             (Method::DELETE, ["actions", "runners", id]) => {
                 let operation = format!("actions/delete-self-hosted-runner-from-{scope}");
                 if let Some(fault) = fake.delete_faults.pop_front() {
