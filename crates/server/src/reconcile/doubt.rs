@@ -10,7 +10,7 @@ use super::*;
 
 /// Why a runner found requested with no task working on it is in doubt.
 const CUT_OFF: &str =
-    "its create was cut off (the replica that made it stopped or lost the lead during the call)";
+    "its create was cut off (the replica that made it stopped, or its lead ended, during the call)";
 
 impl Inner {
     /// Records that `runner`'s create has an unknown outcome (`why`), as of
