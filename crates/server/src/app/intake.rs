@@ -633,13 +633,17 @@ async fn move_job(
     ))
 }
 
-/// GitHub says our runner `runner` runs (`in_progress`) or ran
-/// (`completed`) `job`, but the job did not move to it: a job runway
-/// refused or never routed (its access policy, no pool), or one that ended
-/// another way first. A just-in-time runner runs one job whatever runway
-/// thought of it, so it is used up: busy with a job runway does not track
-/// while it runs, then finished and stopped, its place under `max_runners`
-/// given back for the next job.
+/// GitHub says our runner `runner` ran (`completed`) `job`, but the job did
+/// not move to it: a job runway refused or never routed (its access policy,
+/// no pool), or one that ended another way first. A just-in-time runner runs
+/// one job whatever runway thought of it, so it is used up: finished and
+/// stopped, its place under `max_runners` given back for the next job.
+///
+/// An `in_progress` alone changes nothing: a late, reordered one cannot be
+/// told from a current one, and marking a runner busy on it left runners
+/// busy with no job until the re-check (chaos soak, seed 10). An idle-looking
+/// runner that is in fact running ends on its `completed`, or when its
+/// machine exits.
 async fn used_up_elsewhere(
     service: &Service,
     job: &Job,
@@ -655,9 +659,6 @@ async fn used_up_elsewhere(
     }
     use runway_core::RunnerState as S;
     let event = match (action, record.state, record.job) {
-        (WorkflowJobAction::InProgress, S::Provisioning | S::Idle, _) => {
-            RunnerEvent::RemovalRefused
-        }
         (WorkflowJobAction::Completed, S::Busy, None) => {
             tracing::info!(runner = %record.name, job_id = %job.external_id, "a runner finished a job runway did not run there; stopped");
             service.finish_runner_job(record.id, now).await;
