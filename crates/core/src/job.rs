@@ -17,21 +17,11 @@
 //! against [`JobEvent::Claim`]).
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::str::FromStr;
 
-use crate::runner::RunnerId;
+pub use crate::ids::JobId;
+use crate::ids::RunnerId;
 use crate::time::Timestamp;
-
-/// The store's identifier of a job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct JobId(pub i64);
-
-impl fmt::Display for JobId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
 
 /// Where a job came from. Together with the external id it identifies a job
 /// across redeliveries, which is what makes enqueue idempotent.

@@ -41,6 +41,7 @@ pub mod access;
 pub mod forecast;
 pub mod github;
 pub mod github_budget;
+pub mod ids;
 pub mod job;
 pub mod moves;
 pub mod observe;

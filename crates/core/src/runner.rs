@@ -16,20 +16,9 @@
 //! [`RunnerEvent::RemovalRefused`] then takes an idle or terminating runner
 //! back to `busy` with no job, and the job's own event names it later.
 
-use std::fmt;
-
-use crate::job::JobId;
+use crate::ids::JobId;
+pub use crate::ids::RunnerId;
 use crate::time::Timestamp;
-
-/// The store's identifier of a runner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RunnerId(pub i64);
-
-impl fmt::Display for RunnerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RunnerState {

@@ -14,6 +14,10 @@
 //! ended here — wherever this simulation put them — so a run whose first
 //! job waited for a runner also queues its later jobs later, as GitHub does
 //! with `needs:`. Every other job arrives at its trace time.
+//!
+//! Why one file of over 800 lines: the engine is one event loop whose parts
+//! (runs, the fair queue, the world) share private state and change
+//! together; split, each would need to see the others' insides.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};

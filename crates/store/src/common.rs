@@ -116,16 +116,41 @@ pub(crate) fn prune_statements(what: crate::Prunable, backend: crate::Backend) -
     }
 }
 
-pub(crate) struct Statements {
-    /// The dialect's claim ([`crate::sql::Dialect::claim_statement`]).
+/// A dialect's claim that starts its job at once.
+pub enum ClaimStartSql {
+    /// The job and its runner in one statement
+    /// ([`claim_start_postgres`]'s parameters).
+    OneStatement(String),
+    /// The dialect's claim statement that makes the job `running` at once
+    /// (the same parameters, `$6` holding both history lines — claimed,
+    /// started — and `$7` the start time; the version moves by two, as a
+    /// claim and its accept move it), followed in the same transaction by
+    /// the runner's compare-and-set. For SQLite, where a statement costs no
+    /// round trip to a server, only a hop to the connection's thread.
+    ThenRunner(String),
+}
+
+/// What each dialect writes its own way (the SQL dialect's
+/// statements), handed to [`Statements::new`].
+pub(crate) struct DialectSql {
+    pub backend: crate::Backend,
     pub claim: String,
-    /// [`crate::sql::Dialect::claim_start_statement`].
-    pub claim_start: crate::sql::ClaimStartSql,
-    /// [`crate::sql::Dialect::guarded_pair_statement`].
+    pub claim_start: ClaimStartSql,
     pub guarded_pair: Option<String>,
-    /// [`crate::sql::Dialect::complete_next_statement`].
     pub complete_next: Option<String>,
-    /// [`crate::sql::Dialect::enqueue_delivery_statement`].
+    pub enqueue_delivery: Option<String>,
+}
+
+pub(crate) struct Statements {
+    /// The dialect's claim (the dialect\'s `claim_statement`).
+    pub claim: String,
+    /// the dialect\'s `claim_start_statement`.
+    pub claim_start: ClaimStartSql,
+    /// the dialect\'s `guarded_pair_statement`.
+    pub guarded_pair: Option<String>,
+    /// the dialect\'s `complete_next_statement`.
+    pub complete_next: Option<String>,
+    /// the dialect\'s `enqueue_delivery_statement`.
     pub enqueue_delivery: Option<String>,
     pub insert_job: String,
     pub job_by_id: String,
@@ -289,7 +314,7 @@ impl WorkerConfigStatements {
 }
 
 impl Statements {
-    pub fn new<D: crate::sql::Dialect>() -> Statements {
+    pub fn new(dialect: DialectSql) -> Statements {
         let job_count = column_count(JOB_COLUMNS);
         let runner_count = column_count(RUNNER_COLUMNS);
         let select_job = format!("SELECT id, {JOB_COLUMNS} FROM jobs");
@@ -337,13 +362,13 @@ impl Statements {
         Statements {
             worker_configs: WorkerConfigStatements::new(),
             runner_api: RunnerApiStatements::new(),
-            prune: crate::Prunable::ALL.map(|what| prune_statements(what, D::BACKEND)),
-            queue_times: queue_times(D::BACKEND),
-            claim: D::claim_statement(),
-            claim_start: D::claim_start_statement(),
-            guarded_pair: D::guarded_pair_statement(),
-            complete_next: D::complete_next_statement(),
-            enqueue_delivery: D::enqueue_delivery_statement(),
+            prune: crate::Prunable::ALL.map(|what| prune_statements(what, dialect.backend)),
+            queue_times: queue_times(dialect.backend),
+            claim: dialect.claim,
+            claim_start: dialect.claim_start,
+            guarded_pair: dialect.guarded_pair,
+            complete_next: dialect.complete_next,
+            enqueue_delivery: dialect.enqueue_delivery,
             insert_job,
             job_by_id,
             job_by_external_id,
@@ -517,7 +542,7 @@ pub(crate) fn complete_next_postgres() -> String {
 }
 
 /// PostgreSQL: a claim that starts the job at once, in one statement. The
-/// claim's parameters (`$1`–`$7`, [`crate::sql::Dialect::claim_statement`];
+/// claim's parameters (`$1`–`$7`, the dialect\'s `claim_statement`;
 /// `$6` holds both history lines), then the start time (`$8`), the version
 /// the runner must still have (`$9`) and its next columns (`$10`…, the job
 /// NULL: the claimed one is written). Job first, then runner, as every
@@ -552,7 +577,7 @@ pub(crate) fn qualified(table: &str, columns: &str) -> String {
 }
 
 /// Binds a claim's parameters `$1`–`$7` (see
-/// [`crate::sql::Dialect::claim_statement`]): its pool, its runner, the
+/// the dialect\'s `claim_statement`): its pool, its runner, the
 /// lease's end, at most `limit` jobs, the runner's labels, the history,
 /// the cap on a share key's running jobs.
 pub(crate) fn bind_claim<'q, DB, Q>(

@@ -177,13 +177,13 @@ pub(crate) struct HeldConnection<'a, DB: Database> {
 impl<DB: Database> HeldConnection<'_, DB> {
     /// `result` of the statement made on this connection. Done, the
     /// connection is kept for the next one. Failed in the database, it is
-    /// closed rather than reused ([`crate::sql::close_if_failed`]); any other
+    /// closed rather than reused ([`crate::conn::close_if_failed`]); any other
     /// failure sends it back to the pool, which pings it first.
     pub(crate) fn settle<T>(mut self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         if result.is_ok() {
             self.reusable = true;
         } else if let Some(kept) = self.kept.as_mut() {
-            crate::sql::close_if_failed(&mut kept.connection, &result);
+            crate::conn::close_if_failed(&mut kept.connection, &result);
         }
         result
     }

@@ -14,10 +14,12 @@ use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
 
+use crate::common::ClaimStartSql;
+use crate::conn::describe_sqlx_error;
 use crate::group_commit::{BatchExecutor, GroupCommit, Op, Outcome};
 use crate::held::PING_AFTER_IDLE;
 use crate::rows::{JobRow, JOB_COLUMNS};
-use crate::sql::{describe_sqlx_error, ClaimStartSql, Dialect, Shared, SqlStore};
+use crate::sql::{Dialect, Shared, SqlStore};
 use crate::{
     redact_url, Backend, Enqueued, Leadership, OpenOptions, Store, StoreError, Wake, WakeListener,
 };

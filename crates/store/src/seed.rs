@@ -1,6 +1,6 @@
 //! A long history, written straight into a store: what weeks of a busy
 //! organisation leave behind (finished jobs, ended runners, webhook
-//! deliveries), for `runway bench soak` and the history benchmarks. Rows are
+//! deliveries), for `runway-bench soak` and the history benchmarks. Rows are
 //! inserted by set-based statements in chunks, so a million of each takes
 //! seconds, not the hours the store's API would take one durable write at a
 //! time. Never used by `runway serve`.

@@ -13,9 +13,11 @@ use runway_core::Timestamp;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
+use crate::common::ClaimStartSql;
+use crate::conn::describe_sqlx_error;
 use crate::group_commit::{BatchExecutor, GroupCommit, Op, Outcome};
 use crate::rows::JOB_COLUMNS;
-use crate::sql::{describe_sqlx_error, ClaimStartSql, Dialect, Shared, SqlStore};
+use crate::sql::{Dialect, Shared, SqlStore};
 use crate::{Backend, Enqueued, Leadership, StoreError};
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -167,6 +169,6 @@ impl Dialect for SqliteDialect {
             Ok(results)
         }
         .await;
-        crate::sql::settle(connection, result)
+        crate::conn::settle(connection, result)
     }
 }

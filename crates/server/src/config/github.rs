@@ -422,3 +422,40 @@ impl GithubConfig {
         Ok(())
     }
 }
+
+impl super::Config {
+    /// Part of [`super::Config::load`]'s validation: GitHub credentials and what needs them.
+    pub(super) fn check_github(&self) -> Result<(), (String, String)> {
+        let auth = self.github.auth();
+        if let Some(GithubAuth::Token(token)) = &auth {
+            if token.expose().trim().is_empty() {
+                return Err(("[github] token".into(), "is empty".into()));
+            }
+        }
+        if let Some(GithubAuth::App { private_key, .. }) = &auth {
+            jsonwebtoken::EncodingKey::from_rsa_pem(private_key.expose().as_bytes()).map_err(
+                |e| {
+                    (
+                        "[github] private_key".to_owned(),
+                        format!("not an RSA private key in PEM form ({e})"),
+                    )
+                },
+            )?;
+        }
+        if self.github.deliveries.is_some() && auth.is_none() {
+            return Err((
+                "[github] deliveries".into(),
+                "redelivering webhooks needs [github] token or App credentials".into(),
+            ));
+        }
+        if matches!(self.github.deliveries, Some(crate::config::Hook::App))
+            && !matches!(auth, Some(GithubAuth::App { .. }))
+        {
+            return Err((
+                "[github] deliveries".into(),
+                "\"app\" (the App's webhook) needs App credentials (app_id, private_key, installation_id)".into(),
+            ));
+        }
+        Ok(())
+    }
+}

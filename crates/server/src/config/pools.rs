@@ -228,3 +228,73 @@ impl PoolConfig {
         Ok(())
     }
 }
+
+impl super::Config {
+    /// Part of [`super::Config::load`]'s validation: the default pool and each pool against the providers and GitHub settings.
+    pub(super) fn check_pools(&self) -> Result<(), (String, String)> {
+        let auth = self.github.auth();
+        if let Some(default) = &self.routing.default_pool {
+            if !self.pools.iter().any(|p| &p.name == default) {
+                return Err((
+                    "[routing] default_pool".into(),
+                    format!("{default:?} is not the name of a configured pool"),
+                ));
+            }
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, pool) in self.pools.iter().enumerate() {
+            let key = |field: &str| format!("pools[{i}].{field}");
+            pool.check_alone()
+                .map_err(|(field, message)| (key(&field), message))?;
+            if !names.insert(pool.name.to_lowercase()) {
+                return Err((key("name"), format!("duplicate pool name {:?}", pool.name)));
+            }
+            if let Some(unknown) = pool
+                .providers
+                .iter()
+                .find(|name| !self.providers.iter().any(|p| &&p.name == name))
+            {
+                return Err((
+                    key("providers"),
+                    format!("{unknown:?} is not a declared provider ([providers.NAME])"),
+                ));
+            }
+            if pool.github.is_some() && !pool.ephemeral {
+                return Err((
+                    key("ephemeral"),
+                    "a GitHub pool's runners are just-in-time runners, one job each: ephemeral must be true".into(),
+                ));
+            }
+            if pool.github.is_some() && auth.is_none() {
+                return Err((
+                    key("github"),
+                    "a GitHub pool needs [github] token or App credentials (app_id, private_key, installation_id)".into(),
+                ));
+            }
+            if pool.access.is_some() && pool.github.as_ref().is_some_and(|g| g.scale_set.is_some())
+            {
+                return Err((
+                    key("access"),
+                    "access policies judge webhook-fed GitHub pools; a scale-set pool's jobs come from its scale set's queue and are not judged yet — restrict the scale set's runner group at GitHub instead".into(),
+                ));
+            }
+            if let Some(scale_set) = pool.github.as_ref().and_then(|g| g.scale_set.as_ref()) {
+                let github = pool.github.as_ref().map(|g| &g.target);
+                if let Some(other) = self.pools[..i].iter().find(|other| {
+                    other.github.as_ref().is_some_and(|g| {
+                        Some(&g.target) == github && g.scale_set.as_ref() == Some(scale_set)
+                    })
+                }) {
+                    return Err((
+                        key("github.scale_set"),
+                        format!(
+                            "{scale_set:?} is already pool {:?}'s scale set: a scale set has one session, so one pool",
+                            other.name
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

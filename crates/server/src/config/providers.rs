@@ -10,7 +10,7 @@ use runway_providers::factory::{ProviderKind, ProviderSpec};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::one_line;
+use super::load::one_line;
 
 pub fn serialize<S: Serializer>(
     providers: &[ProviderConfig],
@@ -280,3 +280,44 @@ impl Default for ProviderConfig {
 }
 
 pub const PROVIDER_KINDS: [&str; 5] = ProviderKind::NAMES;
+
+impl super::Config {
+    /// Part of [`super::Config::load`]'s validation: each provider alone.
+    pub(super) fn check_providers(&self) -> Result<(), (String, String)> {
+        for provider in &self.providers {
+            if runway_core::RunnerOrigin::is_reserved(&provider.name) {
+                return Err((
+                    format!("[providers.{}]", provider.name),
+                    "this name is reserved (runway marks runners that registered themselves or that it only heard of this way); choose another".into(),
+                ));
+            }
+            let key = |field: &str| format!("[providers.{}] {field}", provider.name);
+            if matches!(&provider.kind, ProviderKind::Process { command, .. } if command.is_empty())
+            {
+                return Err((
+                    key("command"),
+                    "a process provider needs the runner's command, e.g. [\"runway\", \"agent\", \"--once\"]".into(),
+                ));
+            }
+            if matches!(&provider.kind, ProviderKind::Exec { executable, .. } if executable.as_os_str().is_empty())
+            {
+                return Err((
+                    key("executable"),
+                    "an exec provider needs the path of a GARM external provider executable".into(),
+                ));
+            }
+            if matches!(provider.kind, ProviderKind::Process { .. }) && provider.max_instances == 0
+            {
+                return Err((key("max_instances"), "must be at least 1".into()));
+            }
+            provider
+                .kind
+                .check()
+                .map_err(|(field, message)| (key(field), message))?;
+            provider
+                .check_inputs()
+                .map_err(|(field, message)| (key(&field), message))?;
+        }
+        Ok(())
+    }
+}

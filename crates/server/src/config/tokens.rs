@@ -114,3 +114,78 @@ impl Scope {
         }
     }
 }
+
+impl super::Config {
+    /// Part of [`super::Config::load`]'s validation: admin, read and scoped tokens, each long and distinct.
+    pub(super) fn check_tokens(&self) -> Result<(), (String, String)> {
+        if let Some(index) = self
+            .server
+            .admin_tokens
+            .iter()
+            .position(|s| s.expose().len() < 16)
+        {
+            return Err((
+                format!("[server] admin_tokens[{index}]"),
+                "is shorter than 16 characters; use a long random token".into(),
+            ));
+        }
+        let mut token_names = std::collections::BTreeSet::new();
+        for (i, token) in self.server.tokens.iter().enumerate() {
+            let key = |field: &str| format!("[server] tokens[{i}].{field}");
+            if token.name.trim().is_empty() {
+                return Err((key("name"), "must not be empty".into()));
+            }
+            if !token_names.insert(token.name.as_str()) {
+                return Err((
+                    key("name"),
+                    format!("duplicate token name {:?}", token.name),
+                ));
+            }
+            if token.token.expose().len() < 16 {
+                return Err((
+                    key("token"),
+                    "is shorter than 16 characters; use a long random token".into(),
+                ));
+            }
+            if token.pools.is_empty() {
+                return Err((
+                    key("pools"),
+                    "covers no pool; leave it out for every pool".into(),
+                ));
+            }
+            Scope::of(&token.pools)
+                .map_err(|(index, message)| (key(&format!("pools[{index}]")), message))?;
+            for (index, glob) in token.pools.iter().enumerate() {
+                let Ok(scope) = Scope::of(std::slice::from_ref(glob)) else {
+                    continue;
+                };
+                if !self.pools.iter().any(|p| scope.covers(Some(&p.name))) {
+                    return Err((
+                        key(&format!("pools[{index}]")),
+                        format!("{glob:?} names no configured pool"),
+                    ));
+                }
+            }
+        }
+        let every_secret: Vec<&str> = self
+            .server
+            .admin_tokens
+            .iter()
+            .chain(&self.server.read_tokens)
+            .chain(self.server.tokens.iter().map(|t| &t.token))
+            .map(Secret::expose)
+            .collect();
+        if every_secret.len()
+            != every_secret
+                .iter()
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+        {
+            return Err((
+                "[server] tokens".into(),
+                "the same token appears twice (admin_tokens, read_tokens, tokens): each must be distinct".into(),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -121,3 +121,35 @@ pub fn parse(text: &str, origin: &str) -> Result<WorkerConfig, String> {
     let id = dto.id.clone().unwrap_or_default();
     Ok(dto.into_core(&id))
 }
+
+impl super::Config {
+    /// Part of [`super::Config::load`]'s validation: the worker configurations, their ids, values and pools.
+    pub(super) fn check_worker_configs(&self) -> Result<(), (String, String)> {
+        let schemas = self.schemas();
+        let mut owners: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut ids = std::collections::BTreeSet::new();
+        for (i, config) in self.worker_configs.iter().enumerate() {
+            let key = format!("worker_configs[{i}]");
+            if !ids.insert(config.id.as_str()) {
+                return Err((
+                    format!("{key}.id"),
+                    format!("duplicate worker configuration id {:?}", config.id),
+                ));
+            }
+            config
+                .check(&schemas)
+                .map_err(|e| (key.clone(), e.to_string()))?;
+            self.check_provider_values(config)
+                .map_err(|e| (key.clone(), e))?;
+            for pool in &config.pools {
+                if let Some(owner) = owners.insert(pool, &config.id) {
+                    return Err((
+                        format!("{key}.pools"),
+                        format!("pool {pool:?} already belongs to worker configuration {owner:?}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

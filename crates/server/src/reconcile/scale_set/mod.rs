@@ -20,6 +20,10 @@
 //! From there on the job is like a webhook's: routing, the planner's
 //! demand, "why is my job waiting?", metrics and the admin API.
 
+mod words;
+
+use words::*;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,12 +46,6 @@ use crate::telemetry::metrics::PoolKindLabels;
 /// failures back off from it, doubling up to a minute.
 const ROUND_PAUSE: Duration = Duration::from_millis(100);
 
-/// The store setting that remembers the session the leader holds, so that
-/// a restarted or new leader can replace it instead of waiting it out.
-fn session_key(pool: &str) -> String {
-    format!("scale_set_session:{pool}")
-}
-
 /// One scale-set pool's listener.
 struct Listener {
     service: Arc<Service>,
@@ -59,38 +57,6 @@ struct Listener {
     /// The settings the scale set was last found or made with.
     ensured: Option<(PoolGithub, Vec<String>)>,
     shutdown: tokio::sync::watch::Receiver<bool>,
-}
-
-/// The scale set's labels: its name (what `runs-on: NAME` targets) and
-/// the pool's labels.
-pub fn scale_set_labels(name: &str, pool_labels: &[String]) -> Vec<String> {
-    let mut labels = vec![name.to_owned()];
-    for label in pool_labels {
-        if !labels.iter().any(|l| l.eq_ignore_ascii_case(label)) {
-            labels.push(label.clone());
-        }
-    }
-    labels
-}
-
-/// A job's conclusion from the service's result.
-fn conclusion(result: &str) -> String {
-    match result.to_ascii_lowercase().as_str() {
-        "succeeded" | "success" => "success",
-        "failed" | "failure" => "failure",
-        "canceled" | "cancelled" | "abandoned" => "cancelled",
-        "skipped" => "skipped",
-        other => return other.to_owned(),
-    }
-    .to_owned()
-}
-
-/// The workflow a job ref names: `.github/workflows/ci.yml` of
-/// `owner/repo/.github/workflows/ci.yml@refs/heads/main`.
-fn workflow_of(job_ref: &str) -> Option<String> {
-    let path = job_ref.split('@').next()?;
-    let at = path.find(".github/workflows/")?;
-    Some(path[at..].to_owned()).filter(|p| p.len() > ".github/workflows/".len())
 }
 
 impl Listener {
@@ -702,13 +668,6 @@ impl Listener {
     }
 }
 
-fn same_labels(have: &[String], want: &[String]) -> bool {
-    let norm = |labels: &[String]| -> BTreeSet<String> {
-        labels.iter().map(|l| l.to_ascii_lowercase()).collect()
-    };
-    norm(have) == norm(want)
-}
-
 /// How often the supervisor looks for scale-set pools a reload added.
 const NEW_POOLS_RECHECK: Duration = Duration::from_secs(1);
 
@@ -801,36 +760,4 @@ async fn listen(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_are_the_name_and_the_pool_labels_once_each() {
-        let pool = vec![
-            "self-hosted".to_owned(),
-            "Linux".to_owned(),
-            "arc".to_owned(),
-        ];
-        assert_eq!(
-            scale_set_labels("arc", &pool),
-            vec!["arc", "self-hosted", "Linux"]
-        );
-        assert!(same_labels(
-            &["ARC".into(), "linux".into(), "self-hosted".into()],
-            &scale_set_labels("arc", &pool)
-        ));
-    }
-
-    #[test]
-    fn results_become_conclusions_and_refs_workflows() {
-        assert_eq!(conclusion("succeeded"), "success");
-        assert_eq!(conclusion("Failed"), "failure");
-        assert_eq!(conclusion("canceled"), "cancelled");
-        assert_eq!(conclusion("timed_out"), "timed_out");
-        assert_eq!(
-            workflow_of("org/repo/.github/workflows/ci.yml@refs/heads/main").as_deref(),
-            Some(".github/workflows/ci.yml")
-        );
-        assert_eq!(workflow_of(""), None);
-    }
-}
+mod tests;

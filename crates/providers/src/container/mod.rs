@@ -30,6 +30,12 @@
 //! ([`Provider::ended_detail`]). Delete stops a container (SIGTERM, then
 //! SIGKILL after `stop_grace`) and removes it with its anonymous volumes.
 
+mod scripts;
+mod settings;
+
+use scripts::*;
+pub use settings::*;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -66,35 +72,6 @@ pub const RUNWAY_MOUNT: &str = "/usr/local/bin/runway";
 const LOG_LINES: usize = 20;
 /// At most this much of them.
 const LOG_BYTES: usize = 2_048;
-
-/// When the image is pulled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Pull {
-    /// Only when the engine does not have it.
-    #[default]
-    Missing,
-    /// Before every container (a moving tag).
-    Always,
-    /// Never: a missing image is a configuration error.
-    Never,
-}
-
-/// A host path mounted into every container, or one a worker
-/// configuration may ask for (`allowed_mounts`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Mount {
-    pub source: PathBuf,
-    pub target: String,
-    /// Read-only unless said.
-    #[serde(default = "yes")]
-    pub read_only: bool,
-}
-
-fn yes() -> bool {
-    true
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContainerConfig {
@@ -149,44 +126,6 @@ pub const AGENT_COMMAND: &str = "runway agent --once";
 pub const GITHUB_COMMAND: &str =
     "cd /home/runner && exec ./run.sh --jitconfig \"$RUNWAY_JIT_CONFIG\"";
 
-/// What the worker configuration may set, under `container`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LaunchSettings {
-    pub image: Option<String>,
-    pub cpus: Option<f64>,
-    pub memory_mb: Option<u64>,
-    pub pids_limit: Option<i64>,
-    #[serde(default)]
-    pub mounts: Vec<Mount>,
-    #[serde(default)]
-    pub capabilities: Vec<String>,
-}
-
-impl LaunchSettings {
-    /// The `container` object of a launch configuration (absent: none).
-    pub fn of(launch_config: &Value) -> Result<LaunchSettings, String> {
-        match launch_config.get("container") {
-            None | Some(Value::Null) => Ok(LaunchSettings::default()),
-            Some(value) => {
-                serde_json::from_value(value.clone()).map_err(|e| format!("container: {e}"))
-            }
-        }
-    }
-}
-
-/// What a worker-configuration rule may say under `container` (checked
-/// when the configuration is written, naming the key).
-pub fn check_rule_values(values: &Value) -> Result<(), String> {
-    LaunchSettings::of(values).map(|_| ())
-}
-
-/// Why a container ended, as its runner's reason says it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Ended {
-    detail: String,
-}
-
 pub struct ContainerProvider {
     config: ContainerConfig,
     /// The engine's client, once its socket was found (a missing engine
@@ -206,116 +145,6 @@ pub struct ContainerProvider {
     unproven: Mutex<std::collections::BTreeSet<InstanceId>>,
     /// Asked right before each call that changes the engine's containers.
     fence: crate::Fence,
-}
-
-/// The engine's socket: `socket`, else `DOCKER_HOST` (unix), else the
-/// first of Docker's and Podman's usual sockets that exists.
-pub fn engine_socket(socket: Option<&Path>) -> Option<PathBuf> {
-    if let Some(socket) = socket {
-        return Some(socket.to_path_buf());
-    }
-    if let Ok(host) = std::env::var("DOCKER_HOST") {
-        if let Some(path) = host.strip_prefix("unix://") {
-            return Some(PathBuf::from(path));
-        }
-    }
-    let mut candidates = vec![PathBuf::from("/var/run/docker.sock")];
-    if let Ok(runtime) = std::env::var("XDG_RUNTIME_DIR") {
-        candidates.push(Path::new(&runtime).join("podman/podman.sock"));
-        candidates.push(Path::new(&runtime).join("docker.sock"));
-    }
-    candidates.push(PathBuf::from("/run/podman/podman.sock"));
-    candidates.into_iter().find(|path| path.exists())
-}
-
-/// A container name from a runner name (the engine allows
-/// `[a-zA-Z0-9][a-zA-Z0-9_.-]*`).
-fn container_name(runner: &str) -> String {
-    let clean: String = runner
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    format!("runway-{clean}")
-}
-
-/// `UID` or `UID:GID`, as numbers (a name is resolved in the image, not here).
-fn numeric_user(user: &str) -> Option<(u32, u32)> {
-    let (uid, gid) = user.split_once(':').unwrap_or((user, user));
-    Some((uid.parse().ok()?, gid.parse().ok()?))
-}
-
-/// A value quoted for `sh`: `'…'` with each `'` written `'\''`.
-fn shell_quote(value: &str) -> String {
-    format!("'{}'", value.replace('\'', "'\\''"))
-}
-
-/// The bootstrap file: one `export NAME='value'` a line.
-pub fn bootstrap_script(variables: &BTreeMap<String, String>) -> String {
-    let mut script = String::new();
-    for (name, value) in variables {
-        if name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !name.is_empty() {
-            script.push_str(&format!("export {name}={}\n", shell_quote(value)));
-        }
-    }
-    script
-}
-
-/// What the container's `/bin/sh -c` runs: read the bootstrap, delete it,
-/// then `command`.
-pub fn entry_script(command: &str) -> String {
-    format!(
-        "set -e; . {BOOTSTRAP_MOUNT}/bootstrap.sh; rm -f {BOOTSTRAP_MOUNT}/bootstrap.sh; set +e; {command}"
-    )
-}
-
-/// Why a container that exited ended, from its inspected state: "out of
-/// memory" when the kernel killed it for memory (or SIGKILL under a
-/// memory limit runway did not send), else its exit code; with the last
-/// lines of its output.
-fn ended_detail(
-    oom_killed: bool,
-    exit_code: Option<i64>,
-    memory_limit: Option<i64>,
-    stopped_by_runway: bool,
-    error: Option<&str>,
-    output: &str,
-) -> String {
-    let killed = exit_code == Some(137) && !stopped_by_runway;
-    let mut detail = if oom_killed {
-        "out of memory (killed by the kernel at its memory limit)".to_owned()
-    } else if killed && memory_limit.is_some_and(|m| m > 0) {
-        let mib = memory_limit.unwrap_or(0) / (1024 * 1024);
-        format!("out of memory: killed by SIGKILL under its {mib} MiB memory limit")
-    } else {
-        match exit_code {
-            Some(code) => format!("exited with code {code}"),
-            None => "ended".to_owned(),
-        }
-    };
-    if let Some(error) = error.filter(|e| !e.is_empty()) {
-        detail.push_str(&format!(" ({error})"));
-    }
-    let lines: Vec<&str> = output.lines().collect();
-    let tail = lines[lines.len().saturating_sub(LOG_LINES)..].join("\n");
-    let mut tail: &str = &tail;
-    if tail.len() > LOG_BYTES {
-        let mut start = tail.len() - LOG_BYTES;
-        while !tail.is_char_boundary(start) {
-            start += 1;
-        }
-        tail = &tail[start..];
-    }
-    if !tail.trim().is_empty() {
-        detail.push_str("; last output:\n");
-        detail.push_str(tail);
-    }
-    detail
 }
 
 impl ContainerProvider {
@@ -942,53 +771,5 @@ impl ContainerProvider {
     }
 }
 
-/// Whether an engine call that failed with `error` may still have done
-/// what it was asked: it timed out, or its connection broke after the
-/// request was sent.
-fn outcome_unknown(error: &bollard::errors::Error) -> bool {
-    use bollard::errors::Error as E;
-    matches!(
-        error,
-        E::RequestTimeoutError | E::HyperResponseError { .. } | E::HyperLegacyError { .. }
-    )
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bootstrap_values_are_quoted_for_the_shell() {
-        let script = bootstrap_script(&BTreeMap::from([
-            ("A".to_owned(), "it's $HOME `x`".to_owned()),
-            ("bad name".to_owned(), "x".to_owned()),
-        ]));
-        assert_eq!(script, "export A='it'\\''s $HOME `x`'\n");
-    }
-
-    #[test]
-    fn an_ended_container_says_why() {
-        let mib = 32 * 1024 * 1024;
-        assert!(ended_detail(true, Some(137), None, false, None, "").starts_with("out of memory"));
-        assert!(ended_detail(false, Some(137), Some(mib), false, None, "")
-            .starts_with("out of memory: killed by SIGKILL under its 32 MiB"));
-        assert_eq!(
-            ended_detail(false, Some(137), Some(mib), true, None, ""),
-            "exited with code 137",
-            "runway stopped it"
-        );
-        let many: String = (0..100).map(|i| format!("line {i}\n")).collect();
-        let detail = ended_detail(false, Some(2), None, false, None, &many);
-        assert!(
-            detail.starts_with("exited with code 2; last output:\nline 80\n"),
-            "{detail}"
-        );
-        assert!(detail.ends_with("line 99"));
-    }
-
-    #[test]
-    fn names_are_what_the_engine_accepts() {
-        assert_eq!(container_name("linux-0a1b"), "runway-linux-0a1b");
-        assert_eq!(container_name("a b/c"), "runway-a-b-c");
-    }
-}
+mod tests;

@@ -1,0 +1,200 @@
+//! The runner side of a webhook: which of our runners it names, what a job's
+//! move does to it, and a runner used up by a job runway did not give it.
+
+use super::*;
+
+/// GitHub says our runner `runner` ran (`completed`) `job`, but the job did
+/// not move to it: a job runway refused or never routed (its access policy,
+/// no pool), or one that ended another way first. A just-in-time runner runs
+/// one job whatever runway thought of it, so it is used up: finished and
+/// stopped, its place under `max_runners` given back for the next job.
+///
+/// An `in_progress` alone changes nothing: a late, reordered one cannot be
+/// told from a current one, and marking a runner busy on it left runners
+/// busy with no job until the re-check (chaos soak, seed 10). An idle-looking
+/// runner that is in fact running ends on its `completed`, or when its
+/// machine exits.
+pub(super) async fn used_up_elsewhere(
+    service: &Service,
+    job: &Job,
+    runner: RunnerId,
+    action: WorkflowJobAction,
+    now: Timestamp,
+) {
+    let Ok(Some(record)) = service.store.get_runner(runner).await else {
+        return;
+    };
+    if job.runner == Some(record.id) || !service.stops_after_its_job(&record) {
+        return;
+    }
+    use runway_core::RunnerState as S;
+    let event = match (action, record.state, record.job) {
+        (WorkflowJobAction::Completed, S::Busy, None) => {
+            tracing::info!(runner = %record.name, job_id = %job.external_id, "a runner finished a job runway did not run there; stopped");
+            service.finish_runner_job(record.id, now).await;
+            return;
+        }
+        (WorkflowJobAction::Completed, S::Requested | S::Provisioning | S::Idle, _) => {
+            RunnerEvent::TerminateRequested
+        }
+        _ => return,
+    };
+    match service
+        .store
+        .apply_runner_event(record.id, &event, now)
+        .await
+    {
+        Ok(next) => {
+            tracing::info!(runner = %record.name, job_id = %job.external_id, state = %next.state, "a runner ran a job runway did not give it; it is used up");
+            service.runner_moved(Some(&next));
+        }
+        Err(error) => tracing::debug!(%error, runner = %record.name, "runner changed meanwhile"),
+    }
+}
+
+/// The runner a GitHub job runs on: ours if we know the name, else an
+/// external runner recorded for the job's pool.
+pub(super) async fn runner_for(
+    service: &Service,
+    name: &str,
+    job: &Job,
+) -> Result<RunnerId, AppError> {
+    let store = &service.store;
+    if let Some(runner) = store
+        .find_runner(name)
+        .await
+        .map_err(|e| AppError::store(service, "find_runner", e))?
+    {
+        return Ok(runner.id);
+    }
+    let new = NewRunner {
+        name: name.to_owned(),
+        pool: job.pool.clone().unwrap_or_default(),
+        provider: runway_core::RunnerOrigin::External.column().to_owned(),
+        labels: Vec::new(),
+    };
+    match store.create_runner(&new, now()).await {
+        Ok(runner) => Ok(runner.id),
+        Err(StoreError::DuplicateRunnerName(_)) => store
+            .find_runner(name)
+            .await
+            .map_err(|e| AppError::store(service, "find_runner", e))?
+            .map(|runner| runner.id)
+            .ok_or_else(AppError::store_unavailable),
+        Err(error) => Err(AppError::store(service, "create_runner", error)),
+    }
+}
+
+/// Bookkeeping after a job (and its runner) moved: metrics and the event
+/// log. Nothing here can fail the webhook: the move is stored.
+pub(super) async fn after_move(
+    service: &Service,
+    payload: &WorkflowJob,
+    job: &Job,
+    runner: Option<&Runner>,
+    now: Timestamp,
+) {
+    let pool = PoolLabel {
+        pool: job.pool.clone().unwrap_or_default(),
+    };
+    // The webhook names the repository and workflow, not the event that
+    // triggered the run: that is known when the run was looked up (for a
+    // pool's policy, or in the background when the job was queued) or a
+    // runner reported it (pre-job), here or in the store — never the
+    // webhook's type.
+    let mut event =
+        crate::app::access::known_event(service, payload.repository.as_deref(), payload.run_id);
+    if event.is_none() {
+        if let Some(runner) = runner {
+            event = match crate::app::reports::pre_job_of(service, runner.id).await {
+                Ok(pre) => pre.map(|pre| pre.event).filter(|event| !event.is_empty()),
+                Err(error) => {
+                    tracing::debug!(%error, "cannot read the runner's pre-job report");
+                    None
+                }
+            };
+        }
+    }
+    let labels = service.metrics.job_labels(
+        &pool.pool,
+        payload.repository.as_deref(),
+        payload.workflow.as_deref(),
+        event.as_deref(),
+    );
+    let running = job.state == runway_core::JobState::Running;
+    if running {
+        service.metrics.jobs_started.get_or_create(&labels).inc();
+    } else if let Some(conclusion) = job.conclusion {
+        service
+            .metrics
+            .jobs_completed
+            .get_or_create(&crate::telemetry::metrics::JobConclusionLabels {
+                job: labels.clone(),
+                conclusion: conclusion.as_str().to_owned(),
+            })
+            .inc();
+    }
+    let context = crate::telemetry::events::JobContext {
+        flavor: &pool.pool,
+        workflow: payload.workflow.as_deref().unwrap_or(""),
+        repo: payload.repository.as_deref().unwrap_or(""),
+        github_event: event.as_deref().unwrap_or(""),
+    };
+    if running {
+        if let (Some(created), Some(started)) = (payload.created_at, payload.started_at) {
+            let seconds = started.since(created).as_secs_f64();
+            service
+                .metrics
+                .job_queue_duration
+                .get_or_create(&labels)
+                .observe(seconds);
+            service.events.emit(
+                "job_queuing",
+                serde_json::json!({"flavor": pool.pool, "duration": seconds.round() as u64}),
+                now,
+            );
+        }
+        let started = payload.started_at.unwrap_or(now);
+        match runner {
+            // Once per runner, whether its pre-job report said it first.
+            Some(runner) => {
+                crate::app::reports::started(service, runner, &context, started, now).await
+            }
+            None => service.events.emit(
+                "runner_start",
+                context.fields(started, serde_json::json!({"idle": 0})),
+                now,
+            ),
+        }
+    } else if job.state == runway_core::JobState::Completed {
+        let completed = payload.completed_at.unwrap_or(now);
+        let seconds = payload
+            .started_at
+            .map(|started| completed.since(started).as_secs_f64());
+        if let Some(seconds) = seconds {
+            service
+                .metrics
+                .job_run_duration
+                .get_or_create(&labels)
+                .observe(seconds);
+        }
+        // GitHub says the job completed: its runner got to its end (the
+        // spec's `normal`); how the job went is its conclusion.
+        let fields = crate::app::reports::stop_fields(
+            "normal",
+            seconds,
+            serde_json::json!({
+                "conclusion": job.conclusion.map(|c| c.as_str()).unwrap_or("unknown"),
+            }),
+        );
+        match runner {
+            Some(runner) => {
+                crate::app::reports::stopped(service, runner, &context, completed, fields, now)
+                    .await
+            }
+            None => service
+                .events
+                .emit("runner_stop", context.fields(completed, fields), now),
+        }
+    }
+}
