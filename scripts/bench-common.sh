@@ -3,10 +3,13 @@
 # they start a server and wait for it, and how they clean up.
 #
 # Sourcing sets RUNWAY (the binary measured, default the release build),
+# BENCH (the load generators, default the runway-bench beside RUNWAY:
+# cargo build --release --locked -p runway -p runway-bench),
 # BASE (another binary to compare, if given), PG_URL (the PostgreSQL
 # server, default the local one), ADMIN (the admin token) and DIR (a
 # scratch directory).
 RUNWAY=$(realpath "${RUNWAY:-target/release/runway}")
+BENCH=$(realpath "${BENCH:-$(dirname "$RUNWAY")/runway-bench}")
 BASE=${BASE:+$(realpath "$BASE")}
 PG_URL=${PG_URL:-postgres://postgres@127.0.0.1:5432}
 ADMIN=bench-admin-token-0123456789

@@ -10,7 +10,7 @@
 # for 10 s, each following the jobs page's 50 jobs).
 #
 #   scripts/bench-console-history.sh [ROUNDS] [REQUESTS] [TABS]
-#   (release build first: cargo build --release --locked -p runway)
+#   (release build first: cargo build --release --locked -p runway -p runway-bench)
 set -euo pipefail
 ROUNDS=${1:-2}
 REQUESTS=${2:-200}

@@ -6,7 +6,7 @@
 # cost the same whatever the history.
 #
 #   scripts/bench-handout-history.sh [ROUNDS]   (release build first:
-#                                                cargo build --release --locked -p runway)
+#                                                cargo build --release --locked -p runway -p runway-bench)
 set -euo pipefail
 ROUNDS=${1:-2}
 SEED=$(realpath scripts/handout-history-seed.sql)
@@ -25,7 +25,7 @@ run() {
   if [ "$store" = history ]; then
     psql -q "$PG_URL/$DB" -f "$SEED" >/dev/null
   fi
-  RUNWAY_TOKEN=$ADMIN "$RUNWAY" bench drain --url "http://127.0.0.1:$PORT" --jobs 2000 \
+  RUNWAY_TOKEN=$ADMIN "$BENCH" drain --url "http://127.0.0.1:$PORT" --jobs 2000 \
     --runners 16 "$@" | awk '/^drain/ {print $2}'
   pkill -f "runway-bench-history" || true
   wait 2>/dev/null || true

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hand-out through the runner API over HTTP, end to end: one `runway serve`
 # on PostgreSQL (a fresh database each round) or SQLite (a fresh file), and
-# `runway bench drain` (2,000 jobs submitted, then taken by 16 runners),
+# `runway-bench drain` (2,000 jobs submitted, then taken by 16 runners),
 # once with the two-phase start (request → accept → complete), once with
 # jobs that start at once (request with "start": true → complete) and once
 # with completions that start the next job (`--next`: complete with
@@ -12,7 +12,7 @@
 # driven by its own binary's `bench drain`.
 #
 #   scripts/bench-handout.sh [ROUNDS]       (release build first:
-#                                            cargo build --release --locked -p runway)
+#                                            cargo build --release --locked -p runway -p runway-bench)
 #
 # PG_URL (default postgres://postgres@127.0.0.1:5432) names the server; the
 # script creates and drops its own database `runway_bench_handout`.
@@ -37,7 +37,7 @@ run() {
   fi
   # The marker in argv lets the trap find the server.
   bench_serve runway-bench-handout "$binary" "$database" "$PORT" "$DIR/server.log"
-  RUNWAY_TOKEN=$ADMIN "$binary" bench drain --url "http://127.0.0.1:$PORT" --jobs 2000 \
+  RUNWAY_TOKEN=$ADMIN "$BENCH" drain --url "http://127.0.0.1:$PORT" --jobs 2000 \
     --runners 16 "$@" | awk '/^drain/ {print $2}'
   pkill -f "runway-bench-handout" || true
   wait 2>/dev/null || true

@@ -9,7 +9,7 @@
 # that build is measured in the same rounds, alternating.
 #
 #   scripts/bench-idle-pollers.sh [ROUNDS]   (release build first:
-#                                             cargo build --release --locked -p runway)
+#                                             cargo build --release --locked -p runway -p runway-bench)
 #
 # RUNNERS (default 32) pollers of the jobs' pool, OTHER (default 0) of
 # another pool, JOBS (default 100) jobs, one every 0.1 s.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Webhook intake on PostgreSQL, several builds compared in the same rounds:
 # for each round and each BINARY, a fresh database `runway_bench_intake_pg`,
-# one `BINARY serve` with a webhook secret, then `BINARY bench intake`
+# one `BINARY serve` with a webhook secret, then `runway-bench intake`
 # (10,000 signed 7 kB `queued` webhooks, 16 connections). Prints one line
 # per run: round, binary, the bench's summary.
 #
@@ -23,7 +23,7 @@ for round in $(seq 1 "$ROUNDS"); do
     binary=$(realpath "$binary")
     fresh_database "$DB"
     bench_serve runway-bench-intake "$binary" "$PG_URL/$DB" "$PORT" "$DIR/server.log"
-    summary=$("$binary" bench intake --url "http://127.0.0.1:$PORT/webhooks/github" \
+    summary=$("$BENCH" intake --url "http://127.0.0.1:$PORT/webhooks/github" \
       --secret bench-secret --count 10000 --concurrency 16 2>&1 | tr -s ' \n' ' ')
     echo "$round $binary $summary"
     pkill -f runway-bench-intake || true

@@ -5,7 +5,7 @@
 # database and the load generator share this machine.
 #
 #   scripts/bench-replicas.sh [ROUNDS]      (release build first:
-#                                            cargo build --release --locked -p runway)
+#                                            cargo build --release --locked -p runway -p runway-bench)
 #
 # PG_URL (default postgres://postgres@127.0.0.1:5432) names the server; the
 # script creates and drops its own database `runway_bench_replicas`.
@@ -29,9 +29,9 @@ run() {
     hooks+="${hooks:+,}http://127.0.0.1:$port/webhooks/github"
   done
   local intake drain
-  intake=$(RUNWAY_BENCH_SECRET=$SECRET "$RUNWAY" bench intake --url "$hooks" --count 5000 \
+  intake=$(RUNWAY_BENCH_SECRET=$SECRET "$BENCH" intake --url "$hooks" --count 5000 \
     --concurrency 32 | awk '/^throughput/ {print $2}')
-  drain=$(RUNWAY_TOKEN=$ADMIN "$RUNWAY" bench drain --url "$urls" --jobs 2000 --runners 16 \
+  drain=$(RUNWAY_TOKEN=$ADMIN "$BENCH" drain --url "$urls" --jobs 2000 --runners 16 \
     | awk '/^drain/ {print $2}')
   echo "$replicas $intake $drain"
   pkill -f "runway-bench-replicas" || true

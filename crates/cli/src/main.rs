@@ -3,11 +3,8 @@
 mod act;
 mod admin;
 mod agent;
-mod bench;
 mod secrets;
-mod seed_bench;
 mod sim;
-mod soak;
 mod trace;
 
 use std::io::IsTerminal;
@@ -82,9 +79,6 @@ enum Command {
     /// Traces of the jobs runway saw, for `runway sim --trace`.
     #[command(subcommand)]
     Trace(TraceCommand),
-    /// Load generators.
-    #[command(subcommand)]
-    Bench(BenchCommand),
 }
 
 #[derive(Subcommand)]
@@ -92,26 +86,6 @@ enum TraceCommand {
     /// Write the jobs first seen within `--since` that ran, from the store,
     /// as a `runway sim` trace (JSON lines).
     Export(trace::ExportArgs),
-}
-
-#[derive(Subcommand)]
-enum BenchCommand {
-    /// Send distinct signed `queued` webhooks to a runway and report throughput and latency.
-    Intake(bench::IntakeArgs),
-    /// Measure how fast a submitted job reaches one of many long-polling runners.
-    Longpoll(bench::LongPollArgs),
-    /// Submit jobs, then drain them through many runners (request, accept,
-    /// complete), over one or several replicas; report both rates.
-    Drain(bench::DrainArgs),
-    /// What a long history costs: a server on an empty store against one
-    /// with a million finished jobs, ended runners and deliveries.
-    Soak(soak::SoakArgs),
-    /// What a predictive pool's first read of a long history costs the
-    /// reconciler's rounds (an in-process reconciler on a scratch store).
-    ForecastSeed(seed_bench::SeedArgs),
-    /// What a deep queue costs the reconciler's rounds: 1,000 against
-    /// 100,000 queued jobs (in-process reconcilers on scratch stores).
-    DeepQueue(seed_bench::DeepQueueArgs),
 }
 
 #[derive(Subcommand)]
@@ -298,12 +272,6 @@ async fn run(prepared: Prepared) -> anyhow::Result<ExitCode> {
         Command::Reload(connection) => act::reload(connection).await?,
         Command::History(args) => act::history(args).await?,
         Command::Audit(args) => act::audit(args).await?,
-        Command::Bench(BenchCommand::Intake(args)) => bench::intake(args).await?,
-        Command::Bench(BenchCommand::Longpoll(args)) => bench::longpoll(args).await?,
-        Command::Bench(BenchCommand::Drain(args)) => bench::drain(args).await?,
-        Command::Bench(BenchCommand::Soak(args)) => soak::soak(args).await?,
-        Command::Bench(BenchCommand::ForecastSeed(args)) => seed_bench::forecast_seed(args).await?,
-        Command::Bench(BenchCommand::DeepQueue(args)) => seed_bench::deep_queue(args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -287,11 +287,10 @@ fn jobs_complete_once_each_across_a_sigkill_of_the_server() {
     }
 }
 
-/// `runway bench KIND ARGS… EXTRA…` as the admin, on the pool's labels:
+/// `runway-bench KIND ARGS… EXTRA…` as the admin, on the pool's labels:
 /// its report, after checking it succeeded.
 fn bench(dir: &Path, args: &[&str], extra: &[&str]) -> String {
-    let output = runway(dir)
-        .arg("bench")
+    let output = common::runway_bench(dir)
         .args(args)
         .args(["--token", ADMIN, "--labels", "self-hosted,linux"])
         .args(extra)

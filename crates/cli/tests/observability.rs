@@ -179,13 +179,13 @@ fn a_real_scrape_passes_promtool_and_prometheus_reads_the_series_back() {
     assert!(query("up{job=\"runway\"}") == Some(1.0));
 }
 
-/// `runway bench soak` end to end, small: two servers, a seeded history
+/// `runway-bench soak` end to end, small: two servers, a seeded history
 /// that retention keeps, every figure in the table.
 #[test]
 fn the_soak_benchmark_compares_an_empty_store_with_a_long_history() {
     let dir = tempfile::tempdir().unwrap();
-    let output = common::runway(dir.path())
-        .args(["bench", "soak", "--history", "500", "--webhooks", "40"])
+    let output = common::runway_bench(dir.path())
+        .args(["soak", "--history", "500", "--webhooks", "40"])
         .args(["--concurrency", "4", "--requests", "5", "--rounds", "2"])
         .args(["--repeat", "2"])
         .output()

@@ -63,6 +63,28 @@ fn assert_one_line_failure(output: &Output) -> String {
     lines[0].to_owned()
 }
 
+/// The product binary lists what operators use; the load generators are
+/// `runway-bench`'s.
+#[test]
+fn help_lists_the_operators_commands_and_no_load_generator() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = runway(dir.path(), &["--help"]).output().unwrap();
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    for command in ["serve", "submit", "jobs", "agent", "sim"] {
+        assert!(
+            help.lines().any(|l| l.trim_start().starts_with(command)),
+            "{command} in {help}"
+        );
+    }
+    for generator in ["bench", "soak", "longpoll", "intake"] {
+        assert!(
+            !help.lines().any(|l| l.trim_start().starts_with(generator)),
+            "no {generator} in {help}"
+        );
+    }
+}
+
 #[test]
 fn serve_with_no_config_answers_health_readiness_and_status_then_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();

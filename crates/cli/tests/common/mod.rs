@@ -24,6 +24,29 @@ pub fn runway(dir: &Path) -> Command {
     command
 }
 
+/// `runway-bench` (the load generators, their own binary in
+/// `crates/bench`) run in `dir` as [`runway`] runs. Cargo builds it beside
+/// `runway` when the workspace's tests are built (`cargo test --workspace`,
+/// as `.ci/run` does); alone, build it first: `cargo build -p runway-bench`.
+pub fn runway_bench(dir: &Path) -> Command {
+    let exe =
+        Path::new(RUNWAY).with_file_name(format!("runway-bench{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        exe.exists(),
+        "no runway-bench at {}: build it first (cargo build -p runway-bench)",
+        exe.display()
+    );
+    let mut command = Command::new(exe);
+    command
+        .current_dir(dir)
+        .env("RUNWAY_LOG", "info")
+        .env_remove("RUNWAY_CONFIG")
+        .env_remove("RUNWAY_DATABASE_URL")
+        .env_remove("RUNWAY_URL")
+        .env_remove("RUNWAY_TOKEN");
+    command
+}
+
 /// `runway serve ARGS` in `dir`, with its base URL.
 pub fn serve_in(dir: &Path, args: &[&str]) -> (Process, String) {
     let mut command = runway(dir);

@@ -1,5 +1,5 @@
-//! `runway bench soak`: what a long history costs a running server. Starts
-//! `runway serve` (this binary) twice on the same config, first on an empty
+//! `runway-bench soak`: what a long history costs a running server. Starts
+//! `runway serve` (`--runway`, by default the `runway` beside this binary) twice on the same config, first on an empty
 //! store, then on a store seeded with a long history (finished jobs, ended
 //! runners, webhook deliveries: `--history` of each), and measures in each,
 //! from outside: `GET /api/v1/pools` and `GET /api/v1/jobs?limit=50`
@@ -17,7 +17,7 @@ use clap::Args;
 use runway_store::seed::{self, History};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::bench::{run_intake, IntakeArgs};
+use crate::load::{run_intake, IntakeArgs};
 
 #[derive(Args, Debug, Clone)]
 pub struct SoakArgs {
@@ -49,6 +49,10 @@ pub struct SoakArgs {
     /// drift falls on both; the table gives each figure's median.
     #[arg(long, default_value_t = 1)]
     repeat: u32,
+    /// The `runway` binary to serve with; by default the one beside this
+    /// binary (cargo builds both into the same directory).
+    #[arg(long)]
+    runway: Option<std::path::PathBuf>,
 }
 
 /// What one phase measured.
@@ -208,7 +212,7 @@ async fn measure(
     let config = dir.join(format!("{name}.toml"));
     std::fs::write(&config, config_text(url))
         .with_context(|| format!("cannot write {}", config.display()))?;
-    let mut server = Server::start(&config).await?;
+    let mut server = Server::start(&crate::runway_binary(args.runway.as_deref())?, &config).await?;
     let base = server.base.clone();
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -409,15 +413,14 @@ async fn wait_ready(client: &reqwest::Client, base: &str) -> anyhow::Result<()> 
     }
 }
 
-/// `runway serve` (this very binary) on a config file.
+/// `runway serve` on a config file.
 struct Server {
     child: tokio::process::Child,
     base: String,
 }
 
 impl Server {
-    async fn start(config: &Path) -> anyhow::Result<Server> {
-        let exe = std::env::current_exe().context("cannot find this runway binary")?;
+    async fn start(exe: &Path, config: &Path) -> anyhow::Result<Server> {
         let mut child = tokio::process::Command::new(exe)
             .arg("serve")
             .arg("--config")

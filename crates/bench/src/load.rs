@@ -1,4 +1,4 @@
-//! `runway bench intake`: a load generator that sends distinct, signed
+//! `runway-bench intake`: a load generator that sends distinct, signed
 //! `workflow_job` `queued` webhooks to a runway, at a fixed rate or as fast
 //! as it can, bounded in count and in time, and reports throughput and
 //! latency percentiles.
@@ -387,7 +387,7 @@ pub struct LongPollArgs {
     submit_url: Option<String>,
 }
 
-/// `runway bench longpoll`: how long a submitted job takes to reach one of
+/// `runway-bench longpoll`: how long a submitted job takes to reach one of
 /// many waiting runners, from the start of `POST /api/v1/jobs` to the
 /// moment a runner's long poll answers with that job.
 pub async fn longpoll(args: LongPollArgs) -> anyhow::Result<()> {
@@ -620,7 +620,7 @@ pub struct DrainArgs {
     max_seconds: u64,
 }
 
-/// `runway bench drain`: submit `jobs` jobs through the job API (intake
+/// `runway-bench drain`: submit `jobs` jobs through the job API (intake
 /// rate), then let `runners` runners take each through the runner API's
 /// request → accept → complete until the queue is empty (hand-out rate),
 /// with everything spread over the given replicas.

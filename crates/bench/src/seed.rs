@@ -1,4 +1,4 @@
-//! `runway bench forecast-seed`: what a predictive pool's first read of
+//! `runway-bench forecast-seed`: what a predictive pool's first read of
 //! the store's history costs the reconciler's rounds. A scratch SQLite
 //! store gets `--jobs` GitHub jobs over the last three weeks (one in
 //! `--share` routed to the predictive pool, in workflow runs of eight,
@@ -150,7 +150,7 @@ pub struct DeepQueueArgs {
     rounds: u32,
 }
 
-/// `runway bench deep-queue`: what a deep queue costs the reconciler's
+/// `runway-bench deep-queue`: what a deep queue costs the reconciler's
 /// rounds. Two scratch SQLite stores, one pool (`max_runners` 50, no
 /// providers, so nothing starts and the queue stays as deep), `--shallow`
 /// and `--jobs` queued jobs; the same number of rounds on each, the two
