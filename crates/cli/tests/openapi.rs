@@ -112,6 +112,13 @@ fn the_document_is_openapi_3_1_and_covers_every_api_route() {
         .collect();
     expected.sort();
     assert_eq!(documented, expected);
+    // docs/api.md lists every route the document has.
+    let api_md = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/api.md"))
+        .expect("docs/api.md");
+    for (method, path) in &documented {
+        let row = format!("| `{} {path}` |", method.to_uppercase());
+        assert!(api_md.contains(&row), "docs/api.md lists {row}");
+    }
 
     // Each documented route is routed.
     for (method, path) in ROUTES {
