@@ -352,10 +352,8 @@ fn load_generator_and_admin_commands_against_a_running_server() {
         .env("TEST_WEBHOOK_SECRET", secret);
     let server = Server::spawn(command);
     let url = format!("{}/webhooks/github", server.base);
-    let output = runway(
-        dir.path(),
-        &[
-            "bench",
+    let output = common::runway_bench(dir.path())
+        .args([
             "intake",
             "--url",
             &url,
@@ -363,11 +361,10 @@ fn load_generator_and_admin_commands_against_a_running_server() {
             "40",
             "--concurrency",
             "4",
-        ],
-    )
-    .env("RUNWAY_BENCH_SECRET", secret)
-    .output()
-    .unwrap();
+        ])
+        .env("RUNWAY_BENCH_SECRET", secret)
+        .output()
+        .unwrap();
     assert!(output.status.success(), "{}", stderr_of(&output));
     let report = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(report.contains("sent        40 webhooks"), "{report}");
