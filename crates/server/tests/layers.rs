@@ -149,3 +149,52 @@ fn the_check_sees_a_handler_used_by_the_domain() {
     assert!(broken[0].ends_with("app (layer 3) uses crate::http"));
     assert!(broken[1].ends_with("config (layer 0) uses crate::clock"));
 }
+
+/// The house rules of issue 57, over every crate's production sources
+/// (`src/`, without the `tests.rs` files beside modules): no file over
+/// 1,000 lines, at most three over 800, each of those saying why in its
+/// module doc; and the README a landing page of at most 250 lines that
+/// opens with the two commands.
+#[test]
+fn rooms_stay_small_and_the_readme_is_a_landing_page() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(root.join("crates")).expect("crates") {
+        let src = entry.expect("entry").path().join("src");
+        if src.is_dir() {
+            rust_files(&src, &mut files);
+        }
+    }
+    let production = files.iter().filter(|f| {
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        name != "tests.rs" && !name.ends_with("_tests.rs")
+    });
+    let mut large = Vec::new();
+    for file in production {
+        let text = std::fs::read_to_string(file).expect("read");
+        let lines = text.lines().count();
+        assert!(lines <= 1_000, "{} has {lines} lines", file.display());
+        if lines > 800 {
+            assert!(
+                text.contains("Why one file of over 800 lines"),
+                "{} has {lines} lines and does not say why",
+                file.display()
+            );
+            large.push(file.display().to_string());
+        }
+    }
+    assert!(large.len() <= 3, "over 800 lines: {large:?}");
+
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    assert!(readme.lines().count() <= 250, "README.md is a landing page");
+    let first_block: Vec<&str> = readme
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("README opens with a sh block")
+        .lines()
+        .collect();
+    assert_eq!(first_block.len(), 2, "two commands: {first_block:?}");
+    assert!(first_block[0].starts_with("cargo run --locked -p runway -- serve"));
+    assert!(first_block[1].starts_with("cargo test --workspace --locked"));
+}

@@ -54,6 +54,7 @@ macro_rules! shared_methods {
     };
 }
 
+mod filter;
 mod history;
 mod queue;
 mod reports;
@@ -62,6 +63,7 @@ mod terms;
 mod worker_configs;
 mod writes;
 
+use filter::Filter;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -288,47 +290,6 @@ impl<D: Dialect> SqlStore<D> {
 
     pub(crate) fn writer(&self) -> &Pool<D::Db> {
         &self.inner.writer
-    }
-}
-
-/// A query with optional conditions, each with the next `$n` parameter:
-/// the caller binds the present ones in the order they were added.
-/// (sqlx's `QueryBuilder` does the same, but its borrow of the builder
-/// cannot be proven to end in code generic over the database.)
-struct Filter {
-    text: String,
-    parameters: usize,
-}
-
-impl Filter {
-    fn new(text: String) -> Filter {
-        Filter {
-            text,
-            parameters: 0,
-        }
-    }
-
-    /// Adds ` AND {condition} $n` when `present`.
-    fn and_if(&mut self, present: bool, condition: &str) -> &mut Filter {
-        if present {
-            self.parameters += 1;
-            self.text += &format!(" AND {condition} ${}", self.parameters);
-        }
-        self
-    }
-
-    fn then(&mut self, text: &str) -> &mut Filter {
-        self.text += text;
-        self
-    }
-
-    /// Adds `{clause} $n` when `present`.
-    fn then_if(&mut self, present: bool, clause: &str) -> &mut Filter {
-        if present {
-            self.parameters += 1;
-            self.text += &format!("{clause} ${}", self.parameters);
-        }
-        self
     }
 }
 
