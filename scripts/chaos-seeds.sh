@@ -7,12 +7,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:?seconds of faults}
 shift
-cargo test --locked -p runway --test chaos --no-run >/dev/null 2>&1
+cargo test --locked -p runway --test all --no-run >/dev/null 2>&1
 failed=0
 for seed in "$@"; do
     log=$(mktemp)
     if RUNWAY_CHAOS_SECONDS=$seconds RUNWAY_CHAOS_SEED=$seed \
-        cargo test --locked -p runway --test chaos a_chaos_soak -- --nocapture >"$log" 2>&1; then
+        cargo test --locked -p runway --test all chaos::a_chaos_soak -- --nocapture >"$log" 2>&1; then
         verdict=passed
     else
         verdict=FAILED

@@ -175,15 +175,7 @@ async fn queued_store(
         .context("open the scratch store")?;
     let mut batch = Vec::with_capacity(5_000);
     for i in 0..jobs {
-        batch.push(NewJob {
-            source: JobSource::Api,
-            external_id: format!("deep-{i}"),
-            route: Route::Pool("linux".into()),
-            labels: vec!["linux".into()],
-            payload: "{}".into(),
-            max_attempts: 3,
-            share: Default::default(),
-        });
+        batch.push(NewJob::api(format!("deep-{i}"), "linux", &["linux"]));
         if batch.len() == batch.capacity() || i + 1 == jobs {
             store
                 .enqueue_many(&batch, Timestamp::from_millis(i as i64))

@@ -10,9 +10,8 @@
 //! processes: no runner running a job is stopped, no instance is left, no
 //! registration is left at GitHub.
 
-mod common;
-#[path = "../../server/tests/fake_github/mod.rs"]
-mod fake_github;
+use crate::common;
+use runway_testkit::fake_github;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -96,6 +95,12 @@ impl Setup {
                 root = root.display(),
             ),
         );
+        let port = common::free_port();
+        let head = common::server_head(
+            &format!("127.0.0.1:{port}"),
+            "accounting-admin-token",
+            "300ms",
+        );
         std::fs::write(
             root.join("garm.conf"),
             format!(
@@ -106,14 +111,7 @@ impl Setup {
         )
         .unwrap();
         let mut config = format!(
-            r#"[server]
-listen = "127.0.0.1:{port}"
-admin_tokens = ["accounting-admin-token"]
-
-[scaling]
-interval = "300ms"
-
-[github]
+            r#"{head}[github]
 api_url = "{github}"
 token = "env:RUNWAY_TEST_GITHUB_TOKEN"
 webhook_secrets = ["{HOOK_SECRET}"]
@@ -131,7 +129,6 @@ providers = [{names}]
 [pools.github]
 org = "octo-org"
 "#,
-            port = common::free_port(),
             github = fake.url,
             names = providers
                 .iter()

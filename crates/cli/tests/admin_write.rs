@@ -3,7 +3,7 @@
 //! (API and SIGHUP), the audit trail and a job's history. Every refusal is
 //! a clear 4xx that changes nothing.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! End-to-end with real processes: `runway serve`, `runway agent`s and
 //! `runway submit`, on loopback.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;
@@ -380,12 +380,7 @@ fn the_github_runner_hook_scripts_report_to_runway() {
             .unwrap();
         assert!(status.success(), "{script}");
     }
-    let metrics = api(&base)
-        .get(format!("{base}/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let metrics = common::metrics_text(&base);
     assert!(
         metrics.contains("runway_runner_reports_total{phase=\"pre-job\"} 1"),
         "{metrics}"

@@ -5,12 +5,14 @@
 //! on it; the agent carries on through each and the job runs and completes
 //! once.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
+use axum::response::IntoResponse;
+use common::proxy::{self, After, Answer, Before, FaultProxy, Seen};
 use common::{runway, wait_until, Process};
 
 const ADMIN: &str = "agent-failover-admin-token";
@@ -33,80 +35,71 @@ enum Fault {
 struct Faults {
     planned: Mutex<Vec<(&'static str, Fault)>>,
     met: Mutex<Vec<(&'static str, Fault)>>,
+    /// Paths of requests on their way to runway that are to be cut after.
+    cut_after: Mutex<Vec<String>>,
+}
+
+impl Faults {
+    /// The planned fault for this request, if any, moved to those met.
+    fn take(&self, seen: &Seen) -> Option<Fault> {
+        let path = seen.uri.path();
+        let mut planned = self.planned.lock().unwrap();
+        let next = planned.iter().position(|(k, _)| path.ends_with(*k))?;
+        let met = planned.remove(next);
+        self.met.lock().unwrap().push(met);
+        Some(met.1)
+    }
+}
+
+impl proxy::Faults for Faults {
+    fn before(&self, seen: &Seen) -> Before {
+        match self.take(seen) {
+            Some(Fault::Refuse) => Before::Answer(
+                (
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    [("content-type", "application/json")],
+                    r#"{"code":"store_unavailable","error":"the store cannot be reached"}"#,
+                )
+                    .into_response(),
+            ),
+            Some(Fault::CutBefore) => Before::Cut,
+            // Remembered for `after`, which cuts once runway has answered.
+            Some(Fault::CutAfter) => {
+                self.cut_after
+                    .lock()
+                    .unwrap()
+                    .push(seen.uri.path().to_owned());
+                Before::Forward
+            }
+            None => Before::Forward,
+        }
+    }
+
+    fn after(&self, seen: &Seen, answer: Answer) -> After {
+        let mut cut = self.cut_after.lock().unwrap();
+        match cut.iter().position(|p| p == seen.uri.path()) {
+            Some(i) => {
+                cut.remove(i);
+                After::Cut
+            }
+            None => After::Pass(answer),
+        }
+    }
 }
 
 struct Proxy {
     url: String,
     faults: Arc<Faults>,
-    _runtime: tokio::runtime::Runtime,
-}
-
-/// Ends the connection's task without an answer: the client sees the
-/// connection closed (`resume_unwind` skips the panic hook, so nothing is
-/// printed; axum serves each connection in its own task).
-fn cut_connection() -> ! {
-    std::panic::resume_unwind(Box::new("connection cut by the test proxy"))
+    _proxy: FaultProxy,
 }
 
 fn proxy(upstream: &str) -> Proxy {
     let faults = Arc::new(Faults::default());
-    let (upstream, state) = (upstream.to_owned(), faults.clone());
-    let forward = reqwest::Client::new();
-    let app = axum::Router::new().fallback(
-        move |method: axum::http::Method,
-              uri: axum::http::Uri,
-              headers: axum::http::HeaderMap,
-              body: axum::body::Bytes| {
-            let (upstream, faults, forward) = (upstream.clone(), state.clone(), forward.clone());
-            async move {
-                use axum::response::IntoResponse;
-                let path = uri.path().to_owned();
-                let fault = {
-                    let mut planned = faults.planned.lock().unwrap();
-                    let next = planned.iter().position(|(k, _)| path.ends_with(*k));
-                    next.map(|i| planned.remove(i))
-                };
-                if let Some(met) = fault {
-                    faults.met.lock().unwrap().push(met);
-                }
-                match fault.map(|(_, f)| f) {
-                    Some(Fault::Refuse) => {
-                        return (
-                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                            [("content-type", "application/json")],
-                            r#"{"code":"store_unavailable","error":"the store cannot be reached"}"#,
-                        )
-                            .into_response();
-                    }
-                    Some(Fault::CutBefore) => cut_connection(),
-                    Some(Fault::CutAfter) | None => {}
-                }
-                let answer = match common::forward(
-                    &forward, &upstream, method, &uri, &headers, body,
-                )
-                .await
-                {
-                    Ok(answer) => {
-                        let status = answer.status();
-                        let bytes = answer.bytes().await.unwrap_or_default();
-                        (status, [("content-type", "application/json")], bytes).into_response()
-                    }
-                    Err(error) => {
-                        (axum::http::StatusCode::BAD_GATEWAY, error.to_string()).into_response()
-                    }
-                };
-                if fault.is_some_and(|(_, f)| f == Fault::CutAfter) {
-                    cut_connection();
-                }
-                answer
-            }
-        },
-    );
-    let (url, runtime) = common::serve_router(app);
+    let proxy = FaultProxy::start(upstream, faults.clone());
     Proxy {
-        url,
+        url: proxy.url.clone(),
         faults,
-        _runtime: runtime,
+        _proxy: proxy,
     }
 }
 

@@ -2,7 +2,7 @@
 //! 200 queued webhooks into a pool capped at 50 runners, then `in_progress`
 //! and `completed` webhooks for every job on the runners runway started.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -16,18 +16,14 @@ const ADMIN: &str = "autoscaling-admin-token";
 const SECRET: &str = "autoscaling-webhook-secret";
 
 fn serve(dir: &Path, fail_rate: f64) -> (Process, String) {
-    std::fs::write(
-        dir.join("runway.toml"),
-        format!(
-            r#"[server]
-listen = "127.0.0.1:0"
-admin_tokens = ["{ADMIN}"]
-
-[github]
+    common::write_config(
+        dir,
+        "127.0.0.1:0",
+        ADMIN,
+        "200ms",
+        &format!(
+            r#"[github]
 webhook_secrets = ["{SECRET}"]
-
-[scaling]
-interval = "200ms"
 
 [[providers]]
 name = "sim"
@@ -46,8 +42,7 @@ providers = ["sim"]
 ephemeral = false
 "#
         ),
-    )
-    .unwrap();
+    );
     common::serve_in(dir, &["--config", "runway.toml"])
 }
 
@@ -166,12 +161,7 @@ fn two_hundred_jobs_fifty_runners_and_back_to_min_idle() {
     wait_until("the pool to return to min_idle = 1", 60, || {
         live_runners(&base) == 1 && runners(&base, "idle").len() == 1
     });
-    let metrics = client()
-        .get(format!("{base}/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let metrics = common::metrics_text(&base);
     assert!(
         !metrics.contains("result=\"refused_busy\""),
         "no delete request for a busy runner:\n{metrics}"

@@ -10,7 +10,7 @@
 //! laptop-sized screen. `.ci/run` installs Chromium and playwright-core; without them
 //! this test is skipped, except under CI, where that is a failure.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

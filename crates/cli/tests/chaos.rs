@@ -49,9 +49,8 @@
 //! control run that must fail. The report is printed; BENCHMARKS.md has a
 //! longer run and a control run.
 
-mod common;
-#[path = "../../server/tests/fake_github/mod.rs"]
-mod fake_github;
+use crate::common;
+use runway_testkit::fake_github;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;

@@ -3,7 +3,7 @@
 //! its CSRF token, a forged cross-site POST, and the live stream, over
 //! plain HTTP (`browser.rs` drives the same console in Chromium).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

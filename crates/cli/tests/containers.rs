@@ -8,9 +8,8 @@
 //! bridge). Needs `podman`, `runc` and `busybox` (`.ci/run` installs them):
 //! without them the tests fail under CI and are skipped elsewhere.
 
-mod common;
-#[path = "../../providers/tests/podman/mod.rs"]
-mod podman;
+use crate::common;
+use runway_testkit::podman;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -21,18 +20,12 @@ use serde_json::{json, Value};
 const ADMIN: &str = "container-admin-token";
 
 fn write_config(dir: &Path, podman: &podman::Podman, listen: &str, max_instances: u32) {
+    let head = common::server_head(listen, ADMIN, "200ms");
     std::fs::write(
         dir.join("runway.toml"),
         format!(
-            r#"[server]
-listen = "{listen}"
-admin_tokens = ["{ADMIN}"]
-
-[runner_api]
+            r#"{head}[runner_api]
 poll_timeout = "2s"
-
-[scaling]
-interval = "200ms"
 
 [providers.podman]
 kind = "container"
@@ -72,26 +65,11 @@ providers = ["podman"]
 }
 
 fn submit(base: &str, script: &str) -> i64 {
-    let body: Value = client()
-        .post(format!("{base}/api/v1/jobs"))
-        .bearer_auth(ADMIN)
-        .json(&json!({"labels": ["box"], "script": script, "timeout_seconds": 60}))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    body["id"]
-        .as_i64()
-        .unwrap_or_else(|| panic!("job id in {body}"))
+    common::submit_to(base, ADMIN, &["box"], script, 60)
 }
 
 fn get(base: &str, path: &str) -> Value {
-    client()
-        .get(format!("{base}{path}"))
-        .bearer_auth(ADMIN)
-        .send()
-        .and_then(|r| r.json())
-        .unwrap_or_default()
+    common::api_get(base, ADMIN, path)
 }
 
 /// Waits for job `id` to finish; its record and its log's tail.
@@ -261,11 +239,7 @@ fn kill_9_of_runway_leaves_no_container_behind_and_removes_no_busy_one() {
         podman.containers().is_empty()
     });
     // Each job ran once: no busy container was removed under its job.
-    let metrics = client()
-        .get(format!("{base}/metrics"))
-        .send()
-        .and_then(|r| r.text())
-        .unwrap_or_default();
+    let metrics = common::metrics_text(&base);
     assert!(
         !metrics
             .lines()

@@ -4,10 +4,9 @@
 //! launch errors AWS gives when it has no capacity. What is checked is
 //! read back from moto with the AWS SDK, not from runway.
 
-mod common;
+use crate::common;
 
-#[path = "../../providers/tests/moto/mod.rs"]
-mod moto;
+use runway_testkit::moto;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,8 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_ec2::types::{Filter, Instance, ResourceType, Tag, TagSpecification};
+use axum::response::IntoResponse;
 use base64::Engine;
-use common::{client, wait_until, Process};
+use common::proxy::{self, After, Answer, Before, FaultProxy, Seen};
+use common::{wait_until, Process};
 use serde_json::{json, Value};
 
 const ADMIN: &str = "ec2-provider-admin-token";
@@ -108,113 +109,103 @@ impl Faults {
     }
 }
 
-/// A loopback HTTP proxy in front of moto that refuses the launches
-/// `faults` names with EC2's own error response (HTTP 500,
-/// `InsufficientInstanceCapacity`) and passes everything else through.
+impl proxy::Faults for Faults {
+    fn delay(&self, _seen: &Seen) -> std::time::Duration {
+        *self.delay.lock().unwrap()
+    }
+
+    /// Refuses the launches the test names with EC2's own error response
+    /// (HTTP 500, `InsufficientInstanceCapacity`).
+    fn before(&self, seen: &Seen) -> Before {
+        let form = form(seen);
+        if form.get("Action").map(String::as_str) != Some("RunInstances") {
+            return Before::Forward;
+        }
+        let market = form
+            .get("InstanceMarketOptions.MarketType")
+            .cloned()
+            .unwrap_or_else(|| "on-demand".into());
+        let zone = form
+            .get("Placement.AvailabilityZone")
+            .cloned()
+            .unwrap_or_default();
+        let refused = (market == "spot" && self.spot.load(Ordering::SeqCst))
+            || self.zone.lock().unwrap().as_deref() == Some(zone.as_str());
+        let token = form.get("ClientToken").cloned().unwrap_or_default();
+        self.launches
+            .lock()
+            .unwrap()
+            .push((token, market, zone.clone(), refused));
+        if !refused {
+            return Before::Forward;
+        }
+        let xml = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error>\
+             <Code>InsufficientInstanceCapacity</Code><Message>We currently do not \
+             have sufficient capacity in the Availability Zone you requested ({zone}).\
+             </Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000\
+             </RequestID></Response>"
+        );
+        Before::Answer(
+            (
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                [("content-type", "text/xml")],
+                xml,
+            )
+                .into_response(),
+        )
+    }
+
+    /// Notes when each instance was launched, and leaves it out of
+    /// DescribeInstances for `hide_for` after.
+    fn after(&self, seen: &Seen, mut answer: Answer) -> After {
+        let action = form(seen).get("Action").cloned().unwrap_or_default();
+        let text = String::from_utf8_lossy(&answer.body).into_owned();
+        if action == "RunInstances" && answer.status.is_success() {
+            let mut born = self.launched_at.lock().unwrap();
+            for id in instance_ids(&text) {
+                born.entry(id).or_insert_with(std::time::Instant::now);
+            }
+        }
+        let hide_for = *self.hide_for.lock().unwrap();
+        if action == "DescribeInstances" && !hide_for.is_zero() {
+            let hidden: Vec<String> = self
+                .launched_at
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(_, at)| at.elapsed() < hide_for)
+                .map(|(id, _)| id.clone())
+                .collect();
+            answer.body = without_instances(&text, &hidden).into();
+        }
+        After::Pass(answer)
+    }
+}
+
+/// The form fields of an EC2 Query API call.
+fn form(seen: &Seen) -> BTreeMap<String, String> {
+    url::form_urlencoded::parse(&seen.body)
+        .into_owned()
+        .collect()
+}
+
+/// A loopback HTTP proxy in front of moto with [`Faults`].
 struct Proxy {
     url: String,
     faults: Arc<Faults>,
-    _runtime: tokio::runtime::Runtime,
+    _proxy: FaultProxy,
 }
 
 fn proxy(moto: &str) -> Proxy {
     let faults = Arc::new(Faults::default());
-    let (upstream, state) = (moto.to_owned(), faults.clone());
-    let forward = reqwest::Client::new();
-    let app = axum::Router::new().fallback(
-        move |method: axum::http::Method,
-              uri: axum::http::Uri,
-              headers: axum::http::HeaderMap,
-              body: axum::body::Bytes| {
-            let (upstream, faults, forward) = (upstream.clone(), state.clone(), forward.clone());
-            async move {
-                let form: BTreeMap<String, String> =
-                    url::form_urlencoded::parse(&body).into_owned().collect();
-                let delay = *faults.delay.lock().unwrap();
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
-                }
-                let action = form.get("Action").cloned().unwrap_or_default();
-                if action == "RunInstances" {
-                    let market = form
-                        .get("InstanceMarketOptions.MarketType")
-                        .cloned()
-                        .unwrap_or_else(|| "on-demand".into());
-                    let zone = form
-                        .get("Placement.AvailabilityZone")
-                        .cloned()
-                        .unwrap_or_default();
-                    let refused = (market == "spot" && faults.spot.load(Ordering::SeqCst))
-                        || faults.zone.lock().unwrap().as_deref() == Some(zone.as_str());
-                    let token = form.get("ClientToken").cloned().unwrap_or_default();
-                    faults
-                        .launches
-                        .lock()
-                        .unwrap()
-                        .push((token, market, zone.clone(), refused));
-                    if refused {
-                        let xml = format!(
-                            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error>\
-                             <Code>InsufficientInstanceCapacity</Code><Message>We currently do not \
-                             have sufficient capacity in the Availability Zone you requested ({zone}).\
-                             </Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000\
-                             </RequestID></Response>"
-                        );
-                        return (
-                            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                            [("content-type", "text/xml")],
-                            xml,
-                        )
-                            .into_response();
-                    }
-                }
-                match common::forward(&forward, &upstream, method, &uri, &headers, body).await {
-                    Ok(answer) => {
-                        let status = answer.status();
-                        let kind = answer
-                            .headers()
-                            .get("content-type")
-                            .cloned()
-                            .unwrap_or(axum::http::HeaderValue::from_static("text/xml"));
-                        let bytes = answer.bytes().await.unwrap_or_default();
-                        let text = String::from_utf8_lossy(&bytes).into_owned();
-                        if action == "RunInstances" && status.is_success() {
-                            let mut born = faults.launched_at.lock().unwrap();
-                            for id in instance_ids(&text) {
-                                born.entry(id).or_insert_with(std::time::Instant::now);
-                            }
-                        }
-                        let hide_for = *faults.hide_for.lock().unwrap();
-                        if action == "DescribeInstances" && !hide_for.is_zero() {
-                            let hidden: Vec<String> = faults
-                                .launched_at
-                                .lock()
-                                .unwrap()
-                                .iter()
-                                .filter(|(_, at)| at.elapsed() < hide_for)
-                                .map(|(id, _)| id.clone())
-                                .collect();
-                            let text = without_instances(&text, &hidden);
-                            return (status, [("content-type", kind)], text).into_response();
-                        }
-                        (status, [("content-type", kind)], bytes).into_response()
-                    }
-                    Err(error) => {
-                        (axum::http::StatusCode::BAD_GATEWAY, error.to_string()).into_response()
-                    }
-                }
-            }
-        },
-    );
-    let (url, runtime) = common::serve_router(app);
+    let proxy = FaultProxy::start(moto, faults.clone());
     Proxy {
-        url,
+        url: proxy.url.clone(),
         faults,
-        _runtime: runtime,
+        _proxy: proxy,
     }
 }
-
-use axum::response::IntoResponse;
 
 /// A VPC with one subnet per zone and a security group, made in moto as an
 /// operator would have them.
@@ -275,17 +266,13 @@ fn serve_with_quota(
     worker_config: &Value,
 ) -> (Process, String) {
     std::fs::write(dir.join("worker-config.json"), worker_config.to_string()).unwrap();
-    std::fs::write(
-        dir.join("runway.toml"),
-        format!(
-            r#"[server]
-listen = "127.0.0.1:0"
-admin_tokens = ["{ADMIN}"]
-
-[scaling]
-interval = "300ms"
-
-[providers.aws]
+    common::write_config(
+        dir,
+        "127.0.0.1:0",
+        ADMIN,
+        "300ms",
+        &format!(
+            r#"[providers.aws]
 kind = "ec2"
 region = "us-east-1"
 endpoint_url = "{endpoint}"
@@ -305,8 +292,7 @@ providers = ["aws"]
 file = "worker-config.json"
 "#
         ),
-    )
-    .unwrap();
+    );
     let mut command = common::runway(dir);
     command
         .args(["serve", "--config", "runway.toml"])
@@ -452,12 +438,7 @@ fn user_data(ec2: &aws_sdk_ec2::Client, runtime: &tokio::runtime::Runtime, id: &
 }
 
 fn get_json(base: &str, path: &str) -> Value {
-    client()
-        .get(format!("{base}{path}"))
-        .bearer_auth(ADMIN)
-        .send()
-        .and_then(|r| r.json())
-        .unwrap_or(Value::Null)
+    common::api_get(base, ADMIN, path)
 }
 
 /// The RFC's rules, as an operator would write them: the AMI for us-*,

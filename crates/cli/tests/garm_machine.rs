@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::{client, contrib_provider, runway, spawn_serve, wait_until, Process, RunnerProcesses};
 
 const ADMIN: &str = "garm-machine-admin-token";
@@ -37,18 +37,13 @@ fn configure(root: &Path, extra: &str, pool: &str) -> std::process::Command {
         ),
     )
     .unwrap();
+    let head = common::server_head("127.0.0.1:0", ADMIN, "200ms");
     std::fs::write(
         root.join("runway.toml"),
         format!(
-            r#"[server]
-listen = "127.0.0.1:0"
-admin_tokens = ["{ADMIN}"]
-
-[runner_api]
+            r#"{head}[runner_api]
 poll_timeout = "2s"
 
-[scaling]
-interval = "200ms"
 {extra}
 [[providers]]
 name = "lxd-like"
@@ -202,21 +197,10 @@ fn a_machine_booted_from_garm_userdata_runs_a_runway_job() {
     );
 
     std::fs::write(&flag, "").unwrap();
-    let mut state = String::new();
     let mut log = String::new();
     wait_until("the job to complete", 90, || {
-        let response = client()
-            .get(format!("{}/api/v1/jobs/{job}/log", setup.base))
-            .bearer_auth(ADMIN)
-            .send()
-            .unwrap();
-        state = response
-            .headers()
-            .get("x-runway-job-state")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        log = response.text().unwrap_or_default();
+        let (state, text) = common::job_log(&setup.base, ADMIN, job).expect("the job's log");
+        log = text;
         state == "completed"
     });
     assert!(
@@ -225,8 +209,7 @@ fn a_machine_booted_from_garm_userdata_runs_a_runway_job() {
     );
 }
 
-#[path = "../../server/tests/fake_github/mod.rs"]
-mod fake_github;
+use runway_testkit::fake_github;
 
 /// The same for a GitHub pool against the fake GitHub: the machine
 /// downloads GitHub's runner from the `tools` GitHub lists, fetches its

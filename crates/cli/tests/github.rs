@@ -5,9 +5,8 @@
 //! its job is done it is stopped (GitHub removes a just-in-time runner
 //! after its job itself).
 
-mod common;
-#[path = "../../server/tests/fake_github/mod.rs"]
-mod fake_github;
+use crate::common;
+use runway_testkit::fake_github;
 
 use std::path::Path;
 
@@ -32,14 +31,7 @@ webhook_secrets = ["{HOOK_SECRET}"]
 deliveries = "orgs/octo-org/hooks/9"
 redeliver_interval = "1s"
 
-[[providers]]
-name = "machines"
-kind = "process"
-command = ["sh", "-c", "echo \"$RUNWAY_RUNNER_NAME $RUNWAY_JIT_CONFIG\" >> '{log}'; exec sleep 300"]
-state_dir = "processes"
-stop_grace = "2s"
-
-[[pools]]
+{machines}[[pools]]
 name = "gh"
 labels = ["self-hosted", "linux"]
 max_runners = 3
@@ -48,7 +40,7 @@ providers = ["machines"]
 [pools.github]
 org = "octo-org"
 "#,
-            log = log.display()
+            machines = common::jit_log_provider(&log, "2s"),
         ),
     )
     .unwrap();

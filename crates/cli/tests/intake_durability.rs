@@ -2,7 +2,7 @@
 //! clients send `queued` webhooks; after a restart, every job whose webhook
 //! was answered 2xx is there.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

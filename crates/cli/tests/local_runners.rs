@@ -2,30 +2,26 @@
 //! `process` provider whose runners are `runway agent --once`, jobs through
 //! `POST /api/v1/jobs`. Nothing here registers an agent by hand.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;
 
 use common::{client, metric, wait_until, Process, RunnerProcesses};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 const ADMIN: &str = "local-runners-admin-token";
 
 fn write_config(dir: &Path, listen: &str, min_idle: u32, max_runners: u32) {
-    std::fs::write(
-        dir.join("runway.toml"),
-        format!(
-            r#"[server]
-listen = "{listen}"
-admin_tokens = ["{ADMIN}"]
-
-[runner_api]
+    common::write_config(
+        dir,
+        listen,
+        ADMIN,
+        "200ms",
+        &format!(
+            r#"[runner_api]
 poll_timeout = "2s"
 lease = "3s"
-
-[scaling]
-interval = "200ms"
 
 [[providers]]
 name = "local"
@@ -45,8 +41,7 @@ boot_timeout = "30s"
 providers = ["local"]
 "#
         ),
-    )
-    .unwrap();
+    );
 }
 
 fn serve(dir: &Path) -> (Process, String) {
@@ -54,24 +49,11 @@ fn serve(dir: &Path) -> (Process, String) {
 }
 
 fn get(base: &str, path: &str) -> Value {
-    client()
-        .get(format!("{base}{path}"))
-        .bearer_auth(ADMIN)
-        .send()
-        .and_then(|r| r.json())
-        .unwrap_or_default()
+    common::api_get(base, ADMIN, path)
 }
 
 fn submit(base: &str, script: &str) -> i64 {
-    let body: Value = client()
-        .post(format!("{base}/api/v1/jobs"))
-        .bearer_auth(ADMIN)
-        .json(&json!({"labels": ["local"], "script": script, "timeout_seconds": 120}))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    body["id"].as_i64().expect("job id")
+    common::submit_to(base, ADMIN, &["local"], script, 120)
 }
 
 /// Runners that are neither terminated, failed nor crashed.

@@ -5,7 +5,7 @@
 //! (`.ci/run` installs it); without it these tests say so and, under CI,
 //! fail.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -6,7 +6,7 @@
 //! ones refused, authentication enforced. Without schemathesis the fuzzing
 //! is skipped, except under CI, where that is a failure.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -8,7 +8,7 @@
 //! The tests here run up to nine replicas at once against the machine's
 //! PostgreSQL: each keeps its pool at 4 connections.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

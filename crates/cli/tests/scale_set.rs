@@ -6,7 +6,7 @@
 //! configuration), keeps a runner that runs a job, removes it when the job
 //! completes, and survives the emulator's faults and its own kill -9.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;
@@ -30,28 +30,15 @@ struct Harness {
 
 fn write_config(dir: &Path, github: &str, max_runners: u32, min_idle: u32) {
     let log = dir.join("jit.log");
+    let head = common::server_head("127.0.0.1:0", ADMIN, "200ms");
     std::fs::write(
         dir.join("runway.toml"),
         format!(
-            r#"[server]
-listen = "127.0.0.1:0"
-admin_tokens = ["{ADMIN}"]
-
-[scaling]
-interval = "200ms"
-
-[github]
+            r#"{head}[github]
 api_url = "{github}/api/v3"
 token = "env:RUNWAY_TEST_GITHUB_TOKEN"
 
-[[providers]]
-name = "machines"
-kind = "process"
-command = ["sh", "-c", "echo \"$RUNWAY_RUNNER_NAME $RUNWAY_JIT_CONFIG\" >> '{log}'; exec sleep 300"]
-state_dir = "processes"
-stop_grace = "1s"
-
-[[pools]]
+{machines}[[pools]]
 name = "ss"
 labels = ["self-hosted", "linux"]
 max_runners = {max_runners}
@@ -62,7 +49,7 @@ providers = ["machines"]
 org = "org"
 scale_set = "{SCALE_SET}"
 "#,
-            log = log.display()
+            machines = common::jit_log_provider(&log, "1s"),
         ),
     )
     .unwrap();
@@ -169,12 +156,7 @@ impl Harness {
     }
 
     fn api(&self, path: &str) -> Value {
-        client()
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(ADMIN)
-            .send()
-            .and_then(|r| r.json())
-            .unwrap_or_default()
+        common::api_get(&self.base, ADMIN, path)
     }
 
     /// runway's jobs of the pool, oldest first.
@@ -946,66 +928,47 @@ fn jobs_of_a_deleted_scale_set_end_when_it_is_created_again() {
 /// emulator hands out at itself, so every call passes through it).
 #[test]
 fn a_small_repository_is_acquired_within_the_next_acquisitions_after_a_big_one() {
+    use common::proxy;
     use std::collections::BTreeSet;
     use std::sync::{Arc, Mutex};
 
-    let mut h = Harness::prepare(|emulator| emulator, 4, 0);
-    let upstream = h.emulator.uri();
-    let b_jobs: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
-    let proxy_url: Arc<Mutex<String>> = Arc::default();
-    let (in_b, own_url) = (b_jobs.clone(), proxy_url.clone());
-    let forwarder = reqwest::Client::new();
-    let app = axum::Router::new().fallback(
-        move |method: axum::http::Method,
-              uri: axum::http::Uri,
-              headers: axum::http::HeaderMap,
-              body: axum::body::Bytes| {
-            let (upstream, in_b, own_url, forwarder) = (
-                upstream.clone(),
-                in_b.clone(),
-                own_url.clone(),
-                forwarder.clone(),
-            );
-            async move {
-                use axum::response::IntoResponse;
-                let answer = match common::forward(
-                    &forwarder, &upstream, method, &uri, &headers, body,
-                )
-                .await
-                {
-                    Ok(answer) => answer,
-                    Err(e) => {
-                        return (axum::http::StatusCode::BAD_GATEWAY, e.to_string()).into_response()
-                    }
-                };
-                let status = answer.status();
-                let text = answer.text().await.unwrap_or_default();
-                let own = own_url.lock().unwrap().clone();
-                let mut text = text.replace(&upstream, &own);
-                if let Ok(mut message) = serde_json::from_str::<Value>(&text) {
-                    let body = message["body"].as_str().map(str::to_owned);
-                    if let Some(Ok(mut jobs)) = body.map(|b| serde_json::from_str::<Value>(&b)) {
-                        for job in jobs.as_array_mut().into_iter().flatten() {
-                            let request = job["runnerRequestId"].as_i64().unwrap_or_default();
-                            let repository = if in_b.lock().unwrap().contains(&request) {
-                                "repo-b"
-                            } else {
-                                "repo-a"
-                            };
-                            if job.get("repositoryName").is_some() {
-                                job["repositoryName"] = repository.into();
-                            }
+    /// Names each job's repository in the messages, and points the URLs
+    /// the emulator hands out at the proxy.
+    #[derive(Default)]
+    struct Repositories {
+        b_jobs: Mutex<BTreeSet<i64>>,
+    }
+    impl proxy::Faults for Repositories {
+        fn after(&self, seen: &proxy::Seen, mut answer: proxy::Answer) -> proxy::After {
+            let text = String::from_utf8_lossy(&answer.body).replace(&seen.upstream, &seen.proxy);
+            answer.body = text.clone().into();
+            if let Ok(mut message) = serde_json::from_str::<Value>(&text) {
+                let body = message["body"].as_str().map(str::to_owned);
+                if let Some(Ok(mut jobs)) = body.map(|b| serde_json::from_str::<Value>(&b)) {
+                    for job in jobs.as_array_mut().into_iter().flatten() {
+                        let request = job["runnerRequestId"].as_i64().unwrap_or_default();
+                        let repository = if self.b_jobs.lock().unwrap().contains(&request) {
+                            "repo-b"
+                        } else {
+                            "repo-a"
+                        };
+                        if job.get("repositoryName").is_some() {
+                            job["repositoryName"] = repository.into();
                         }
-                        message["body"] = jobs.to_string().into();
-                        text = message.to_string();
                     }
+                    message["body"] = jobs.to_string().into();
+                    answer.body = message.to_string().into();
                 }
-                (status, [("content-type", "application/json")], text).into_response()
             }
-        },
-    );
-    let (url, _proxy_runtime) = common::serve_router(app);
-    *proxy_url.lock().unwrap() = url.clone();
+            answer.content_type = Some(axum::http::HeaderValue::from_static("application/json"));
+            proxy::After::Pass(answer)
+        }
+    }
+
+    let mut h = Harness::prepare(|emulator| emulator, 4, 0);
+    let repositories = Arc::new(Repositories::default());
+    let proxy = proxy::FaultProxy::start(&h.emulator.uri(), repositories.clone());
+    let url = proxy.url.clone();
     write_config(h.dir.path(), &url, 4, 0);
     h.serve();
     let set = h.scale_set();
@@ -1032,7 +995,7 @@ fn a_small_repository_is_acquired_within_the_next_acquisitions_after_a_big_one()
     let b = {
         // Named B's before the emulator announces it.
         let b = h.emulator.queue_job(set, [SCALE_SET]);
-        b_jobs.lock().unwrap().insert(b.0);
+        repositories.b_jobs.lock().unwrap().insert(b.0);
         b
     };
     // (The proxy names B's repository from the first message on: the job

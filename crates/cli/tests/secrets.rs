@@ -9,7 +9,7 @@
 //! `/proc/PPID/environ`, read by its job), the job (`env`), the provider
 //! executable (its own `env`), and `runway serve` itself.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 
@@ -162,20 +162,10 @@ fn run_job(setup: &Setup, label: &str, script: &str) -> String {
     let id = submitted["id"].as_i64().expect("a job id");
     let mut log = String::new();
     wait_until("the job to finish", 90, || {
-        let Ok(response) = client()
-            .get(format!("{}/api/v1/jobs/{id}/log", setup.base))
-            .bearer_auth(ADMIN_SECRET)
-            .send()
-        else {
+        let Some((state, text)) = common::job_log(&setup.base, ADMIN_SECRET, id) else {
             return false;
         };
-        let state = response
-            .headers()
-            .get("x-runway-job-state")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        log = response.text().unwrap_or_default();
+        log = text;
         state == "completed"
     });
     log
@@ -293,8 +283,7 @@ fn an_exec_provider_gets_a_clean_environment() {
     }
 }
 
-#[path = "../../providers/tests/podman/mod.rs"]
-mod podman;
+use runway_testkit::podman;
 
 /// A `container` runner (a real Podman): its job, its agent (PID 1 of the
 /// container) and the container's configuration (`podman inspect`) hold

@@ -1,7 +1,7 @@
 //! End-to-end: the real `runway` binary, started as a user would, on an
 //! ephemeral loopback port.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -642,14 +642,8 @@ fn background_workers_show_their_state_and_failures() {
         dir.path(),
         &["--config", "runway.toml", "--database", &schema.scoped],
     );
-    let tasks = || -> serde_json::Value {
-        common::client()
-            .get(format!("{base}/api/v1/tasks"))
-            .bearer_auth("tasks-admin-token")
-            .send()
-            .and_then(|r| r.json())
-            .unwrap_or_default()
-    };
+    let tasks =
+        || -> serde_json::Value { common::api_get(&base, "tasks-admin-token", "/api/v1/tasks") };
     let task = |all: &serde_json::Value, name: &str| -> serde_json::Value {
         all["tasks"]
             .as_array()

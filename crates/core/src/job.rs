@@ -190,6 +190,21 @@ pub struct NewJob {
 }
 
 impl NewJob {
+    /// A job of runway's own API for `pool`, with `labels`, an empty
+    /// payload, three attempts and the pool's anonymous share: what the
+    /// tests, benchmarks and seeding helpers enqueue.
+    pub fn api(external_id: impl Into<String>, pool: &str, labels: &[&str]) -> NewJob {
+        NewJob {
+            source: JobSource::Api,
+            external_id: external_id.into(),
+            route: Route::Pool(pool.to_owned()),
+            labels: labels.iter().map(|l| (*l).to_owned()).collect(),
+            payload: "{}".into(),
+            max_attempts: 3,
+            share: Default::default(),
+        }
+    }
+
     /// The job as first stored: queued in its pool, or terminal `unroutable`.
     pub fn initial(&self, id: JobId, now: Timestamp) -> Job {
         let (state, pool, reason, finished_at) = match &self.route {

@@ -14,8 +14,8 @@ use runway_providers::{
     CreateRequest, Instance, InstanceId, InstanceState, ManualClock, Provider, ProviderError,
 };
 
-mod moto;
-mod podman;
+use runway_testkit::moto;
+use runway_testkit::podman;
 
 struct Harness {
     provider: Arc<dyn Provider>,

@@ -4,7 +4,7 @@
 //! worker-configuration, tasks and cluster pages render — evaluating a
 //! worker configuration from its form.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use runway_core::job::{NewJob, Route};
+use runway_core::job::NewJob;
 use runway_core::planner::Offer;
-use runway_core::{JobSource, Timestamp};
+use runway_core::Timestamp;
 use runway_providers::{
     CreateRequest, Instance, InstanceId, InstanceState, Provider, ProviderError,
 };
@@ -21,7 +21,7 @@ use runway_server::config::{Config, PoolConfig};
 use runway_server::reconcile::Reconciler;
 use runway_server::Service;
 
-mod common;
+use crate::common;
 
 /// A cloud shared by replicas, as the test sees it: its list can be held
 /// (a test hook standing for a pause between the list and what follows),
@@ -106,15 +106,7 @@ fn pool(name: &str) -> PoolConfig {
 }
 
 fn job(pool: &str) -> NewJob {
-    NewJob {
-        source: JobSource::Api,
-        external_id: format!("job-{pool}"),
-        route: Route::Pool(pool.into()),
-        labels: vec![pool.into()],
-        payload: "{}".into(),
-        max_attempts: 3,
-        share: Default::default(),
-    }
+    NewJob::api(format!("job-{pool}"), pool, &[pool])
 }
 
 /// A service leading in a term of its own, a reconciler over `cloud`.

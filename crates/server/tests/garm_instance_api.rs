@@ -10,7 +10,7 @@ use runway_server::app::garm;
 use runway_server::config::{Config, PoolGithub, Target};
 use serde_json::json;
 
-mod common;
+use crate::common;
 use common::{pool, Harness};
 
 const METADATA: &str = "/api/v1/garm/metadata";

@@ -2,7 +2,7 @@
 //! answers checked against GitHub's OpenAPI schemas, 422 for a busy
 //! runner, the rate-limit budget, App authentication, delivery paging.
 
-mod fake_github;
+use runway_testkit::fake_github;
 
 use fake_github::{Auth, FakeGithub, TOKEN};
 use runway_server::config::{GithubAuth, Secret};

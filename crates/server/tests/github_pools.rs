@@ -3,8 +3,8 @@
 //! runners through a sim provider and deregisters before it deletes, and
 //! the healer re-checks old queued jobs and redelivers failed webhooks.
 
-mod common;
-mod fake_github;
+use crate::common;
+use runway_testkit::fake_github;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -1104,14 +1104,8 @@ async fn the_runs_event_labels_its_job_and_runner_reports_say_idle_stop_and_cras
         h.metrics()
     );
 
-    let logged: Vec<serde_json::Value> = std::fs::read_to_string(&event_log)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
-    let of = |name: &str| -> Vec<&serde_json::Value> {
-        logged.iter().filter(|e| e["event"] == name).collect()
-    };
+    let logged = runway_testkit::event_log(&event_log);
+    let of = |name: &str| logged.of(name);
     let starts = of("runner_start");
     let mut events: Vec<&str> = starts
         .iter()

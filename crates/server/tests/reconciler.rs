@@ -17,18 +17,10 @@ use runway_server::reconcile::Reconciler;
 use runway_server::Service;
 use runway_store::RunnerFilter;
 
-mod common;
+use crate::common;
 
 fn job(id: u32) -> NewJob {
-    NewJob {
-        source: JobSource::Api,
-        external_id: format!("job-{id}"),
-        route: Route::Pool("linux".into()),
-        labels: vec!["linux".into()],
-        payload: "{}".into(),
-        max_attempts: 3,
-        share: Default::default(),
-    }
+    NewJob::api(format!("job-{id}"), "linux", &["linux"])
 }
 
 async fn service(dir: &tempfile::TempDir, pool: PoolConfig) -> Arc<Service> {

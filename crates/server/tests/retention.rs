@@ -3,27 +3,19 @@
 
 use std::time::Duration;
 
-use runway_core::job::{NewJob, Route};
+use runway_core::job::NewJob;
 use runway_core::runner::NewRunner;
-use runway_core::{JobSource, JobState, RunnerEvent, Timestamp};
+use runway_core::{JobState, RunnerEvent, Timestamp};
 use runway_server::app::retention;
 use runway_server::config::Config;
 
-mod common;
+use crate::common;
 use common::{pool, Harness};
 
 const DAY: i64 = 24 * 3600 * 1000;
 
 fn job(id: usize) -> NewJob {
-    NewJob {
-        source: JobSource::Api,
-        external_id: format!("job-{id}"),
-        route: Route::Pool("linux".into()),
-        labels: vec!["linux".into()],
-        payload: "{}".into(),
-        max_attempts: 3,
-        share: Default::default(),
-    }
+    NewJob::api(format!("job-{id}"), "linux", &["linux"])
 }
 
 #[tokio::test]

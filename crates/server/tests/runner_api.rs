@@ -15,7 +15,7 @@ use tower::ServiceExt;
 const ADMIN: &str = "runner-api-admin-token";
 const READER: &str = "runner-api-read-only-token";
 
-mod common;
+use crate::common;
 use common::Harness;
 
 impl Harness {

@@ -7,7 +7,7 @@ use runway_server::config::{Config, Role, Secret, TokenConfig};
 
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::Harness;
 
 const ADMIN: &str = "scoped-tokens-legacy-admin";

@@ -16,7 +16,7 @@ use runway_server::github::signature::sign;
 use runway_server::Service;
 use runway_store::JobFilter;
 
-mod common;
+use crate::common;
 use serde_json::json;
 use tower::ServiceExt;
 

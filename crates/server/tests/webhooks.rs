@@ -39,7 +39,7 @@ fn config(pools: Vec<PoolConfig>, required_labels: &[&str]) -> Config {
     }
 }
 
-mod common;
+use crate::common;
 use common::{pool, Harness, WEBHOOK_SECRET as SECRET};
 
 impl Harness {
@@ -344,14 +344,8 @@ async fn github_examples_with_pools_for_their_labels() {
     );
 
     // The event log: every webhook, and the job facts GitHub reported.
-    let logged: Vec<serde_json::Value> = std::fs::read_to_string(&event_log)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
-    let of = |name: &str| -> Vec<&serde_json::Value> {
-        logged.iter().filter(|e| e["event"] == name).collect()
-    };
+    let logged = runway_testkit::event_log(&event_log);
+    let of = |name: &str| logged.of(name);
     assert_eq!(of("webhook").len(), 7);
     assert_eq!(of("webhook")[1]["outcome"], "queued");
     // GitHub's in_progress example has no created_at: no queue time to log.

@@ -69,7 +69,7 @@ fn the_rfc_124_example_evaluates_as_the_rfc_says() {
     );
 }
 
-mod common;
+use crate::common;
 use common::Harness;
 
 impl Harness {

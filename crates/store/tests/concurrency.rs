@@ -1,7 +1,7 @@
 //! Concurrent claimers over one queue: every job is claimed exactly once and
 //! each claimer only ever sees jobs bound to itself.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::Arc;

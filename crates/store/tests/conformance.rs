@@ -1,8 +1,6 @@
 //! The store conformance suite: every case runs against SQLite and
 //! PostgreSQL, so the two backends cannot drift apart.
 
-mod common;
-
 on_both_backends!(
     enqueue_is_idempotent_on_source_and_external_id,
     enqueue_many_returns_input_order_and_dedupes,

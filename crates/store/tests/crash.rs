@@ -22,7 +22,7 @@
 //! [`crash_child_entry_point`] with `RUNWAY_CRASH_CHILD` set; it reports each
 //! acknowledged operation on stdout only after the store returned.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
@@ -353,7 +353,7 @@ async fn moves_workload(target: &str, life: i64) {
 fn run_and_kill(target: &str, workload: Workload, life: u64, delay: Duration) -> Vec<String> {
     let mut child = Command::new(std::env::current_exe().expect("test binary path"))
         .args([
-            "crash_child_entry_point",
+            "crash::crash_child_entry_point",
             "--exact",
             "--nocapture",
             "--test-threads=1",

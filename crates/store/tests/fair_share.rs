@@ -7,7 +7,7 @@
 //! keys that is 2. On SQLite (the rule is the same trigger on PostgreSQL,
 //! and the conformance cases run both).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! index on `jobs` may be keyed by state for every job: the hot path's
 //! guarded changes (`id = $1 AND state = $10 …`) must find their job by id.
 
-mod common;
+use crate::common;
 
 use runway_store::{
     queue_times, Backend, SqliteStore, Store, FINISHED_JOB, LIVE_JOB, LIVE_RUNNER,

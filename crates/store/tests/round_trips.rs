@@ -7,7 +7,7 @@
 //! in one step costs two, a runner working through a queue one — and so are
 //! the reads of a runner by its token or id and of a job by its id.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -295,21 +295,12 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use runway_core::job::{NewJob, Route};
-    use runway_core::{JobId, JobSource, Timestamp};
+    use runway_core::job::NewJob;
+    use runway_core::{JobId, Timestamp};
     use std::future::Future;
 
     fn job(pool: &str, labels: &[&str]) -> Job {
-        NewJob {
-            source: JobSource::Api,
-            external_id: "j".into(),
-            route: Route::Pool(pool.into()),
-            labels: labels.iter().map(|l| (*l).to_owned()).collect(),
-            payload: "{}".into(),
-            max_attempts: 3,
-            share: Default::default(),
-        }
-        .initial(JobId(1), Timestamp::from_millis(0))
+        NewJob::api("j", pool, labels).initial(JobId(1), Timestamp::from_millis(0))
     }
 
     fn labels(labels: &[&str]) -> Vec<String> {

@@ -5,23 +5,13 @@
 //! `busybox-static` must be installed (`.ci/run` does): without them,
 //! [`podman`] fails under CI and returns `None` elsewhere.
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+
+use crate::wait_until;
 
 /// The image every test's containers run.
 pub const IMAGE: &str = "localhost/runway-test-runner:1";
-
-/// Polls `done` every 50 ms until it holds; panics after `seconds`.
-fn wait_until(what: &str, seconds: u64, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// A private Podman: its service, storage and socket in one directory;
 /// every container it ran is removed and the service stopped on drop.

@@ -2,8 +2,6 @@
 //! from AWS's API by others; `.ci/run` installs it into a venv) on a free
 //! loopback port, stopped when dropped.
 
-#![allow(dead_code)]
-
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -23,21 +21,7 @@ impl Drop for Moto {
 /// `moto_server` on the PATH, or None (a failure under CI, whose `.ci/run`
 /// installs it).
 pub fn moto_server() -> Option<std::path::PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("moto_server"))
-            .find(|path| path.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "moto_server is missing; install moto[server] from PyPI (.ci/run does)"
-        );
-        eprintln!(
-            "skipped: moto_server is not installed (moto[server] from PyPI; .ci/run installs it)"
-        );
-    }
-    found
+    crate::tool("moto_server", "moto[server] from PyPI")
 }
 
 /// Starts moto on a free port and waits, with a deadline, until it answers.
