@@ -224,3 +224,57 @@ fn with_thirty_percent_of_creates_failing_every_job_still_gets_a_runner() {
         "no job was left without a runner"
     );
 }
+
+/// A job whose only provider is backing off after failed creates says so:
+/// `provider_backoff`, with the provider's last error in words, not "no
+/// provider has capacity" with a hint about `max_instances`.
+#[test]
+fn a_job_whose_every_provider_backs_off_says_provider_backoff_with_the_error() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("provider.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n\
+         case \"$GARM_COMMAND\" in\n\
+           CreateInstance) echo 'InsufficientInstanceCapacity: no m5.large left in us-east-1a' >&2; exit 1 ;;\n\
+           ListInstances) echo '[]' ;;\n\
+         esac\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    common::write_config(
+        dir.path(),
+        "127.0.0.1:0",
+        ADMIN,
+        "200ms",
+        &format!(
+            r#"[providers.cloud]
+kind = "exec"
+executable = "{}"
+max_instances = 4
+
+[[pools]]
+name = "linux"
+labels = ["linux"]
+max_runners = 4
+providers = ["cloud"]
+"#,
+            script.display()
+        ),
+    );
+    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    let id = common::submit(&base, ADMIN, "true");
+    let mut waiting = Value::Null;
+    wait_until("the job to say its provider backs off", 60, || {
+        waiting = common::job(&base, ADMIN, id)["waiting"].clone();
+        waiting["code"] == "provider_backoff"
+    });
+    assert_eq!(waiting["details"]["provider"], "cloud", "{waiting}");
+    assert!(
+        waiting["details"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("InsufficientInstanceCapacity")),
+        "{waiting}"
+    );
+}

@@ -265,3 +265,151 @@ fn a_runner_used_up_by_a_refused_job_is_let_go_and_replaced() {
         runners().len() == 2
     });
 }
+
+/// The metrics spec's stop and completion, with runner machines running
+/// `contrib/github-runner-hooks` as GitHub's runner runs them (`bash -e`,
+/// the job's `GITHUB_*` variables):
+/// - a runner killed -9 mid-job (its pre-job report, never a post-job
+///   one) gets no `runner_stop` from GitHub's `completed`, and its job is
+///   not counted completed: it crashed;
+/// - a job cancelled while still queued, which never had a runner, gets no
+///   stop, no run time, and is not a completion;
+/// - a runner that ran both hooks stops `normal`, and its job is the one
+///   completion, with one run time.
+#[test]
+fn stops_and_completions_follow_the_metrics_spec_as_githubs_runner_runs_the_hooks() {
+    const ADMIN: &str = "github-spec-admin-token";
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let fake = runtime.block_on(FakeGithub::start(4_000, Auth::Token));
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.url);
+    let env_log = dir.path().join("env.log");
+    let config = std::fs::read_to_string(dir.path().join("runway.toml"))
+        .unwrap()
+        .replace(
+            "echo \\\"$RUNWAY_RUNNER_NAME $RUNWAY_JIT_CONFIG\\\"",
+            &format!(
+                "echo \\\"$RUNWAY_RUNNER_NAME $RUNWAY_RUNNER_ID $RUNWAY_RUNNER_TOKEN\\\" >> '{}'; echo \\\"$RUNWAY_RUNNER_NAME $RUNWAY_JIT_CONFIG\\\"",
+                env_log.display()
+            ),
+        )
+        .replace("[server]\n", &format!("[server]\nadmin_tokens = [\"{ADMIN}\"]\n"))
+        + "\n[telemetry]\nevent_log = \"events.log\"\n";
+    std::fs::write(dir.path().join("runway.toml"), config).unwrap();
+    let (_serve, base, _processes) = serve(dir.path(), &fake);
+    // The runner started for the newest queued job: (name, id, token).
+    let runner_for = |lines: usize| -> (String, String, String) {
+        wait_until("a runner started with its report token", 30, || {
+            std::fs::read_to_string(&env_log).is_ok_and(|t| t.lines().count() >= lines)
+        });
+        let text = std::fs::read_to_string(&env_log).unwrap();
+        let mut words = text.lines().nth(lines - 1).unwrap().split_whitespace();
+        let mut next = || words.next().unwrap().to_owned();
+        (next(), next(), next())
+    };
+    let hook = |script: &str, (_, id, token): &(String, String, String), run: u64| {
+        let output = std::process::Command::new("bash")
+            .arg("-e")
+            .arg(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../contrib/github-runner-hooks")
+                    .join(script),
+            )
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("RUNWAY_URL", &base)
+            .env("RUNWAY_RUNNER_ID", id)
+            .env("RUNWAY_RUNNER_TOKEN", token)
+            .env("GITHUB_ACTIONS", "true")
+            .env("GITHUB_WORKFLOW", "CI")
+            .env("GITHUB_REPOSITORY", "octo-org/app")
+            .env("GITHUB_EVENT_NAME", "push")
+            .env("GITHUB_RUN_ID", run.to_string())
+            .env("GITHUB_RUN_ATTEMPT", "1")
+            .env("GITHUB_JOB", "build")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{script}: {output:?}");
+    };
+    let deliver = |id: u64, action: &str| {
+        assert_eq!(
+            runtime.block_on(fake.deliver(id, action, false)),
+            202,
+            "{id} {action}"
+        );
+    };
+
+    // Killed -9 mid-job: pre-job reported, post-job never.
+    fake.queue_run_job(
+        801,
+        &["self-hosted", "linux"],
+        "octo-org/app",
+        91,
+        "push",
+        false,
+    );
+    deliver(801, "queued");
+    let killed = runner_for(1);
+    fake.start_job(801, &killed.0);
+    deliver(801, "in_progress");
+    hook("job-started.sh", &killed, 91);
+    fake.complete_job(801, "failure");
+    deliver(801, "completed");
+
+    // Ran to its end, both hooks. (The second runner runway started: the
+    // first was the killed one's.)
+    fake.queue_run_job(
+        803,
+        &["self-hosted", "linux"],
+        "octo-org/app",
+        93,
+        "push",
+        false,
+    );
+    deliver(803, "queued");
+    let finished = runner_for(2);
+    fake.start_job(803, &finished.0);
+    deliver(803, "in_progress");
+    hook("job-started.sh", &finished, 93);
+    hook("job-completed.sh", &finished, 93);
+    fake.complete_job(803, "success");
+    deliver(803, "completed");
+
+    // Cancelled while queued: no runner ever ran it.
+    fake.queue_run_job(
+        802,
+        &["self-hosted", "linux"],
+        "octo-org/app",
+        92,
+        "push",
+        false,
+    );
+    deliver(802, "queued");
+    fake.complete_job(802, "cancelled");
+    deliver(802, "completed");
+
+    let stops = || {
+        runway_testkit::event_log(&dir.path().join("events.log"))
+            .of("runner_stop")
+            .into_iter()
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    wait_until("the finished runner's stop", 30, || !stops().is_empty());
+    let stops = stops();
+    assert_eq!(stops.len(), 1, "one stop, the finished runner's: {stops:?}");
+    assert_eq!(stops[0]["status"], "normal", "{stops:?}");
+    assert_eq!(
+        metric(&base, "runway_jobs_completed_total"),
+        1.0,
+        "{}",
+        common::metrics_text(&base)
+    );
+    assert_eq!(
+        metric(&base, "runway_job_run_duration_seconds_count"),
+        1.0,
+        "{}",
+        common::metrics_text(&base)
+    );
+    assert_eq!(metric(&base, "runway_jobs_started_total"), 2.0);
+}

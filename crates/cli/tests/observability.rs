@@ -51,6 +51,51 @@ fn alert_and_recording_rules_pass_promtool_and_their_unit_tests() {
     );
 }
 
+/// A full disk under the event log (`/dev/full` answers every write with
+/// ENOSPC): the job still runs, each dropped line is counted in
+/// `runway_event_log_errors_total`, which the `RunwayEventLogErrors` alert
+/// watches (its promtool unit test runs in the test above).
+#[test]
+fn a_full_disk_under_the_event_log_is_counted_and_jobs_still_run() {
+    if !Path::new("/dev/full").exists() {
+        eprintln!("skipped: this system has no /dev/full");
+        return;
+    }
+    const ADMIN: &str = "event-log-admin-token";
+    let dir = tempfile::tempdir().unwrap();
+    let _runners = RunnerProcesses(dir.path().join("processes"));
+    common::write_config(
+        dir.path(),
+        "127.0.0.1:0",
+        ADMIN,
+        "200ms",
+        r#"[telemetry]
+event_log = "/dev/full"
+
+[[providers]]
+name = "local"
+kind = "process"
+command = ["runway", "agent", "--once"]
+state_dir = "processes"
+max_instances = 2
+
+[[pools]]
+name = "linux"
+labels = ["linux"]
+max_runners = 2
+providers = ["local"]
+"#,
+    );
+    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    let id = common::submit(&base, ADMIN, "echo written");
+    wait_until("the job to complete", 90, || {
+        common::job(&base, ADMIN, id)["state"] == "completed"
+    });
+    wait_until("the dropped lines to be counted", 30, || {
+        common::metric(&base, "runway_event_log_errors_total") >= 2.0
+    });
+}
+
 #[test]
 fn a_real_scrape_passes_promtool_and_prometheus_reads_the_series_back() {
     let (Some(promtool), Some(prometheus)) = (tool("promtool"), tool("prometheus")) else {

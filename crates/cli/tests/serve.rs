@@ -6,7 +6,8 @@ use crate::common;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::PgSchema;
+use common::{client, PgSchema};
+use serde_json::json;
 
 /// `runway ARGS` in `dir` (the shared command: a clean `RUNWAY_*` environment).
 fn runway(dir: &Path, args: &[&str]) -> Command {
@@ -726,4 +727,117 @@ values = { ec2 = { ImageId = "ami-1", SecurityGroupId = ["sg-1"] } }
             "{command:?}: {line}"
         );
     }
+}
+
+/// A worker configuration that mounts a host path outside the container
+/// provider's `allowed_mounts` (or climbs out of one with `..`), or adds a
+/// capability outside its `allowed_capabilities`, is refused where it is
+/// written — `runway config check`, `serve`, and a PUT to a running
+/// runway — naming the rule, the key and the value; not first at launch,
+/// where the operator would learn of it from a stuck job.
+#[test]
+fn forbidden_container_values_are_refused_where_they_are_written() {
+    const ADMIN: &str = "forbidden-values-admin-token";
+    let dir = tempfile::tempdir().unwrap();
+    let config = |values: &str| {
+        format!(
+            r#"[server]
+listen = "127.0.0.1:0"
+admin_tokens = ["{ADMIN}"]
+
+[providers.box]
+kind = "container"
+socket = "/nonexistent/engine.sock"
+image = "debian:bookworm-slim"
+allowed_mounts = ["/srv/shared"]
+allowed_capabilities = ["CAP_NET_ADMIN"]
+
+[[pools]]
+name = "linux"
+labels = ["linux"]
+providers = ["box"]
+
+[[worker_configs]]
+id = "linux"
+pools = ["linux"]
+[[worker_configs.rules]]
+rule_id = "risky"
+values = {values}
+"#
+        )
+    };
+    let forbidden = [
+        (
+            r#"{ container = { mounts = [{ source = "/etc", target = "/host-etc" }] } }"#,
+            "container.mounts",
+            "/etc",
+        ),
+        (
+            r#"{ container = { mounts = [{ source = "/srv/shared/../../etc", target = "/x" }] } }"#,
+            "container.mounts",
+            "/srv/shared/../../etc",
+        ),
+        (
+            r#"{ container = { capabilities = ["CAP_SYS_ADMIN"] } }"#,
+            "container.capabilities",
+            "CAP_SYS_ADMIN",
+        ),
+    ];
+    for (values, key, value) in forbidden {
+        std::fs::write(dir.path().join("runway.toml"), config(values)).unwrap();
+        for command in [
+            &["config", "check", "--config", "runway.toml"][..],
+            &["serve", "--config", "runway.toml"][..],
+        ] {
+            let output = runway(dir.path(), command).output().unwrap();
+            let line = assert_one_line_failure(&output);
+            assert!(
+                line.contains("\"risky\"") && line.contains(key) && line.contains(value),
+                "{command:?}: {line}"
+            );
+        }
+    }
+
+    // What is allowed starts; a PUT of a forbidden rule is a 422 naming
+    // it, and the stored configuration is unchanged.
+    let allowed = r#"{ container = { mounts = [{ source = "/srv/shared/cache", target = "/cache" }], capabilities = ["CAP_NET_ADMIN"] } }"#;
+    std::fs::write(dir.path().join("runway.toml"), config(allowed)).unwrap();
+    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    let before = common::api_get(&base, ADMIN, "/api/v1/worker-configs/linux");
+    assert_eq!(before["rules"][0]["rule_id"], "risky", "{before}");
+    for (mounts, capabilities, key, value) in [
+        (
+            json!([{"source": "/etc", "target": "/host-etc"}]),
+            json!([]),
+            "container.mounts",
+            "/etc",
+        ),
+        (
+            json!([]),
+            json!(["CAP_SYS_ADMIN"]),
+            "container.capabilities",
+            "CAP_SYS_ADMIN",
+        ),
+    ] {
+        let body = json!({
+            "id": "linux",
+            "pools": ["linux"],
+            "rules": [{"rule_id": "risky", "description": "", "conditions": null,
+                       "values": {"container": {"mounts": mounts, "capabilities": capabilities}}}],
+        });
+        let answer = client()
+            .put(format!("{base}/api/v1/worker-configs/linux"))
+            .bearer_auth(ADMIN)
+            .json(&body)
+            .send()
+            .unwrap();
+        assert_eq!(answer.status(), 422, "{key}");
+        let text = answer.text().unwrap();
+        assert!(
+            text.contains("risky") && text.contains(key) && text.contains(value),
+            "{text}"
+        );
+    }
+    let after = common::api_get(&base, ADMIN, "/api/v1/worker-configs/linux");
+    assert_eq!(after, before, "a refused PUT changes nothing");
 }

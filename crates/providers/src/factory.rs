@@ -265,7 +265,11 @@ impl ProviderKind {
     pub fn check_rule_values(&self, values: &serde_json::Value) -> Result<(), String> {
         match self {
             ProviderKind::Ec2 { .. } => crate::ec2::check_rule_values(values),
-            ProviderKind::Container { .. } => crate::container::check_rule_values(values),
+            ProviderKind::Container {
+                allowed_mounts,
+                allowed_capabilities,
+                ..
+            } => crate::container::check_rule_values(values, allowed_mounts, allowed_capabilities),
             _ => Ok(()),
         }
     }

@@ -119,7 +119,7 @@ pub async fn run(
         generated_admin_token = Some(token);
     }
     let mut service = Service::new(config, store);
-    service.events = events;
+    service.events = events.count_errors_in(service.metrics.event_log_errors.clone());
     let _ = service.reload_source.set(crate::app::reload::ReloadSource {
         path: options.config_path.clone(),
         overrides: options.overrides.clone(),

@@ -838,7 +838,10 @@ async fn access_policies_send_forks_and_strangers_to_the_next_pool_and_look_each
         1
     );
     // The looked-up run also names the job's triggering event in its
-    // metrics (and the event log), not the webhook's type.
+    // metrics (and the event log), not the webhook's type. (It runs on a
+    // runner first: a job that never had one is no completion.)
+    h.fake.start_job(801, "octo-runner-1");
+    assert_eq!(h.fake.deliver(801, "in_progress", false).await, 202);
     h.fake.complete_job(801, "success");
     assert_eq!(h.fake.deliver(801, "completed", false).await, 202);
     let metrics = h.metrics();

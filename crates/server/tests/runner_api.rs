@@ -692,7 +692,10 @@ async fn runner_reports_are_validated_and_stored() {
         StatusCode::PAYLOAD_TOO_LARGE
     );
     assert_eq!(
-        harness.call("POST", &path, &other, Some(pre)).await.0,
+        harness
+            .call("POST", &path, &other, Some(pre.clone()))
+            .await
+            .0,
         StatusCode::FORBIDDEN,
         "only about itself"
     );
@@ -722,6 +725,16 @@ async fn runner_reports_are_validated_and_stored() {
         metrics.contains("runway_runner_reports_rejected_total{reason=\"too_large\"} 1"),
         "{metrics}"
     );
+    // Refusals of the token and the runner are counted too.
+    for token in ["not-a-runner-token", ""] {
+        let (status, _) = harness.call("POST", &path, token, Some(pre.clone())).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "token {token:?}");
+    }
+    let metrics = harness.service.metrics.encode();
+    for (reason, count) in [("unauthorized", 2), ("not_this_runner", 1)] {
+        let series = format!("runway_runner_reports_rejected_total{{reason=\"{reason}\"}} {count}");
+        assert!(metrics.contains(&series), "{series}: {metrics}");
+    }
 }
 
 #[tokio::test]
@@ -1162,6 +1175,7 @@ async fn the_event_log_records_queuing_start_and_stop_in_the_spec_shapes() {
     assert_eq!(
         keys(&events[2]),
         [
+            "conclusion",
             "duration",
             "event",
             "flavor",
@@ -1173,7 +1187,10 @@ async fn the_event_log_records_queuing_start_and_stop_in_the_spec_shapes() {
             "workflow"
         ]
     );
-    assert_eq!(events[2]["status"], "success");
+    // The spec's status (the runner got to its end); the job's
+    // conclusion beside it.
+    assert_eq!(events[2]["status"], "normal");
+    assert_eq!(events[2]["conclusion"], "success");
     assert_eq!(events[0]["flavor"], "default");
     assert!(events[0]["log_timestamp"].as_i64().unwrap() > 1_700_000_000);
 }

@@ -373,11 +373,7 @@ impl ContainerProvider {
         };
         binds.extend(config.mounts.iter().map(bind));
         for mount in &settings.mounts {
-            if !config
-                .allowed_mounts
-                .iter()
-                .any(|allowed| mount.source.starts_with(allowed))
-            {
+            if !settings::mount_allowed(&mount.source, &config.allowed_mounts) {
                 return Err(self.permanent(format!(
                     "container.mounts: {} is not under allowed_mounts",
                     mount.source.display()

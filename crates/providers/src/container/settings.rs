@@ -58,8 +58,43 @@ impl LaunchSettings {
     }
 }
 
-/// What a worker-configuration rule may say under `container` (checked
-/// when the configuration is written, naming the key).
-pub fn check_rule_values(values: &Value) -> Result<(), String> {
-    LaunchSettings::of(values).map(|_| ())
+/// Whether a worker configuration may mount the host path `source`: an
+/// absolute path with no `..` (which the engine would resolve out of an
+/// allowed directory), under one of `allowed`.
+pub(super) fn mount_allowed(source: &Path, allowed: &[PathBuf]) -> bool {
+    source.is_absolute()
+        && !source
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+        && allowed.iter().any(|a| source.starts_with(a))
+}
+
+/// What a worker-configuration rule may say under `container`, checked
+/// when the configuration is written (`runway config check`, `serve`, a
+/// PUT), naming the key and the value: its shape, and that every mount is
+/// under this provider's `allowed_mounts` and every capability in its
+/// `allowed_capabilities`. Launch checks the merged result again.
+pub fn check_rule_values(
+    values: &Value,
+    allowed_mounts: &[PathBuf],
+    allowed_capabilities: &[String],
+) -> Result<(), String> {
+    let settings = LaunchSettings::of(values)?;
+    for mount in &settings.mounts {
+        if !mount_allowed(&mount.source, allowed_mounts) {
+            return Err(format!(
+                "container.mounts: {} is not under allowed_mounts {:?}",
+                mount.source.display(),
+                allowed_mounts
+            ));
+        }
+    }
+    for capability in &settings.capabilities {
+        if !allowed_capabilities.contains(capability) {
+            return Err(format!(
+                "container.capabilities: {capability} is not in allowed_capabilities {allowed_capabilities:?}"
+            ));
+        }
+    }
+    Ok(())
 }

@@ -147,16 +147,40 @@ pub fn beyond_stored(statistics: &crate::github::scaleset::Statistics, stored: u
     u32::try_from(waiting.saturating_sub(stored)).unwrap_or(u32::MAX)
 }
 
-/// The wait reason of every listed queued job of `pool`, planned without
-/// provider offers (for when no reconciler has planned it yet), and the
-/// reason of the jobs behind the listed ones (that of the last listed).
+/// `pool`'s offers and the providers' backoffs as this replica's latest
+/// reconcile round left them (none on a replica that does not lead).
+fn latest_round(
+    service: &Service,
+    pool: &PoolConfig,
+) -> (Vec<Offer>, Vec<runway_core::planner::Backoff>) {
+    let offers = service
+        .offers
+        .lock()
+        .ok()
+        .and_then(|offers| offers.get(&pool.name).cloned())
+        .unwrap_or_default();
+    let backoffs = service
+        .provider_backoffs
+        .lock()
+        .map(|backoffs| backoffs.clone())
+        .unwrap_or_default();
+    (offers, backoffs)
+}
+
+/// The wait reason of every listed queued job of `pool`, planned with the
+/// offers and provider backoffs of this replica's latest round (none on a
+/// replica that does not lead, or before the first round), and the reason
+/// of the jobs behind the listed ones (that of the last listed). Without
+/// the backoffs a job whose every provider is backing off would read "no
+/// provider has capacity" instead of the provider's last error.
 pub async fn waiting_in_pool(
     service: &Service,
     pool: &PoolConfig,
 ) -> Result<(Waiting, Option<WaitReason>), StoreError> {
+    let (offers, backoffs) = latest_round(service, pool);
     let snapshot = Snapshot {
-        pools: vec![pool_snapshot(service, pool, Vec::new()).await?],
-        backoffs: Vec::new(),
+        pools: vec![pool_snapshot(service, pool, offers).await?],
+        backoffs,
     };
     let waiting = plan(&snapshot, now()).waiting;
     let behind = beyond_listed(&snapshot.pools[0], &waiting);
@@ -199,17 +223,7 @@ impl Explanation {
     fn waiting(reason: WaitReason, pool: &PoolConfig, service: &Service) -> Explanation {
         // A pool that names no provider may use any.
         let has_providers = !pool.providers.is_empty() || !service.config().providers.is_empty();
-        let offers = service
-            .offers
-            .lock()
-            .ok()
-            .and_then(|offers| offers.get(&pool.name).cloned())
-            .unwrap_or_default();
-        let backoffs = service
-            .provider_backoffs
-            .lock()
-            .map(|b| b.clone())
-            .unwrap_or_default();
+        let (offers, backoffs) = latest_round(service, pool);
         // A job a warm runner takes (or one booting ahead of it): why
         // the pool kept it warm.
         let warm = matches!(

@@ -281,11 +281,21 @@ pub struct ReporterAuth(pub Runner);
 impl FromRequestParts<Arc<Service>> for ReporterAuth {
     type Rejection = ApiError;
 
+    /// Every refusal is counted in `runway_runner_reports_rejected_total`
+    /// by reason, as the report's own refusals are.
     async fn from_request_parts(
         parts: &mut Parts,
         service: &Arc<Service>,
     ) -> Result<ReporterAuth, ApiError> {
-        let presented = bearer(parts)?;
+        let refused = |reason: &'static str, error: ApiError| {
+            service
+                .metrics
+                .runner_reports_rejected
+                .get_or_create(&crate::telemetry::metrics::ReasonLabel { reason })
+                .inc();
+            error
+        };
+        let presented = bearer(parts).map_err(|e| refused("unauthorized", e))?;
         let runner = service
             .store
             .find_runner_by_token(&token_hash(presented))
@@ -293,14 +303,22 @@ impl FromRequestParts<Arc<Service>> for ReporterAuth {
             .map_err(|error| {
                 service.store_failed("find_runner_by_token");
                 tracing::error!(%error, "cannot look up a runner token");
-                ApiError::store_unavailable()
+                refused("store_unavailable", ApiError::store_unavailable())
             })?
-            .ok_or_else(|| ApiError::unauthorized("the runner token is not valid"))?;
+            .ok_or_else(|| {
+                refused(
+                    "unauthorized",
+                    ApiError::unauthorized("the runner token is not valid"),
+                )
+            })?;
         if runner.state.is_terminal() {
-            return Err(ApiError::unauthorized(format!(
-                "runner {} is {}; register a new one",
-                runner.name, runner.state
-            )));
+            return Err(refused(
+                "runner_ended",
+                ApiError::unauthorized(format!(
+                    "runner {} is {}; register a new one",
+                    runner.name, runner.state
+                )),
+            ));
         }
         Ok(ReporterAuth(runner))
     }

@@ -132,12 +132,21 @@ fn refuse(
     status: StatusCode,
     message: String,
 ) -> ApiError {
+    count_refusal(
+        service,
+        reason,
+        ApiError::new(status, "invalid_report", message),
+    )
+}
+
+/// `error`, counted in `runway_runner_reports_rejected_total{reason}`.
+fn count_refusal(service: &Service, reason: &'static str, error: ApiError) -> ApiError {
     service
         .metrics
         .runner_reports_rejected
         .get_or_create(&ReasonLabel { reason })
         .inc();
-    ApiError::new(status, "invalid_report", message)
+    error
 }
 
 /// What a runner reports about the job it runs (pre-job, post-job), in
@@ -179,11 +188,12 @@ async fn report(
         }
     })?;
     if id != runner.id.0.to_string() {
-        return Err(ApiError::new(
+        let error = ApiError::new(
             StatusCode::FORBIDDEN,
             "not_this_runner",
             format!("runner {} may only report about itself", runner.id),
-        ));
+        );
+        return Err(count_refusal(&service, "not_this_runner", error));
     }
     let parsed: Report = serde_json::from_slice(&body).map_err(|e| {
         refuse(
@@ -289,7 +299,10 @@ async fn report(
         .store
         .add_runner_report(runner.id, phase, &text, now)
         .await
-        .map_err(|error| AppError::store(&service, "add_runner_report", error))?;
+        .map_err(|error| {
+            let error = ApiError::from(AppError::store(&service, "add_runner_report", error));
+            count_refusal(&service, "store_unavailable", error)
+        })?;
     service
         .metrics
         .runner_reports

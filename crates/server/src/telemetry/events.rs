@@ -7,13 +7,15 @@
 //! A file is rotated when it would grow past `event_log_max_bytes`:
 //! `events.log` becomes `events.log.1`, the older ones shift up to
 //! `event_log_keep`, the oldest is removed. Writing never fails a request:
-//! an I/O error is logged (once per kind of trouble) and the event dropped.
+//! an I/O error is logged and counted (`runway_event_log_errors_total`,
+//! which the `RunwayEventLogErrors` alert watches) and the event dropped.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use prometheus_client::metrics::counter::Counter;
 use runway_core::Timestamp;
 use serde_json::{Map, Value};
 
@@ -32,6 +34,8 @@ enum Sink {
 
 pub struct EventLog {
     sink: Option<Mutex<Sink>>,
+    /// Lines that could not be written and were dropped.
+    errors: Counter,
 }
 
 fn open_append(path: &Path) -> std::io::Result<(File, u64)> {
@@ -43,7 +47,10 @@ fn open_append(path: &Path) -> std::io::Result<(File, u64)> {
 impl EventLog {
     /// No event log: `emit` does nothing.
     pub fn disabled() -> EventLog {
-        EventLog { sink: None }
+        EventLog {
+            sink: None,
+            errors: Counter::default(),
+        }
     }
 
     /// The configured log; an error names the file.
@@ -66,7 +73,15 @@ impl EventLog {
         };
         Ok(EventLog {
             sink: Some(Mutex::new(sink)),
+            errors: Counter::default(),
         })
+    }
+
+    /// Counts the lines it drops in `errors` (the registry's
+    /// `runway_event_log_errors_total`) from now on.
+    pub fn count_errors_in(mut self, errors: Counter) -> EventLog {
+        self.errors = errors;
+        self
     }
 
     pub fn enabled(&self) -> bool {
@@ -90,10 +105,17 @@ impl EventLog {
         let mut line = Value::Object(object).to_string();
         line.push('\n');
         let Ok(mut sink) = sink.lock() else {
+            self.errors.inc();
             return;
         };
         if let Err(error) = write(&mut sink, line.as_bytes()) {
-            tracing::warn!(%error, event, "cannot write to the event log; event dropped");
+            // The first of a run is a warning; the rest only counted, so a
+            // full disk does not also fill the service's own log.
+            if self.errors.inc() == 0 {
+                tracing::warn!(%error, event, "cannot write to the event log; event dropped (runway_event_log_errors_total counts the rest)");
+            } else {
+                tracing::debug!(%error, event, "cannot write to the event log; event dropped");
+            }
         }
     }
 }
@@ -222,6 +244,22 @@ mod tests {
         assert!(!path.with_extension("log.3").exists(), "only two kept");
         let newest = std::fs::read_to_string(&path).unwrap();
         assert!(newest.trim_end().ends_with("\"n\":39}"), "{newest}");
+    }
+
+    #[test]
+    fn a_full_disk_drops_the_line_and_counts_it() {
+        let full = Path::new("/dev/full");
+        if !full.exists() {
+            return;
+        }
+        let errors = Counter::default();
+        let log = EventLog::open(&config(full, 1 << 40, 1))
+            .unwrap()
+            .count_errors_in(errors.clone());
+        for _ in 0..3 {
+            log.emit("webhook", Value::Null, Timestamp::from_millis(0));
+        }
+        assert_eq!(errors.get(), 3);
     }
 
     #[test]

@@ -337,6 +337,7 @@ pub struct Metrics {
     pub fenced_calls: Family<OperationReasonLabels, Counter>,
     pub scale_set_refusals: Family<PoolKindLabels, Counter>,
     pub access_refusals: Family<PoolKindLabels, Counter>,
+    pub event_log_errors: Counter,
 }
 
 impl Default for Metrics {
@@ -362,7 +363,7 @@ impl Metrics {
             runners_crashed: add(r, "runners_crashed", "Runners lost while running a job: a lease that expired, or a machine gone while its runner was busy (on GitHub pools, once the job's completion had its grace)", Family::<PoolLabel, Counter>::default()),
             runners_polling: add(r, "runners_polling", "Runners long-polling for a job on this replica (POST /api/v1/jobs/request), by pool", Family::<PoolLabel, Gauge>::default()),
             runners_woken: add(r, "runners_woken", "Long-polling runners woken on this replica to look for a job, by pool: one a queued job (here or on another replica), each of the pool when what arrived is not known", Family::<PoolLabel, Counter>::default()),
-            runner_reports_rejected: add(r, "runner_reports_rejected", "Runner reports refused, by reason; nothing of them is stored", Family::<ReasonLabel, Counter>::default()),
+            runner_reports_rejected: add(r, "runner_reports_rejected", "Runner reports refused, by reason (unauthorized: no or no valid report token; runner_ended: its runner has ended; not_this_runner: about another runner; malformed, unreadable, too_large, bad_string, timestamp_out_of_range; store_unavailable); nothing of them is stored", Family::<ReasonLabel, Counter>::default()),
             runner_reports: add(r, "runner_reports", "Runner reports accepted and stored, by phase (pre-job, post-job)", Family::<PhaseLabel, Counter>::default()),
             runner_idle_duration: seconds(r, "runner_idle_duration", "How long a runner was idle before it took a job", Family::new_with_constructor(queue_duration_histogram)),
             runner_install_duration: seconds(r, "runner_install_duration", "From a runner's request to its being ready (booted, or registered)", Family::new_with_constructor(queue_duration_histogram)),
@@ -395,6 +396,7 @@ impl Metrics {
             fenced_calls: add(r, "fenced_calls", "Side effects outside the store (provider, GitHub and scale-set calls, retention) a replica did not make because it could not show it still led, by operation and reason (not_leading, lease_expired, later_term, unconfirmed, previous_lease)", Family::<OperationReasonLabels, Counter>::default()),
             access_refusals: add(r, "access_refusals", "Jobs a pool's access policy refused, by pool and rule (`kind`: repository, fork, event); the job went on to the next pool serving its labels, or was refused by all", Family::<PoolKindLabels, Counter>::default()),
             scale_set_refusals: add(r, "scale_set_refusals", "Scale-set calls GitHub refused, by cause (rate_limited: 429 or a 403 rate limit, after which no call is made until its wait is over; unauthorized, forbidden, not_found, conflict, server_error, other)", Family::<PoolKindLabels, Counter>::default()),
+            event_log_errors: add(r, "event_log_errors", "Event-log lines that could not be written (a full disk, a file removed or made unwritable) and were dropped; runway goes on serving", Counter::default()),
             job_label_switches: JobLabelSwitches::all(),
             registry: Registry::default(),
         };

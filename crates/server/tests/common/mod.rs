@@ -76,7 +76,9 @@ impl Harness {
 
     fn on(config: Config, store: Arc<dyn Store>, dir: tempfile::TempDir) -> Harness {
         let mut service = Service::new(config, store);
-        service.events = EventLog::open(&service.config().telemetry).expect("open the event log");
+        service.events = EventLog::open(&service.config().telemetry)
+            .expect("open the event log")
+            .count_errors_in(service.metrics.event_log_errors.clone());
         Harness {
             service: Arc::new(service),
             dir,

@@ -122,9 +122,14 @@ pub(super) async fn after_move(
         event.as_deref(),
     );
     let running = job.state == runway_core::JobState::Running;
+    let ending = if job.state == runway_core::JobState::Completed {
+        Some(ending(service, payload, job, runner).await)
+    } else {
+        None
+    };
     if running {
         service.metrics.jobs_started.get_or_create(&labels).inc();
-    } else if let Some(conclusion) = job.conclusion {
+    } else if let (Some(conclusion), Some(Ending::Stopped)) = (job.conclusion, ending) {
         service
             .metrics
             .jobs_completed
@@ -166,7 +171,7 @@ pub(super) async fn after_move(
                 now,
             ),
         }
-    } else if job.state == runway_core::JobState::Completed {
+    } else if ending == Some(Ending::Stopped) {
         let completed = payload.completed_at.unwrap_or(now);
         let seconds = payload
             .started_at
@@ -195,6 +200,69 @@ pub(super) async fn after_move(
             None => service
                 .events
                 .emit("runner_stop", context.fields(completed, fields), now),
+        }
+    }
+}
+
+/// What GitHub's `completed` says of the runner's end, as the metrics spec
+/// counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// The job never had a runner (cancelled while queued): no stop, no
+    /// run time, not a completion, whose count is of runners that got to
+    /// their job's end.
+    NoRunner,
+    /// The runner reported its job's start (pre-job) and, by now, not its
+    /// end: its post-job hook never ran, so it did not get to its end
+    /// whatever the job's conclusion. A crash, which the leader counts
+    /// once the runner has ended (`reports::count_crashes`); a post-job
+    /// report that still comes writes the stop then. Or its machine died
+    /// while it ran, and the reconciler counted the crash already.
+    Crashed,
+    /// The runner got to its end: its post-job report came, or it runs no
+    /// hooks and GitHub's word is all there is (the spec's `normal`).
+    Stopped,
+}
+
+async fn ending(
+    service: &Service,
+    payload: &WorkflowJob,
+    job: &Job,
+    runner: Option<&Runner>,
+) -> Ending {
+    // GitHub names no runner and runway saw no start: nothing ran it.
+    let named = payload
+        .runner_name
+        .as_deref()
+        .is_some_and(|n| !n.is_empty());
+    if !named && job.started_at.is_none() {
+        return Ending::NoRunner;
+    }
+    let Some(runner) = runner else {
+        return Ending::Stopped;
+    };
+    // Its machine died while it ran (the reconciler counted the crash).
+    if let Ok(true) = service
+        .store
+        .once_claimed(&runway_store::crash_key(runner.id))
+        .await
+    {
+        return Ending::Crashed;
+    }
+    match service.store.runner_reports(runner.id).await {
+        Ok(reports) => {
+            let said = |phase: &str| reports.iter().any(|(p, _)| p == phase);
+            if said("pre-job") && !said("post-job") {
+                tracing::info!(runner = %runner.name, "GitHub says the job completed, but its runner never reported the job's end: counted as a crash, not a stop");
+                Ending::Crashed
+            } else {
+                Ending::Stopped
+            }
+        }
+        Err(error) => {
+            // Unknown: GitHub's word stands, as for a runner without hooks.
+            tracing::debug!(%error, runner = %runner.name, "cannot read the runner's reports");
+            Ending::Stopped
         }
     }
 }

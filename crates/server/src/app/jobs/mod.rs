@@ -719,11 +719,17 @@ fn completed(
             .job_run_duration
             .get_or_create(&labels)
             .observe(ran);
+        // The runner reported its job's end itself: the spec's `normal`
+        // stop (its post-job phase); how the job went is its conclusion.
         service.events.emit(
             "runner_stop",
             api_job(&pool).fields(
                 now,
-                json!({"status": conclusion.as_str(), "duration": ran.round() as u64}),
+                crate::app::reports::stop_fields(
+                    "normal",
+                    Some(ran),
+                    json!({"conclusion": conclusion.as_str()}),
+                ),
             ),
             now,
         );
