@@ -288,11 +288,7 @@ impl FromRequestParts<Arc<Service>> for ReporterAuth {
         service: &Arc<Service>,
     ) -> Result<ReporterAuth, ApiError> {
         let refused = |reason: &'static str, error: ApiError| {
-            service
-                .metrics
-                .runner_reports_rejected
-                .get_or_create(&crate::telemetry::metrics::ReasonLabel { reason })
-                .inc();
+            service.metrics.report_refused(reason);
             error
         };
         let presented = bearer(parts).map_err(|e| refused("unauthorized", e))?;

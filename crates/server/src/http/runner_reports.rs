@@ -31,7 +31,6 @@ use crate::http::auth::ReporterAuth;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::extract::Path;
 use crate::http::openapi::RunnerRefusals;
-use crate::telemetry::metrics::ReasonLabel;
 
 pub const MAX_REPORT_BYTES: usize = 64 * 1024;
 const MAX_STRING: usize = 256;
@@ -141,11 +140,7 @@ fn refuse(
 
 /// `error`, counted in `runway_runner_reports_rejected_total{reason}`.
 fn count_refusal(service: &Service, reason: &'static str, error: ApiError) -> ApiError {
-    service
-        .metrics
-        .runner_reports_rejected
-        .get_or_create(&ReasonLabel { reason })
-        .inc();
+    service.metrics.report_refused(reason);
     error
 }
 

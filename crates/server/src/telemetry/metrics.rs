@@ -438,6 +438,13 @@ impl Metrics {
         self
     }
 
+    /// One more refused runner report, by `reason`.
+    pub fn report_refused(&self, reason: &'static str) {
+        self.runner_reports_rejected
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
     /// Every job label switched on and known, no other.
     pub fn job_labels(
         &self,
