@@ -146,7 +146,7 @@ fn payload(job_id: u64, labels: &[&str], at_least: usize) -> Vec<u8> {
     body.to_string().into_bytes()
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
@@ -432,18 +432,7 @@ pub async fn longpoll(args: LongPollArgs) -> anyhow::Result<()> {
                 else {
                     continue;
                 };
-                let arrived = Instant::now();
-                // The submitter records the time once its POST returns; wait for it.
-                let sent = loop {
-                    if let Some(sent) = submitted.lock().await.get(&id).copied() {
-                        break sent;
-                    }
-                    tokio::time::sleep(Duration::from_micros(200)).await;
-                };
-                latencies
-                    .lock()
-                    .await
-                    .push(arrived.saturating_duration_since(sent));
+                record_latency(&submitted, &latencies, id, Instant::now()).await;
                 received.fetch_add(1, Ordering::Relaxed);
                 finish_job(&client, &base, &runner_token, id, (start_at_once, false)).await;
             }
@@ -505,9 +494,29 @@ pub async fn longpoll(args: LongPollArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A runner got job `id` at `arrived`: its latency from the start of its
+/// submission, once the submitter has recorded that (its POST returned).
+pub(crate) async fn record_latency(
+    submitted: &Mutex<std::collections::HashMap<i64, Instant>>,
+    latencies: &Mutex<Vec<Duration>>,
+    id: i64,
+    arrived: Instant,
+) {
+    let sent = loop {
+        if let Some(sent) = submitted.lock().await.get(&id).copied() {
+            break sent;
+        }
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    };
+    latencies
+        .lock()
+        .await
+        .push(arrived.saturating_duration_since(sent));
+}
+
 /// Registers `count` runners of `pool`, spread over `bases` in turn (each
 /// with a registration token minted there): (its server, its token).
-async fn register_runners(
+pub(crate) async fn register_runners(
     client: &reqwest::Client,
     bases: &[String],
     admin_token: &str,
@@ -542,7 +551,7 @@ async fn register_runners(
 }
 
 /// A runner's long poll: the id of the job it was given, if any.
-async fn request_job(
+pub(crate) async fn request_job(
     client: &reqwest::Client,
     base: &str,
     runner_token: &str,
@@ -566,7 +575,7 @@ async fn request_job(
 /// A runner accepts job `id` (unless it `started` at once) and completes
 /// it successfully; asked for its `next` job with the completion, returns
 /// the id of the job that started.
-async fn finish_job(
+pub(crate) async fn finish_job(
     client: &reqwest::Client,
     base: &str,
     runner_token: &str,

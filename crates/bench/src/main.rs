@@ -4,6 +4,7 @@
 //! BENCHMARKS.md gives the command behind each figure.
 
 mod load;
+mod pollers;
 mod seed;
 mod soak;
 
@@ -43,6 +44,10 @@ enum Command {
     /// What a deep queue costs the reconciler's rounds: 1,000 against
     /// 100,000 queued jobs (in-process reconcilers on scratch stores).
     DeepQueue(seed::DeepQueueArgs),
+    /// What waiting runners cost a server: CPU and RSS with N long polls
+    /// held and no job, then CPU per job and wake-up latency while they
+    /// wait (optionally against a baseline build, rounds alternating).
+    Pollers(pollers::PollersArgs),
 }
 
 /// The `runway` binary: `explicit`, or the one beside this binary.
@@ -76,5 +81,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Soak(args) => soak::soak(args).await,
         Command::ForecastSeed(args) => seed::forecast_seed(args).await,
         Command::DeepQueue(args) => seed::deep_queue(args).await,
+        Command::Pollers(args) => pollers::pollers(args).await,
     }
 }

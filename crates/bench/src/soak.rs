@@ -166,7 +166,7 @@ pub async fn soak(args: SoakArgs) -> anyhow::Result<()> {
 
 /// One server run on a store of its own, with `history` rows seeded first.
 async fn phase(args: &SoakArgs, dir: &Path, name: &str, history: u64) -> anyhow::Result<Figures> {
-    let store = Scratch::create(args, dir, name).await?;
+    let store = Scratch::create(&args.store, dir, name).await?;
     let result = measure(args, dir, name, history, &store.url).await;
     store.drop_it().await;
     result
@@ -414,13 +414,13 @@ async fn wait_ready(client: &reqwest::Client, base: &str) -> anyhow::Result<()> 
 }
 
 /// `runway serve` on a config file.
-struct Server {
-    child: tokio::process::Child,
-    base: String,
+pub(crate) struct Server {
+    pub(crate) child: tokio::process::Child,
+    pub(crate) base: String,
 }
 
 impl Server {
-    async fn start(exe: &Path, config: &Path) -> anyhow::Result<Server> {
+    pub(crate) async fn start(exe: &Path, config: &Path) -> anyhow::Result<Server> {
         let mut child = tokio::process::Command::new(exe)
             .arg("serve")
             .arg("--config")
@@ -452,7 +452,7 @@ impl Server {
     }
 
     /// SIGTERM, then SIGKILL if it has not stopped within 30 s.
-    async fn stop(&mut self) {
+    pub(crate) async fn stop(&mut self) {
         if let Some(pid) = self.child.id() {
             // SAFETY: kill(2) on our own child's pid has no memory effects.
             unsafe {
@@ -469,16 +469,16 @@ impl Server {
 }
 
 /// A store of its own for one phase.
-struct Scratch {
-    url: String,
+pub(crate) struct Scratch {
+    pub(crate) url: String,
     /// PostgreSQL: (the server URL, the schema).
     schema: Option<(String, String)>,
     file: Option<PathBuf>,
 }
 
 impl Scratch {
-    async fn create(args: &SoakArgs, dir: &Path, name: &str) -> anyhow::Result<Scratch> {
-        if args.store == "sqlite" {
+    pub(crate) async fn create(store: &str, dir: &Path, name: &str) -> anyhow::Result<Scratch> {
+        if store == "sqlite" {
             let file = dir.join(format!("{name}.db"));
             return Ok(Scratch {
                 url: format!("sqlite://{}", file.display()),
@@ -486,21 +486,21 @@ impl Scratch {
                 file: Some(file),
             });
         }
-        if !(args.store.starts_with("postgres://") || args.store.starts_with("postgresql://")) {
+        if !(store.starts_with("postgres://") || store.starts_with("postgresql://")) {
             bail!("--store is `sqlite` or a postgres:// URL");
         }
         let schema = format!("runway_soak_{}_{name}", std::process::id());
-        let url = seed::scratch_schema(&args.store, &schema)
+        let url = seed::scratch_schema(store, &schema)
             .await
             .context("cannot create a scratch schema")?;
         Ok(Scratch {
             url,
-            schema: Some((args.store.clone(), schema)),
+            schema: Some((store.to_owned(), schema)),
             file: None,
         })
     }
 
-    async fn drop_it(self) {
+    pub(crate) async fn drop_it(self) {
         if let Some((server, schema)) = &self.schema {
             if let Err(error) = seed::drop_schema(server, schema).await {
                 eprintln!("could not drop schema {schema}: {error}");

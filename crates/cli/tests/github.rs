@@ -413,3 +413,164 @@ fn stops_and_completions_follow_the_metrics_spec_as_githubs_runner_runs_the_hook
     );
     assert_eq!(metric(&base, "runway_jobs_started_total"), 2.0);
 }
+
+/// The GitHub pool of [`write_config`] behind an access policy that needs
+/// the run's facts (`forks = "deny"`), with an admin token and `extra`
+/// keys in `[github]`.
+fn write_fork_denying_config(dir: &Path, github: &str, admin: &str, extra: &str) {
+    write_config(dir, github);
+    let config = std::fs::read_to_string(dir.join("runway.toml"))
+        .unwrap()
+        .replace(
+            "[server]\n",
+            &format!("[server]\nadmin_tokens = [\"{admin}\"]\n"),
+        )
+        .replace(
+            "redeliver_interval = \"1s\"\n",
+            &format!("redeliver_interval = \"1s\"\n{extra}"),
+        )
+        + "\n[pools.access]\nrepositories = [\"octo-org/*\"]\nforks = \"deny\"\n";
+    std::fs::write(dir.join("runway.toml"), config).unwrap();
+}
+
+/// The stored job of GitHub job `github_id`, by the API.
+fn github_job(base: &str, admin: &str, github_id: u64) -> serde_json::Value {
+    let listed = common::api_get(base, admin, "/api/v1/jobs?limit=100");
+    let wanted = github_id.to_string();
+    listed["jobs"]
+        .as_array()
+        .and_then(|jobs| {
+            jobs.iter()
+                .find(|job| job["external_id"] == wanted.as_str())
+                .cloned()
+        })
+        .unwrap_or_default()
+}
+
+/// Issue 58, item 7: the workflow-run lookup fails for longer than GitHub
+/// redelivers, for a job whose only pool denies forks. The job is stored
+/// held (the webhook gets 202, a redelivery is a duplicate), nothing
+/// starts for it while GitHub cannot say, the run is looked up again with
+/// backoff, and when GitHub answers the job runs on its pool, once.
+#[test]
+fn a_job_held_through_a_run_lookup_outage_runs_on_its_pool_exactly_once() {
+    const ADMIN: &str = "github-held-admin-token";
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let fake = runtime.block_on(FakeGithub::start(4_000, Auth::Token));
+    let dir = tempfile::tempdir().unwrap();
+    write_fork_denying_config(dir.path(), &fake.url, ADMIN, "");
+    let (_serve, base, processes) = serve(dir.path(), &fake);
+    fake.lock().refuse_runs = Some(axum::http::StatusCode::BAD_GATEWAY);
+    fake.queue_run_job(
+        901,
+        &["self-hosted", "linux"],
+        "octo-org/app",
+        91,
+        "push",
+        false,
+    );
+    assert_eq!(runtime.block_on(fake.deliver(901, "queued", false)), 202);
+    let held = github_job(&base, ADMIN, 901);
+    assert_eq!(held["state"], "held", "{held}");
+    assert_eq!(held["pool"], serde_json::Value::Null, "{held}");
+    let explained = common::job(&base, ADMIN, held["id"].as_i64().unwrap());
+    assert_eq!(explained["waiting"]["code"], "held", "{explained}");
+    assert!(
+        explained["waiting"]["details"]["gives_up_at"].is_string(),
+        "{explained}"
+    );
+    // GitHub redelivers it: stored already.
+    assert_eq!(runtime.block_on(fake.deliver(901, "queued", false)), 200);
+    // The outage goes on past the webhook's own lookup and the leader's
+    // next two; nothing starts for a job whose facts are unknown.
+    let lookups = || fake.calls_starting("GET /repos/octo-org/app/actions/runs/91");
+    wait_until("the run looked up again, with backoff", 40, || {
+        lookups() >= 3
+    });
+    assert_eq!(
+        fake.calls_starting("POST /orgs/octo-org/actions/runners/generate-jitconfig"),
+        0,
+        "no runner for a held job"
+    );
+    assert_eq!(github_job(&base, ADMIN, 901)["state"], "held");
+    assert_eq!(metric(&base, "runway_jobs_held_total"), 1.0);
+    // GitHub answers again: the job is released to its pool and runs.
+    fake.lock().refuse_runs = None;
+    let log = dir.path().join("jit.log");
+    wait_until("a runner started for the released job", 60, || {
+        std::fs::read_to_string(&log).is_ok_and(|text| !text.trim().is_empty())
+    });
+    let line = std::fs::read_to_string(&log).unwrap();
+    let (name, _) = line.trim().split_once(' ').unwrap();
+    let released = github_job(&base, ADMIN, 901);
+    assert_eq!(
+        (&released["state"], &released["pool"]),
+        (&serde_json::json!("queued"), &serde_json::json!("gh")),
+        "{released}"
+    );
+    fake.start_job(901, name);
+    assert_eq!(
+        runtime.block_on(fake.deliver(901, "in_progress", false)),
+        202
+    );
+    fake.complete_job(901, "success");
+    assert_eq!(runtime.block_on(fake.deliver(901, "completed", false)), 202);
+    wait_until("the runner's process to be stopped", 30, || {
+        processes.tracked().is_empty()
+    });
+    let done = github_job(&base, ADMIN, 901);
+    assert_eq!(
+        (&done["state"], &done["pool"]),
+        (&serde_json::json!("completed"), &serde_json::json!("gh")),
+        "{done}"
+    );
+    assert_eq!(
+        fake.calls_starting("POST /orgs/octo-org/actions/runners/generate-jitconfig"),
+        1,
+        "one runner for one job"
+    );
+    assert_eq!(metric(&base, "runway_jobs_held_current"), 0.0);
+    assert_eq!(fake.invalid(), Vec::<String>::new());
+}
+
+/// A held job whose run GitHub never describes is given up after
+/// `[github] run_facts_wait`, as `unroutable` with the reason, counted.
+#[test]
+fn a_held_job_is_given_up_after_run_facts_wait_with_its_reason() {
+    const ADMIN: &str = "github-held-wait-admin-token";
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let fake = runtime.block_on(FakeGithub::start(4_000, Auth::Token));
+    let dir = tempfile::tempdir().unwrap();
+    write_fork_denying_config(dir.path(), &fake.url, ADMIN, "run_facts_wait = \"2s\"\n");
+    let (_serve, base, _processes) = serve(dir.path(), &fake);
+    fake.lock().refuse_runs = Some(axum::http::StatusCode::BAD_GATEWAY);
+    fake.queue_run_job(
+        902,
+        &["self-hosted", "linux"],
+        "octo-org/app",
+        92,
+        "push",
+        false,
+    );
+    assert_eq!(runtime.block_on(fake.deliver(902, "queued", false)), 202);
+    wait_until("the held job given up", 30, || {
+        github_job(&base, ADMIN, 902)["state"] == "unroutable"
+    });
+    let given_up = github_job(&base, ADMIN, 902);
+    let reason = given_up["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("run_facts_wait = \"2s\"") && reason.contains("forks"),
+        "{given_up}"
+    );
+    assert_eq!(
+        metric(
+            &base,
+            r#"runway_jobs_rejected_total{reason="run_facts_unknown"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        fake.calls_starting("POST /orgs/octo-org/actions/runners/generate-jitconfig"),
+        0
+    );
+}

@@ -51,6 +51,42 @@ fn alert_and_recording_rules_pass_promtool_and_their_unit_tests() {
     );
 }
 
+/// `runway serve` in `dir` with the event log at `event_log`, one pool of
+/// `runway agent --once` runners, and one job run to completion: the
+/// server, its address and the job's id.
+fn serve_and_run_one_job(dir: &Path, admin: &str, event_log: &str) -> (Process, String, i64) {
+    common::write_config(
+        dir,
+        "127.0.0.1:0",
+        admin,
+        "200ms",
+        &format!(
+            r#"[telemetry]
+event_log = "{event_log}"
+
+[[providers]]
+name = "local"
+kind = "process"
+command = ["runway", "agent", "--once"]
+state_dir = "processes"
+max_instances = 1
+
+[[pools]]
+name = "linux"
+labels = ["linux"]
+max_runners = 1
+providers = ["local"]
+"#
+        ),
+    );
+    let (server, base) = common::serve_in(dir, &["--config", "runway.toml"]);
+    let id = common::submit(&base, admin, "echo done");
+    wait_until("the job to complete", 90, || {
+        common::job(&base, admin, id)["state"] == "completed"
+    });
+    (server, base, id)
+}
+
 /// A full disk under the event log (`/dev/full` answers every write with
 /// ENOSPC): the job still runs, each dropped line is counted in
 /// `runway_event_log_errors_total`, which the `RunwayEventLogErrors` alert
@@ -64,36 +100,52 @@ fn a_full_disk_under_the_event_log_is_counted_and_jobs_still_run() {
     const ADMIN: &str = "event-log-admin-token";
     let dir = tempfile::tempdir().unwrap();
     let _runners = RunnerProcesses(dir.path().join("processes"));
-    common::write_config(
-        dir.path(),
-        "127.0.0.1:0",
-        ADMIN,
-        "200ms",
-        r#"[telemetry]
-event_log = "/dev/full"
-
-[[providers]]
-name = "local"
-kind = "process"
-command = ["runway", "agent", "--once"]
-state_dir = "processes"
-max_instances = 2
-
-[[pools]]
-name = "linux"
-labels = ["linux"]
-max_runners = 2
-providers = ["local"]
-"#,
-    );
-    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
-    let id = common::submit(&base, ADMIN, "echo written");
-    wait_until("the job to complete", 90, || {
-        common::job(&base, ADMIN, id)["state"] == "completed"
-    });
+    let (_server, base, _) = serve_and_run_one_job(dir.path(), ADMIN, "/dev/full");
     wait_until("the dropped lines to be counted", 30, || {
         common::metric(&base, "runway_event_log_errors_total") >= 2.0
     });
+}
+
+/// Issue 58, items 1 and 5, on the real binary: a job of runway's own API
+/// ends its runner with the seed's `runner_stop` (`status` "normal", the
+/// job's conclusion apart in `conclusion`), and runner reports refused
+/// for their token are counted by reason.
+#[test]
+fn an_api_job_stops_its_runner_as_the_seed_says_and_refused_reports_are_counted() {
+    const ADMIN: &str = "seed-stop-admin-token";
+    let dir = tempfile::tempdir().unwrap();
+    let _runners = RunnerProcesses(dir.path().join("processes"));
+    let (_server, base, id) = serve_and_run_one_job(dir.path(), ADMIN, "events.log");
+    let log = dir.path().join("events.log");
+    wait_until("the runner's stop in the event log", 30, || {
+        !common::event_log(&log).of("runner_stop").is_empty()
+    });
+    let events = common::event_log(&log);
+    let stops = events.of("runner_stop");
+    assert_eq!(stops.len(), 1, "{stops:?}");
+    assert_eq!(stops[0]["status"], "normal", "{}", stops[0]);
+    assert_eq!(stops[0]["conclusion"], "success", "{}", stops[0]);
+    // Reports refused for their token: none, or one that is no runner's.
+    let runner = common::job(&base, ADMIN, id)["runner"]
+        .as_i64()
+        .unwrap_or(1);
+    let url = format!("{base}/api/v1/runners/{runner}/metrics");
+    let report = serde_json::json!({"phase": "pre-job", "timestamp": 1_700_000_000});
+    for token in [None, Some("not-a-runner-token")] {
+        let mut request = common::client().post(&url).json(&report);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let status = request.send().unwrap().status().as_u16();
+        assert_eq!(status, 401, "token {token:?}");
+    }
+    assert_eq!(
+        common::metric(
+            &base,
+            r#"runway_runner_reports_rejected_total{reason="unauthorized"}"#
+        ),
+        2.0
+    );
 }
 
 #[test]

@@ -55,6 +55,9 @@ impl FromStr for JobSource {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum JobState {
+    /// Stored without a pool until GitHub gives the facts of its run that
+    /// its pools need (issue 58; `runway_server::app::intake::held`).
+    Held,
     Queued,
     Provisioning,
     Running,
@@ -65,6 +68,7 @@ pub enum JobState {
 }
 
 names!(JobState, "job state", {
+    Held => "held",
     Queued => "queued",
     Provisioning => "provisioning",
     Running => "running",
@@ -173,6 +177,11 @@ pub enum Route {
     Unroutable {
         reason: String,
     },
+    /// The pools serving its labels cannot judge it yet (its workflow
+    /// run's facts are unknown): stored as `held`, with `reason`.
+    Held {
+        reason: String,
+    },
 }
 
 /// A job as intake hands it to the store, before it has an id.
@@ -205,13 +214,15 @@ impl NewJob {
         }
     }
 
-    /// The job as first stored: queued in its pool, or terminal `unroutable`.
+    /// The job as first stored: queued in its pool, held without one, or
+    /// terminal `unroutable`.
     pub fn initial(&self, id: JobId, now: Timestamp) -> Job {
         let (state, pool, reason, finished_at) = match &self.route {
             Route::Pool(pool) => (JobState::Queued, Some(pool.clone()), None, None),
             Route::Unroutable { reason } => {
                 (JobState::Unroutable, None, Some(reason.clone()), Some(now))
             }
+            Route::Held { reason } => (JobState::Held, None, Some(reason.clone()), None),
         };
         Job {
             id,
@@ -256,24 +267,17 @@ pub struct JobStep {
 }
 
 impl Job {
-    /// The step that created the job: queued, or unroutable with intake's reason.
+    /// The step that created the job: queued, or held or unroutable with
+    /// intake's reason.
     pub fn first_step(&self) -> JobStep {
-        let unroutable = self.state == JobState::Unroutable;
+        let routed = !matches!(self.state, JobState::Unroutable | JobState::Held);
         JobStep {
             at: self.created_at,
-            state: if unroutable {
-                JobState::Unroutable
-            } else {
-                JobState::Queued
-            },
+            state: if routed { JobState::Queued } else { self.state },
             runner: None,
             attempts: None,
             conclusion: None,
-            reason: if unroutable {
-                self.reason.clone()
-            } else {
-                None
-            },
+            reason: if routed { None } else { self.reason.clone() },
         }
     }
 
@@ -367,6 +371,16 @@ pub enum JobEvent {
     Cancel {
         reason: String,
     },
+    /// A held job's facts came and a pool admits it: queued there, counted
+    /// against `share`.
+    Release {
+        pool: String,
+        share: crate::share::Share,
+    },
+    /// A held job is given up: no pool will take it (`reason` says why).
+    GiveUp {
+        reason: String,
+    },
     /// The lease deadline passed without a keepalive.
     LeaseExpired,
     /// The holder's machine is gone (its provider no longer lists it, or
@@ -388,6 +402,8 @@ impl JobEvent {
             JobEvent::ExternalStart { .. } => "external start",
             JobEvent::ExternalComplete { .. } => "external completion",
             JobEvent::Cancel { .. } => "cancel",
+            JobEvent::Release { .. } => "release",
+            JobEvent::GiveUp { .. } => "give up",
             JobEvent::LeaseExpired => "lease expiry",
             JobEvent::HolderLost { .. } => "holder lost",
         }
@@ -628,6 +644,21 @@ impl Job {
             JobEvent::Cancel { reason } => {
                 next.finish(Cancelled, None, Some(reason.clone()), now);
             }
+            JobEvent::Release { pool, share } => {
+                if self.state != Held {
+                    return Err(invalid());
+                }
+                next.pool = Some(pool.clone());
+                next.share = share.clone();
+                next.reason = None;
+                next.requeue(now);
+            }
+            JobEvent::GiveUp { reason } => {
+                if self.state != Held {
+                    return Err(invalid());
+                }
+                next.finish(Unroutable, None, Some(reason.clone()), now);
+            }
             JobEvent::LeaseExpired => {
                 let Some(deadline) = self.lease_deadline else {
                     return Err(invalid());
@@ -740,7 +771,14 @@ impl Job {
             "is unroutable but has a pool",
         );
         check(
-            matches!(self.state, Unroutable) || self.pool.is_some(),
+            self.state != Held || self.pool.is_none(),
+            "is held but has a pool",
+        );
+        // A held job GitHub ended first never started here.
+        check(
+            matches!(self.state, Unroutable | Held)
+                || self.pool.is_some()
+                || (self.state.is_terminal() && self.started_at.is_none()),
             "has no pool",
         );
         check(

@@ -10,10 +10,14 @@ use runway_core::{
 };
 
 fn new_job(max_attempts: u32) -> Job {
+    new_job_routed(max_attempts, Route::Pool("default".into()))
+}
+
+fn new_job_routed(max_attempts: u32, route: Route) -> Job {
     NewJob {
         source: JobSource::Api,
         external_id: "ext-1".into(),
-        route: Route::Pool("default".into()),
+        route,
         labels: vec!["self-hosted".into()],
         payload: "{}".into(),
         max_attempts,
@@ -43,6 +47,8 @@ enum Step {
     Cancel,
     LeaseExpired,
     HolderLost(RunnerId),
+    Release,
+    GiveUp,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -57,6 +63,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::Cancel),
         4 => Just(Step::LeaseExpired),
         2 => runner_id().prop_map(Step::HolderLost),
+        1 => Just(Step::Release),
+        1 => Just(Step::GiveUp),
     ]
 }
 
@@ -83,6 +91,13 @@ fn event(step: &Step, now: Timestamp) -> JobEvent {
         },
         Step::LeaseExpired => JobEvent::LeaseExpired,
         Step::HolderLost(runner) => JobEvent::HolderLost { runner },
+        Step::Release => JobEvent::Release {
+            pool: "default".into(),
+            share: Default::default(),
+        },
+        Step::GiveUp => JobEvent::GiveUp {
+            reason: "test".into(),
+        },
     }
 }
 
@@ -168,9 +183,15 @@ proptest! {
     #[test]
     fn job_invariants_hold_under_any_event_sequence(
         max_attempts in 1u32..5,
+        held in any::<bool>(),
         steps in prop::collection::vec((step(), 0i64..3_000), 1..60),
     ) {
-        let mut job = new_job(max_attempts);
+        // A job starts queued in its pool, or held without one (issue 58).
+        let mut job = if held {
+            new_job_routed(max_attempts, Route::Held { reason: "facts unknown".into() })
+        } else {
+            new_job(max_attempts)
+        };
         let mut now = Timestamp::from_millis(0);
         prop_assert!(job.invariant_violations().is_empty());
         for (step, advance) in steps {
@@ -219,6 +240,14 @@ proptest! {
             if job.runner.is_some() && next.runner != job.runner {
                 let external_start = matches!(event, JobEvent::ExternalStart { .. });
                 prop_assert!(next.state == JobState::Queued || external_start);
+            }
+            // A held job is claimed by nothing and started by nothing: it
+            // is released to a pool, given up, cancelled or ended by GitHub.
+            if job.state == JobState::Held {
+                let leaves = matches!(event, JobEvent::Release { .. } | JobEvent::GiveUp { .. }
+                    | JobEvent::Cancel { .. } | JobEvent::ExternalComplete { .. });
+                prop_assert!(leaves, "a held job moved by {:?}", event);
+                prop_assert!(next.runner.is_none() && next.started_at.is_none());
             }
             job = next;
         }

@@ -178,6 +178,14 @@ pub async fn run(
             stopped.clone(),
         )),
         tokio::spawn(crate::app::retention::run(service.clone(), stopped.clone())),
+        tokio::spawn(crate::app::intake::run_held(
+            service.clone(),
+            stopped.clone(),
+        )),
+        tokio::spawn(crate::app::waiters::safety_net(
+            service.clone(),
+            stopped.clone(),
+        )),
         tokio::spawn(crate::app::history::sampler(
             service.clone(),
             stopped.clone(),

@@ -544,6 +544,39 @@ async fn a_runner_busy_for_an_hour_is_asked_to_go_a_few_times_not_every_round() 
     );
 }
 
+/// GitHub would not let a runner go because it ran a job; then that job's
+/// webhooks say it ran there and is over. Its machine goes at once, not
+/// after the busy wait (`recheck_after`): a just-in-time runner that ran
+/// its job needs no second ask.
+#[tokio::test]
+async fn a_runner_refused_busy_goes_as_soon_as_its_jobs_webhook_ends_it() {
+    let h = Harness::start(4_000, |_| {}).await;
+    h.fake.queue_job(711, &labels());
+    h.fake.deliver(711, "queued", false).await;
+    h.reconcile().await;
+    h.reconcile().await;
+    let name = h.provider.requests.lock().unwrap()[0].name.clone();
+    h.fake.complete_job(711, "cancelled");
+    h.fake.deliver(711, "completed", false).await;
+    h.fake.queue_job(712, &labels());
+    h.fake.start_job(712, &name);
+    let delete = "DELETE /orgs/octo-org/actions/runners/";
+    let before = h.fake.calls_starting(delete);
+    h.reconcile().await;
+    assert_eq!(h.runner(&name).await.state, RunnerState::Busy);
+    assert_eq!(h.fake.calls_starting(delete) - before, 1, "refused: busy");
+    // The job's webhooks: it ran on that runner, and it is over.
+    assert_eq!(h.fake.deliver(712, "in_progress", false).await, 202);
+    h.fake.complete_job(712, "success");
+    assert_eq!(h.fake.deliver(712, "completed", false).await, 202);
+    let stopping = h.runner(&name).await;
+    assert_eq!(stopping.state, RunnerState::Terminating, "{stopping:?}");
+    h.reconcile().await;
+    h.reconcile().await;
+    assert_eq!(h.instance_names().await, Vec::<String>::new());
+    assert_eq!(h.runner(&name).await.state, RunnerState::Terminated);
+}
+
 #[tokio::test]
 async fn a_refusing_github_is_asked_again_after_a_backoff_not_every_round() {
     let h = Harness::start(4_000, |_| {}).await;
@@ -874,13 +907,45 @@ async fn a_pool_that_denies_forks_fails_closed_when_the_run_cannot_be_looked_up(
     h.fake.lock().refuse_runs = Some(axum::http::StatusCode::BAD_GATEWAY);
     h.fake
         .queue_run_job(811, &labels(), "octo-org/app", 81, "push", false);
-    // Not a decision yet: nothing stored, and GitHub told to come again.
-    assert_eq!(h.fake.deliver(811, "queued", false).await, 503);
-    assert!(h.job(811).await.is_none());
-    assert_eq!(h.reconcile().await.created, 0, "no runner on unknown facts");
-    // GitHub answers again: the redelivery finds the facts, the job runs.
-    h.fake.lock().refuse_runs = None;
+    // Not a decision yet: stored held (issue 58), so no outage longer
+    // than GitHub's redeliveries loses it; no pool, no runner.
     assert_eq!(h.fake.deliver(811, "queued", false).await, 202);
+    let held = h.wait_for_job(811).await;
+    assert_eq!((held.state, held.pool.as_deref()), (JobState::Held, None));
+    let reason = held.reason.clone().unwrap_or_default();
+    assert!(
+        reason.starts_with(runway_server::app::intake::HELD),
+        "{reason}"
+    );
+    assert_eq!(h.reconcile().await.created, 0, "no runner on unknown facts");
+    // A redelivery finds it stored.
+    assert_eq!(h.fake.deliver(811, "queued", false).await, 200);
+    // While GitHub still cannot say, the run is looked up again with
+    // backoff: once now, not again until the backoff has passed.
+    let retries = runway_server::app::intake::HeldRetries::default();
+    let t0 = runway_server::clock::now();
+    let looks = || {
+        h.fake
+            .calls_starting("GET /repos/octo-org/app/actions/runs/81")
+    };
+    let before = looks();
+    let pass = runway_server::app::intake::held_once(&h.service, &retries, t0)
+        .await
+        .unwrap();
+    assert_eq!((pass.held, pass.waiting, pass.released), (1, 1, 0));
+    assert_eq!(looks(), before + 1);
+    let soon = t0.plus(runway_server::app::intake::held::FIRST_RETRY / 2);
+    runway_server::app::intake::held_once(&h.service, &retries, soon)
+        .await
+        .unwrap();
+    assert_eq!(looks(), before + 1, "backing off");
+    // GitHub answers again: the next look releases it to its pool.
+    h.fake.lock().refuse_runs = None;
+    let later = t0.plus(runway_server::app::intake::held::FIRST_RETRY);
+    let pass = runway_server::app::intake::held_once(&h.service, &retries, later)
+        .await
+        .unwrap();
+    assert_eq!((pass.released, pass.waiting), (1, 0));
     let admitted = h.wait_for_job(811).await;
     assert_eq!(
         (admitted.state, admitted.pool.as_deref()),

@@ -215,6 +215,12 @@ pub enum Explanation {
     },
     /// Intake could not route it; intake's reason.
     Unroutable { reason: Option<String> },
+    /// Held until GitHub gives its run's facts (issue 58): why, and when
+    /// it is given up (`[github] run_facts_wait` after it arrived).
+    Held {
+        reason: Option<String>,
+        gives_up_at: runway_core::Timestamp,
+    },
     /// Queued in a pool the configuration no longer has.
     PoolNotConfigured { pool: Option<String> },
 }
@@ -310,6 +316,17 @@ pub async fn explain_jobs(
             JobState::Unroutable => {
                 let reason = job.reason.clone();
                 explained.insert(job.id, Explanation::Unroutable { reason });
+            }
+            JobState::Held => {
+                let reason = job.reason.clone();
+                let gives_up_at = job.created_at.plus(config.github.run_facts_wait);
+                explained.insert(
+                    job.id,
+                    Explanation::Held {
+                        reason,
+                        gives_up_at,
+                    },
+                );
             }
             JobState::Queued => match job.pool.as_deref().and_then(|name| config.pool(name)) {
                 Some(pool) => {

@@ -467,6 +467,13 @@ impl Service {
         if matches!(runner, Some(r) if r.state == runway_core::RunnerState::Terminating) {
             self.want_reconcile();
         }
+        // A runner long-polling here that takes no more work hears it now,
+        // not at its poll's end (one on another replica does then).
+        if let Some(runner) = runner.filter(|r| {
+            r.draining || r.state == runway_core::RunnerState::Terminating || r.state.is_terminal()
+        }) {
+            self.waiters.wake_runner(runner.id);
+        }
     }
 
     /// A runner's job is over: it becomes idle, and in an `ephemeral` pool a

@@ -9,7 +9,8 @@
 //! its wake-up (took a job, or found none it could take) passes it on: its
 //! runner was draining, its poll ended, its claim failed. Wake-ups whose job is not known (a reload, another replica's, a
 //! lost listener) wake every waiter of a pool, or of every pool. The long
-//! poll's timed re-poll stays the fallback for anything missed.
+//! poll has no timed re-poll: [`safety_net`] (one look per pool every
+//! [`SAFETY_NET`]) is the fallback for anything missed.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -220,6 +221,56 @@ impl Waiters {
         }
     }
 
+    /// The pools with runners waiting here, none of them woken and not
+    /// yet looking: where a missed wake-up would leave a job unclaimed.
+    pub fn quiet_pools(&self) -> Vec<String> {
+        let pools = lock(&self.pools);
+        pools
+            .waiting
+            .iter()
+            .filter(|(_, slots)| slots.iter().all(|slot| *lock(&slot.woken) == Woken::No))
+            .map(|(pool, _)| pool.clone())
+            .collect()
+    }
+
+    /// Wakes `job`'s pool's longest-waiting runner that can take it, or,
+    /// when none can, the longest-waiting of any labels (its claim finds
+    /// what it can take). False when nobody waits there.
+    pub fn wake_for(&self, job: &Job) -> bool {
+        let Some(pool) = job.pool.as_deref() else {
+            return false;
+        };
+        if self.wake_one(pool, JobWanted::of(job)) {
+            return true;
+        }
+        let pools = lock(&self.pools);
+        let Some(slot) = pools.waiting.get(pool).and_then(|slots| slots.first()) else {
+            return false;
+        };
+        let mut woken = lock(&slot.woken);
+        if *woken == Woken::No {
+            *woken = Woken::ForAny;
+            slot.notify.notify_one();
+            self.count_woken(pool, 1);
+        }
+        true
+    }
+
+    /// Wakes `runner`'s own long poll here, if it waits: it changed (it
+    /// drains, or stops) and should look at itself again.
+    pub fn wake_runner(&self, runner: RunnerId) {
+        let pools = lock(&self.pools);
+        for slot in pools.waiting.values().flatten() {
+            if slot.serves.runner == runner {
+                let mut woken = lock(&slot.woken);
+                if *woken == Woken::No {
+                    *woken = Woken::ForAny;
+                }
+                slot.notify.notify_one();
+            }
+        }
+    }
+
     /// How many runners wait here now.
     pub fn waiting(&self) -> usize {
         lock(&self.pools).waiting.values().map(Vec::len).sum()
@@ -282,6 +333,56 @@ impl Drop for Waiting<'_> {
             self.waiters.wake_one(&self.pool, job);
         }
     }
+}
+
+/// How often the safety net looks: what a missed wake-up costs a job at
+/// most, beyond one claim.
+pub const SAFETY_NET: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The safety net under the wake-ups (every replica, every [`SAFETY_NET`]):
+/// for each pool whose runners all wait here unwoken, one look at the
+/// head of its queue; a job there means a wake-up was missed (a lost
+/// notification, a requeue no wake-up followed), and one waiter is woken
+/// for it. One indexed read per such pool, not one per waiter, and none
+/// where nobody waits.
+pub async fn safety_net(
+    service: Arc<crate::app::Service>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    crate::tasks::Worker {
+        name: "long_poll_safety_net",
+        period: SAFETY_NET,
+        leader_only: false,
+        first_round_at_once: false,
+        wake: None,
+    }
+    .run(&service.tasks, &|| true, shutdown, || {
+        let service = service.clone();
+        async move {
+            for pool in service.waiters.quiet_pools() {
+                let head = service
+                    .store
+                    .list_jobs(&runway_store::JobFilter {
+                        pool: Some(pool.clone()),
+                        state: Some(JobState::Queued),
+                        limit: Some(1),
+                        ..runway_store::JobFilter::default()
+                    })
+                    .await?;
+                if let Some(job) = head.first() {
+                    if service.waiters.wake_for(job) {
+                        service
+                            .metrics
+                            .safety_net_wakeups
+                            .get_or_create(&PoolLabel { pool })
+                            .inc();
+                    }
+                }
+            }
+            Ok::<(), runway_store::StoreError>(())
+        }
+    })
+    .await
 }
 
 /// `mutex`'s guard, poisoned or not (nothing held in these mutexes is left

@@ -15,8 +15,8 @@
 //! listener turns what other replicas announce into local wake-ups. Its
 //! own announcements come back to it and are ignored. A lost listening
 //! connection is reconnected with back-off and counts as a wake-up of
-//! everything (something may have been missed); the long poll's timer
-//! re-poll stays the fallback. On SQLite (one process) both workers end at
+//! everything (something may have been missed); the waiters' safety net
+//! (`app::waiters::safety_net`) stays the fallback. On SQLite (one process) both workers end at
 //! once: there is nobody else to wake.
 
 use std::collections::{BTreeMap, BTreeSet};

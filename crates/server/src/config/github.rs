@@ -325,6 +325,12 @@ pub struct GithubConfig {
     /// How often failed webhook deliveries are listed and redelivered.
     #[serde(with = "duration")]
     pub redeliver_interval: Duration,
+    /// How long a job is held when a pool serving its labels needs facts
+    /// of its workflow run (a fork? what event?) that GitHub cannot give:
+    /// the run is looked up again with backoff meanwhile, and the job is
+    /// given up as `unroutable` after this long. Never zero.
+    #[serde(with = "duration")]
+    pub run_facts_wait: Duration,
     /// Whose webhook deliveries to heal; default: the App's when
     /// authenticating as an App, none otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -345,6 +351,7 @@ impl Default for GithubConfig {
             max_requests_per_hour: 3000,
             recheck_after: Duration::from_secs(300),
             redeliver_interval: Duration::from_secs(300),
+            run_facts_wait: Duration::from_secs(6 * 3600),
             deliveries: None,
         }
     }

@@ -193,6 +193,12 @@ impl Config {
             })
             .collect::<Result<Vec<_>, _>>()?;
         self.github.check_auth()?;
+        if self.github.run_facts_wait.is_zero() {
+            return Err((
+                "[github] run_facts_wait".to_owned(),
+                "must be more than zero: a held job is given up after this long".to_owned(),
+            ));
+        }
         // An App's own webhook is the one to heal.
         if self.github.deliveries.is_none()
             && matches!(self.github.auth(), Some(GithubAuth::App { .. }))

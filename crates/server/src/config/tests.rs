@@ -67,6 +67,7 @@ fn empty_file_gives_defaults() {
             max_requests_per_hour = 3000
             recheck_after = "300s"
             redeliver_interval = "300s"
+            run_facts_wait = "21600s"
 
             [routing]
 
@@ -488,6 +489,7 @@ fn secrets_resolve_and_never_print() {
             max_requests_per_hour = 3000
             recheck_after = "300s"
             redeliver_interval = "300s"
+            run_facts_wait = "21600s"
 
             [routing]
 

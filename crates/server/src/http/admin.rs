@@ -122,7 +122,10 @@ pub(crate) fn event_name(
     use runway_core::JobState::*;
     match (before, step.state) {
         (None, Unroutable) => "unroutable",
+        (None, Held) => "held",
         (None, _) => "created",
+        (Some(Held), Queued) => "released",
+        (_, Held) => "held",
         (_, Provisioning) => "claimed",
         (Some(Provisioning), Queued) if step.attempts.is_none() => "declined",
         (_, Queued) => "lease_expired",

@@ -291,6 +291,17 @@ fn explanation_json(explanation: &Explanation) -> Value {
             (reason.code(), details)
         }
         Explanation::Unroutable { reason } => ("unroutable", json!({ "reason": reason })),
+        Explanation::Held {
+            reason,
+            gives_up_at,
+        } => (
+            "held",
+            json!({
+                "reason": reason,
+                "gives_up_at": rfc3339(*gives_up_at),
+                "hint": "runway looks the workflow run up again with backoff and routes the job when GitHub answers; [github] run_facts_wait bounds the wait",
+            }),
+        ),
         Explanation::PoolNotConfigured { pool } => (
             "pool_not_configured",
             json!({ "pool": pool, "hint": "the job's pool is no longer in the configuration" }),

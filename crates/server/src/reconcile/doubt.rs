@@ -148,7 +148,7 @@ impl Inner {
         runner: &runway_core::Runner,
         now: Timestamp,
     ) -> Result<LetGo, StoreError> {
-        if !self.deregistration_due(runner.id, now) {
+        if !self.deregistration_due(runner.id, now) && !self.job_ended_since_busy(runner) {
             return Ok(LetGo::NotYet);
         }
         let recheck = self.service.config().github.recheck_after;

@@ -191,6 +191,9 @@ impl Inner {
         now: Timestamp,
     ) {
         self.deregistration_refused(runner.id, recheck, now);
+        if let Ok(mut busy) = self.refused_busy_at.lock() {
+            busy.insert(runner.id, now);
+        }
         self.service
             .metrics
             .runner_delete_requests
@@ -201,9 +204,36 @@ impl Inner {
             .inc();
     }
 
+    /// GitHub refused `runner`'s deregistration because it ran a job, and
+    /// the runner was told to stop since (its job ended, by the job's
+    /// webhook or the re-check): the busy wait no longer holds, and GitHub
+    /// is asked again now, once. Without this a runner that ended (or was
+    /// told to stop) after such a refusal kept its machine for the rest of
+    /// the busy backoff (`recheck_after`, 5 minutes by default) wherever
+    /// deletion waits on GitHub's word: the orphan rules for an ended
+    /// record, a terminating runner whose instance is not listed.
+    pub(super) fn job_ended_since_busy(&self, runner: &runway_core::Runner) -> bool {
+        let Some(stopping) = runner.terminating_at.or(runner.ended_at) else {
+            return false;
+        };
+        let Ok(mut busy) = self.refused_busy_at.lock() else {
+            return false;
+        };
+        match busy.get(&runner.id) {
+            Some(refused) if stopping > *refused => {
+                busy.remove(&runner.id);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// `runner` is deregistered: how many asks were refused before it,
     /// observed for the ADR's budget.
     pub(super) fn deregistration_done(&self, runner: RunnerId) {
+        if let Ok(mut busy) = self.refused_busy_at.lock() {
+            busy.remove(&runner);
+        }
         let refusals = self
             .deregistrations
             .lock()

@@ -150,6 +150,10 @@ struct Inner {
     /// asked again before). The scale-down ADR allows one or two wasted
     /// deletes a runner; asking every round spent hundreds on a long job.
     deregistrations: Mutex<BTreeMap<RunnerId, (u32, Timestamp)>>,
+    /// Runners whose latest deregistration GitHub refused because they
+    /// ran a job, and when: once a runner is told to stop after that (its
+    /// job ended), GitHub is asked again at once, not after the busy wait.
+    refused_busy_at: Mutex<BTreeMap<RunnerId, Timestamp>>,
     /// When runners' unfinished reports were last checked for crashes.
     reports_checked: Mutex<Option<Timestamp>>,
     /// Runners whose create's outcome is unknown, and since when this
@@ -230,6 +234,7 @@ impl Reconciler {
                 jit_backoff: Mutex::new(BTreeMap::new()),
                 vanished_busy: Mutex::new(BTreeMap::new()),
                 deregistrations: Mutex::new(BTreeMap::new()),
+                refused_busy_at: Mutex::new(BTreeMap::new()),
                 reports_checked: Mutex::new(None),
                 in_doubt: Mutex::new(BTreeMap::new()),
                 unaccounted: Mutex::new(BTreeMap::new()),

@@ -71,6 +71,9 @@ impl Inner {
             // GitHub about an ended record's machine at doubling waits.
             let kept = Duration::from_secs(3600);
             waits.retain(|id, (_, not_before)| live.contains(id) || now < not_before.plus(kept));
+            if let Ok(mut busy) = self.refused_busy_at.lock() {
+                busy.retain(|id, _| waits.contains_key(id));
+            }
         }
         if let Ok(mut in_doubt) = self.in_doubt.lock() {
             in_doubt.retain(|id, _| live.contains(id));

@@ -110,7 +110,11 @@ sql_store_methods!(
 
     pub(super) async fn live_job_counts(&self) -> Result<Vec<JobCount>, StoreError> {
         let rows: Vec<(Option<String>, String, i64)> =
-            sqlx::query_as(&format!("SELECT pool, state, COUNT(*) FROM jobs WHERE {} GROUP BY pool, state ORDER BY pool, state", crate::LIVE_JOB))
+            // Held jobs (no pool yet) through their own index, apart from
+            // the routed ones (one `OR` would not use either partial index).
+            sqlx::query_as(&format!("SELECT pool, state, COUNT(*) FROM jobs WHERE {} GROUP BY pool, state \
+                 UNION ALL SELECT NULL, 'held', COUNT(*) FROM jobs WHERE state = 'held' HAVING COUNT(*) > 0 \
+                 ORDER BY 1, 2", crate::LIVE_JOB))
                 .fetch_all(self.reader())
                 .await?;
         rows.into_iter()

@@ -3,8 +3,10 @@
 //! one forward (with its runner, in one transaction), record the delivery.
 //! Everything returns a typed [`WebhookOutcome`]; nothing here knows HTTP.
 
+pub mod held;
 mod runners;
 
+pub use held::{held_once, run as run_held, HeldReport, HeldRetries};
 use runners::*;
 
 use runway_core::github::{converge, GithubUpdate, WorkflowJobAction};
@@ -44,6 +46,9 @@ pub enum WebhookOutcome {
     Unroutable,
     /// A new job, queued in its pool.
     Queued,
+    /// A new job stored as held: the pools serving its labels need facts
+    /// of its workflow run that GitHub could not give yet.
+    Held,
     /// `waiting` for a job runway does not know: nothing to store yet.
     Waiting,
     /// The event was not news: the job was already there or further.
@@ -64,6 +69,7 @@ impl WebhookOutcome {
             WebhookOutcome::ScaleSetPool => "scale_set_pool",
             WebhookOutcome::Unroutable => "unroutable",
             WebhookOutcome::Queued => "queued",
+            WebhookOutcome::Held => "held",
             WebhookOutcome::Waiting => "waiting",
             WebhookOutcome::NoChange => "no_change",
             WebhookOutcome::Started => "started",
@@ -222,10 +228,14 @@ enum Entry {
     /// A webhook for a job a scale set's queue brings.
     ScaleSetPool,
     /// The pools serving its labels cannot judge it yet: its workflow run
-    /// could not be looked up. Nothing is stored; the delivery is answered
-    /// 503 so that it comes again (GitHub's redelivery, runway's healer).
+    /// could not be looked up. It is stored held ([`held`]), never lost
+    /// to an outage longer than GitHub's redeliveries.
     Undecided(String),
 }
+
+/// What the reason of a held job begins with.
+pub const HELD: &str =
+    "waiting for GitHub to say what the pools serving its labels need to know of its workflow run (from a fork? triggered by what?)";
 
 /// What a stored reason of a job every pool's access policy refused
 /// begins with.
@@ -331,15 +341,9 @@ async fn route_or_answer(
     Ok(match route_new_job(service, payload).await {
         Entry::Route(route) => Ok(route),
         Entry::GithubHosted => Err(Applied::outcome(WebhookOutcome::IgnoredGithubHosted)),
-        Entry::Undecided(why) => {
-            return Err(AppError::new(
-                ErrorKind::Unavailable,
-                "run_facts_unavailable",
-                format!(
-                    "cannot route this job yet ({why}); nothing was stored: deliver it again later"
-                ),
-            ))
-        }
+        Entry::Undecided(why) => Ok(Route::Held {
+            reason: format!("{HELD}: {why}"),
+        }),
         Entry::ScaleSetPool => {
             let outcome = WebhookOutcome::ScaleSetPool;
             record(service, delivery_record(delivery, payload, outcome, now)).await?;
@@ -348,16 +352,20 @@ async fn route_or_answer(
     })
 }
 
+/// A GitHub job counts against its repository in its pool's fair share.
+fn share_in(service: &Service, pool: &str, repository: Option<&str>) -> runway_core::share::Share {
+    let key = repository.unwrap_or_default();
+    service
+        .config()
+        .pool(pool)
+        .map(|pool| pool.share_of(key))
+        .unwrap_or_else(|| runway_core::share::Share::new(key, Default::default()))
+}
+
 fn new_job(service: &Service, payload: &WorkflowJob, route: Route) -> NewJob {
-    // A GitHub job counts against its repository in its pool's fair share.
-    let key = payload.repository.as_deref().unwrap_or_default();
     let share = match &route {
-        Route::Pool(pool) => service
-            .config()
-            .pool(pool)
-            .map(|pool| pool.share_of(key))
-            .unwrap_or_else(|| runway_core::share::Share::new(key, Default::default())),
-        Route::Unroutable { .. } => Default::default(),
+        Route::Pool(pool) => share_in(service, pool, payload.repository.as_deref()),
+        Route::Unroutable { .. } | Route::Held { .. } => Default::default(),
     };
     NewJob {
         source: JobSource::Github,
@@ -371,6 +379,11 @@ fn new_job(service: &Service, payload: &WorkflowJob, route: Route) -> NewJob {
 }
 
 fn count_new_job(service: &Service, job: &Job) {
+    if job.state == runway_core::JobState::Held {
+        service.metrics.jobs_held.inc();
+        tracing::warn!(job = %job.id, external_id = %job.external_id, reason = ?job.reason, "job held until GitHub can say what its pools need to know of its run");
+        return;
+    }
     match &job.pool {
         Some(pool) => {
             service.job_arrived();
@@ -405,10 +418,10 @@ async fn queued(
         Ok(route) => route,
         Err(answer) => return Ok(answer),
     };
-    let outcome = if matches!(route, Route::Unroutable { .. }) {
-        WebhookOutcome::Unroutable
-    } else {
-        WebhookOutcome::Queued
+    let outcome = match route {
+        Route::Unroutable { .. } => WebhookOutcome::Unroutable,
+        Route::Held { .. } => WebhookOutcome::Held,
+        Route::Pool(_) => WebhookOutcome::Queued,
     };
     let record = delivery_record(delivery, payload, outcome, now);
     let (enqueued, new_delivery) = service

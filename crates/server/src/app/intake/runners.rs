@@ -104,16 +104,29 @@ pub(super) async fn after_move(
     // webhook's type.
     let mut event =
         crate::app::access::known_event(service, payload.repository.as_deref(), payload.run_id);
-    if event.is_none() {
-        if let Some(runner) = runner {
-            event = match crate::app::reports::pre_job_of(service, runner.id).await {
-                Ok(pre) => pre.map(|pre| pre.event).filter(|event| !event.is_empty()),
+    let completed = job.state == runway_core::JobState::Completed;
+    // The runner's reports, read once: its pre-job report names the event,
+    // and at the job's end both say whether the runner got there.
+    let reports = match runner {
+        Some(runner) if event.is_none() || completed => {
+            match service.store.runner_reports(runner.id).await {
+                Ok(reports) => Some(reports),
                 Err(error) => {
-                    tracing::debug!(%error, "cannot read the runner's pre-job report");
+                    tracing::debug!(%error, runner = %runner.name, "cannot read the runner's reports");
                     None
                 }
-            };
+            }
         }
+        _ => None,
+    };
+    if event.is_none() {
+        event = reports
+            .iter()
+            .flatten()
+            .find(|(phase, _)| phase == "pre-job")
+            .and_then(|(_, body)| crate::app::reports::PreJob::parse(body))
+            .map(|pre| pre.event)
+            .filter(|event| !event.is_empty());
     }
     let labels = service.metrics.job_labels(
         &pool.pool,
@@ -122,8 +135,8 @@ pub(super) async fn after_move(
         event.as_deref(),
     );
     let running = job.state == runway_core::JobState::Running;
-    let ending = if job.state == runway_core::JobState::Completed {
-        Some(ending(service, payload, job, runner).await)
+    let ending = if completed {
+        Some(ending(service, payload, job, runner, reports.as_deref()).await)
     } else {
         None
     };
@@ -229,6 +242,7 @@ async fn ending(
     payload: &WorkflowJob,
     job: &Job,
     runner: Option<&Runner>,
+    reports: Option<&[(String, String)]>,
 ) -> Ending {
     // GitHub names no runner and runway saw no start: nothing ran it.
     let named = payload
@@ -249,20 +263,13 @@ async fn ending(
     {
         return Ending::Crashed;
     }
-    match service.store.runner_reports(runner.id).await {
-        Ok(reports) => {
-            let said = |phase: &str| reports.iter().any(|(p, _)| p == phase);
-            if said("pre-job") && !said("post-job") {
-                tracing::info!(runner = %runner.name, "GitHub says the job completed, but its runner never reported the job's end: counted as a crash, not a stop");
-                Ending::Crashed
-            } else {
-                Ending::Stopped
-            }
-        }
-        Err(error) => {
-            // Unknown: GitHub's word stands, as for a runner without hooks.
-            tracing::debug!(%error, runner = %runner.name, "cannot read the runner's reports");
-            Ending::Stopped
-        }
+    // Reports that could not be read: GitHub's word stands, as for a
+    // runner without hooks.
+    let said = |phase: &str| reports.is_some_and(|r| r.iter().any(|(p, _)| p == phase));
+    if said("pre-job") && !said("post-job") {
+        tracing::info!(runner = %runner.name, "GitHub says the job completed, but its runner never reported the job's end: counted as a crash, not a stop");
+        Ending::Crashed
+    } else {
+        Ending::Stopped
     }
 }

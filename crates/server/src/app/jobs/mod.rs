@@ -27,9 +27,6 @@ use crate::telemetry::metrics::{JobConclusionLabels, PoolLabel};
 pub const MAX_LOG_TAIL: usize = 64 * 1024;
 /// The longest a submitted job may run.
 pub const MAX_JOB_TIMEOUT: u64 = 7 * 24 * 3600;
-/// Long pollers look again this often even without a wake-up, so a missed
-/// notification (or a job requeued elsewhere) costs at most this long.
-const REPOLL: Duration = Duration::from_secs(2);
 /// How often a one-step claim decides again on a runner that changed under
 /// it before it waits like an empty poll.
 const MAX_RUNNER_CHANGES: u32 = 3;
@@ -243,8 +240,11 @@ pub async fn claim(
         if now_instant >= deadline {
             return Ok(None);
         }
-        let wait = (deadline - now_instant).min(REPOLL);
-        let _ = tokio::time::timeout(wait, waiting.woken()).await;
+        // No timed re-poll: a waiting runner costs no store query. A job
+        // queued here or on another replica wakes one waiter that can take
+        // it; a wake-up that was missed is caught by the safety net
+        // (`waiters::safety_net`: one look per pool, not one per waiter).
+        let _ = tokio::time::timeout(deadline - now_instant, waiting.woken()).await;
         // A claim that starts its job holds only if the runner is still the
         // row it was decided on, and answers with the row as it is when not
         // (`RunnerChanged`): no need to read it first.

@@ -100,6 +100,14 @@ pub(super) fn waiting_text(explanation: &Explanation) -> String {
         Explanation::PoolNotConfigured { .. } => {
             "its pool is no longer in the configuration".to_owned()
         }
+        Explanation::Held {
+            reason,
+            gives_up_at,
+        } => format!(
+            "held: {} (given up at {} if GitHub has not answered)",
+            reason.as_deref().unwrap_or(crate::app::intake::HELD),
+            rfc3339(*gives_up_at)
+        ),
     }
 }
 
