@@ -499,6 +499,55 @@ async fn a_long_poll_is_woken_by_a_submission() {
     );
 }
 
+/// A job queued with no wake-up (one lost between replicas, say) reaches
+/// a waiting runner through the safety net, not through a timed re-poll:
+/// while nothing wakes it, a waiting runner makes no claim, and one look
+/// per pool finds the job and wakes one waiter (issue 59).
+#[tokio::test]
+async fn a_job_whose_wake_up_was_missed_is_found_by_the_safety_net() {
+    let harness = Arc::new(Harness::runner_api_polling(None, Duration::from_secs(20)).await);
+    let token = harness.runner("quiet", &["linux"]).await;
+    let waiter = poll_in_background(&harness, token, true);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while harness.service.waiters.waiting() < 1 {
+        assert!(tokio::time::Instant::now() < deadline, "never waited");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Straight into the store: nobody is told.
+    let job = harness
+        .service
+        .store
+        .enqueue(
+            &runway_core::job::NewJob::api("missed", "default", &["linux"]),
+            runway_server::clock::now(),
+        )
+        .await
+        .unwrap()
+        .job;
+    assert!(!waiter.is_finished(), "answered with no wake-up");
+    let woken = runway_server::app::waiters::safety_net_round(&harness.service)
+        .await
+        .unwrap();
+    assert_eq!(woken, 1);
+    let (status, answered) = answer(waiter).await;
+    assert_eq!(
+        (status, answered["id"].as_i64()),
+        (StatusCode::CREATED, Some(job.id.0))
+    );
+    // Nothing queued and nobody waiting: the next look wakes no one.
+    assert_eq!(
+        runway_server::app::waiters::safety_net_round(&harness.service)
+            .await
+            .unwrap(),
+        0
+    );
+    let metrics = harness.metrics().await;
+    assert!(
+        metrics.contains("runway_long_poll_safety_net_wakeups_total{pool=\"default\"} 1"),
+        "{metrics}"
+    );
+}
+
 /// A job wakes one waiting runner, not all: of those whose labels cover
 /// the job's, the one waiting longest. (When every waiter woke, they raced
 /// for each job and any could win.)

@@ -358,31 +358,38 @@ pub async fn safety_net(
     }
     .run(&service.tasks, &|| true, shutdown, || {
         let service = service.clone();
-        async move {
-            for pool in service.waiters.quiet_pools() {
-                let head = service
-                    .store
-                    .list_jobs(&runway_store::JobFilter {
-                        pool: Some(pool.clone()),
-                        state: Some(JobState::Queued),
-                        limit: Some(1),
-                        ..runway_store::JobFilter::default()
-                    })
-                    .await?;
-                if let Some(job) = head.first() {
-                    if service.waiters.wake_for(job) {
-                        service
-                            .metrics
-                            .safety_net_wakeups
-                            .get_or_create(&PoolLabel { pool })
-                            .inc();
-                    }
-                }
-            }
-            Ok::<(), runway_store::StoreError>(())
-        }
+        async move { safety_net_round(&service).await.map(drop) }
     })
     .await
+}
+
+/// One look of the [`safety_net`]: how many waiters it woke.
+pub async fn safety_net_round(
+    service: &crate::app::Service,
+) -> Result<u32, runway_store::StoreError> {
+    let mut woken = 0;
+    for pool in service.waiters.quiet_pools() {
+        let head = service
+            .store
+            .list_jobs(&runway_store::JobFilter {
+                pool: Some(pool.clone()),
+                state: Some(JobState::Queued),
+                limit: Some(1),
+                ..runway_store::JobFilter::default()
+            })
+            .await?;
+        if let Some(job) = head.first() {
+            if service.waiters.wake_for(job) {
+                woken += 1;
+                service
+                    .metrics
+                    .safety_net_wakeups
+                    .get_or_create(&PoolLabel { pool })
+                    .inc();
+            }
+        }
+    }
+    Ok(woken)
 }
 
 /// `mutex`'s guard, poisoned or not (nothing held in these mutexes is left
