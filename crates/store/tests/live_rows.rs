@@ -357,3 +357,38 @@ async fn read_live_indexes(set_up: &[&str], executes: &[&str]) {
         );
     }
 }
+
+/// The held jobs (issue 58): the leader's look every few seconds and the
+/// count beside the live ones read only held rows, never the history: on
+/// SQLite through the state index it already had, on PostgreSQL (which
+/// keeps no index of every job's state) through the partial index
+/// `jobs_held`.
+const HELD_READS: [&str; 2] = [
+    "SELECT id FROM jobs WHERE 1 = 1 AND state = 'held' ORDER BY id LIMIT 500",
+    "SELECT NULL, 'held', COUNT(*) FROM jobs WHERE state = 'held' HAVING COUNT(*) > 0",
+];
+
+#[tokio::test]
+async fn held_jobs_are_read_through_their_partial_index() {
+    let queries: Vec<String> = HELD_READS.iter().map(|q| (*q).to_owned()).collect();
+    for (query, details) in queries.iter().zip(plans(&queries).await) {
+        assert!(!scans_the_table(&details, "jobs"), "{query}: {details:?}");
+        assert!(
+            details
+                .iter()
+                .any(|d| d.starts_with("SEARCH jobs USING") && d.contains("state=?")),
+            "{query}: {details:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn postgres_held_jobs_are_read_through_their_partial_index() {
+    let plans = postgres_plans(&["SET enable_seqscan = off"], &HELD_READS).await;
+    for (query, plan) in HELD_READS.iter().zip(plans) {
+        assert!(
+            plan.iter().any(|line| line.contains("jobs_held")),
+            "{query}: {plan:?}"
+        );
+    }
+}
