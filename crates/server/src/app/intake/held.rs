@@ -121,7 +121,6 @@ pub async fn held_once(
             ..JobFilter::default()
         })
         .await?;
-    service.metrics.jobs_held_now.set(held.len() as i64);
     let wait = service.config().github.run_facts_wait;
     let mut report = HeldReport {
         held: held.len() as u32,
@@ -218,12 +217,10 @@ pub async fn held_once(
         }
     }
     retries.keep_only(&live);
-    if report.released + report.given_up > 0 {
-        service
-            .metrics
-            .jobs_held_now
-            .set(i64::from(report.held - report.released - report.given_up));
-    }
+    service
+        .metrics
+        .jobs_held_now
+        .set(i64::from(report.held - report.released - report.given_up));
     Ok(report)
 }
 
