@@ -508,11 +508,7 @@ async fn a_job_whose_wake_up_was_missed_is_found_by_the_safety_net() {
     let harness = Arc::new(Harness::runner_api_polling(None, Duration::from_secs(20)).await);
     let token = harness.runner("quiet", &["linux"]).await;
     let waiter = poll_in_background(&harness, token, true);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while harness.service.waiters.waiting() < 1 {
-        assert!(tokio::time::Instant::now() < deadline, "never waited");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_waiting(&harness, 1).await;
     // Straight into the store: nobody is told.
     let job = harness
         .service
@@ -548,6 +544,88 @@ async fn a_job_whose_wake_up_was_missed_is_found_by_the_safety_net() {
     );
 }
 
+/// A runner waiting on a queue with nothing it can take makes no store
+/// query while it polls, however often it renews its poll: its first poll
+/// looks and finds nothing, and every later one waits without a look
+/// until a wake-up moves its pool on. Counted by the looks the polls make
+/// (`runway_long_poll_looks_total`), not timed (issue 59).
+#[tokio::test]
+async fn a_runner_waiting_on_an_empty_queue_makes_no_store_query_while_it_polls() {
+    let harness = Harness::runner_api_polling(None, Duration::from_millis(200)).await;
+    let token = harness.runner("idle", &["linux"]).await;
+    // Something is queued, but nothing this runner can take.
+    let gpu = harness.submit(&["gpu"], None).await;
+    let looks = |metrics: &str| {
+        let looks = runway_testkit::process::sum_of(
+            metrics,
+            "runway_long_poll_looks_total{pool=\"default\"}",
+        );
+        let spared = runway_testkit::process::sum_of(
+            metrics,
+            "runway_long_poll_looks_spared_total{pool=\"default\"}",
+        );
+        (looks, spared)
+    };
+    let poll = || harness.call("POST", "/api/v1/jobs/request", &token, None);
+    assert_eq!(poll().await.0, StatusCode::NO_CONTENT);
+    assert_eq!(
+        looks(&harness.metrics().await),
+        (1.0, 0.0),
+        "the first poll looks"
+    );
+    for renewal in 1..=5 {
+        assert_eq!(poll().await.0, StatusCode::NO_CONTENT);
+        assert_eq!(
+            looks(&harness.metrics().await),
+            (1.0, f64::from(renewal)),
+            "renewal {renewal} made no look"
+        );
+    }
+    // A job it can take, queued between two polls: the next poll looks
+    // and takes it at once.
+    let linux = harness.submit(&["linux"], None).await;
+    let (status, body) = poll().await;
+    assert_eq!(
+        (status, body["id"].as_i64()),
+        (StatusCode::CREATED, Some(linux))
+    );
+    assert_eq!(looks(&harness.metrics().await), (2.0, 5.0));
+    assert_ne!(gpu, linux);
+}
+
+/// A job requeued because its lease ran out wakes a runner that waits for
+/// one, at once: the requeue is a wake-up, not something the safety net
+/// has to find.
+#[tokio::test]
+async fn a_job_requeued_by_lease_expiry_reaches_a_waiting_runner() {
+    let harness = Arc::new(Harness::runner_api_polling(None, Duration::from_secs(20)).await);
+    let dead = harness.runner("dead", &["linux"]).await;
+    let id = harness.submit(&["linux"], None).await;
+    let (status, leased) = harness
+        .call("POST", "/api/v1/jobs/request", &dead, None)
+        .await;
+    assert_eq!(
+        (status, leased["id"].as_i64()),
+        (StatusCode::CREATED, Some(id))
+    );
+    let waiting = harness.runner("waiting", &["linux"]).await;
+    let waiter = poll_in_background(&harness, waiting, false);
+    until_waiting(&harness, 1).await;
+    let later = runway_server::clock::now().plus(Duration::from_secs(121));
+    assert_eq!(sweep_leases(&harness.service, later).await.unwrap(), 1);
+    let (status, job) = answer(waiter).await;
+    assert_eq!(
+        (status, job["id"].as_i64()),
+        (StatusCode::CREATED, Some(id))
+    );
+    let metrics = harness.metrics().await;
+    assert_eq!(
+        runway_testkit::process::sum_of(&metrics, "runway_long_poll_safety_net_wakeups_total"),
+        0.0,
+        "{metrics}"
+    );
+}
+
 /// A job wakes one waiting runner, not all: of those whose labels cover
 /// the job's, the one waiting longest. (When every waiter woke, they raced
 /// for each job and any could win.)
@@ -564,14 +642,7 @@ async fn a_job_goes_to_the_runner_waiting_longest_that_can_take_it() {
         let poll = poll_in_background(&harness, token, true);
         // Each waits before the next comes.
         let waiting = polls.len() + 1;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while harness.service.waiters.waiting() < waiting {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{name} never waited"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until_waiting(&harness, waiting).await;
         polls.push(poll);
     }
     let metrics = harness.metrics().await;
@@ -1275,6 +1346,19 @@ fn poll_in_background(harness: &Arc<Harness>, token: String, start: bool) -> Pol
 }
 
 /// What a background poll answered, within 10 s.
+/// Until `count` runners wait in long polls (10 s at most).
+async fn until_waiting(harness: &Harness, count: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while harness.service.waiters.waiting() < count {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {count} runners wait",
+            harness.service.waiters.waiting()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 async fn answer(poll: Poll) -> (StatusCode, Value) {
     tokio::time::timeout(Duration::from_secs(10), poll)
         .await

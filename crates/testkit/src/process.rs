@@ -38,6 +38,12 @@ pub fn metric(base: &str, series: &str) -> f64 {
     else {
         return f64::NAN;
     };
+    sum_of(&text, series)
+}
+
+/// The sum of the samples in metrics `text` whose line starts with
+/// `series` (a family name, or a name with its labels); 0 when none does.
+pub fn sum_of(text: &str, series: &str) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(series))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

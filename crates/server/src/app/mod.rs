@@ -200,10 +200,12 @@ impl Service {
         let metrics = Metrics::new().with_job_labels(job_labels);
         Service {
             store,
-            waiters: crate::app::waiters::Waiters::counted(
-                metrics.runners_polling.clone(),
-                metrics.runners_woken.clone(),
-            ),
+            waiters: crate::app::waiters::Waiters::counted(crate::app::waiters::WaiterMetrics {
+                polling: metrics.runners_polling.clone(),
+                woken: metrics.runners_woken.clone(),
+                looks: metrics.long_poll_looks.clone(),
+                spared: metrics.long_poll_looks_spared.clone(),
+            }),
             metrics,
             evaluations: EvaluationCache::default(),
             reconcile_wanted: tokio::sync::Notify::new(),

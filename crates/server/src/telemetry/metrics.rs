@@ -307,6 +307,8 @@ pub struct Metrics {
     /// Runners long-polling for a job on this replica, by pool.
     pub runners_polling: Family<PoolLabel, Gauge>,
     pub runners_woken: Family<PoolLabel, Counter>,
+    pub long_poll_looks: Family<PoolLabel, Counter>,
+    pub long_poll_looks_spared: Family<PoolLabel, Counter>,
     pub runner_reports_rejected: Family<ReasonLabel, Counter>,
     pub runner_reports: Family<PhaseLabel, Counter>,
     pub runner_idle_duration: HistogramFamily,
@@ -369,6 +371,8 @@ impl Metrics {
             runners_crashed: add(r, "runners_crashed", "Runners lost while running a job: a lease that expired, or a machine gone while its runner was busy (on GitHub pools, once the job's completion had its grace)", Family::<PoolLabel, Counter>::default()),
             runners_polling: add(r, "runners_polling", "Runners long-polling for a job on this replica (POST /api/v1/jobs/request), by pool", Family::<PoolLabel, Gauge>::default()),
             runners_woken: add(r, "runners_woken", "Long-polling runners woken on this replica to look for a job, by pool: one a queued job (here or on another replica), each of the pool when what arrived is not known", Family::<PoolLabel, Counter>::default()),
+            long_poll_looks: add(r, "long_poll_looks", "Looks at the store (claims) long-polling runners made on this replica, by pool: one when a poll begins, unless it is spared, and one each time a wake-up comes", Family::<PoolLabel, Counter>::default()),
+            long_poll_looks_spared: add(r, "long_poll_looks_spared", "Long polls that began without a look at the store, by pool: the runner's previous poll found nothing and no wake-up of its pool has come since", Family::<PoolLabel, Counter>::default()),
             runner_reports_rejected: add(r, "runner_reports_rejected", "Runner reports refused, by reason (unauthorized: no or no valid report token; runner_ended: its runner has ended; not_this_runner: about another runner; malformed, unreadable, too_large, bad_string, timestamp_out_of_range; store_unavailable); nothing of them is stored", Family::<ReasonLabel, Counter>::default()),
             runner_reports: add(r, "runner_reports", "Runner reports accepted and stored, by phase (pre-job, post-job)", Family::<PhaseLabel, Counter>::default()),
             runner_idle_duration: seconds(r, "runner_idle_duration", "How long a runner was idle before it took a job", Family::new_with_constructor(queue_duration_histogram)),

@@ -171,6 +171,10 @@ pub async fn claim(
     let mut waiting = service
         .waiters
         .enter(&claim.pool, runner.id, claim.runner_labels.as_deref());
+    // The runner's previous poll found nothing, and nothing has been
+    // queued in its pool since: this poll waits without a look, and makes
+    // no store query until a wake-up comes.
+    let mut look = !waiting.known_empty();
     loop {
         if current.draining && !current.state.is_terminal() {
             return Err(AppError::new(
@@ -189,62 +193,76 @@ pub async fn claim(
                 ),
             ));
         }
-        // Listen before looking, so a job enqueued in between still wakes us.
-        waiting.looking();
-        let claimed = if start {
-            let now = now();
-            match service.store.claim_and_start(&claim, &current, now).await {
-                Ok(ClaimStart::Started(moved)) => {
-                    waiting.settled();
-                    started(service, &current, &moved.job, now);
-                    Some(moved.job)
+        if look {
+            // Listen before looking, so a job enqueued in between still
+            // wakes us.
+            waiting.looking();
+            let claimed = if start {
+                let now = now();
+                match service.store.claim_and_start(&claim, &current, now).await {
+                    Ok(ClaimStart::Started(moved)) => {
+                        waiting.settled();
+                        started(service, &current, &moved.job, now);
+                        Some(moved.job)
+                    }
+                    Ok(ClaimStart::NoJob) => {
+                        waiting.found_nothing();
+                        None
+                    }
+                    // Decide again on the runner as it is now (draining?).
+                    Ok(ClaimStart::RunnerChanged(fresh)) if changes < MAX_RUNNER_CHANGES => {
+                        changes += 1;
+                        current = *fresh;
+                        continue;
+                    }
+                    Ok(ClaimStart::RunnerChanged(fresh)) => {
+                        waiting.settled();
+                        current = *fresh;
+                        None
+                    }
+                    Err(StoreError::RunnerTransition(refused)) => {
+                        return Err(AppError::new(
+                            ErrorKind::Conflict,
+                            "runner_unavailable",
+                            format!("this runner cannot start a job ({refused})"),
+                        ))
+                    }
+                    Err(e) => return Err(AppError::store(service, "claim_and_start", e)),
                 }
-                Ok(ClaimStart::NoJob) => {
-                    waiting.settled();
-                    None
+            } else {
+                let claimed = service
+                    .store
+                    .claim(&claim, now())
+                    .await
+                    .map_err(|e| AppError::store(service, "claim", e))?
+                    .into_iter()
+                    .next();
+                match &claimed {
+                    Some(_) => waiting.settled(),
+                    None => waiting.found_nothing(),
                 }
-                // Decide again on the runner as it is now (draining?).
-                Ok(ClaimStart::RunnerChanged(fresh)) if changes < MAX_RUNNER_CHANGES => {
-                    changes += 1;
-                    current = *fresh;
-                    continue;
-                }
-                Ok(ClaimStart::RunnerChanged(fresh)) => {
-                    current = *fresh;
-                    None
-                }
-                Err(StoreError::RunnerTransition(refused)) => {
-                    return Err(AppError::new(
-                        ErrorKind::Conflict,
-                        "runner_unavailable",
-                        format!("this runner cannot start a job ({refused})"),
-                    ))
-                }
-                Err(e) => return Err(AppError::store(service, "claim_and_start", e)),
+                claimed
+            };
+            if let Some(job) = claimed {
+                return Ok(Some(assigned(job, lease)));
             }
-        } else {
-            let claimed = service
-                .store
-                .claim(&claim, now())
-                .await
-                .map_err(|e| AppError::store(service, "claim", e))?
-                .into_iter()
-                .next();
-            waiting.settled();
-            claimed
-        };
-        if let Some(job) = claimed {
-            return Ok(Some(assigned(job, lease)));
         }
+        look = true;
         let now_instant = tokio::time::Instant::now();
         if now_instant >= deadline {
             return Ok(None);
         }
-        // No timed re-poll: a waiting runner costs no store query. A job
-        // queued here or on another replica wakes one waiter that can take
-        // it; a wake-up that was missed is caught by the safety net
-        // (`waiters::safety_net`: one look per pool, not one per waiter).
-        let _ = tokio::time::timeout(deadline - now_instant, waiting.woken()).await;
+        // No timed re-poll, not even at the poll's end: a waiting runner
+        // costs no store query. A job queued here or on another replica
+        // wakes one waiter that can take it; a wake-up that was missed is
+        // caught by the safety net (`waiters::safety_net`: one look per
+        // pool, not one per waiter).
+        if tokio::time::timeout(deadline - now_instant, waiting.woken())
+            .await
+            .is_err()
+        {
+            return Ok(None);
+        }
         // A claim that starts its job holds only if the runner is still the
         // row it was decided on, and answers with the row as it is when not
         // (`RunnerChanged`): no need to read it first.

@@ -11,6 +11,14 @@
 //! lost listener) wake every waiter of a pool, or of every pool. The long
 //! poll has no timed re-poll: [`safety_net`] (one look per pool every
 //! [`SAFETY_NET`]) is the fallback for anything missed.
+//!
+//! Every wake-up of a pool moves its *epoch* on. A runner whose look found
+//! nothing is remembered with the epoch its look began at; while the
+//! epoch stands still, its next poll begins without a look (it is
+//! *spared*): a fleet waiting on an empty queue makes no store query but
+//! its authentication, however often its polls are renewed. What a
+//! spared poll could miss is what a wake-up missed, and the safety net
+//! finds it.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -94,44 +102,122 @@ struct Slot {
     woken: Mutex<Woken>,
 }
 
+/// A runner's latest look found nothing it could take: in `pool`, with
+/// `labels`, as of the pool's `epoch`.
+struct FoundNothing {
+    pool: String,
+    labels: Option<Vec<String>>,
+    epoch: u64,
+}
+
+/// Past this many remembered looks, the stale ones are forgotten.
+const FOUND_NOTHING_PRUNE: usize = 4_096;
+
 #[derive(Default)]
 struct Pools {
     next_id: u64,
     /// Per pool, its waiters, longest waiting first.
     waiting: HashMap<String, Vec<Arc<Slot>>>,
+    /// Moves on at every wake-up of every pool.
+    epoch_all: u64,
+    /// Per pool, moves on at every wake-up of it: whatever may have made
+    /// a job claimable there (queued here or on another replica, a
+    /// requeue, a reload, a key's slot freed, the safety net) wakes it.
+    epochs: HashMap<String, u64>,
+    /// Per runner between its polls, what its latest look found nothing
+    /// in: while its pool's epoch has not moved, its next poll need not
+    /// look again.
+    found_nothing: HashMap<RunnerId, FoundNothing>,
+    /// How many `found_nothing` held after its latest pruning.
+    pruned_to: usize,
+}
+
+impl Pools {
+    /// Where `pool` stands: changes whenever a wake-up may have made a job
+    /// claimable there.
+    fn epoch(&self, pool: &str) -> u64 {
+        self.epoch_all
+            .wrapping_add(self.epochs.get(pool).copied().unwrap_or(0))
+    }
+
+    fn move_on(&mut self, pool: Option<&str>) {
+        match pool {
+            None => self.epoch_all = self.epoch_all.wrapping_add(1),
+            Some(pool) => match self.epochs.get_mut(pool) {
+                Some(epoch) => *epoch = epoch.wrapping_add(1),
+                None => {
+                    self.epochs.insert(pool.to_owned(), 1);
+                }
+            },
+        }
+    }
+
+    fn remember_nothing(&mut self, runner: RunnerId, found: FoundNothing) {
+        self.found_nothing.insert(runner, found);
+        if self.found_nothing.len() > FOUND_NOTHING_PRUNE.max(2 * self.pruned_to) {
+            let epochs = (self.epoch_all, self.epochs.clone());
+            let current = |pool: &str| {
+                epochs
+                    .0
+                    .wrapping_add(epochs.1.get(pool).copied().unwrap_or(0))
+            };
+            self.found_nothing
+                .retain(|_, found| found.epoch == current(&found.pool));
+            self.pruned_to = self.found_nothing.len();
+        }
+    }
+}
+
+/// What the waiters count, by pool.
+#[derive(Default, Clone)]
+pub struct WaiterMetrics {
+    /// How many wait (`runway_runners_polling`).
+    pub polling: Family<PoolLabel, Gauge>,
+    /// How many were woken (`runway_runners_woken_total`).
+    pub woken: Family<PoolLabel, Counter>,
+    /// Looks at the store long polls made (`runway_long_poll_looks_total`).
+    pub looks: Family<PoolLabel, Counter>,
+    /// Polls that began without a look: the runner's latest look found
+    /// nothing and no wake-up has come since
+    /// (`runway_long_poll_looks_spared_total`).
+    pub spared: Family<PoolLabel, Counter>,
 }
 
 /// The waiters of this replica, by pool.
 #[derive(Default)]
 pub struct Waiters {
     pools: Mutex<Pools>,
-    /// How many wait, by pool (`runway_runners_polling`).
-    gauge: Family<PoolLabel, Gauge>,
-    /// How many were woken, by pool (`runway_runners_woken_total`).
-    woken: Family<PoolLabel, Counter>,
+    metrics: WaiterMetrics,
 }
 
 impl Waiters {
-    /// Waiters that keep `gauge` at how many wait in each pool and count
-    /// in `woken` each waiter woken.
-    pub fn counted(gauge: Family<PoolLabel, Gauge>, woken: Family<PoolLabel, Counter>) -> Waiters {
+    /// Waiters that keep `metrics`.
+    pub fn counted(metrics: WaiterMetrics) -> Waiters {
         Waiters {
             pools: Mutex::default(),
-            gauge,
-            woken,
+            metrics,
         }
     }
 
-    fn count_woken(&self, pool: &str, woken: usize) {
-        self.woken
+    fn count_in(family: &Family<PoolLabel, Counter>, pool: &str) {
+        Self::count_by(family, pool, 1);
+    }
+
+    fn count_by(family: &Family<PoolLabel, Counter>, pool: &str, by: usize) {
+        family
             .get_or_create(&PoolLabel {
                 pool: pool.to_owned(),
             })
-            .inc_by(u64::try_from(woken).unwrap_or(u64::MAX));
+            .inc_by(u64::try_from(by).unwrap_or(u64::MAX));
+    }
+
+    fn count_woken(&self, pool: &str, woken: usize) {
+        Self::count_by(&self.metrics.woken, pool, woken);
     }
 
     fn count(&self, pool: &str, waiting: usize) {
-        self.gauge
+        self.metrics
+            .polling
             .get_or_create(&PoolLabel {
                 pool: pool.to_owned(),
             })
@@ -142,14 +228,20 @@ impl Waiters {
     /// (`labels`: its labels, `None` for any). It stays registered until
     /// the returned [`Waiting`] is dropped.
     pub fn enter(&self, pool: &str, runner: RunnerId, labels: Option<&[String]>) -> Waiting<'_> {
+        let labels: Option<Vec<String>> =
+            labels.map(|labels| labels.iter().map(|l| l.to_lowercase()).collect());
         let mut pools = lock(&self.pools);
         pools.next_id += 1;
+        let epoch = pools.epoch(pool);
+        let known_empty = pools.found_nothing.remove(&runner).is_some_and(|found| {
+            found.pool == pool && found.labels == labels && found.epoch == epoch
+        });
+        if known_empty {
+            Self::count_in(&self.metrics.spared, pool);
+        }
         let slot = Arc::new(Slot {
             id: pools.next_id,
-            serves: Serves {
-                runner,
-                labels: labels.map(|labels| labels.iter().map(|l| l.to_lowercase()).collect()),
-            },
+            serves: Serves { runner, labels },
             notify: Notify::new(),
             woken: Mutex::new(Woken::No),
         });
@@ -161,6 +253,10 @@ impl Waiters {
             pool: pool.to_owned(),
             slot,
             pending: None,
+            known_empty,
+            looked_at: None,
+            // Spared a look, it still knows what the previous one found.
+            found_nothing_at: known_empty.then_some(epoch),
         }
     }
 
@@ -186,7 +282,8 @@ impl Waiters {
     }
 
     fn wake_one(&self, pool: &str, wanted: JobWanted) -> bool {
-        let pools = lock(&self.pools);
+        let mut pools = lock(&self.pools);
+        pools.move_on(Some(pool));
         let Some(slots) = pools.waiting.get(pool) else {
             return false;
         };
@@ -207,7 +304,8 @@ impl Waiters {
 
     /// Wakes every waiter of `pool`, or of every pool.
     pub fn wake_all(&self, pool: Option<&str>) {
-        let pools = lock(&self.pools);
+        let mut pools = lock(&self.pools);
+        pools.move_on(pool);
         let slots: Vec<(&String, &Vec<Arc<Slot>>)> = match pool {
             Some(pool) => pools.waiting.get_key_value(pool).into_iter().collect(),
             None => pools.waiting.iter().collect(),
@@ -259,7 +357,8 @@ impl Waiters {
     /// Wakes `runner`'s own long poll here, if it waits: it changed (it
     /// drains, or stops) and should look at itself again.
     pub fn wake_runner(&self, runner: RunnerId) {
-        let pools = lock(&self.pools);
+        let mut pools = lock(&self.pools);
+        pools.found_nothing.remove(&runner);
         for slot in pools.waiting.values().flatten() {
             if slot.serves.runner == runner {
                 let mut woken = lock(&slot.woken);
@@ -284,9 +383,24 @@ pub struct Waiting<'a> {
     slot: Arc<Slot>,
     /// The job its latest look acts on, until [`Waiting::settled`].
     pending: Option<JobWanted>,
+    /// The runner's previous look found nothing, and nothing has been
+    /// queued in its pool since.
+    known_empty: bool,
+    /// The pool's epoch when the latest look began.
+    looked_at: Option<u64>,
+    /// The pool's epoch when the latest look that found nothing began.
+    found_nothing_at: Option<u64>,
 }
 
 impl Waiting<'_> {
+    /// Whether the poll may wait without a first look: the runner's
+    /// previous poll looked, found nothing it could take, and no wake-up
+    /// of its pool has come since. Whatever is queued from here on wakes
+    /// it; what a wake-up missed, the [`safety_net`] finds.
+    pub fn known_empty(&self) -> bool {
+        self.known_empty
+    }
+
     /// Call before each look at the queue: a wake-up from here on is for
     /// what that look may miss, and one before it is what it acts on.
     pub fn looking(&mut self) {
@@ -296,12 +410,23 @@ impl Waiting<'_> {
                 self.waiters.wake_one(&self.pool, earlier);
             }
         }
+        self.looked_at = Some(lock(&self.waiters.pools).epoch(&self.pool));
+        Waiters::count_in(&self.waiters.metrics.looks, &self.pool);
     }
 
-    /// The look took a job, or found none this runner could take (so the
-    /// job it was woken for went to another): its wake-up is spent.
+    /// The look took a job, or it was given up: its wake-up is spent.
     pub fn settled(&mut self) {
         self.pending = None;
+        self.found_nothing_at = None;
+    }
+
+    /// The look found no job this runner could take (so the job it was
+    /// woken for, if any, went to another): its wake-up is spent, and
+    /// until a wake-up moves the pool on, the runner's next poll need not
+    /// look.
+    pub fn found_nothing(&mut self) {
+        self.pending = None;
+        self.found_nothing_at = self.looked_at;
     }
 
     /// Until woken (at once if woken since the last [`Waiting::looking`]).
@@ -325,6 +450,14 @@ impl Drop for Waiting<'_> {
         // Woken for a job and gone before a look settled it: someone else
         // should look.
         let woken = std::mem::replace(&mut *lock(&self.slot.woken), Woken::No);
+        if let (Some(epoch), Woken::No) = (self.found_nothing_at, &woken) {
+            let found = FoundNothing {
+                pool: self.pool.clone(),
+                labels: self.slot.serves.labels.clone(),
+                epoch,
+            };
+            lock(&self.waiters.pools).remember_nothing(self.slot.serves.runner, found);
+        }
         let unsettled = self.pending.take();
         for job in unsettled.into_iter().chain(match woken {
             Woken::For(job) => Some(job),
@@ -401,186 +534,4 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use runway_core::job::NewJob;
-    use runway_core::{JobId, Timestamp};
-    use std::future::Future;
-
-    fn job(pool: &str, labels: &[&str]) -> Job {
-        NewJob::api("j", pool, labels).initial(JobId(1), Timestamp::from_millis(0))
-    }
-
-    fn labels(labels: &[&str]) -> Vec<String> {
-        labels.iter().map(|l| (*l).to_owned()).collect()
-    }
-
-    /// Whether `waiting` has been woken, without waiting.
-    fn woken(waiting: &Waiting<'_>) -> bool {
-        let mut woken = Box::pin(waiting.woken());
-        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-        woken.as_mut().poll(&mut context).is_ready()
-    }
-
-    /// How many waiters of `pool` were woken, as the metric counts them.
-    fn woken_in(waiters: &Waiters, pool: &str) -> u64 {
-        waiters
-            .woken
-            .get_or_create(&PoolLabel {
-                pool: pool.to_owned(),
-            })
-            .get()
-    }
-
-    #[test]
-    fn jobs_another_replica_queued_wake_as_many_runners_that_can_take_them() {
-        let waiters = Waiters::default();
-        let linux = labels(&["self-hosted", "linux"]);
-        let excluded = waiters.enter("default", RunnerId(1), None);
-        let windows = waiters.enter("default", RunnerId(2), Some(&labels(&["windows"])));
-        let first = waiters.enter("default", RunnerId(3), Some(&linux));
-        let second = waiters.enter("default", RunnerId(4), None);
-        let third = waiters.enter("default", RunnerId(5), Some(&linux));
-        let elsewhere = waiters.enter("other", RunnerId(6), None);
-        // Two jobs that want `Linux` and declined runner 1.
-        let wanted = Wanted {
-            labels: vec!["Linux".into()],
-            excluded: vec![1],
-        };
-        waiters.jobs_queued("default", &wanted, 2);
-        assert!(woken(&first) && woken(&second));
-        assert!(!woken(&excluded) && !woken(&windows) && !woken(&third) && !woken(&elsewhere));
-        assert_eq!(woken_in(&waiters, "default"), 2);
-        // More jobs than runners that can take them: each such runner once.
-        waiters.jobs_queued("default", &wanted, 5);
-        assert!(woken(&third) && !woken(&excluded) && !woken(&windows));
-        assert_eq!(woken_in(&waiters, "default"), 3);
-        // A wake-up of the whole pool wakes and counts each of its runners.
-        waiters.wake_all(Some("default"));
-        assert!(woken(&excluded) && woken(&windows) && !woken(&elsewhere));
-        assert_eq!(woken_in(&waiters, "default"), 8);
-        assert_eq!(woken_in(&waiters, "other"), 0);
-    }
-
-    #[test]
-    fn a_job_wakes_the_longest_waiting_runner_that_can_take_it() {
-        let waiters = Waiters::default();
-        let linux = labels(&["self-hosted", "Linux"]);
-        let gpu = labels(&["self-hosted", "linux", "gpu"]);
-        let mut first = waiters.enter("default", RunnerId(1), Some(&linux));
-        let second = waiters.enter("default", RunnerId(2), Some(&gpu));
-        let third = waiters.enter("default", RunnerId(3), Some(&gpu));
-        let elsewhere = waiters.enter("other", RunnerId(4), None);
-
-        // Labels compare without case; only the first is woken.
-        assert!(waiters.job_queued(&job("default", &["LINUX"])));
-        assert!(woken(&first));
-        assert!(!woken(&second) && !woken(&third) && !woken(&elsewhere));
-
-        // The first is woken and has not looked again: a second job wakes
-        // the next waiter that can take it.
-        assert!(waiters.job_queued(&job("default", &["linux"])));
-        assert!(woken(&second));
-        // Only the gpu runners can take a gpu job, and the second is busy
-        // looking: the third.
-        assert!(waiters.job_queued(&job("default", &["gpu"])));
-        assert!(woken(&third));
-        // Everyone who could is woken: nobody left to wake.
-        assert!(!waiters.job_queued(&job("default", &["gpu"])));
-        // Once looking again, a waiter can be woken again.
-        let mut second = second;
-        second.looking();
-        assert!(waiters.job_queued(&job("default", &["gpu"])));
-        assert!(woken(&second));
-        // Nobody takes a job of a pool nobody waits in, or a label nobody
-        // has; a job no longer queued wakes nobody.
-        assert!(!waiters.job_queued(&job("empty", &["linux"])));
-        first.looking();
-        assert!(!waiters.job_queued(&job("default", &["arm64"])));
-        let mut running = job("default", &["linux"]);
-        running.state = JobState::Running;
-        assert!(!waiters.job_queued(&running));
-    }
-
-    #[test]
-    fn the_gauge_counts_the_waiters_of_each_pool() {
-        let gauge = Family::<PoolLabel, Gauge>::default();
-        let waiters = Waiters::counted(gauge.clone(), Family::default());
-        let of = |pool: &str| {
-            gauge
-                .get_or_create(&PoolLabel {
-                    pool: pool.to_owned(),
-                })
-                .get()
-        };
-        let a = waiters.enter("default", RunnerId(1), None);
-        let b = waiters.enter("default", RunnerId(2), None);
-        let c = waiters.enter("other", RunnerId(3), None);
-        assert_eq!((of("default"), of("other")), (2, 1));
-        drop(a);
-        drop(c);
-        assert_eq!((of("default"), of("other")), (1, 0));
-        drop(b);
-        assert_eq!(of("default"), 0);
-    }
-
-    #[test]
-    fn a_job_never_wakes_the_runner_it_excluded() {
-        let waiters = Waiters::default();
-        let declined = waiters.enter("default", RunnerId(1), None);
-        let other = waiters.enter("default", RunnerId(2), None);
-        let mut requeued = job("default", &["linux"]);
-        requeued.excluded_runners.insert(RunnerId(1));
-        assert!(waiters.job_queued(&requeued));
-        assert!(!woken(&declined));
-        assert!(woken(&other));
-    }
-
-    #[test]
-    fn a_waiter_that_leaves_before_its_wakeup_is_settled_passes_it_on() {
-        let waiters = Waiters::default();
-        let leaving = waiters.enter("default", RunnerId(1), None);
-        let mut staying = waiters.enter("default", RunnerId(2), None);
-        // Woken, gone without looking.
-        assert!(waiters.job_queued(&job("default", &["linux"])));
-        assert!(!woken(&staying));
-        drop(leaving);
-        assert!(woken(&staying), "the job still needs a runner");
-        assert_eq!(waiters.waiting(), 1);
-
-        // Woken, looked, gone before the look settled (its claim failed,
-        // its runner is draining).
-        let mut next = waiters.enter("default", RunnerId(3), None);
-        staying.looking();
-        staying.settled();
-        assert!(waiters.job_queued(&job("default", &["linux"])));
-        staying.looking();
-        drop(staying);
-        assert!(woken(&next), "passed on");
-
-        // A look that settled passes nothing on.
-        let last = waiters.enter("default", RunnerId(4), None);
-        next.looking();
-        next.settled();
-        drop(next);
-        assert!(!woken(&last));
-        drop(last);
-        assert_eq!(waiters.waiting(), 0, "pools nobody waits in are forgotten");
-    }
-
-    #[test]
-    fn a_wakeup_of_a_pool_or_of_every_pool_wakes_all_their_waiters() {
-        let waiters = Waiters::default();
-        let a = waiters.enter("default", RunnerId(1), None);
-        let b = waiters.enter("default", RunnerId(2), None);
-        let c = waiters.enter("other", RunnerId(3), None);
-        waiters.wake_all(Some("default"));
-        assert!(woken(&a) && woken(&b));
-        assert!(!woken(&c));
-        waiters.wake_all(None);
-        assert!(woken(&b) && woken(&c));
-        // A wake-up of everyone is passed on by nobody.
-        drop(a);
-        assert!(!woken(&b));
-    }
-}
+mod tests;
