@@ -507,6 +507,10 @@ struct PoolState {
 struct World<'a> {
     /// Each job's fair-share key (an index into `Outcome::keys`).
     key_of: Vec<u32>,
+    /// Whether the trace has more than one key: with one, fair share is
+    /// arrival order, and the pools' queues are served front first
+    /// without the tags' bookkeeping (a third of a month's run).
+    fair_share: bool,
     setup: &'a Setup,
     jobs: &'a [TraceJob],
     pools: Vec<PoolState>,
@@ -620,14 +624,18 @@ impl World<'_> {
             // The fair-share order's next, taken out of the policy's view
             // of the queue (near its front: tags follow arrival but for
             // the keys that arrive behind a long queue).
-            let key_of = &self.key_of;
-            let next = state.fair.pop(|job| key_of[job]).expect("not empty");
-            let at = state
-                .queued
-                .iter()
-                .position(|q| q.job == next)
-                .expect("queued");
-            let queued = state.queued.remove(at).expect("queued");
+            let queued = if self.fair_share {
+                let key_of = &self.key_of;
+                let next = state.fair.pop(|job| key_of[job]).expect("not empty");
+                let at = state
+                    .queued
+                    .iter()
+                    .position(|q| q.job == next)
+                    .expect("queued");
+                state.queued.remove(at).expect("queued")
+            } else {
+                state.queued.pop_front().expect("not empty")
+            };
             let runner = state.runners.get_mut(&id).expect("idle runner exists");
             self.out.idle_runner_hours += (now - runner.idle_since_ms).max(0) as f64 / 3_600_000.0;
             runner.phase = RunnerPhase::Busy;
@@ -679,7 +687,9 @@ impl World<'_> {
             job: index,
             arrival_ms: now,
         });
-        self.pools[pool].fair.push(index, self.key_of[index]);
+        if self.fair_share {
+            self.pools[pool].fair.push(index, self.key_of[index]);
+        }
         self.dispatch(pool, now);
         policy.observe_arrival(pool, &self.jobs[index], now);
         let state = &self.pools[pool];
@@ -774,6 +784,7 @@ pub fn run_counting(
     let key_count = keys.len();
     let mut world = World {
         key_of,
+        fair_share: key_count > 1,
         setup,
         jobs,
         pools: (0..setup.pools.len())
@@ -849,7 +860,9 @@ pub fn run_counting(
                     }
                 }
                 Event::Finish { pool, runner, job } => {
-                    world.pools[pool].fair.finished(job);
+                    if world.fair_share {
+                        world.pools[pool].fair.finished(job);
+                    }
                     world.release(job, now);
                     world.remaining -= 1;
                     world.out.jobs += 1;
