@@ -35,14 +35,49 @@ pub type PostgresStore = SqlStore<PostgresDialect>;
 pub struct PostgresDialect;
 
 /// Columns a new job sets; the rest take their defaults, which are exactly
-/// the initial values `NewJob::initial` gives them.
+/// the initial values `NewJob::initial` gives them. The queued jobs' fair-
+/// share tags are computed here, a batch at a time (migration 0025): per
+/// (pool, key), the later of the pool's virtual time and the key's last
+/// queued tag plus one step, then one step of 1/weight per further job of
+/// the key, in the batch's order, as the trigger would tag them row by
+/// row. A job whose insert conflicts still took its step (a gap in its
+/// key's tags, no reordering).
 static ENQUEUE_MANY: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "INSERT INTO jobs (source, external_id, pool, labels, state, max_attempts, payload, \
-           created_at, enqueued_at, finished_at, reason, share_key, share_weight) \
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
-           $6::bigint[], $7::text[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], \
-           $12::text[], $13::bigint[]) \
+        "WITH input AS (\
+           SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+             $6::bigint[], $7::text[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], \
+             $12::text[], $13::bigint[]) WITH ORDINALITY AS i(source, external_id, pool, labels, \
+             state, max_attempts, payload, created_at, enqueued_at, finished_at, reason, \
+             share_key, share_weight, ord)), \
+         stepped AS (\
+           SELECT input.*, \
+             sum(1000.0 / greatest(share_weight, 1)) OVER keyed \
+               - first_value(1000.0 / greatest(share_weight, 1)) OVER keyed AS after_first, \
+             first_value(1000.0 / greatest(share_weight, 1)) OVER keyed AS first_step \
+           FROM input WINDOW keyed AS (PARTITION BY pool, share_key ORDER BY ord \
+             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)), \
+         bases AS (\
+           SELECT k.pool, k.share_key, greatest(\
+             (SELECT share_tag FROM jobs WHERE pool = k.pool AND state = 'provisioning' \
+               ORDER BY share_tag DESC LIMIT 1), \
+             (SELECT share_tag FROM jobs WHERE pool = k.pool AND state = 'running' \
+               ORDER BY share_tag DESC LIMIT 1), \
+             (SELECT share_tag FROM jobs WHERE pool = k.pool AND state = 'queued' \
+               ORDER BY share_tag LIMIT 1), \
+             0) AS served, \
+             (SELECT share_tag FROM jobs WHERE pool = k.pool AND share_key = k.share_key \
+               AND state = 'queued' ORDER BY share_tag DESC LIMIT 1) AS last \
+           FROM (SELECT DISTINCT pool, share_key FROM input WHERE state = 'queued') AS k) \
+         INSERT INTO jobs (source, external_id, pool, labels, state, max_attempts, payload, \
+           created_at, enqueued_at, finished_at, reason, share_key, share_weight, share_tag) \
+         SELECT s.source, s.external_id, s.pool, s.labels, s.state, s.max_attempts, s.payload, \
+           s.created_at, s.enqueued_at, s.finished_at, s.reason, s.share_key, s.share_weight, \
+           CASE WHEN s.state = 'queued' \
+             THEN greatest(b.served, b.last + s.first_step) + s.after_first ELSE 0 END \
+         FROM stepped AS s LEFT JOIN bases AS b \
+           ON b.pool = s.pool AND b.share_key = s.share_key \
+         ORDER BY s.ord \
          ON CONFLICT (source, external_id) DO NOTHING RETURNING id, {JOB_COLUMNS}"
     )
 });

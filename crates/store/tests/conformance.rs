@@ -50,6 +50,7 @@ on_both_backends!(
     a_guarded_change_with_its_runner_writes_all_or_nothing,
     the_queue_is_served_by_fair_share_across_keys,
     weights_share_the_queue_in_proportion,
+    a_batch_is_tagged_as_its_jobs_one_by_one_would_be,
     the_cap_passes_over_a_key_at_its_limit_on_every_claim_path,
     pool_samples_merge_into_buckets_and_are_pruned_by_minute,
     jobs_are_read_by_ids_in_id_order,
@@ -2766,6 +2767,71 @@ mod cases {
             .unwrap();
         let next: Vec<&str> = queued.iter().map(|j| j.external_id.as_str()).collect();
         assert_eq!(next, ["a7", "a8", "a9"]);
+    }
+
+    /// The same jobs in two pools that hold the same queue and work: in one
+    /// they come as one batch (`enqueue_many`), in the other one by one.
+    /// Both queues are then served in the same order: a batch's tags are
+    /// the ones its jobs would get one after another (keys interleaved,
+    /// weights apart, a key already queued, a job already handed out).
+    pub async fn a_batch_is_tagged_as_its_jobs_one_by_one_would_be(store: Arc<dyn Store>) {
+        let job = |pool: &str, id: &str, key: &str, weight: f64| NewJob {
+            share: runway_core::share::Share::new(
+                key,
+                runway_core::share::Weight::from_f64(weight).unwrap(),
+            ),
+            ..api_job(&format!("{pool}-{id}"), pool)
+        };
+        let jobs = [
+            ("x", "b", 2.0),
+            ("y", "a", 1.0),
+            ("z", "c", 0.5),
+            ("w", "a", 1.0),
+            ("v", "b", 2.0),
+            ("u", "b", 2.0),
+            ("t", "a", 1.0),
+        ];
+        let mut orders = Vec::new();
+        for (pool, batched) in [("batched", true), ("one-by-one", false)] {
+            for id in ["early-1", "early-2", "early-3"] {
+                store
+                    .enqueue(&job(pool, id, "a", 1.0), at(10))
+                    .await
+                    .unwrap();
+            }
+            let runner = if batched { 1 } else { 2 };
+            store.claim(&claim(pool, runner, 1), at(20)).await.unwrap();
+            let batch: Vec<NewJob> = jobs
+                .iter()
+                .map(|(id, key, weight)| job(pool, id, key, *weight))
+                .collect();
+            if batched {
+                store.enqueue_many(&batch, at(30)).await.unwrap();
+            } else {
+                for one in &batch {
+                    store.enqueue(one, at(30)).await.unwrap();
+                }
+            }
+            let mut order = Vec::new();
+            for runner in 10..20 {
+                let Some(next) = store
+                    .claim(&claim(pool, runner, 1), at(40))
+                    .await
+                    .unwrap()
+                    .pop()
+                else {
+                    break;
+                };
+                order.push(
+                    next.external_id
+                        .trim_start_matches(&format!("{pool}-"))
+                        .to_owned(),
+                );
+            }
+            orders.push(order);
+        }
+        assert_eq!(orders[0].len(), 9, "{orders:?}");
+        assert_eq!(orders[0], orders[1]);
     }
 
     /// Two keys with 30 queued each, `heavy` of weight 2: the first 30
