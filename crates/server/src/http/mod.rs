@@ -329,7 +329,13 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let router = with_request_ids(router(service));
-    axum::serve(listener, router)
+    // As a make-service, every connection gets a clone of one router (an
+    // `Arc`). Served as a plain `Router`, axum rebuilds the whole route
+    // table for each connection (`Router::with_state` per accepted
+    // stream): 37 KiB and its CPU per connection, held as long as the
+    // connection lives — most of what 10,000 long-polling runners cost
+    // the heap (issue 59).
+    axum::serve(listener, router.into_make_service())
         .with_graceful_shutdown(shutdown)
         .await
 }
