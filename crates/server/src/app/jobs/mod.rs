@@ -215,8 +215,9 @@ pub async fn claim(
                         current = *fresh;
                         continue;
                     }
+                    // Not settled: the job it was woken for, if any, is
+                    // passed on when it leaves.
                     Ok(ClaimStart::RunnerChanged(fresh)) => {
-                        waiting.settled();
                         current = *fresh;
                         None
                     }

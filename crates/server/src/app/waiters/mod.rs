@@ -410,6 +410,9 @@ impl Waiting<'_> {
                 self.waiters.wake_one(&self.pool, earlier);
             }
         }
+        // Only this look's outcome is remembered: one that neither took
+        // a job nor found nothing (its runner changed) spares no poll.
+        self.found_nothing_at = None;
         self.looked_at = Some(lock(&self.waiters.pools).epoch(&self.pool));
         Waiters::count_in(&self.waiters.metrics.looks, &self.pool);
     }

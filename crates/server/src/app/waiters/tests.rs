@@ -277,3 +277,31 @@ fn what_runners_found_is_forgotten_once_stale() {
         "stale looks pruned, {remembered} kept"
     );
 }
+
+#[test]
+fn a_look_left_unsettled_spares_nothing_and_passes_its_wakeup_on() {
+    let waiters = Waiters::default();
+    let mut waiting = waiters.enter("default", RunnerId(1), None);
+    let other = waiters.enter("default", RunnerId(2), None);
+    waiting.looking();
+    waiting.found_nothing();
+    // Woken for a job; the next look ends neither way (its runner
+    // changed under it) and the poll is given up.
+    assert!(waiters.job_queued(&job("default", &["linux"])));
+    waiting.looking();
+    drop(waiting);
+    assert!(woken(&other), "the job still needs a runner");
+    drop(other);
+    // Its runner changed (woken as itself, the pool's epoch unmoved): a
+    // look that then ends neither way leaves nothing to spare the next.
+    assert!(!poll_finding_nothing(&waiters, 3, None));
+    let mut waiting = waiters.enter("default", RunnerId(3), None);
+    assert!(waiting.known_empty());
+    waiters.wake_runner(RunnerId(3));
+    waiting.looking();
+    drop(waiting);
+    assert!(
+        !poll_finding_nothing(&waiters, 3, None),
+        "nothing is known of it"
+    );
+}
