@@ -897,6 +897,34 @@ async fn access_policies_send_forks_and_strangers_to_the_next_pool_and_look_each
     assert_eq!(h.fake.invalid(), Vec::<String>::new());
 }
 
+/// The policies' globs are compiled once a configuration load, not per
+/// webhook: a reload must replace them with the new configuration.
+#[tokio::test]
+async fn a_reload_judges_the_next_job_by_the_new_access_policy() {
+    let h = Harness::start(4_000, trusted_and_untrusted).await;
+    let deliver = |job: u64, run: u64| {
+        h.fake
+            .queue_run_job(job, &labels(), "someone/else", run, "push", false);
+        h.fake.deliver(job, "queued", false)
+    };
+    assert_eq!(deliver(821, 91).await, 202);
+    assert_eq!(h.wait_for_job(821).await.pool.as_deref(), Some("untrusted"));
+    let admit_only = |glob: &str| {
+        let mut config = (*h.service.config()).clone();
+        config.pools[0].access = Some(runway_server::config::PoolAccess {
+            repositories: vec![glob.to_owned()],
+            ..Default::default()
+        });
+        h.service.replace_config(config);
+    };
+    admit_only("someone/*");
+    assert_eq!(deliver(822, 92).await, 202);
+    assert_eq!(h.wait_for_job(822).await.pool.as_deref(), Some("gh"));
+    admit_only("octo-org/*");
+    assert_eq!(deliver(823, 93).await, 202);
+    assert_eq!(h.wait_for_job(823).await.pool.as_deref(), Some("untrusted"));
+}
+
 #[tokio::test]
 async fn a_pool_that_denies_forks_fails_closed_when_the_run_cannot_be_looked_up() {
     let h = Harness::start(4_000, |config| {

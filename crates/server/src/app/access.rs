@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Mutex;
 
-use runway_core::access::{first_admitting, Access, Forks, Refusal, Rule, RunFacts, Verdict};
+use runway_core::access::{first_admitting, Access, Refusal, Rule, RunFacts, Verdict};
 
-use crate::app::Service;
+use crate::app::{AccessPolicies, Service};
 use crate::github::payload::WorkflowJob;
 use runway_core::github_budget::Priority;
 
@@ -197,13 +197,13 @@ pub fn learn_event(
 
 /// Pool `name`'s access policy (the default admits all). Validated at
 /// load: one that does not build admits nothing rather than everything.
-fn policy_of(config: &crate::config::Config, name: &str) -> Access {
-    match config.pool(name).and_then(|pool| pool.access.as_ref()) {
-        None => Access::default(),
-        Some(access) => access.build().unwrap_or_else(|_| {
-            Access::new(&["!*/*".to_owned()], Forks::Deny, None).unwrap_or_default()
-        }),
-    }
+/// Pool `name`'s policy as compiled at the configuration's load; a pool
+/// without one admits all.
+fn policy_of<'a>(policies: &'a AccessPolicies, name: &str) -> &'a Access {
+    static ADMITS_ALL: std::sync::OnceLock<Access> = std::sync::OnceLock::new();
+    policies
+        .get(name)
+        .unwrap_or_else(|| ADMITS_ALL.get_or_init(Access::default))
 }
 
 /// The runner's own check of the job GitHub actually gave it (its pre-job
@@ -215,7 +215,8 @@ pub async fn judge_started_job(
     repository: &str,
     run_id: Option<u64>,
 ) -> Verdict {
-    let access = policy_of(&service.config(), pool);
+    let (_, policies) = service.config_and_access();
+    let access = policy_of(&policies, pool);
     if access.admits_all() {
         return Verdict::Allowed;
     }
@@ -230,10 +231,10 @@ pub async fn judge_started_job(
 /// Judges a job against the access policies of `candidates` (pool names,
 /// best first), looking its run up only when one of them needs it.
 pub async fn admit(service: &Service, payload: &WorkflowJob, candidates: &[String]) -> Admitted {
-    let config = service.config();
-    let policies: Vec<(&str, Access)> = candidates
+    let (_, compiled) = service.config_and_access();
+    let policies: Vec<(&str, &Access)> = candidates
         .iter()
-        .map(|name| (name.as_str(), policy_of(&config, name)))
+        .map(|name| (name.as_str(), policy_of(&compiled, name)))
         .collect();
     if policies.iter().all(|(_, access)| access.admits_all()) {
         return Admitted::Pool(candidates[0].clone(), Vec::new());
@@ -246,8 +247,7 @@ pub async fn admit(service: &Service, payload: &WorkflowJob, candidates: &[Strin
         needed,
     )
     .await;
-    let judged: Vec<(&str, &Access)> = policies.iter().map(|(n, a)| (*n, a)).collect();
-    let (pool, refusals) = first_admitting(&judged, &facts);
+    let (pool, refusals) = first_admitting(&policies, &facts);
     for refusal in &refusals {
         service
             .metrics

@@ -91,10 +91,47 @@ impl Warm {
     }
 }
 
+/// Each pool's access policy, compiled from its `[pools.access]` table.
+pub type AccessPolicies = std::collections::HashMap<String, runway_core::access::Access>;
+
+/// The running configuration and what is compiled from it once a load:
+/// the access policies' globs are built here, not for every webhook.
+struct Running {
+    config: Arc<Config>,
+    access: Arc<AccessPolicies>,
+}
+
+impl Running {
+    fn new(config: Config) -> Running {
+        let access = config
+            .pools
+            .iter()
+            .filter_map(|pool| {
+                let access = pool.access.as_ref()?;
+                // Validation built it already; a policy that would not
+                // build refuses every repository (fail closed).
+                let built = access.build().unwrap_or_else(|_| {
+                    runway_core::access::Access::new(
+                        &["!*/*".to_owned()],
+                        runway_core::access::Forks::Deny,
+                        None,
+                    )
+                    .unwrap_or_default()
+                });
+                Some((pool.name.clone(), built))
+            })
+            .collect();
+        Running {
+            config: Arc::new(config),
+            access: Arc::new(access),
+        }
+    }
+}
+
 pub struct Service {
-    /// The running configuration; `reload` swaps it whole
-    /// (`Service::config` hands out the current one).
-    config: std::sync::RwLock<Arc<Config>>,
+    /// The running configuration and what is compiled from it; `reload`
+    /// swaps both whole (`Service::config` hands out the current one).
+    config: std::sync::RwLock<Running>,
     pub store: Arc<dyn Store>,
     pub metrics: Metrics,
     pub evaluations: EvaluationCache,
@@ -229,7 +266,7 @@ impl Service {
             runner_group_warnings: Default::default(),
             config_replaced: tokio::sync::Notify::new(),
             store_failures: std::sync::Mutex::new((None, 0)),
-            config: std::sync::RwLock::new(Arc::new(config)),
+            config: std::sync::RwLock::new(Running::new(config)),
             leading: std::sync::atomic::AtomicBool::new(true),
             tasks: crate::tasks::Tasks::default(),
             console: Arc::default(),
@@ -251,8 +288,18 @@ impl Service {
     /// may replace it between two calls.
     pub fn config(&self) -> Arc<Config> {
         match self.config.read() {
-            Ok(config) => config.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
+            Ok(running) => running.config.clone(),
+            Err(poisoned) => poisoned.into_inner().config.clone(),
+        }
+    }
+
+    /// The configuration as it is now, with each pool's access policy as
+    /// compiled when it was loaded (a pool without one is absent).
+    pub fn config_and_access(&self) -> (Arc<Config>, Arc<AccessPolicies>) {
+        let pair = |running: &Running| (running.config.clone(), running.access.clone());
+        match self.config.read() {
+            Ok(running) => pair(&running),
+            Err(poisoned) => pair(&poisoned.into_inner()),
         }
     }
 
@@ -290,10 +337,10 @@ impl Service {
 
     /// Makes `config` the running configuration (validated by the caller).
     pub fn replace_config(&self, config: Config) {
-        let config = Arc::new(config);
+        let running = Running::new(config);
         match self.config.write() {
-            Ok(mut current) => *current = config,
-            Err(poisoned) => *poisoned.into_inner() = config,
+            Ok(mut current) => *current = running,
+            Err(poisoned) => *poisoned.into_inner() = running,
         }
         self.config_replaced.notify_one();
     }
