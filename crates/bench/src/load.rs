@@ -50,7 +50,8 @@ pub struct IntakeArgs {
     /// 7–13 kB); 0 sends only the fields runway reads.
     #[arg(long, default_value_t = 7_168)]
     pub(crate) body_bytes: usize,
-    /// The PID of the runway server, to report its peak memory (VmHWM) after the run.
+    /// The PID of the runway server, to report the CPU time it spent a
+    /// webhook over the run and its peak memory (VmHWM) after it.
     #[arg(long)]
     pub(crate) server_pid: Option<u32>,
 }
@@ -154,14 +155,6 @@ pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 /// What one intake run measured.
 pub struct IntakeReport {
     pub elapsed: Duration,
@@ -194,7 +187,9 @@ impl IntakeReport {
 }
 
 pub async fn intake(args: IntakeArgs) -> anyhow::Result<()> {
+    let cpu_before = args.server_pid.map(crate::procfs::cpu_time).transpose()?;
     let report = run_intake(&args).await?;
+    let cpu_after = args.server_pid.map(crate::procfs::cpu_time).transpose()?;
     let (sent, accepted, elapsed) = (report.sent(), report.accepted(), report.elapsed);
     let latencies = &report.latencies;
     println!(
@@ -224,8 +219,16 @@ pub async fn intake(args: IntakeArgs) -> anyhow::Result<()> {
         .map(|(code, n)| format!("{code}: {n}"))
         .collect();
     println!("statuses    {}", statuses.join(", "));
+    if let (Some(before), Some(after)) = (cpu_before, cpu_after) {
+        let cpu = after.saturating_sub(before);
+        println!(
+            "server CPU  {:.3} ms a webhook ({:.1} % of a core over the run)",
+            cpu.as_secs_f64() * 1_000.0 / sent.max(1) as f64,
+            cpu.as_secs_f64() / elapsed.as_secs_f64() * 100.0
+        );
+    }
     if let Some(pid) = args.server_pid {
-        match peak_rss_kib(pid) {
+        match crate::procfs::peak_rss_kib(pid) {
             Some(kib) => println!(
                 "server peak RSS {:.1} MiB (VmHWM of pid {pid})",
                 kib as f64 / 1024.0

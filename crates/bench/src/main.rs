@@ -5,6 +5,7 @@
 
 mod load;
 mod pollers;
+mod procfs;
 mod seed;
 mod soak;
 
