@@ -168,6 +168,7 @@ fn a_waiter_that_leaves_before_its_wakeup_is_settled_passes_it_on() {
     assert!(!woken(&last));
     drop(last);
     assert_eq!(waiters.waiting(), 0, "pools nobody waits in are forgotten");
+    assert!(lock(&waiters.pools).by_runner.is_empty(), "nor runners");
 }
 
 #[test]
@@ -304,4 +305,22 @@ fn a_look_left_unsettled_spares_nothing_and_passes_its_wakeup_on() {
         !poll_finding_nothing(&waiters, 3, None),
         "nothing is known of it"
     );
+}
+
+#[test]
+fn a_changed_runner_wakes_its_own_polls_only_while_they_wait() {
+    let waiters = Waiters::default();
+    let first = waiters.enter("default", RunnerId(1), None);
+    let second = waiters.enter("other", RunnerId(1), None);
+    let bystander = waiters.enter("default", RunnerId(2), None);
+    waiters.wake_runner(RunnerId(1));
+    assert!(woken(&first) && woken(&second), "both of its polls");
+    assert!(!woken(&bystander));
+    drop((first, second));
+    // Gone, it is forgotten: a later change of it wakes nobody.
+    let again = waiters.enter("default", RunnerId(3), None);
+    waiters.wake_runner(RunnerId(1));
+    assert!(!woken(&bystander) && !woken(&again));
+    drop((bystander, again));
+    assert!(lock(&waiters.pools).by_runner.is_empty());
 }
