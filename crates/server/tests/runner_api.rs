@@ -555,42 +555,98 @@ async fn a_runner_waiting_on_an_empty_queue_makes_no_store_query_while_it_polls(
     let token = harness.runner("idle", &["linux"]).await;
     // Something is queued, but nothing this runner can take.
     let gpu = harness.submit(&["gpu"], None).await;
-    let looks = |metrics: &str| {
-        let looks = runway_testkit::process::sum_of(
-            metrics,
-            "runway_long_poll_looks_total{pool=\"default\"}",
-        );
-        let spared = runway_testkit::process::sum_of(
-            metrics,
-            "runway_long_poll_looks_spared_total{pool=\"default\"}",
-        );
-        (looks, spared)
+    // Looks at the queue, polls spared one, and reads of the runner.
+    let queries = |metrics: &str| {
+        let sum = |series: &str| runway_testkit::process::sum_of(metrics, series);
+        (
+            sum("runway_long_poll_looks_total{pool=\"default\"}"),
+            sum("runway_long_poll_looks_spared_total{pool=\"default\"}"),
+            sum("runway_long_poll_runner_reads_total"),
+        )
     };
     let poll = || harness.call("POST", "/api/v1/jobs/request", &token, None);
     assert_eq!(poll().await.0, StatusCode::NO_CONTENT);
     assert_eq!(
-        looks(&harness.metrics().await),
-        (1.0, 0.0),
-        "the first poll looks"
+        queries(&harness.metrics().await),
+        (1.0, 0.0, 1.0),
+        "the first poll reads its runner and looks"
     );
     for renewal in 1..=5 {
         assert_eq!(poll().await.0, StatusCode::NO_CONTENT);
         assert_eq!(
-            looks(&harness.metrics().await),
-            (1.0, f64::from(renewal)),
-            "renewal {renewal} made no look"
+            queries(&harness.metrics().await),
+            (1.0, f64::from(renewal), 1.0),
+            "renewal {renewal} made no look and read no runner"
         );
     }
-    // A job it can take, queued between two polls: the next poll looks
-    // and takes it at once.
+    // A job it can take, queued between two polls: the next poll reads
+    // its runner again, looks, and takes it at once.
     let linux = harness.submit(&["linux"], None).await;
     let (status, body) = poll().await;
     assert_eq!(
         (status, body["id"].as_i64()),
         (StatusCode::CREATED, Some(linux))
     );
-    assert_eq!(looks(&harness.metrics().await), (2.0, 5.0));
+    assert_eq!(queries(&harness.metrics().await), (2.0, 5.0, 2.0));
     assert_ne!(gpu, linux);
+}
+
+/// A renewal waits on its runner as an earlier poll read it, but never
+/// looks on that: a runner drained, or its token replaced, behind this
+/// replica's back (on another replica; here straight in the store, so
+/// nothing here wakes it) is read again before its next look, and takes
+/// nothing it could not.
+#[tokio::test]
+async fn a_remembered_runner_is_read_again_before_it_looks() {
+    let harness = Harness::runner_api_polling(None, Duration::from_millis(200)).await;
+    let store = harness.service.store.clone();
+    let replaced = harness.runner("replaced", &["linux"]).await;
+    let drained = harness.runner("drained", &["linux"]).await;
+    for token in [&replaced, &drained] {
+        let (status, _) = harness
+            .call("POST", "/api/v1/jobs/request", token, None)
+            .await;
+        assert_eq!(status, StatusCode::NO_CONTENT);
+    }
+    let id = |name: &'static str| {
+        let store = store.clone();
+        async move { store.find_runner(name).await.unwrap().unwrap().id }
+    };
+    store
+        .set_runner_token(id("replaced").await, "another token's hash")
+        .await
+        .unwrap();
+    store
+        .apply_runner_event(
+            id("drained").await,
+            &RunnerEvent::DrainRequested,
+            runway_server::clock::now(),
+        )
+        .await
+        .unwrap();
+    // Nothing was queued since: both still wait on what was read.
+    for token in [&replaced, &drained] {
+        let (status, _) = harness
+            .call("POST", "/api/v1/jobs/request", token, None)
+            .await;
+        assert_eq!(status, StatusCode::NO_CONTENT);
+    }
+    let job = harness.submit(&["linux"], None).await;
+    for (token, status, code) in [
+        (&replaced, StatusCode::UNAUTHORIZED, "unauthorized"),
+        (&drained, StatusCode::GONE, "runner_draining"),
+    ] {
+        let (answered, body) = harness
+            .call("POST", "/api/v1/jobs/request", token, None)
+            .await;
+        assert_eq!(
+            (answered, body["code"].as_str()),
+            (status, Some(code)),
+            "{body}"
+        );
+    }
+    let queued = store.get_job(JobId(job)).await.unwrap().unwrap();
+    assert_eq!(queued.state, JobState::Queued, "nobody took it");
 }
 
 /// A job requeued because its lease ran out wakes a runner that waits for

@@ -163,6 +163,9 @@ pub struct Service {
     /// The scale-set pools' handles: the scale set each listener found
     /// or created, for the reconciler's JIT configurations and removals.
     pub scale_sets: crate::github::scaleset::ScaleSets,
+    /// Long-polling runners as a poll read them: renewals that wait
+    /// without a look read no store.
+    pub renewals: crate::app::tokens::Renewals,
     /// Workflow runs' facts for access policies, looked up once per run.
     pub run_facts: crate::app::access::RunFactsCache,
     pub run_events: crate::app::access::RunEvents,
@@ -261,6 +264,7 @@ impl Service {
                 }
             },
             scale_sets: crate::github::scaleset::ScaleSets::default(),
+            renewals: Default::default(),
             run_facts: Default::default(),
             run_events: Default::default(),
             runner_group_warnings: Default::default(),

@@ -1,7 +1,12 @@
 //! Tokens runway mints: random, with a readable prefix, and stored only as
 //! their SHA-256 hash.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
 use rand::RngCore;
+use runway_core::Runner;
 use sha2::{Digest, Sha256};
 
 /// A random token with a readable prefix (`rwr_` registration, `rwt_` runner,
@@ -22,3 +27,64 @@ pub fn token_hash(token: &str) -> String {
 /// GitHub pool's just-in-time runner gets one in its environment, where its
 /// jobs can read it.
 pub const REPORT_TOKEN_PREFIX: &str = "rwp_";
+
+/// How long a long-polling runner's renewals are let through on the runner
+/// as an earlier poll read it (`Renewals`).
+pub const RENEWAL_TTL: Duration = Duration::from_secs(300);
+
+/// Past this many remembered runners, the stale ones are forgotten (and
+/// all of them, were none stale).
+const RENEWALS_KEPT: usize = 100_000;
+
+/// Long-polling runners by their token's hash, as a poll read them from
+/// the store, for up to [`RENEWAL_TTL`]. A renewal that waits without a
+/// look (nothing was queued for its runner since its last look found
+/// nothing) then needs no store read at all: at 10,000 waiting runners that
+/// read was a third of what waiting cost.
+///
+/// Never trusted for a look: before one, `jobs::claim` reads the runner by
+/// its token again (a token replaced or a runner ended answers 401, a
+/// runner draining 410), so a remembered runner never takes a job it
+/// could not. What staleness costs: a runner drained or ended elsewhere
+/// (another replica, the reconciler) and never woken here keeps waiting
+/// until its poll times out, for at most [`RENEWAL_TTL`] plus one poll.
+/// One drained or ended on this replica is woken, and looks, at once.
+#[derive(Default)]
+pub struct Renewals {
+    runners: Mutex<Remembered>,
+}
+
+/// By token hash: the runner, and when it was read.
+type Remembered = HashMap<String, (Runner, Instant)>;
+
+impl Renewals {
+    /// The runner `token_hash` named when a poll last read it, if that was
+    /// within [`RENEWAL_TTL`] of `now`.
+    pub fn get(&self, token_hash: &str, now: Instant) -> Option<Runner> {
+        let runners = self.lock();
+        let (runner, read_at) = runners.get(token_hash)?;
+        (now.saturating_duration_since(*read_at) < RENEWAL_TTL).then(|| runner.clone())
+    }
+
+    /// Remembers `runner`, read from the store at `now` by `token_hash`.
+    pub fn put(&self, token_hash: &str, runner: Runner, now: Instant) {
+        let mut runners = self.lock();
+        if runners.len() >= RENEWALS_KEPT && !runners.contains_key(token_hash) {
+            runners.retain(|_, (_, read_at)| now.saturating_duration_since(*read_at) < RENEWAL_TTL);
+            if runners.len() >= RENEWALS_KEPT {
+                runners.clear();
+            }
+        }
+        runners.insert(token_hash.to_owned(), (runner, now));
+    }
+
+    /// Forgets what `token_hash` named: its runner ended, or the token no
+    /// longer names one.
+    pub fn forget(&self, token_hash: &str) {
+        self.lock().remove(token_hash);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Remembered> {
+        self.runners.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}

@@ -274,6 +274,42 @@ impl FromRequestParts<Arc<Service>> for RunnerAuth {
     }
 }
 
+/// The runner of a long poll (`POST /api/v1/jobs/request`): read as
+/// [`RunnerAuth`] reads it, or, renewed by the same token within
+/// `tokens::RENEWAL_TTL`, as an earlier poll read it
+/// (`Service::renewals`). Then `remembered` holds the token's hash, and
+/// `jobs::claim` reads the runner by it again before any look.
+pub struct PollingRunner {
+    pub runner: Runner,
+    pub remembered: Option<String>,
+}
+
+impl FromRequestParts<Arc<Service>> for PollingRunner {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        service: &Arc<Service>,
+    ) -> Result<PollingRunner, ApiError> {
+        let hash = token_hash(bearer(parts)?);
+        if let Some(runner) = service.renewals.get(&hash, std::time::Instant::now()) {
+            return Ok(PollingRunner {
+                runner,
+                remembered: Some(hash),
+            });
+        }
+        service.metrics.long_poll_runner_reads.inc();
+        let RunnerAuth(runner) = RunnerAuth::from_request_parts(parts, service).await?;
+        service
+            .renewals
+            .put(&hash, runner.clone(), std::time::Instant::now());
+        Ok(PollingRunner {
+            runner,
+            remembered: None,
+        })
+    }
+}
+
 /// A runner, identified by its runner token or its report token: what may
 /// post the runner's own reports.
 pub struct ReporterAuth(pub Runner);

@@ -18,7 +18,7 @@ use utoipa_axum::routes;
 use crate::app::jobs::{self, Completion, ProvisioningStatus, Submission};
 use crate::app::{runners, AppError, Service};
 use crate::clock::rfc3339;
-use crate::http::auth::{Operator, Reader, RunnerAuth};
+use crate::http::auth::{Operator, PollingRunner, Reader, RunnerAuth};
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::extract::{optional_json, path_id, whole, Path};
 use crate::http::openapi::{HolderRefusals, ReadRefusals, RunnerRefusals, WriteRefusals};
@@ -279,12 +279,14 @@ pub struct AssignedJobDto {
         RunnerRefusals,
     ))]
 async fn request_job(
-    RunnerAuth(runner): RunnerAuth,
+    polling: PollingRunner,
     State(service): State<Arc<Service>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let request: JobRequest = optional_json(&body)?;
-    match jobs::claim(&service, &runner, request.labels, request.start).await? {
+    let runner = &polling.runner;
+    let remembered = polling.remembered.as_deref();
+    match jobs::claim(&service, runner, remembered, request.labels, request.start).await? {
         Some(assigned) => Ok((StatusCode::CREATED, Json(assigned_dto(assigned))).into_response()),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }

@@ -154,9 +154,14 @@ pub struct Assigned {
 /// running, the runner busy with it, in one store write — instead of
 /// waiting under its lease for the runner's accept; a runner that cannot
 /// start a job (busy with another) is refused.
+///
+/// `remembered`: `runner` is as an earlier poll read it
+/// (`Service::renewals`), and this is its token's hash. It may wait on
+/// that, but it is read again by the token before any look.
 pub async fn claim(
     service: &Service,
     runner: &Runner,
+    mut remembered: Option<&str>,
     labels: Option<Vec<String>>,
     start: bool,
 ) -> Result<Option<Assigned>, AppError> {
@@ -194,6 +199,11 @@ pub async fn claim(
             ));
         }
         if look {
+            if let Some(token_hash) = remembered.take() {
+                // Decide on the runner as it is now (draining? ended?).
+                current = read_again(service, token_hash).await?;
+                continue;
+            }
             // Listen before looking, so a job enqueued in between still
             // wakes us.
             waiting.looking();
@@ -267,12 +277,53 @@ pub async fn claim(
         // A claim that starts its job holds only if the runner is still the
         // row it was decided on, and answers with the row as it is when not
         // (`RunnerChanged`): no need to read it first.
-        if !start {
+        if !start && remembered.is_none() {
             current = match service.store.get_runner(runner.id).await {
                 Ok(Some(fresh)) => fresh,
                 Ok(None) => current,
                 Err(e) => return Err(AppError::store(service, "get_runner", e)),
             };
+        }
+    }
+}
+
+/// The runner `token_hash` names, read from the store (and remembered
+/// again for the renewals), as its authentication would refuse it: 401
+/// when the token names no runner or an ended one.
+async fn read_again(service: &Service, token_hash: &str) -> Result<Runner, AppError> {
+    service.metrics.long_poll_runner_reads.inc();
+    let read = service
+        .store
+        .find_runner_by_token(token_hash)
+        .await
+        .map_err(|e| AppError::store(service, "find_runner_by_token", e))?;
+    match read {
+        Some(runner) if !runner.state.is_terminal() => {
+            service
+                .renewals
+                .put(token_hash, runner.clone(), std::time::Instant::now());
+            Ok(runner)
+        }
+        Some(runner) => {
+            service.renewals.forget(token_hash);
+            service.metrics.report_refused("runner_ended");
+            Err(AppError::new(
+                ErrorKind::Unauthenticated,
+                "unauthorized",
+                format!(
+                    "runner {} is {}; register a new one",
+                    runner.name, runner.state
+                ),
+            ))
+        }
+        None => {
+            service.renewals.forget(token_hash);
+            service.metrics.report_refused("unauthorized");
+            Err(AppError::new(
+                ErrorKind::Unauthenticated,
+                "unauthorized",
+                "the runner token is not valid",
+            ))
         }
     }
 }
