@@ -28,7 +28,7 @@ use clap::Args;
 use tokio::sync::Mutex;
 
 use crate::load::{finish_job, percentile, record_latency, register_runners, request_job};
-use crate::procfs::{cpu_time, rss_mib};
+use crate::procfs::{context_switches, cpu_time, rss_mib};
 use crate::soak::{Scratch, Server};
 
 #[derive(Args, Debug, Clone)]
@@ -74,6 +74,7 @@ struct Figures {
     idle_cpu_percent: f64,
     idle_rss_mib: f64,
     cpu_ms_per_job: f64,
+    switches_per_job: f64,
     wake_p50: Duration,
     wake_p99: Duration,
 }
@@ -88,6 +89,7 @@ impl Figures {
             idle_cpu_percent: mid(rounds.iter().map(|f| f.idle_cpu_percent).collect()),
             idle_rss_mib: mid(rounds.iter().map(|f| f.idle_rss_mib).collect()),
             cpu_ms_per_job: mid(rounds.iter().map(|f| f.cpu_ms_per_job).collect()),
+            switches_per_job: mid(rounds.iter().map(|f| f.switches_per_job).collect()),
             wake_p50: mid(rounds.iter().map(|f| f.wake_p50).collect()),
             wake_p99: mid(rounds.iter().map(|f| f.wake_p99).collect()),
         }
@@ -209,7 +211,7 @@ async fn measure(args: &PollersArgs, server: &Server) -> anyhow::Result<Figures>
     let idle_elapsed = idle_started.elapsed();
     let idle_rss = rss_mib(pid)?;
     // Stream: jobs one at a time, each to a waiting runner.
-    let cpu_before = cpu_time(pid)?;
+    let (cpu_before, switches_before) = (cpu_time(pid)?, context_switches(pid)?);
     let submitter = client.clone();
     for i in 0..args.jobs {
         let body = serde_json::json!({"labels": labels, "script": "true", "external_id": format!("pollers-{run}-{i}")});
@@ -234,6 +236,7 @@ async fn measure(args: &PollersArgs, server: &Server) -> anyhow::Result<Figures>
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let stream_cpu = cpu_time(pid)? - cpu_before;
+    let stream_switches = context_switches(pid)?.saturating_sub(switches_before);
     stop_pollers(&pollers);
     let done = received.load(Ordering::Relaxed);
     if done < args.jobs as u64 {
@@ -249,6 +252,7 @@ async fn measure(args: &PollersArgs, server: &Server) -> anyhow::Result<Figures>
         idle_cpu_percent: idle_cpu.as_secs_f64() / idle_elapsed.as_secs_f64() * 100.0,
         idle_rss_mib: idle_rss,
         cpu_ms_per_job: stream_cpu.as_secs_f64() * 1_000.0 / args.jobs.max(1) as f64,
+        switches_per_job: stream_switches as f64 / args.jobs.max(1) as f64,
         wake_p50: percentile(&latencies, 50.0),
         wake_p99: percentile(&latencies, 99.0),
     })
@@ -297,10 +301,11 @@ pub async fn pollers(args: PollersArgs) -> anyhow::Result<()> {
         args.jobs,
         args.repeat.max(1)
     );
-    let rows: [Row; 5] = [
+    let rows: [Row; 6] = [
         ("idle CPU, % of a core", |f| f.idle_cpu_percent, "%"),
         ("idle RSS", |f| f.idle_rss_mib, " MiB"),
         ("CPU per job, end to end", |f| f.cpu_ms_per_job, " ms"),
+        ("context switches per job", |f| f.switches_per_job, ""),
         ("wake-up p50", |f| f.wake_p50.as_secs_f64() * 1_000.0, " ms"),
         ("wake-up p99", |f| f.wake_p99.as_secs_f64() * 1_000.0, " ms"),
     ];

@@ -48,3 +48,26 @@ pub(crate) fn peak_rss_kib(pid: u32) -> Option<u64> {
         .find_map(|line| line.strip_prefix("VmHWM:"))
         .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
 }
+
+/// The context switches, voluntary and not, process `pid`'s threads have
+/// made (the threads alive now: the server's are long-lived).
+pub(crate) fn context_switches(pid: u32) -> anyhow::Result<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .with_context(|| format!("cannot read /proc/{pid}/task"))?;
+    let mut total = 0;
+    for task in tasks.flatten() {
+        // A thread that ended since the listing counts nothing.
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        total += status
+            .lines()
+            .filter_map(|line| {
+                line.strip_prefix("voluntary_ctxt_switches:")
+                    .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            })
+            .filter_map(|value| value.trim().parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    Ok(total)
+}
