@@ -313,6 +313,48 @@ impl WorkerConfigStatements {
     }
 }
 
+/// A job's insert, answering its row (none when `(source, external_id)`
+/// is stored already). On SQLite the row's fair-share tag is computed in
+/// the insert, from the same four lookups the tag trigger makes (sqlite
+/// migration 0017): the trigger's UPDATE wrote each row twice (migration
+/// 0020 leaves it the rows inserted at the default tag 0). PostgreSQL's
+/// trigger runs before the insert and writes the row once.
+fn insert_job_statement(backend: crate::Backend) -> String {
+    let job_count = column_count(JOB_COLUMNS);
+    let values = placeholders(1, job_count);
+    match backend {
+        crate::Backend::Postgres => format!(
+            "INSERT INTO jobs ({JOB_COLUMNS}) VALUES ({values}) \
+             ON CONFLICT (source, external_id) DO NOTHING RETURNING id, {JOB_COLUMNS}"
+        ),
+        crate::Backend::Sqlite => {
+            let at = |column: &str| {
+                JOB_COLUMNS
+                    .split(',')
+                    .position(|c| c.trim() == column)
+                    .map_or(0, |i| i + 1)
+            };
+            let (pool, state, key, weight) =
+                (at("pool"), at("state"), at("share_key"), at("share_weight"));
+            format!(
+                "INSERT INTO jobs ({JOB_COLUMNS}, share_tag) VALUES ({values}, \
+                 CASE WHEN ${state} = 'queued' THEN max( \
+                   coalesce((SELECT share_tag FROM jobs WHERE pool = ${pool} AND state = 'provisioning' \
+                             ORDER BY share_tag DESC LIMIT 1), 0), \
+                   coalesce((SELECT share_tag FROM jobs WHERE pool = ${pool} AND state = 'running' \
+                             ORDER BY share_tag DESC LIMIT 1), 0), \
+                   coalesce((SELECT share_tag FROM jobs WHERE pool = ${pool} AND state = 'queued' \
+                             ORDER BY share_tag LIMIT 1), 0), \
+                   coalesce((SELECT share_tag FROM jobs WHERE pool = ${pool} AND share_key = ${key} \
+                             AND state = 'queued' ORDER BY share_tag DESC LIMIT 1) \
+                            + 1000.0 / max(${weight}, 1), 0)) \
+                 ELSE 0 END) \
+                 ON CONFLICT (source, external_id) DO NOTHING RETURNING id, {JOB_COLUMNS}"
+            )
+        }
+    }
+}
+
 impl Statements {
     pub fn new(dialect: DialectSql) -> Statements {
         let job_count = column_count(JOB_COLUMNS);
@@ -320,11 +362,7 @@ impl Statements {
         let select_job = format!("SELECT id, {JOB_COLUMNS} FROM jobs");
         let select_runner = format!("SELECT id, {RUNNER_COLUMNS} FROM runners");
         let statements = [
-            format!(
-                "INSERT INTO jobs ({JOB_COLUMNS}) VALUES ({}) \
-                 ON CONFLICT (source, external_id) DO NOTHING RETURNING id, {JOB_COLUMNS}",
-                placeholders(1, job_count)
-            ),
+            insert_job_statement(dialect.backend),
             format!("{select_job} WHERE id = $1"),
             format!("{select_job} WHERE source = $1 AND external_id = $2"),
             // The history line (`rows::history_line`) is the last argument.
