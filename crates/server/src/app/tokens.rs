@@ -88,3 +88,47 @@ impl Renewals {
         self.runners.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
+
+/// The runner `token_hash` names, read from the store (and remembered
+/// again for the renewals), as its authentication would refuse it: 401
+/// when the token names no runner or an ended one.
+pub async fn read_again(
+    service: &crate::app::Service,
+    token_hash: &str,
+) -> Result<Runner, crate::app::AppError> {
+    service.metrics.long_poll_runner_reads.inc();
+    let read = service
+        .store
+        .find_runner_by_token(token_hash)
+        .await
+        .map_err(|e| crate::app::AppError::store(service, "find_runner_by_token", e))?;
+    match read {
+        Some(runner) if !runner.state.is_terminal() => {
+            service
+                .renewals
+                .put(token_hash, runner.clone(), std::time::Instant::now());
+            Ok(runner)
+        }
+        Some(runner) => {
+            service.renewals.forget(token_hash);
+            service.metrics.report_refused("runner_ended");
+            Err(crate::app::AppError::new(
+                crate::app::ErrorKind::Unauthenticated,
+                "unauthorized",
+                format!(
+                    "runner {} is {}; register a new one",
+                    runner.name, runner.state
+                ),
+            ))
+        }
+        None => {
+            service.renewals.forget(token_hash);
+            service.metrics.report_refused("unauthorized");
+            Err(crate::app::AppError::new(
+                crate::app::ErrorKind::Unauthenticated,
+                "unauthorized",
+                "the runner token is not valid",
+            ))
+        }
+    }
+}

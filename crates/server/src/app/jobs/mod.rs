@@ -201,7 +201,7 @@ pub async fn claim(
         if look {
             if let Some(token_hash) = remembered.take() {
                 // Decide on the runner as it is now (draining? ended?).
-                current = read_again(service, token_hash).await?;
+                current = crate::app::tokens::read_again(service, token_hash).await?;
                 continue;
             }
             // Listen before looking, so a job enqueued in between still
@@ -283,47 +283,6 @@ pub async fn claim(
                 Ok(None) => current,
                 Err(e) => return Err(AppError::store(service, "get_runner", e)),
             };
-        }
-    }
-}
-
-/// The runner `token_hash` names, read from the store (and remembered
-/// again for the renewals), as its authentication would refuse it: 401
-/// when the token names no runner or an ended one.
-async fn read_again(service: &Service, token_hash: &str) -> Result<Runner, AppError> {
-    service.metrics.long_poll_runner_reads.inc();
-    let read = service
-        .store
-        .find_runner_by_token(token_hash)
-        .await
-        .map_err(|e| AppError::store(service, "find_runner_by_token", e))?;
-    match read {
-        Some(runner) if !runner.state.is_terminal() => {
-            service
-                .renewals
-                .put(token_hash, runner.clone(), std::time::Instant::now());
-            Ok(runner)
-        }
-        Some(runner) => {
-            service.renewals.forget(token_hash);
-            service.metrics.report_refused("runner_ended");
-            Err(AppError::new(
-                ErrorKind::Unauthenticated,
-                "unauthorized",
-                format!(
-                    "runner {} is {}; register a new one",
-                    runner.name, runner.state
-                ),
-            ))
-        }
-        None => {
-            service.renewals.forget(token_hash);
-            service.metrics.report_refused("unauthorized");
-            Err(AppError::new(
-                ErrorKind::Unauthenticated,
-                "unauthorized",
-                "the runner token is not valid",
-            ))
         }
     }
 }
