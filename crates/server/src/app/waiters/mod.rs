@@ -97,6 +97,7 @@ enum Woken {
 
 struct Slot {
     id: u64,
+    pool: String,
     serves: Serves,
     notify: Notify,
     woken: Mutex<Woken>,
@@ -122,6 +123,12 @@ struct Pools {
     waiting: HashMap<String, BTreeMap<u64, Arc<Slot>>>,
     /// Each waiting runner's slots (one, unless it holds several polls).
     by_runner: HashMap<RunnerId, Vec<Arc<Slot>>>,
+    /// Per pool, how many of its waiters are woken and have not looked
+    /// yet: the safety net's "quiet" pools are those at 0, read without
+    /// visiting every waiter (that scan was a tenth of the idle CPU with
+    /// 10,000 waiting). Kept under this lock: every change of a waiter's
+    /// `woken` is made holding it.
+    woken: HashMap<String, usize>,
     /// Moves on at every wake-up of every pool.
     epoch_all: u64,
     /// Per pool, moves on at every wake-up of it: whatever may have made
@@ -137,6 +144,13 @@ struct Pools {
 }
 
 impl Pools {
+    /// One of `pool`'s woken waiters looked, or left.
+    fn unwoken(&mut self, pool: &str) {
+        if let Some(count) = self.woken.get_mut(pool) {
+            *count = count.saturating_sub(1);
+        }
+    }
+
     /// Where `pool` stands: changes whenever a wake-up may have made a job
     /// claimable there.
     fn epoch(&self, pool: &str) -> u64 {
@@ -245,6 +259,7 @@ impl Waiters {
         }
         let slot = Arc::new(Slot {
             id: pools.next_id,
+            pool: pool.to_owned(),
             serves: Serves { runner, labels },
             notify: Notify::new(),
             woken: Mutex::new(Woken::No),
@@ -291,7 +306,8 @@ impl Waiters {
     }
 
     fn wake_one(&self, pool: &str, wanted: JobWanted) -> bool {
-        let mut pools = lock(&self.pools);
+        let mut guard = lock(&self.pools);
+        let pools = &mut *guard;
         pools.move_on(Some(pool));
         let Some(slots) = pools.waiting.get(pool) else {
             return false;
@@ -303,6 +319,7 @@ impl Waiters {
             let mut woken = lock(&slot.woken);
             if *woken == Woken::No {
                 *woken = Woken::For(wanted);
+                *pools.woken.entry(pool.to_owned()).or_default() += 1;
                 slot.notify.notify_one();
                 self.count_woken(pool, 1);
                 return true;
@@ -313,7 +330,8 @@ impl Waiters {
 
     /// Wakes every waiter of `pool`, or of every pool.
     pub fn wake_all(&self, pool: Option<&str>) {
-        let mut pools = lock(&self.pools);
+        let mut guard = lock(&self.pools);
+        let pools = &mut *guard;
         pools.move_on(pool);
         let slots: Vec<(&String, &BTreeMap<u64, Arc<Slot>>)> = match pool {
             Some(pool) => pools.waiting.get_key_value(pool).into_iter().collect(),
@@ -321,7 +339,10 @@ impl Waiters {
         };
         for (pool, slots) in slots {
             for slot in slots.values() {
-                *lock(&slot.woken) = Woken::ForAny;
+                let was = std::mem::replace(&mut *lock(&slot.woken), Woken::ForAny);
+                if was == Woken::No {
+                    *pools.woken.entry(pool.clone()).or_default() += 1;
+                }
                 slot.notify.notify_one();
             }
             self.count_woken(pool, slots.len());
@@ -334,9 +355,9 @@ impl Waiters {
         let pools = lock(&self.pools);
         pools
             .waiting
-            .iter()
-            .filter(|(_, slots)| slots.values().all(|slot| *lock(&slot.woken) == Woken::No))
-            .map(|(pool, _)| pool.clone())
+            .keys()
+            .filter(|pool| pools.woken.get(*pool).copied().unwrap_or(0) == 0)
+            .cloned()
             .collect()
     }
 
@@ -350,7 +371,8 @@ impl Waiters {
         if self.wake_one(pool, JobWanted::of(job)) {
             return true;
         }
-        let pools = lock(&self.pools);
+        let mut guard = lock(&self.pools);
+        let pools = &mut *guard;
         let Some(slot) = pools
             .waiting
             .get(pool)
@@ -361,6 +383,7 @@ impl Waiters {
         let mut woken = lock(&slot.woken);
         if *woken == Woken::No {
             *woken = Woken::ForAny;
+            *pools.woken.entry(pool.to_owned()).or_default() += 1;
             slot.notify.notify_one();
             self.count_woken(pool, 1);
         }
@@ -370,12 +393,14 @@ impl Waiters {
     /// Wakes `runner`'s own long poll here, if it waits: it changed (it
     /// drains, or stops) and should look at itself again.
     pub fn wake_runner(&self, runner: RunnerId) {
-        let mut pools = lock(&self.pools);
+        let mut guard = lock(&self.pools);
+        let pools = &mut *guard;
         pools.found_nothing.remove(&runner);
         for slot in pools.by_runner.get(&runner).into_iter().flatten() {
             let mut woken = lock(&slot.woken);
             if *woken == Woken::No {
                 *woken = Woken::ForAny;
+                *pools.woken.entry(slot.pool.clone()).or_default() += 1;
             }
             slot.notify.notify_one();
         }
@@ -415,7 +440,14 @@ impl Waiting<'_> {
     /// Call before each look at the queue: a wake-up from here on is for
     /// what that look may miss, and one before it is what it acts on.
     pub fn looking(&mut self) {
-        let woken = std::mem::replace(&mut *lock(&self.slot.woken), Woken::No);
+        let woken = {
+            let mut pools = lock(&self.waiters.pools);
+            let woken = std::mem::replace(&mut *lock(&self.slot.woken), Woken::No);
+            if woken != Woken::No {
+                pools.unwoken(&self.pool);
+            }
+            woken
+        };
         if let Woken::For(job) = woken {
             if let Some(earlier) = self.pending.replace(job) {
                 self.waiters.wake_one(&self.pool, earlier);
@@ -454,10 +486,14 @@ impl Drop for Waiting<'_> {
         {
             let mut pools = lock(&self.waiters.pools);
             if let Some(slots) = pools.waiting.get_mut(&self.pool) {
-                slots.remove(&self.slot.id);
-                self.waiters.count(&self.pool, slots.len());
-                if slots.is_empty() {
+                if slots.remove(&self.slot.id).is_some() && *lock(&self.slot.woken) != Woken::No {
+                    pools.unwoken(&self.pool);
+                }
+                let slots = pools.waiting.get(&self.pool).map_or(0, BTreeMap::len);
+                self.waiters.count(&self.pool, slots);
+                if slots == 0 {
                     pools.waiting.remove(&self.pool);
+                    pools.woken.remove(&self.pool);
                 }
             }
             let runner = self.slot.serves.runner;

@@ -324,3 +324,51 @@ fn a_changed_runner_wakes_its_own_polls_only_while_they_wait() {
     drop((bystander, again));
     assert!(lock(&waiters.pools).by_runner.is_empty());
 }
+
+/// The per-pool count of woken waiters agrees with the waiters themselves.
+fn woken_counts_agree(waiters: &Waiters) {
+    let pools = lock(&waiters.pools);
+    for (pool, slots) in &pools.waiting {
+        let woken = slots
+            .values()
+            .filter(|slot| *lock(&slot.woken) != Woken::No)
+            .count();
+        assert_eq!(pools.woken.get(pool).copied().unwrap_or(0), woken, "{pool}");
+    }
+}
+
+#[test]
+fn quiet_pools_are_those_whose_waiters_are_all_unwoken() {
+    let waiters = Waiters::default();
+    let quiet = |waiters: &Waiters| {
+        woken_counts_agree(waiters);
+        let mut pools = waiters.quiet_pools();
+        pools.sort();
+        pools
+    };
+    let mut first = waiters.enter("a", RunnerId(1), None);
+    let second = waiters.enter("a", RunnerId(2), None);
+    let other = waiters.enter("b", RunnerId(3), None);
+    assert_eq!(quiet(&waiters), ["a", "b"]);
+    assert!(waiters.job_queued(&job("a", &["linux"])));
+    assert_eq!(quiet(&waiters), ["b"], "a waiter of a is woken");
+    first.looking();
+    first.settled();
+    assert_eq!(quiet(&waiters), ["a", "b"], "it looked");
+    waiters.wake_runner(RunnerId(3));
+    assert_eq!(quiet(&waiters), ["a"]);
+    drop(other);
+    assert_eq!(quiet(&waiters), ["a"], "b's woken waiter left");
+    waiters.wake_all(None);
+    waiters.wake_all(Some("a"));
+    assert_eq!(quiet(&waiters), Vec::<String>::new());
+    let third = waiters.enter("b", RunnerId(4), None);
+    assert!(waiters.wake_for(&job("b", &["gpu"])));
+    assert_eq!(quiet(&waiters), Vec::<String>::new());
+    drop(second);
+    first.looking();
+    assert_eq!(quiet(&waiters), ["a"]);
+    drop((first, third));
+    assert_eq!(quiet(&waiters), Vec::<String>::new());
+    assert!(lock(&waiters.pools).woken.is_empty());
+}
