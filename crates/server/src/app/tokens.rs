@@ -9,6 +9,8 @@ use rand::RngCore;
 use runway_core::Runner;
 use sha2::{Digest, Sha256};
 
+use crate::app::{AppError, ErrorKind, Service};
+
 /// A random token with a readable prefix (`rwr_` registration, `rwt_` runner,
 /// [`REPORT_TOKEN_PREFIX`] a runner's report-only token).
 pub fn new_token(prefix: &str) -> String {
@@ -89,45 +91,47 @@ impl Renewals {
     }
 }
 
-/// The runner `token_hash` names, read from the store (and remembered
-/// again for the renewals), as its authentication would refuse it: 401
-/// when the token names no runner or an ended one.
-pub async fn read_again(
-    service: &crate::app::Service,
-    token_hash: &str,
-) -> Result<Runner, crate::app::AppError> {
+/// The runner a runner token named, if it may still call the runner API;
+/// else why not, as the refusal's reason (`runway_runner_reports_rejected_total`)
+/// and the 401's message: no runner has the token, or its runner ended.
+pub fn admitted(found: Option<Runner>) -> Result<Runner, (&'static str, String)> {
+    match found {
+        Some(runner) if !runner.state.is_terminal() => Ok(runner),
+        Some(runner) => Err((
+            "runner_ended",
+            format!(
+                "runner {} is {}; register a new one",
+                runner.name, runner.state
+            ),
+        )),
+        None => Err(("unauthorized", "the runner token is not valid".to_owned())),
+    }
+}
+
+/// The runner `token_hash` names, read from the store again (and
+/// remembered again for the renewals), refused as its authentication
+/// refuses it ([`admitted`]).
+pub async fn read_again(service: &Service, token_hash: &str) -> Result<Runner, AppError> {
     service.metrics.long_poll_runner_reads.inc();
-    let read = service
+    let found = service
         .store
         .find_runner_by_token(token_hash)
         .await
-        .map_err(|e| crate::app::AppError::store(service, "find_runner_by_token", e))?;
-    match read {
-        Some(runner) if !runner.state.is_terminal() => {
+        .map_err(|e| AppError::store(service, "find_runner_by_token", e))?;
+    match admitted(found) {
+        Ok(runner) => {
             service
                 .renewals
-                .put(token_hash, runner.clone(), std::time::Instant::now());
+                .put(token_hash, runner.clone(), Instant::now());
             Ok(runner)
         }
-        Some(runner) => {
+        Err((reason, message)) => {
             service.renewals.forget(token_hash);
-            service.metrics.report_refused("runner_ended");
-            Err(crate::app::AppError::new(
-                crate::app::ErrorKind::Unauthenticated,
+            service.metrics.report_refused(reason);
+            Err(AppError::new(
+                ErrorKind::Unauthenticated,
                 "unauthorized",
-                format!(
-                    "runner {} is {}; register a new one",
-                    runner.name, runner.state
-                ),
-            ))
-        }
-        None => {
-            service.renewals.forget(token_hash);
-            service.metrics.report_refused("unauthorized");
-            Err(crate::app::AppError::new(
-                crate::app::ErrorKind::Unauthenticated,
-                "unauthorized",
-                "the runner token is not valid",
+                message,
             ))
         }
     }

@@ -328,7 +328,7 @@ impl FromRequestParts<Arc<Service>> for ReporterAuth {
             error
         };
         let presented = bearer(parts).map_err(|e| refused("unauthorized", e))?;
-        let runner = service
+        let found = service
             .store
             .find_runner_by_token(&token_hash(presented))
             .await
@@ -336,22 +336,9 @@ impl FromRequestParts<Arc<Service>> for ReporterAuth {
                 service.store_failed("find_runner_by_token");
                 tracing::error!(%error, "cannot look up a runner token");
                 refused("store_unavailable", ApiError::store_unavailable())
-            })?
-            .ok_or_else(|| {
-                refused(
-                    "unauthorized",
-                    ApiError::unauthorized("the runner token is not valid"),
-                )
             })?;
-        if runner.state.is_terminal() {
-            return Err(refused(
-                "runner_ended",
-                ApiError::unauthorized(format!(
-                    "runner {} is {}; register a new one",
-                    runner.name, runner.state
-                )),
-            ));
-        }
+        let runner = crate::app::tokens::admitted(found)
+            .map_err(|(reason, message)| refused(reason, ApiError::unauthorized(message)))?;
         Ok(ReporterAuth(runner))
     }
 }
