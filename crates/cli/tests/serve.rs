@@ -16,6 +16,20 @@ fn runway(dir: &Path, args: &[&str]) -> Command {
     command
 }
 
+/// `runway ARGS` in `dir`, run to its end.
+fn run(dir: &Path, args: &[&str]) -> Output {
+    runway(dir, args).output().unwrap()
+}
+
+/// `runway serve` on an ephemeral port and the database `database`, run to
+/// its end (the cases where it cannot start).
+fn serve_on_database(dir: &Path, database: &str) -> Output {
+    run(
+        dir,
+        &["serve", "--listen", "127.0.0.1:0", "--database", database],
+    )
+}
+
 /// A running `runway serve` (the shared harness's), killed on drop if a
 /// test fails half-way.
 struct Server {
@@ -69,7 +83,7 @@ fn assert_one_line_failure(output: &Output) -> String {
 #[test]
 fn help_lists_the_operators_commands_and_no_load_generator() {
     let dir = tempfile::tempdir().unwrap();
-    let output = runway(dir.path(), &["--help"]).output().unwrap();
+    let output = run(dir.path(), &["--help"]);
     assert!(output.status.success());
     let help = String::from_utf8_lossy(&output.stdout);
     for command in ["serve", "submit", "jobs", "agent", "sim"] {
@@ -173,9 +187,7 @@ fn malformed_config_fails_in_one_line_and_writes_nothing() {
         "[server]\nlisten = \"127.0.0.1:0\"\nmax_conections = 3\n",
     )
     .unwrap();
-    let output = runway(dir.path(), &["serve", "--config", "bad.toml"])
-        .output()
-        .unwrap();
+    let output = run(dir.path(), &["serve", "--config", "bad.toml"]);
     let line = assert_one_line_failure(&output);
     assert!(line.contains("bad.toml"), "{line}");
     assert!(
@@ -187,9 +199,7 @@ fn malformed_config_fails_in_one_line_and_writes_nothing() {
         "nothing was created"
     );
 
-    let output = runway(dir.path(), &["serve", "--config", "missing.toml"])
-        .output()
-        .unwrap();
+    let output = run(dir.path(), &["serve", "--config", "missing.toml"]);
     let line = assert_one_line_failure(&output);
     assert!(
         line.contains("cannot read config file missing.toml"),
@@ -204,18 +214,7 @@ fn corrupt_database_file_fails_in_one_line_and_is_left_untouched() {
     let garbage =
         b"this is not a SQLite database, just bytes that happen to be here.\n".repeat(100);
     std::fs::write(&path, &garbage).unwrap();
-    let output = runway(
-        dir.path(),
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--database",
-            "corrupt.db",
-        ],
-    )
-    .output()
-    .unwrap();
+    let output = serve_on_database(dir.path(), "corrupt.db");
     let line = assert_one_line_failure(&output);
     assert!(
         line.contains("corrupt.db") && line.contains("not a database"),
@@ -234,18 +233,7 @@ fn unwritable_database_path_fails_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
     // A path below a regular file can never be created, even as root.
     std::fs::write(dir.path().join("plain-file"), "x").unwrap();
-    let output = runway(
-        dir.path(),
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--database",
-            "plain-file/runway.db",
-        ],
-    )
-    .output()
-    .unwrap();
+    let output = serve_on_database(dir.path(), "plain-file/runway.db");
     let line = assert_one_line_failure(&output);
     assert!(
         line.contains("plain-file/runway.db") && line.contains("unable to open"),
@@ -256,18 +244,7 @@ fn unwritable_database_path_fails_in_one_line() {
 #[test]
 fn unreachable_postgres_fails_in_one_line_without_leaking_the_password() {
     let dir = tempfile::tempdir().unwrap();
-    let output = runway(
-        dir.path(),
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--database",
-            "postgres://runway:s3cret@127.0.0.1:1/runway",
-        ],
-    )
-    .output()
-    .unwrap();
+    let output = serve_on_database(dir.path(), "postgres://runway:s3cret@127.0.0.1:1/runway");
     let line = assert_one_line_failure(&output);
     assert!(
         line.contains("127.0.0.1:1") && line.contains("refused"),
@@ -289,16 +266,14 @@ fn config_check_prints_the_effective_config_with_secrets_redacted() {
         "[server]\ndatabase = \"file:db-url\"\n",
     )
     .unwrap();
-    let output = runway(dir.path(), &["config", "check", "--config", "runway.toml"])
-        .output()
-        .unwrap();
+    let output = run(dir.path(), &["config", "check", "--config", "runway.toml"]);
     assert!(output.status.success(), "{}", stderr_of(&output));
     let printed = String::from_utf8_lossy(&output.stdout);
     assert!(printed.contains("database = \"file:"), "{printed}");
     assert!(!printed.contains("from-file-secret"), "{printed}");
     assert!(printed.contains("[[pools]]"), "{printed}");
 
-    let output = runway(
+    let output = run(
         dir.path(),
         &[
             "config",
@@ -306,9 +281,7 @@ fn config_check_prints_the_effective_config_with_secrets_redacted() {
             "--database",
             "postgres://runway:literal-secret@db/runway",
         ],
-    )
-    .output()
-    .unwrap();
+    );
     let printed = String::from_utf8_lossy(&output.stdout);
     assert!(
         printed.contains("postgres://runway:***@db/runway"),
@@ -321,9 +294,7 @@ fn config_check_prints_the_effective_config_with_secrets_redacted() {
         "[[pools]]\nname = \"x\"\nlabels = []\n",
     )
     .unwrap();
-    let output = runway(dir.path(), &["config", "check", "--config", "bad.toml"])
-        .output()
-        .unwrap();
+    let output = run(dir.path(), &["config", "check", "--config", "bad.toml"]);
     let line = assert_one_line_failure(&output);
     assert!(line.contains("pools[0].labels"), "{line}");
 }
@@ -401,15 +372,25 @@ fn load_generator_and_admin_commands_against_a_running_server() {
     let runners = admin(&["runners"]);
     assert_eq!(runners.lines().count(), 1, "only the header: {runners}");
 
-    let output = runway(
+    let output = run(
         dir.path(),
         &["jobs", "--url", &server.base, "--token", "wrong-token"],
-    )
-    .output()
-    .unwrap();
+    );
     let line = assert_one_line_failure(&output);
     assert!(line.contains("401") && line.contains("not valid"), "{line}");
     assert!(server.terminate().success());
+}
+
+/// `runway config eval build.json [--config CONFIG] --set S…` in `dir`.
+fn config_eval(dir: &Path, config: Option<&str>, sets: &[&str]) -> Output {
+    let mut command = runway(dir, &["config", "eval", "build.json"]);
+    if let Some(config) = config {
+        command.args(["--config", config]);
+    }
+    for set in sets {
+        command.args(["--set", set]);
+    }
+    command.output().unwrap()
 }
 
 fn example_worker_config() -> String {
@@ -421,22 +402,15 @@ fn example_worker_config() -> String {
 fn config_eval_standalone_and_with_declared_providers() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("build.json"), example_worker_config()).unwrap();
-    let output = runway(
+    let output = config_eval(
         dir.path(),
+        None,
         &[
-            "config",
-            "eval",
-            "build.json",
-            "--set",
             "provider=ec2",
-            "--set",
             "region=us-east-1",
-            "--set",
             "availabilityZone=us-east-1a",
         ],
-    )
-    .output()
-    .unwrap();
+    );
     assert!(output.status.success(), "{}", stderr_of(&output));
     let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(
@@ -454,20 +428,7 @@ fn config_eval_standalone_and_with_declared_providers() {
         "[providers.ec2]\nkind = \"exec\"\nexecutable = \"garm-provider-ec2\"\nrequired_keys = [\"ec2.ImageId\"]\n",
     )
     .unwrap();
-    let output = runway(
-        dir.path(),
-        &[
-            "config",
-            "eval",
-            "build.json",
-            "--config",
-            "runway.toml",
-            "--set",
-            "provider=ec2",
-        ],
-    )
-    .output()
-    .unwrap();
+    let output = config_eval(dir.path(), Some("runway.toml"), &["provider=ec2"]);
     let line = assert_one_line_failure(&output);
     assert!(
         line.contains("us-east-1a subnets") && line.contains("availabilityZone"),
@@ -480,9 +441,7 @@ fn config_eval_standalone_and_with_declared_providers() {
         "[providers.ec2]\nkind = \"exec\"\nexecutable = \"garm-provider-ec2\"\nconditions = [\"availabilityZone\"]\nrequired_keys = [\"ec2.ImageId\"]\n",
     )
     .unwrap();
-    let output = runway(dir.path(), &["config", "check", "--config", "runway.toml"])
-        .output()
-        .unwrap();
+    let output = run(dir.path(), &["config", "check", "--config", "runway.toml"]);
     let line = assert_one_line_failure(&output);
     assert!(
         line.contains("[providers.ec2] conditions")
@@ -496,41 +455,19 @@ fn config_eval_standalone_and_with_declared_providers() {
     )
     .unwrap();
     // The provider's inputs apply as at launch: its zone's subnet rule holds.
-    let output = runway(
+    let output = config_eval(
         dir.path(),
-        &[
-            "config",
-            "eval",
-            "build.json",
-            "--config",
-            "runway.toml",
-            "--set",
-            "provider=ec2",
-            "--set",
-            "region=us-east-1",
-        ],
-    )
-    .output()
-    .unwrap();
+        Some("runway.toml"),
+        &["provider=ec2", "region=us-east-1"],
+    );
     assert!(output.status.success(), "{}", stderr_of(&output));
     let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(result["ec2"]["SubnetID"], "sn-302433abcdef", "{result}");
-    let output = runway(
+    let output = config_eval(
         dir.path(),
-        &[
-            "config",
-            "eval",
-            "build.json",
-            "--config",
-            "runway.toml",
-            "--set",
-            "provider=ec2",
-            "--set",
-            "region=us-west-2",
-        ],
-    )
-    .output()
-    .unwrap();
+        Some("runway.toml"),
+        &["provider=ec2", "region=us-west-2"],
+    );
     let line = assert_one_line_failure(&output);
     assert!(
         line.contains("ec2.ImageId") && line.contains("basic-options"),
@@ -575,9 +512,7 @@ values = { scalingRatio = 2 }
 "#,
     )
     .unwrap();
-    let check = runway(dir.path(), &["config", "check", "--config", "runway.toml"])
-        .output()
-        .unwrap();
+    let check = run(dir.path(), &["config", "check", "--config", "runway.toml"]);
     assert!(check.status.success(), "{}", stderr_of(&check));
     let server = Server::start(dir.path(), &["--config", "runway.toml"]);
     let listed = |base: &str| -> Vec<(String, i64)> {
@@ -614,9 +549,7 @@ values = { scalingRatio = 2 }
         "[[worker_configs]]\nid = \"a\"\npools = [\"p\"]\n[[worker_configs]]\nid = \"b\"\npools = [\"p\"]\n",
     )
     .unwrap();
-    let output = runway(dir.path(), &["config", "check", "--config", "bad.toml"])
-        .output()
-        .unwrap();
+    let output = run(dir.path(), &["config", "check", "--config", "bad.toml"]);
     let line = assert_one_line_failure(&output);
     assert!(
         line.contains("worker_configs[1].pools") && line.contains("\"a\""),
@@ -720,7 +653,7 @@ values = { ec2 = { ImageId = "ami-1", SecurityGroupId = ["sg-1"] } }
         &["config", "check", "--config", "runway.toml"][..],
         &["serve", "--config", "runway.toml"][..],
     ] {
-        let output = runway(dir.path(), command).output().unwrap();
+        let output = run(dir.path(), command);
         let line = assert_one_line_failure(&output);
         assert!(
             line.contains("ec2.SecurityGroupId") && line.contains("worker_configs[0]"),
@@ -789,7 +722,7 @@ values = {values}
             &["config", "check", "--config", "runway.toml"][..],
             &["serve", "--config", "runway.toml"][..],
         ] {
-            let output = runway(dir.path(), command).output().unwrap();
+            let output = run(dir.path(), command);
             let line = assert_one_line_failure(&output);
             assert!(
                 line.contains("\"risky\"") && line.contains(key) && line.contains(value),

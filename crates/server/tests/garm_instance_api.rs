@@ -60,24 +60,17 @@ async fn a_runway_agent_machine_gets_one_registration_token_and_its_status_is_re
     .await
     .unwrap();
     let path = format!("{METADATA}/runner-registration-token/");
-    let (status, first) = h.call("GET", &path, &token, None).await;
+    let (status, first) = h.get(&path, &token).await;
     assert_eq!(status, StatusCode::OK, "{first}");
     assert!(first.as_str().unwrap().starts_with("rwr_"), "{first}");
-    let (status, again) = h.call("GET", &path, &token, None).await;
+    let (status, again) = h.get(&path, &token).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "replayed: {again}");
     // No trailing slash, as GARM serves both; JIT files are for JIT runners.
     let (status, _) = h
-        .call(
-            "GET",
-            &format!("{METADATA}/credentials/runner"),
-            &token,
-            None,
-        )
+        .get(&format!("{METADATA}/credentials/runner"), &token)
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let (status, script) = h
-        .call("GET", &format!("{METADATA}/install-script"), &token, None)
-        .await;
+    let (status, script) = h.get(&format!("{METADATA}/install-script"), &token).await;
     assert_eq!(status, StatusCode::OK);
     assert!(
         script.as_str().unwrap().contains("runway\" agent --once"),
@@ -87,11 +80,10 @@ async fn a_runway_agent_machine_gets_one_registration_token_and_its_status_is_re
     // Bad tokens change nothing.
     for bad in ["", "rwi_unknown"] {
         let (status, _) = h
-            .call(
-                "POST",
+            .post(
                 &format!("{CALLBACKS}/status/"),
                 bad,
-                Some(json!({"status": "failed", "message": "x"})),
+                json!({"status": "failed", "message": "x"}),
             )
             .await;
         assert_eq!(status, StatusCode::UNAUTHORIZED);
@@ -106,20 +98,18 @@ async fn a_runway_agent_machine_gets_one_registration_token_and_its_status_is_re
         RunnerState::Requested
     );
     let (status, _) = h
-        .call(
-            "POST",
+        .post(
             &format!("{CALLBACKS}/status/"),
             &token,
-            Some(json!({"status": "installing", "message": "downloading runway"})),
+            json!({"status": "installing", "message": "downloading runway"}),
         )
         .await;
     assert_eq!(status, StatusCode::OK);
     let (status, _) = h
-        .call(
-            "POST",
+        .post(
             &format!("{CALLBACKS}/status"),
             &token,
-            Some(json!({"status": "failed", "message": "disk full"})),
+            json!({"status": "failed", "message": "disk full"}),
         )
         .await;
     assert_eq!(status, StatusCode::OK);
@@ -139,9 +129,7 @@ async fn a_runway_agent_machine_gets_one_registration_token_and_its_status_is_re
         .collect();
     assert_eq!(phases, ["garm-status", "garm-status"]);
     // Its runner failed: the token is spent.
-    let (status, _) = h
-        .call("GET", &format!("{METADATA}/install-script/"), &token, None)
-        .await;
+    let (status, _) = h.get(&format!("{METADATA}/install-script/"), &token).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
 
@@ -165,30 +153,15 @@ async fn a_github_machine_gets_its_jit_files_until_its_runner_runs_a_job() {
     .await
     .unwrap();
     let (status, body) = h
-        .call(
-            "GET",
-            &format!("{METADATA}/credentials/runner/"),
-            &token,
-            None,
-        )
+        .get(&format!("{METADATA}/credentials/runner/"), &token)
         .await;
     assert_eq!((status, body), (StatusCode::OK, json!({"agentId": 7})));
     let (_, name) = h
-        .call(
-            "GET",
-            &format!("{METADATA}/system/service-name/"),
-            &token,
-            None,
-        )
+        .get(&format!("{METADATA}/system/service-name/"), &token)
         .await;
     assert_eq!(name, "actions.runner.acme");
     let (status, _) = h
-        .call(
-            "GET",
-            &format!("{METADATA}/runner-registration-token/"),
-            &token,
-            None,
-        )
+        .get(&format!("{METADATA}/runner-registration-token/"), &token)
         .await;
     assert_eq!(
         status,
@@ -212,12 +185,7 @@ async fn a_github_machine_gets_its_jit_files_until_its_runner_runs_a_job() {
         .await
         .unwrap();
     let (status, _) = h
-        .call(
-            "GET",
-            &format!("{METADATA}/credentials/credentials/"),
-            &token,
-            None,
-        )
+        .get(&format!("{METADATA}/credentials/credentials/"), &token)
         .await;
     assert_eq!(
         status,
@@ -229,12 +197,7 @@ async fn a_github_machine_gets_its_jit_files_until_its_runner_runs_a_job() {
         .await
         .unwrap();
     let (status, _) = h
-        .call(
-            "GET",
-            &format!("{METADATA}/credentials/credentials/"),
-            &token,
-            None,
-        )
+        .get(&format!("{METADATA}/credentials/credentials/"), &token)
         .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
@@ -245,9 +208,7 @@ async fn an_expired_instance_token_is_refused() {
     let now = runway_server::clock::now();
     let runner = runner(&h, "agent", "agent-2").await;
     let token = garm::mint(&h.service, &runner, now, None).await.unwrap();
-    let (status, body) = h
-        .call("GET", &format!("{METADATA}/install-script/"), &token, None)
-        .await;
+    let (status, body) = h.get(&format!("{METADATA}/install-script/"), &token).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(body["error"], "the instance token has expired");
 }

@@ -47,11 +47,10 @@ impl Harness {
     /// A registration token for pool `default`.
     async fn registration_token(&self) -> Value {
         let (status, token) = self
-            .call(
-                "POST",
+            .post(
                 "/api/v1/registration-tokens",
                 ADMIN,
-                Some(json!({"pool": "default", "ttl": 60})),
+                json!({"pool": "default", "ttl": 60}),
             )
             .await;
         assert_eq!(status, StatusCode::CREATED, "{token}");
@@ -62,11 +61,10 @@ impl Harness {
     async fn runner(&self, name: &str, labels: &[&str]) -> String {
         let token = self.registration_token().await;
         let (status, registered) = self
-            .call(
-                "POST",
+            .post(
                 "/api/v1/runners/register",
                 "",
-                Some(json!({"token": token["token"], "name": name, "labels": labels})),
+                json!({"token": token["token"], "name": name, "labels": labels}),
             )
             .await;
         assert_eq!(status, StatusCode::CREATED, "{registered}");
@@ -76,12 +74,7 @@ impl Harness {
     /// Job `i` of `tenant` (external id `tenant-i`), on `linux`.
     async fn submit_as(&self, tenant: &str, i: usize) -> i64 {
         let (status, body) = self
-            .call(
-                "POST",
-                "/api/v1/jobs",
-                ADMIN,
-                Some(json!({"labels": ["linux"], "script": "echo hi", "tenant": tenant, "external_id": format!("{tenant}-{i}")})),
-            )
+            .post("/api/v1/jobs", ADMIN, json!({"labels": ["linux"], "script": "echo hi", "tenant": tenant, "external_id": format!("{tenant}-{i}")}))
             .await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
         body["id"].as_i64().unwrap()
@@ -89,12 +82,7 @@ impl Harness {
 
     async fn submit(&self, labels: &[&str], external_id: Option<&str>) -> i64 {
         let (status, body) = self
-            .call(
-                "POST",
-                "/api/v1/jobs",
-                ADMIN,
-                Some(json!({"labels": labels, "script": "echo hi", "timeout_seconds": 60, "external_id": external_id})),
-            )
+            .post("/api/v1/jobs", ADMIN, json!({"labels": labels, "script": "echo hi", "timeout_seconds": 60, "external_id": external_id}))
             .await;
         assert!(
             status == StatusCode::CREATED || status == StatusCode::OK,
@@ -107,52 +95,48 @@ impl Harness {
 #[tokio::test]
 async fn scopes_and_registration() {
     let harness = Harness::runner_api(None).await;
-    let (status, _) = harness.call("GET", "/api/v1/jobs", READER, None).await;
+    let (status, _) = harness.get("/api/v1/jobs", READER).await;
     assert_eq!(status, StatusCode::OK, "a read token reads");
     let (status, body) = harness
-        .call(
-            "POST",
+        .post(
             "/api/v1/jobs",
             READER,
-            Some(json!({"labels": ["linux"], "script": "true"})),
+            json!({"labels": ["linux"], "script": "true"}),
         )
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     let (status, _) = harness
-        .call(
-            "POST",
+        .post(
             "/api/v1/registration-tokens",
             READER,
-            Some(json!({"pool": "default"})),
+            json!({"pool": "default"}),
         )
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     let (status, _) = harness
-        .call(
-            "POST",
+        .post(
             "/api/v1/registration-tokens",
             ADMIN,
-            Some(json!({"pool": "nope"})),
+            json!({"pool": "nope"}),
         )
         .await;
     // Well-formed but naming no configured pool: unprocessable, not malformed.
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
 
     let (_, token) = harness
-        .call(
-            "POST",
+        .post(
             "/api/v1/registration-tokens",
             ADMIN,
-            Some(json!({"pool": "default"})),
+            json!({"pool": "default"}),
         )
         .await;
     let register = |name: &str| json!({"token": token["token"], "name": name, "labels": ["linux"]});
     let (status, registered) = harness
-        .call("POST", "/api/v1/runners/register", "", Some(register("r1")))
+        .post("/api/v1/runners/register", "", register("r1"))
         .await;
     assert_eq!(status, StatusCode::CREATED);
     let (status, _) = harness
-        .call("POST", "/api/v1/runners/register", "", Some(register("r2")))
+        .post("/api/v1/runners/register", "", register("r2"))
         .await;
     assert_eq!(
         status,
@@ -162,7 +146,7 @@ async fn scopes_and_registration() {
     let unknown = json!({"token": "rwr_unknown", "name": "r3"});
     assert_eq!(
         harness
-            .call("POST", "/api/v1/runners/register", "", Some(unknown))
+            .post("/api/v1/runners/register", "", unknown)
             .await
             .0,
         StatusCode::UNAUTHORIZED
@@ -183,7 +167,7 @@ async fn scopes_and_registration() {
     let expired = json!({"token": expired_token, "name": "r4"});
     assert_eq!(
         harness
-            .call("POST", "/api/v1/runners/register", "", Some(expired))
+            .post("/api/v1/runners/register", "", expired)
             .await
             .0,
         StatusCode::UNAUTHORIZED
@@ -200,9 +184,7 @@ async fn scopes_and_registration() {
         (runner.state, runner.pool.as_str()),
         (RunnerState::Idle, "default")
     );
-    let (status, _) = harness
-        .call("POST", "/api/v1/jobs/request", "rwt_not-a-runner", None)
-        .await;
+    let (status, _) = harness.request_job("rwt_not-a-runner").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
 
@@ -216,11 +198,7 @@ async fn a_registration_asked_again_with_its_attempt_is_the_same_runner() {
     let register = |attempt: &'static str| {
         let body = json!({"token": token["token"], "name": "again", "labels": ["linux"], "attempt": attempt});
         let harness = &harness;
-        async move {
-            harness
-                .call("POST", "/api/v1/runners/register", "", Some(body))
-                .await
-        }
+        async move { harness.post("/api/v1/runners/register", "", body).await }
     };
     let (status, body) = register("short").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
@@ -236,9 +214,7 @@ async fn a_registration_asked_again_with_its_attempt_is_the_same_runner() {
         (&again, StatusCode::NO_CONTENT, "the new token works"),
     ] {
         let token = token["runner_token"].as_str().unwrap();
-        let (status, _) = harness
-            .call("POST", "/api/v1/jobs/request", token, None)
-            .await;
+        let (status, _) = harness.request_job(token).await;
         assert_eq!(status, expected, "{what}");
     }
     let (status, _) = register("fedcba9876543210fedcba9876543210").await;
@@ -259,11 +235,10 @@ async fn submission_is_idempotent_and_refuses_unroutable_labels() {
     let again = harness.submit(&["linux"], Some("build-7")).await;
     assert_eq!(first, again);
     let (status, body) = harness
-        .call(
-            "POST",
+        .post(
             "/api/v1/jobs",
             ADMIN,
-            Some(json!({"labels": ["windows"], "script": "dir"})),
+            json!({"labels": ["windows"], "script": "dir"}),
         )
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
@@ -272,11 +247,10 @@ async fn submission_is_idempotent_and_refuses_unroutable_labels() {
         "{body}"
     );
     let (status, _) = harness
-        .call(
-            "POST",
+        .post(
             "/api/v1/jobs",
             ADMIN,
-            Some(json!({"labels": ["linux"], "script": ""})),
+            json!({"labels": ["linux"], "script": ""}),
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -287,9 +261,7 @@ async fn two_phase_start_and_completion() {
     let harness = Harness::runner_api(None).await;
     let alice = harness.runner("alice", &["self-hosted", "linux"]).await;
     let bob = harness.runner("bob", &["self-hosted", "linux"]).await;
-    let (status, _) = harness
-        .call("POST", "/api/v1/jobs/request", &alice, None)
-        .await;
+    let (status, _) = harness.request_job(&alice).await;
     assert_eq!(
         status,
         StatusCode::NO_CONTENT,
@@ -297,9 +269,7 @@ async fn two_phase_start_and_completion() {
     );
 
     let id = harness.submit(&["linux"], None).await;
-    let (status, job) = harness
-        .call("POST", "/api/v1/jobs/request", &alice, None)
-        .await;
+    let (status, job) = harness.request_job(&alice).await;
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(
         (
@@ -311,42 +281,22 @@ async fn two_phase_start_and_completion() {
     );
     let path = |what: &str| format!("/api/v1/jobs/{id}/{what}");
     let (status, _) = harness
-        .call(
-            "POST",
-            &path("provisioning"),
-            &bob,
-            Some(json!({"status": "accepted"})),
-        )
+        .post(&path("provisioning"), &bob, json!({"status": "accepted"}))
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "only the holder");
     let (status, state) = harness
-        .call(
-            "POST",
-            &path("provisioning"),
-            &alice,
-            Some(json!({"status": "pending"})),
-        )
+        .post(&path("provisioning"), &alice, json!({"status": "pending"}))
         .await;
     assert_eq!(
         (status, state["state"].as_str()),
         (StatusCode::OK, Some("provisioning"))
     );
     let (status, _) = harness
-        .call(
-            "POST",
-            &path("provisioning"),
-            &alice,
-            Some(json!({"status": "maybe"})),
-        )
+        .post(&path("provisioning"), &alice, json!({"status": "maybe"}))
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let (status, state) = harness
-        .call(
-            "POST",
-            &path("provisioning"),
-            &alice,
-            Some(json!({"status": "accepted"})),
-        )
+        .post(&path("provisioning"), &alice, json!({"status": "accepted"}))
         .await;
     assert_eq!(
         (status, state["state"].as_str()),
@@ -355,24 +305,14 @@ async fn two_phase_start_and_completion() {
     // The first answer may have been lost: a repeat is answered the same,
     // and changes nothing.
     let (status, again) = harness
-        .call(
-            "POST",
-            &path("provisioning"),
-            &alice,
-            Some(json!({"status": "accepted"})),
-        )
+        .post(&path("provisioning"), &alice, json!({"status": "accepted"}))
         .await;
     assert_eq!(
         (status, again["state"].as_str(), &again["started_at"]),
         (StatusCode::OK, Some("running"), &state["started_at"])
     );
     let (status, _) = harness
-        .call(
-            "POST",
-            &path("provisioning"),
-            &bob,
-            Some(json!({"status": "accepted"})),
-        )
+        .post(&path("provisioning"), &bob, json!({"status": "accepted"}))
         .await;
     assert_eq!(
         status,
@@ -384,9 +324,7 @@ async fn two_phase_start_and_completion() {
     let (status, _) = harness.call("POST", &path("heartbeat"), &bob, None).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     let done = json!({"exit_code": 3, "log_tail": "step 1\nstep 2 failed\n"});
-    let (status, state) = harness
-        .call("POST", &path("complete"), &alice, Some(done.clone()))
-        .await;
+    let (status, state) = harness.post(&path("complete"), &alice, done.clone()).await;
     assert_eq!(
         (status, state["state"].as_str()),
         (StatusCode::OK, Some("completed"))
@@ -403,9 +341,7 @@ async fn two_phase_start_and_completion() {
         Some("failure"),
         "a non-zero exit code fails the job"
     );
-    let (status, _) = harness
-        .call("POST", &path("complete"), &alice, Some(done))
-        .await;
+    let (status, _) = harness.post(&path("complete"), &alice, done).await;
     assert_eq!(
         status,
         StatusCode::CONFLICT,
@@ -446,29 +382,23 @@ async fn decline_excludes_the_runner_and_labels_must_fit() {
         .runner("gpu", &["self-hosted", "linux", "gpu"])
         .await;
     let id = harness.submit(&["linux", "gpu"], None).await;
-    let (status, _) = harness
-        .call("POST", "/api/v1/jobs/request", &plain, None)
-        .await;
+    let (status, _) = harness.request_job(&plain).await;
     assert_eq!(
         status,
         StatusCode::NO_CONTENT,
         "a runner without gpu never gets a gpu job"
     );
-    let (_, job) = harness
-        .call("POST", "/api/v1/jobs/request", &gpu, None)
-        .await;
+    let (_, job) = harness.request_job(&gpu).await;
     assert_eq!(job["id"].as_i64(), Some(id));
     let path = format!("/api/v1/jobs/{id}/provisioning");
     let (status, state) = harness
-        .call("POST", &path, &gpu, Some(json!({"status": "declined"})))
+        .post(&path, &gpu, json!({"status": "declined"}))
         .await;
     assert_eq!(
         (status, state["state"].as_str()),
         (StatusCode::OK, Some("queued"))
     );
-    let (status, _) = harness
-        .call("POST", "/api/v1/jobs/request", &gpu, None)
-        .await;
+    let (status, _) = harness.request_job(&gpu).await;
     assert_eq!(
         status,
         StatusCode::NO_CONTENT,
@@ -477,9 +407,7 @@ async fn decline_excludes_the_runner_and_labels_must_fit() {
     let other = harness
         .runner("gpu-2", &["self-hosted", "linux", "gpu"])
         .await;
-    let (_, job) = harness
-        .call("POST", "/api/v1/jobs/request", &other, None)
-        .await;
+    let (_, job) = harness.request_job(&other).await;
     assert_eq!(job["id"].as_i64(), Some(id));
 }
 
@@ -564,7 +492,7 @@ async fn a_runner_waiting_on_an_empty_queue_makes_no_store_query_while_it_polls(
             sum("runway_long_poll_runner_reads_total"),
         )
     };
-    let poll = || harness.call("POST", "/api/v1/jobs/request", &token, None);
+    let poll = || harness.request_job(&token);
     assert_eq!(poll().await.0, StatusCode::NO_CONTENT);
     assert_eq!(
         queries(&harness.metrics().await),
@@ -603,9 +531,7 @@ async fn a_remembered_runner_is_read_again_before_it_looks() {
     let replaced = harness.runner("replaced", &["linux"]).await;
     let drained = harness.runner("drained", &["linux"]).await;
     for token in [&replaced, &drained] {
-        let (status, _) = harness
-            .call("POST", "/api/v1/jobs/request", token, None)
-            .await;
+        let (status, _) = harness.request_job(token).await;
         assert_eq!(status, StatusCode::NO_CONTENT);
     }
     let id = |name: &'static str| {
@@ -626,9 +552,7 @@ async fn a_remembered_runner_is_read_again_before_it_looks() {
         .unwrap();
     // Nothing was queued since: both still wait on what was read.
     for token in [&replaced, &drained] {
-        let (status, _) = harness
-            .call("POST", "/api/v1/jobs/request", token, None)
-            .await;
+        let (status, _) = harness.request_job(token).await;
         assert_eq!(status, StatusCode::NO_CONTENT);
     }
     let job = harness.submit(&["linux"], None).await;
@@ -636,9 +560,7 @@ async fn a_remembered_runner_is_read_again_before_it_looks() {
         (&replaced, StatusCode::UNAUTHORIZED, "unauthorized"),
         (&drained, StatusCode::GONE, "runner_draining"),
     ] {
-        let (answered, body) = harness
-            .call("POST", "/api/v1/jobs/request", token, None)
-            .await;
+        let (answered, body) = harness.request_job(token).await;
         assert_eq!(
             (answered, body["code"].as_str()),
             (status, Some(code)),
@@ -657,9 +579,7 @@ async fn a_job_requeued_by_lease_expiry_reaches_a_waiting_runner() {
     let harness = Arc::new(Harness::runner_api_polling(None, Duration::from_secs(20)).await);
     let dead = harness.runner("dead", &["linux"]).await;
     let id = harness.submit(&["linux"], None).await;
-    let (status, leased) = harness
-        .call("POST", "/api/v1/jobs/request", &dead, None)
-        .await;
+    let (status, leased) = harness.request_job(&dead).await;
     assert_eq!(
         (status, leased["id"].as_i64()),
         (StatusCode::CREATED, Some(id))
@@ -754,15 +674,12 @@ async fn expired_leases_requeue_and_crash_the_runner_of_a_running_job() {
     let harness = Harness::runner_api(None).await;
     let dead = harness.runner("dead", &["linux"]).await;
     let id = harness.submit(&["linux"], None).await;
+    harness.request_job(&dead).await;
     harness
-        .call("POST", "/api/v1/jobs/request", &dead, None)
-        .await;
-    harness
-        .call(
-            "POST",
+        .post(
             &format!("/api/v1/jobs/{id}/provisioning"),
             &dead,
-            Some(json!({"status": "accepted"})),
+            json!({"status": "accepted"}),
         )
         .await;
     let later = runway_server::clock::now().plus(Duration::from_secs(121));
@@ -783,18 +700,14 @@ async fn expired_leases_requeue_and_crash_the_runner_of_a_running_job() {
         .unwrap()
         .unwrap();
     assert_eq!(runner.state, RunnerState::Crashed);
-    let (status, _) = harness
-        .call("POST", "/api/v1/jobs/request", &dead, None)
-        .await;
+    let (status, _) = harness.request_job(&dead).await;
     assert_eq!(
         status,
         StatusCode::UNAUTHORIZED,
         "a crashed runner must register again"
     );
     let fresh = harness.runner("fresh", &["linux"]).await;
-    let (_, again) = harness
-        .call("POST", "/api/v1/jobs/request", &fresh, None)
-        .await;
+    let (_, again) = harness.request_job(&fresh).await;
     assert_eq!(
         again["id"].as_i64(),
         Some(id),
@@ -823,12 +736,12 @@ async fn runner_reports_are_validated_and_stored() {
     let now = runway_server::clock::now().as_millis() / 1_000;
     let pre = json!({"phase": "pre-job", "workflow": "CI", "repository": "org/repo", "event": "push",
                      "workflow_run_id": 5_373_506_832u64, "timestamp": now});
-    let (status, _) = harness.call("POST", &path, &token, Some(pre.clone())).await;
+    let (status, _) = harness.post(&path, &token, pre.clone()).await;
     assert_eq!(status, StatusCode::ACCEPTED);
     let post =
         json!({"phase": "post-job", "timestamp": now, "status": "repo-policy-check-failure"});
     assert_eq!(
-        harness.call("POST", &path, &token, Some(post)).await.0,
+        harness.post(&path, &token, post).await.0,
         StatusCode::ACCEPTED
     );
 
@@ -859,19 +772,16 @@ async fn runner_reports_are_validated_and_stored() {
             StatusCode::BAD_REQUEST,
         ),
     ] {
-        let (status, answer) = harness.call("POST", &path, &token, Some(body)).await;
+        let (status, answer) = harness.post(&path, &token, body).await;
         assert_eq!(status, expected, "{what}: {answer}");
     }
     let huge = json!({"phase": "post-job", "timestamp": now, "status": "normal", "pad": "x".repeat(70 * 1024)});
     assert_eq!(
-        harness.call("POST", &path, &token, Some(huge)).await.0,
+        harness.post(&path, &token, huge).await.0,
         StatusCode::PAYLOAD_TOO_LARGE
     );
     assert_eq!(
-        harness
-            .call("POST", &path, &other, Some(pre.clone()))
-            .await
-            .0,
+        harness.post(&path, &other, pre.clone()).await.0,
         StatusCode::FORBIDDEN,
         "only about itself"
     );
@@ -903,7 +813,7 @@ async fn runner_reports_are_validated_and_stored() {
     );
     // Refusals of the token and the runner are counted too.
     for token in ["not-a-runner-token", ""] {
-        let (status, _) = harness.call("POST", &path, token, Some(pre.clone())).await;
+        let (status, _) = harness.post(&path, token, pre.clone()).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "token {token:?}");
     }
     let metrics = harness.service.metrics.encode();
@@ -917,9 +827,7 @@ async fn runner_reports_are_validated_and_stored() {
 async fn waiting_jobs_say_why() {
     let harness = Harness::runner_api(None).await;
     let first = harness.submit(&["linux"], None).await;
-    let (status, job) = harness
-        .call("GET", &format!("/api/v1/jobs/{first}"), READER, None)
-        .await;
+    let (status, job) = harness.get(&format!("/api/v1/jobs/{first}"), READER).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(job["waiting"]["code"], "no_provider_capacity", "{job}");
     assert!(job["waiting"]["details"]["hint"]
@@ -928,62 +836,47 @@ async fn waiting_jobs_say_why() {
         .contains("runway agent"));
 
     let token = harness.runner("idle-one", &["linux"]).await;
-    let (_, job) = harness
-        .call("GET", &format!("/api/v1/jobs/{first}"), READER, None)
-        .await;
+    let (_, job) = harness.get(&format!("/api/v1/jobs/{first}"), READER).await;
     assert_eq!(job["waiting"]["code"], "runner_idle", "{job}");
 
     // The pool is capped at 10 runners: fill it with busy ones.
+    harness.request_job(&token).await;
     harness
-        .call("POST", "/api/v1/jobs/request", &token, None)
-        .await;
-    harness
-        .call(
-            "POST",
+        .post(
             &format!("/api/v1/jobs/{first}/provisioning"),
             &token,
-            Some(json!({"status": "accepted"})),
+            json!({"status": "accepted"}),
         )
         .await;
     for i in 0..9 {
         let runner = harness.runner(&format!("busy-{i}"), &["linux"]).await;
         let id = harness.submit(&["linux"], None).await;
-        let (_, claimed) = harness
-            .call("POST", "/api/v1/jobs/request", &runner, None)
-            .await;
+        let (_, claimed) = harness.request_job(&runner).await;
         assert_eq!(claimed["id"].as_i64(), Some(id));
         harness
-            .call(
-                "POST",
+            .post(
                 &format!("/api/v1/jobs/{id}/provisioning"),
                 &runner,
-                Some(json!({"status": "accepted"})),
+                json!({"status": "accepted"}),
             )
             .await;
     }
     let waiting = harness.submit(&["linux"], None).await;
     let (_, job) = harness
-        .call("GET", &format!("/api/v1/jobs/{waiting}"), READER, None)
+        .get(&format!("/api/v1/jobs/{waiting}"), READER)
         .await;
     assert_eq!(
         job["waiting"],
         json!({"code": "at_max_runners", "details": {"max_runners": 10}})
     );
     let (_, page) = harness
-        .call(
-            "GET",
-            "/api/v1/jobs?state=queued&explain=true",
-            READER,
-            None,
-        )
+        .get("/api/v1/jobs?state=queued&explain=true", READER)
         .await;
     assert_eq!(
         page["jobs"][0]["waiting"]["code"], "at_max_runners",
         "{page}"
     );
-    let (_, running) = harness
-        .call("GET", &format!("/api/v1/jobs/{first}"), READER, None)
-        .await;
+    let (_, running) = harness.get(&format!("/api/v1/jobs/{first}"), READER).await;
     assert!(
         running.get("waiting").is_none(),
         "a running job does not wait: {running}"
@@ -1013,11 +906,10 @@ async fn a_completion_can_start_the_next_job(harness: Harness) {
     let (_, job) = request_started(&harness, &token).await;
     assert_eq!(job["id"].as_i64(), Some(first), "{job}");
     let (status, done) = harness
-        .call(
-            "POST",
+        .post(
             &path(first),
             &token,
-            Some(json!({"exit_code": 0, "log_tail": "one\n", "next": true})),
+            json!({"exit_code": 0, "log_tail": "one\n", "next": true}),
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{done}");
@@ -1042,12 +934,7 @@ async fn a_completion_can_start_the_next_job(harness: Harness) {
     );
     // Nothing queued: completed, no `next`, the runner idle.
     let (status, done) = harness
-        .call(
-            "POST",
-            &path(second),
-            &token,
-            Some(json!({"exit_code": 1, "next": true})),
-        )
+        .post(&path(second), &token, json!({"exit_code": 1, "next": true}))
         .await;
     assert_eq!(
         (status, done["state"].as_str(), done.get("next")),
@@ -1059,12 +946,7 @@ async fn a_completion_can_start_the_next_job(harness: Harness) {
     // A repeat is refused as before, and starts nothing.
     let third = harness.submit(&["linux"], None).await;
     let (status, _) = harness
-        .call(
-            "POST",
-            &path(second),
-            &token,
-            Some(json!({"exit_code": 0, "next": true})),
-        )
+        .post(&path(second), &token, json!({"exit_code": 0, "next": true}))
         .await;
     assert_eq!(status, StatusCode::CONFLICT);
     let waiting = store.get_job(JobId(third)).await.unwrap().unwrap();
@@ -1075,12 +957,7 @@ async fn a_completion_can_start_the_next_job(harness: Harness) {
     let fourth = harness.submit(&["linux"], None).await;
     tell_runner(&harness, "chain", RunnerEvent::DrainRequested).await;
     let (status, done) = harness
-        .call(
-            "POST",
-            &path(third),
-            &token,
-            Some(json!({"exit_code": 0, "next": true})),
-        )
+        .post(&path(third), &token, json!({"exit_code": 0, "next": true}))
         .await;
     assert_eq!((status, done.get("next")), (StatusCode::OK, None), "{done}");
     let waiting = store.get_job(JobId(fourth)).await.unwrap().unwrap();
@@ -1152,11 +1029,10 @@ async fn a_job_can_start_at_once() {
         .await;
     assert_eq!(status, StatusCode::OK);
     let (status, state) = harness
-        .call(
-            "POST",
+        .post(
             &path(first, "complete"),
             &token,
-            Some(json!({"exit_code": 0, "log_tail": "done\n"})),
+            json!({"exit_code": 0, "log_tail": "done\n"}),
         )
         .await;
     assert_eq!(
@@ -1207,9 +1083,7 @@ async fn a_runner_being_scaled_down_starts_no_job() {
     let store = &harness.service.store;
     let runner = store.find_runner("leaving").await.unwrap().unwrap();
     let id = harness.submit(&["linux"], None).await;
-    let (_, job) = harness
-        .call("POST", "/api/v1/jobs/request", &token, None)
-        .await;
+    let (_, job) = harness.request_job(&token).await;
     assert_eq!(job["id"].as_i64(), Some(id));
     // The reconciler decides to remove it between its claim and its accept.
     store
@@ -1221,11 +1095,10 @@ async fn a_runner_being_scaled_down_starts_no_job() {
         .await
         .unwrap();
     let (status, body) = harness
-        .call(
-            "POST",
+        .post(
             &format!("/api/v1/jobs/{id}/provisioning"),
             &token,
-            Some(json!({"status": "accepted"})),
+            json!({"status": "accepted"}),
         )
         .await;
     assert_eq!(
@@ -1233,13 +1106,9 @@ async fn a_runner_being_scaled_down_starts_no_job() {
         (StatusCode::CONFLICT, Some("runner_unavailable")),
         "{body}"
     );
-    let (_, job) = harness
-        .call("GET", &format!("/api/v1/jobs/{id}"), ADMIN, None)
-        .await;
+    let (_, job) = harness.get(&format!("/api/v1/jobs/{id}"), ADMIN).await;
     assert_eq!(job["state"], "queued", "back in the queue: {job}");
-    let (status, body) = harness
-        .call("POST", "/api/v1/jobs/request", &token, None)
-        .await;
+    let (status, body) = harness.request_job(&token).await;
     assert_eq!(
         (status, body["code"].as_str()),
         (StatusCode::GONE, Some("runner_terminating")),
@@ -1247,16 +1116,13 @@ async fn a_runner_being_scaled_down_starts_no_job() {
     );
     // Another runner takes the job.
     let other = harness.runner("staying", &["self-hosted", "linux"]).await;
-    let (_, job) = harness
-        .call("POST", "/api/v1/jobs/request", &other, None)
-        .await;
+    let (_, job) = harness.request_job(&other).await;
     assert_eq!(job["id"].as_i64(), Some(id));
     let (status, _) = harness
-        .call(
-            "POST",
+        .post(
             &format!("/api/v1/jobs/{id}/provisioning"),
             &other,
-            Some(json!({"status": "accepted"})),
+            json!({"status": "accepted"}),
         )
         .await;
     assert_eq!(status, StatusCode::OK);
@@ -1271,11 +1137,10 @@ async fn a_failed_accept_leaves_the_runner_free() {
     let id = harness.submit(&["linux"], None).await;
     // Not claimed by this runner: the accept is refused (403) …
     let (status, _) = harness
-        .call(
-            "POST",
+        .post(
             &format!("/api/v1/jobs/{id}/provisioning"),
             &token,
-            Some(json!({"status": "accepted"})),
+            json!({"status": "accepted"}),
         )
         .await;
     assert!(status.is_client_error(), "{status}");
@@ -1298,21 +1163,14 @@ async fn the_event_log_records_queuing_start_and_stop_in_the_spec_shapes() {
     let harness = Harness::runner_api(Some(&path)).await;
     let token = harness.runner("r", &["self-hosted", "linux"]).await;
     let id = harness.submit(&["linux"], None).await;
-    let (_, job) = harness
-        .call("POST", "/api/v1/jobs/request", &token, None)
-        .await;
+    let (_, job) = harness.request_job(&token).await;
     assert_eq!(job["id"].as_i64(), Some(id));
     for (what, body) in [
         ("provisioning", json!({"status": "accepted"})),
         ("complete", json!({"exit_code": 0, "log_tail": "ok"})),
     ] {
         let (status, answer) = harness
-            .call(
-                "POST",
-                &format!("/api/v1/jobs/{id}/{what}"),
-                &token,
-                Some(body),
-            )
+            .post(&format!("/api/v1/jobs/{id}/{what}"), &token, body)
             .await;
         assert_eq!(status, StatusCode::OK, "{what}: {answer}");
     }
@@ -1394,9 +1252,7 @@ fn poll_in_background(harness: &Arc<Harness>, token: String, start: bool) -> Pol
         if start {
             request_started(&harness, &token).await
         } else {
-            harness
-                .call("POST", "/api/v1/jobs/request", &token, None)
-                .await
+            harness.request_job(&token).await
         }
     })
 }
@@ -1424,12 +1280,7 @@ async fn answer(poll: Poll) -> (StatusCode, Value) {
 
 async fn request_started(harness: &Harness, token: &str) -> (StatusCode, Value) {
     harness
-        .call(
-            "POST",
-            "/api/v1/jobs/request",
-            token,
-            Some(json!({"start": true})),
-        )
+        .post("/api/v1/jobs/request", token, json!({"start": true}))
         .await
 }
 
@@ -1462,20 +1313,17 @@ async fn fair_share_serves_a_small_tenant_within_the_next_hand_outs() {
     let mut hand_outs = Vec::new();
     for (token, job) in runners.iter().zip(&running) {
         let (status, done) = harness
-            .call(
-                "POST",
+            .post(
                 &format!("/api/v1/jobs/{job}/complete"),
                 token,
-                Some(json!({"exit_code": 0, "next": true})),
+                json!({"exit_code": 0, "next": true}),
             )
             .await;
         assert_eq!(status, StatusCode::OK, "{done}");
         hand_outs.push(done["next"]["id"].as_i64().unwrap());
     }
     assert!(hand_outs.contains(&b), "B's job {b} not in {hand_outs:?}");
-    let (_, job) = harness
-        .call("GET", &format!("/api/v1/jobs/{b}"), ADMIN, None)
-        .await;
+    let (_, job) = harness.get(&format!("/api/v1/jobs/{b}"), ADMIN).await;
     assert_eq!(job["share_key"], "team-b", "{job}");
     // A job without a tenant counts against its token's name.
     let untagged = harness.submit(&["linux"], None).await;
@@ -1489,11 +1337,10 @@ async fn fair_share_serves_a_small_tenant_within_the_next_hand_outs() {
     assert_eq!(job.share.key, "admin_tokens[0]");
     // A tenant that is too long is refused, nothing stored.
     let (status, body) = harness
-        .call(
-            "POST",
+        .post(
             "/api/v1/jobs",
             ADMIN,
-            Some(json!({"labels": ["linux"], "script": "echo", "tenant": "x".repeat(129)})),
+            json!({"labels": ["linux"], "script": "echo", "tenant": "x".repeat(129)}),
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
@@ -1528,9 +1375,7 @@ async fn a_tenant_at_its_cap_waits_and_says_why() {
         assert_eq!(job["id"].as_i64(), Some(*expected), "{job}");
         tokens.push(token);
     }
-    let (_, third) = harness
-        .call("GET", &format!("/api/v1/jobs/{}", a[2]), ADMIN, None)
-        .await;
+    let (_, third) = harness.get(&format!("/api/v1/jobs/{}", a[2]), ADMIN).await;
     assert_eq!(third["waiting"]["code"], "key_at_cap", "{third}");
     assert_eq!(third["waiting"]["details"]["key"], "team-a", "{third}");
     let b = submit("team-b", 0).await;
@@ -1539,11 +1384,10 @@ async fn a_tenant_at_its_cap_waits_and_says_why() {
     assert_eq!(job["id"].as_i64(), Some(b), "B passes A's held job: {job}");
     // One of A's ends: its third starts on the runner that ran it.
     let (status, done) = harness
-        .call(
-            "POST",
+        .post(
             &format!("/api/v1/jobs/{}/complete", a[0]),
             &tokens[0],
-            Some(json!({"exit_code": 0, "next": true})),
+            json!({"exit_code": 0, "next": true}),
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{done}");

@@ -55,29 +55,22 @@ async fn every_admin_route_by_role_and_scope() {
     let mut runners = std::collections::BTreeMap::new();
     for (pool, label) in [("team-a", "a"), ("team-b", "b")] {
         let (status, job) = h
-            .call(
-                "POST",
+            .post(
                 "/api/v1/jobs",
                 ADMIN,
-                Some(json!({"labels": [label], "script": "true"})),
+                json!({"labels": [label], "script": "true"}),
             )
             .await;
         assert_eq!(status, StatusCode::CREATED, "{job}");
         jobs.insert(pool, job["id"].as_i64().unwrap());
         let (_, token) = h
-            .call(
-                "POST",
-                "/api/v1/registration-tokens",
-                ADMIN,
-                Some(json!({"pool": pool})),
-            )
+            .post("/api/v1/registration-tokens", ADMIN, json!({"pool": pool}))
             .await;
         let (_, runner) = h
-            .call(
-                "POST",
+            .post(
                 "/api/v1/runners/register",
                 "",
-                Some(json!({"token": token["token"], "name": format!("r-{pool}"), "labels": [label]})),
+                json!({"token": token["token"], "name": format!("r-{pool}"), "labels": [label]}),
             )
             .await;
         runners.insert(pool, runner["runner_id"].as_i64().unwrap());
@@ -173,7 +166,7 @@ async fn every_admin_route_by_role_and_scope() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 
     // Listings hold only the token's pools.
-    let (_, listed) = h.call("GET", "/api/v1/jobs", &bearer("a-read"), None).await;
+    let (_, listed) = h.get("/api/v1/jobs", &bearer("a-read")).await;
     let pools: std::collections::BTreeSet<&str> = listed["jobs"]
         .as_array()
         .unwrap()
@@ -181,17 +174,13 @@ async fn every_admin_route_by_role_and_scope() {
         .filter_map(|j| j["pool"].as_str())
         .collect();
     assert_eq!(pools, ["team-a"].into(), "{listed}");
-    let (_, listed) = h
-        .call("GET", "/api/v1/pools", &bearer("a-read"), None)
-        .await;
+    let (_, listed) = h.get("/api/v1/pools", &bearer("a-read")).await;
     assert_eq!(
         listed["pools"].as_array().map(Vec::len),
         Some(1),
         "{listed}"
     );
-    let (_, listed) = h
-        .call("GET", "/api/v1/runners", &bearer("a-read"), None)
-        .await;
+    let (_, listed) = h.get("/api/v1/runners", &bearer("a-read")).await;
     assert!(
         listed["runners"]
             .as_array()
@@ -201,7 +190,7 @@ async fn every_admin_route_by_role_and_scope() {
         "{listed}"
     );
     // The audit trail names the token that acted.
-    let (_, audit) = h.call("GET", "/api/v1/audit", ADMIN, None).await;
+    let (_, audit) = h.get("/api/v1/audit", ADMIN).await;
     assert!(
         audit["entries"]
             .as_array()

@@ -44,7 +44,7 @@ use common::{pool, Harness, WEBHOOK_SECRET as SECRET};
 
 impl Harness {
     async fn admin_get(&self, path: &str) -> (StatusCode, serde_json::Value) {
-        self.call("GET", path, ADMIN, None).await
+        self.get(path, ADMIN).await
     }
 
     async fn jobs(&self) -> Vec<runway_core::Job> {

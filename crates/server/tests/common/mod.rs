@@ -130,6 +130,31 @@ impl Harness {
         self.send(request(method, path, token, body)).await
     }
 
+    /// `GET path` with `token` as the bearer (none if empty).
+    pub async fn get(&self, path: &str, token: &str) -> (StatusCode, Value) {
+        self.call("GET", path, token, None).await
+    }
+
+    /// `POST path` with `token` as the bearer and a JSON body.
+    pub async fn post(&self, path: &str, token: &str, body: Value) -> (StatusCode, Value) {
+        self.call("POST", path, token, Some(body)).await
+    }
+
+    /// `PUT path` with `token` as the bearer and a JSON body.
+    pub async fn put(&self, path: &str, token: &str, body: Value) -> (StatusCode, Value) {
+        self.call("PUT", path, token, Some(body)).await
+    }
+
+    /// `DELETE path` with `token` as the bearer.
+    pub async fn delete(&self, path: &str, token: &str) -> (StatusCode, Value) {
+        self.call("DELETE", path, token, None).await
+    }
+
+    /// A runner's long poll for a job (`POST /api/v1/jobs/request`, no body).
+    pub async fn request_job(&self, token: &str) -> (StatusCode, Value) {
+        self.call("POST", "/api/v1/jobs/request", token, None).await
+    }
+
     /// A GitHub webhook delivery signed with [`WEBHOOK_SECRET`].
     pub async fn webhook(&self, event: &str, delivery: &str, body: &[u8]) -> (StatusCode, Value) {
         let request = Request::post("/webhooks/github")
