@@ -102,6 +102,11 @@ pub fn setup_of(config: &Config, seed: u64) -> Setup {
                 labels: p.labels.clone(),
                 ephemeral: p.ephemeral,
                 forecast_quantile: p.forecast_quantile(),
+                stopped: p.stopped_policy(),
+                stopped_quantile: runway_core::stopped::quantile_for(
+                    p.wait_value,
+                    stopped_fraction(&providers, p),
+                ),
             })
             .collect(),
         providers: providers
@@ -116,6 +121,8 @@ pub fn setup_of(config: &Config, seed: u64) -> Setup {
                 },
                 price_per_hour: p.price_per_hour,
                 max_instances: p.max_instances,
+                resume_seconds: p.resume_seconds,
+                stopped_price_per_hour: p.stopped_price(),
             })
             .collect(),
         interval: config.scaling.interval,
@@ -123,6 +130,23 @@ pub fn setup_of(config: &Config, seed: u64) -> Setup {
         required_labels: config.github.required_labels.clone(),
         seed,
     }
+}
+
+/// A stopped hour's price as a share of a running one, on the first of
+/// `pool`'s providers that keeps stopped runners.
+fn stopped_fraction(providers: &[ProviderConfig], pool: &PoolConfig) -> f64 {
+    providers
+        .iter()
+        .filter(|p| pool.providers.is_empty() || pool.providers.contains(&p.name))
+        .find(|p| p.resume_seconds.is_some())
+        .map(|p| {
+            if p.price_per_hour > 0.0 {
+                p.stopped_price() / p.price_per_hour
+            } else {
+                0.0
+            }
+        })
+        .unwrap_or(1.0)
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
@@ -150,10 +174,15 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let policies: Vec<String> = if args.tune {
         runway_sim::tune::policies()
     } else if args.policy.iter().any(|p| p == "all") {
-        runway_sim::policy::ALL
+        let mut all: Vec<String> = runway_sim::policy::ALL
             .iter()
             .map(|p| p.to_string())
-            .collect()
+            .collect();
+        // Where a pool keeps stopped runners, the policies that use them too.
+        if setup.pools.iter().any(|p| p.stopped.keeps_any()) {
+            all.extend(["runway+stopped".to_owned(), "predictive+stopped".to_owned()]);
+        }
+        all
     } else {
         args.policy.clone()
     };

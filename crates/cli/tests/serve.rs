@@ -774,3 +774,56 @@ values = {values}
     let after = common::api_get(&base, ADMIN, "/api/v1/worker-configs/linux");
     assert_eq!(after, before, "a refused PUT changes nothing");
 }
+
+/// Stopped runners are modelled by `runway sim` only so far: `config
+/// check` and `sim` take a pool that keeps them, `serve` refuses it in one
+/// line, before it touches a database, rather than run without them.
+#[test]
+fn serve_refuses_stopped_runners_that_sim_and_config_check_take() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("runway.toml"),
+        "[providers.cloud]\nkind = \"sim\"\nresume_seconds = 20\n\n[[pools]]\nname = \"linux\"\nlabels = [\"linux\"]\nmax_stopped = 4\n",
+    )
+    .unwrap();
+    let check = run(dir.path(), &["config", "check", "--config", "runway.toml"]);
+    assert!(check.status.success(), "{}", stderr_of(&check));
+    let sim = run(
+        dir.path(),
+        &[
+            "sim",
+            "--config",
+            "runway.toml",
+            "--workload",
+            "poisson",
+            "--days",
+            "1",
+            "--jobs",
+            "200",
+            "--policy",
+            "runway,runway+stopped",
+        ],
+    );
+    assert!(sim.status.success(), "{}", stderr_of(&sim));
+    let report = String::from_utf8_lossy(&sim.stdout);
+    assert!(report.contains("runway+stopped"), "{report}");
+    let serve = run(
+        dir.path(),
+        &[
+            "serve",
+            "--config",
+            "runway.toml",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let line = assert_one_line_failure(&serve);
+    assert!(
+        line.contains("pools[0].max_stopped") && line.contains("runway sim"),
+        "{line}"
+    );
+    assert!(
+        !dir.path().join("runway.db").exists(),
+        "no database was created"
+    );
+}

@@ -65,7 +65,7 @@ fn a_trace_file_is_replayed_deterministically_in_every_format() {
         ],
     );
     let text = String::from_utf8(csv.stdout).unwrap();
-    assert!(text.starts_with("policy,jobs,queue_p50_s,queue_p95_s,queue_p99_s,queue_max_s,runner_hours,idle_runner_hours,cost,delete_requests,failed_creates,queue_mean_s,wait_vs_runway,wait_vs_oracle,cost_vs_runway\nrunway,300,"), "{text}");
+    assert!(text.starts_with("policy,jobs,queue_p50_s,queue_p95_s,queue_p99_s,queue_max_s,runner_hours,idle_runner_hours,cost,delete_requests,failed_creates,queue_mean_s,wait_vs_runway,wait_vs_oracle,cost_vs_runway,stopped_hours,starts\nrunway,300,"), "{text}");
 
     let table = sim(
         dir.path(),

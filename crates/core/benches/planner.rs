@@ -22,15 +22,8 @@ fn fleet() -> Snapshot {
             unlisted: 0,
             held: Vec::new(),
             policy: PoolPolicy {
-                name: format!("pool-{p}"),
                 min_idle: 2,
-                max_runners: 150,
-                scaling_ratio: 1.0,
-                idle_grace: Duration::from_secs(300),
-                boot_timeout: Duration::from_secs(600),
-                providers: vec![],
-                paused: false,
-                delete_surplus_boots: false,
+                ..PoolPolicy::new(&format!("pool-{p}"), 150)
             },
             queued: (0..100)
                 .map(|j| QueuedJob {

@@ -293,6 +293,18 @@ impl ArrivalForecast {
         self.explain(now).jobs
     }
 
+    /// [`ArrivalForecast::expected`] at another quantile (a stopped stock's,
+    /// from the same history: `crate::stopped::quantile_for`).
+    pub fn expected_at(&mut self, now: Timestamp, quantile: f64) -> u32 {
+        let own = self.quantile;
+        if quantile.is_finite() {
+            self.quantile = quantile.clamp(0.01, 1.0);
+        }
+        let expected = self.expected(now);
+        self.quantile = own;
+        expected
+    }
+
     /// [`ArrivalForecast::expected`], with its parts: the scheduled
     /// batches, the groups and the runs in progress.
     /// (`&mut`: the history up to now is scanned for batches first.)

@@ -49,6 +49,7 @@ pub mod planner;
 pub mod routing;
 pub mod runner;
 pub mod share;
+pub mod stopped;
 pub mod time;
 pub mod worker_config;
 

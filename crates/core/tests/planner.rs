@@ -18,15 +18,8 @@ fn at(minutes: i64) -> Timestamp {
 
 fn policy(min_idle: u32, max_runners: u32) -> PoolPolicy {
     PoolPolicy {
-        name: "linux".into(),
         min_idle,
-        max_runners,
-        scaling_ratio: 1.0,
-        idle_grace: Duration::from_secs(5 * 60),
-        boot_timeout: Duration::from_secs(10 * 60),
-        providers: vec![],
-        paused: false,
-        delete_surplus_boots: false,
+        ..PoolPolicy::new("linux", max_runners)
     }
 }
 

@@ -15,266 +15,25 @@
 //! job waited for a runner also queues its later jobs later, as GitHub does
 //! with `needs:`. Every other job arrives at its trace time.
 //!
-//! Why one file of over 800 lines: the engine is one event loop whose parts
-//! (runs, the fair queue, the world) share private state and change
-//! together; split, each would need to see the others' insides.
+//! A provider that keeps stopped runners (`resume_seconds`) prepares them
+//! (a boot at the running price), keeps them stopped at its stopped price
+//! and off its quota, and starts one for a job: ready `resume_seconds`
+//! later. What the engine shares with the policies is in `crate::model`.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use runway_core::planner::PoolPolicy;
 use runway_core::routing::{route, PoolLabels, RouteDecision, RoutingPolicy};
 
 use crate::trace::TraceJob;
 
-/// A provider as the simulator sees it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProviderModel {
-    pub name: String,
-    /// Boot time in seconds, uniform between the two.
-    pub boot_seconds: (f64, f64),
-    pub fail_rate: f64,
-    pub price_per_hour: f64,
-    pub max_instances: u32,
-}
-
-impl ProviderModel {
-    pub fn mean_boot(&self) -> Duration {
-        Duration::from_secs_f64(((self.boot_seconds.0 + self.boot_seconds.1) / 2.0).max(0.0))
-    }
-
-    /// The longest boot time.
-    pub fn longest_boot(&self) -> Duration {
-        Duration::from_secs_f64(self.boot_seconds.0.max(self.boot_seconds.1).max(0.0))
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct PoolModel {
-    /// Scaling settings, exactly as `runway serve` reads them.
-    pub policy: PoolPolicy,
-    pub labels: Vec<String>,
-    pub ephemeral: bool,
-    /// The quantile of the forecast arrivals the predictive policy keeps
-    /// warm: the pool's `forecast_quantile`, or what its `wait_value` gives
-    /// (`runway_core::forecast::quantile_for`).
-    pub forecast_quantile: f64,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Setup {
-    pub pools: Vec<PoolModel>,
-    pub providers: Vec<ProviderModel>,
-    /// The reconcile interval (`[scaling] interval`).
-    pub interval: Duration,
-    pub default_pool: Option<String>,
-    pub required_labels: Vec<String>,
-    /// Seeds the providers' randomness (the same for every policy).
-    pub seed: u64,
-}
-
-impl Setup {
-    /// Indexes of the providers `pool` may use, in preference order.
-    pub fn providers_of(&self, pool: &PoolModel) -> Vec<usize> {
-        if pool.policy.providers.is_empty() {
-            (0..self.providers.len()).collect()
-        } else {
-            pool.policy
-                .providers
-                .iter()
-                .filter_map(|name| self.providers.iter().position(|p| &p.name == name))
-                .collect()
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunnerPhase {
-    Booting,
-    Idle,
-    Busy,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct SimRunner {
-    pub id: u64,
-    pub provider: usize,
-    pub created_ms: i64,
-    pub phase: RunnerPhase,
-    /// When it last became idle (meaningful while idle).
-    pub idle_since_ms: i64,
-}
-
-/// A pool's runners, by id. Ids only grow, so a vector kept in id order
-/// finds one by binary search and is walked fast by the planner's snapshot.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Runners(Vec<SimRunner>);
-
-impl Runners {
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn values(&self) -> std::slice::Iter<'_, SimRunner> {
-        self.0.iter()
-    }
-
-    pub fn get(&self, id: &u64) -> Option<&SimRunner> {
-        self.0
-            .binary_search_by_key(id, |r| r.id)
-            .ok()
-            .map(|i| &self.0[i])
-    }
-
-    fn get_mut(&mut self, id: &u64) -> Option<&mut SimRunner> {
-        let index = self.0.binary_search_by_key(id, |r| r.id).ok()?;
-        Some(&mut self.0[index])
-    }
-
-    fn remove(&mut self, id: &u64) -> Option<SimRunner> {
-        let index = self.0.binary_search_by_key(id, |r| r.id).ok()?;
-        Some(self.0.remove(index))
-    }
-
-    /// Adds a runner whose id is above every other's.
-    pub fn push(&mut self, runner: SimRunner) {
-        debug_assert!(self.0.last().is_none_or(|last| last.id < runner.id));
-        self.0.push(runner);
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueuedJob {
-    pub job: usize,
-    pub arrival_ms: i64,
-}
-
-/// What a policy sees of one pool.
-pub struct PoolView<'a> {
-    pub index: usize,
-    pub model: &'a PoolModel,
-    pub setup: &'a Setup,
-    pub queued: &'a VecDeque<QueuedJob>,
-    pub runners: &'a Runners,
-    /// Live instances per provider (against their quotas).
-    pub live: &'a [u32],
-}
-
-impl PoolView<'_> {
-    pub fn count(&self, phase: RunnerPhase) -> u32 {
-        self.runners.values().filter(|r| r.phase == phase).count() as u32
-    }
-
-    /// Creates `n` runners on the first allowed providers with quota left.
-    pub fn create_in_preference_order(&self, mut n: u32) -> Vec<(usize, u32)> {
-        let mut out = Vec::new();
-        for provider in self.setup.providers_of(self.model) {
-            if n == 0 {
-                break;
-            }
-            let left = self.setup.providers[provider]
-                .max_instances
-                .saturating_sub(self.live[provider]);
-            let take = left.min(n);
-            if take > 0 {
-                out.push((provider, take));
-                n -= take;
-            }
-        }
-        out
-    }
-
-    /// Idle runners, longest idle first.
-    pub fn idle_longest_first(&self) -> Vec<&SimRunner> {
-        let mut idle: Vec<&SimRunner> = self
-            .runners
-            .values()
-            .filter(|r| r.phase == RunnerPhase::Idle)
-            .collect();
-        idle.sort_by_key(|r| (r.idle_since_ms, r.id));
-        idle
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Decision {
-    /// (provider index, how many).
-    pub create: Vec<(usize, u32)>,
-    /// Runners to delete; a busy one is refused (and counted).
-    pub delete: Vec<u64>,
-    /// From `on_delayed`: ask again this much later (a message returned
-    /// to its queue).
-    pub retry_after_ms: Option<i64>,
-}
-
-/// A scaling policy, asked at every reconcile tick and, if it reacts to
-/// them, at job arrivals.
-pub trait Policy {
-    fn name(&self) -> String;
-
-    /// Decides for one pool at `now` (every tick).
-    fn decide(&mut self, view: &PoolView<'_>, now: i64) -> Decision;
-
-    /// Told once, before the run, every arrival to come, per pool
-    /// (milliseconds, ascending). Only a policy with perfect foresight (the
-    /// oracle) listens; the others learn arrivals as they happen.
-    fn foresee(&mut self, _arrivals: &[Vec<i64>]) {}
-
-    /// Every arrival, in time order (what a forecast learns from).
-    fn observe_arrival(&mut self, _pool: usize, _job: &TraceJob, _now: i64) {}
-
-    /// Reacts to arrivals in `view`'s pool (`queued`: a job of the pool is
-    /// waiting). Like `runway serve`'s reconciler woken by an arrival, it
-    /// runs at most once a second per pool: arrivals within a second of a
-    /// reaction wake one more, a second after it. Default: nothing until
-    /// the next tick.
-    fn on_arrival(&mut self, _view: &PoolView<'_>, _queued: bool, _now: i64) -> Decision {
-        Decision::default()
-    }
-
-    /// How long after an arrival `on_delayed` runs (a webhook queue's delay).
-    fn arrival_delay_ms(&self) -> Option<i64> {
-        None
-    }
-
-    /// `arrival_delay_ms` after an arrival; `still_queued` says whether that
-    /// job is still waiting.
-    fn on_delayed(&mut self, _view: &PoolView<'_>, _still_queued: bool, _now: i64) -> Decision {
-        Decision::default()
-    }
-}
-
-impl<P: Policy + ?Sized> Policy for Box<P> {
-    fn name(&self) -> String {
-        (**self).name()
-    }
-    fn foresee(&mut self, arrivals: &[Vec<i64>]) {
-        (**self).foresee(arrivals)
-    }
-    fn decide(&mut self, view: &PoolView<'_>, now: i64) -> Decision {
-        (**self).decide(view, now)
-    }
-    fn observe_arrival(&mut self, pool: usize, job: &TraceJob, now: i64) {
-        (**self).observe_arrival(pool, job, now)
-    }
-    fn on_arrival(&mut self, view: &PoolView<'_>, queued: bool, now: i64) -> Decision {
-        (**self).on_arrival(view, queued, now)
-    }
-    fn arrival_delay_ms(&self) -> Option<i64> {
-        (**self).arrival_delay_ms()
-    }
-    fn on_delayed(&mut self, view: &PoolView<'_>, still_queued: bool, now: i64) -> Decision {
-        (**self).on_delayed(view, still_queued, now)
-    }
-}
+pub use crate::model::{
+    Decision, Policy, PoolModel, PoolView, ProviderModel, QueuedJob, RunnerPhase, Runners, Setup,
+    SimRunner,
+};
 
 /// What one policy did with one workload.
 #[derive(Debug, Clone, PartialEq)]
@@ -291,6 +50,13 @@ pub struct Outcome {
     pub refused_deletes: u64,
     pub failed_creates: u64,
     pub runners_created: u64,
+    /// Hours runners spent stopped, and what those hours cost (included in
+    /// `cost`; `runner_hours` counts running hours only).
+    pub stopped_hours: f64,
+    pub stopped_cost: f64,
+    /// Stopped runners prepared, and started.
+    pub runners_prepared: u64,
+    pub starts: u64,
     /// Jobs that never started (a policy that never gives the pool a
     /// runner); counted in `queue_ms` with their wait until the end.
     pub unfinished: u64,
@@ -550,13 +316,49 @@ impl World<'_> {
 
     /// Runner-hours, idle hours and cost of a runner leaving at `now`.
     fn retire(&mut self, runner: &SimRunner, now: i64) {
-        let hours = (now - runner.created_ms).max(0) as f64 / 3_600_000.0;
+        let model = &self.setup.providers[runner.provider];
+        let stopped_now = if runner.phase == RunnerPhase::Stopped {
+            (now - runner.idle_since_ms).max(0)
+        } else {
+            0
+        };
+        let stopped = (runner.stopped_ms + stopped_now) as f64 / 3_600_000.0;
+        let hours = ((now - runner.created_ms).max(0) as f64 / 3_600_000.0 - stopped).max(0.0);
         self.out.runner_hours += hours;
-        self.out.cost += hours * self.setup.providers[runner.provider].price_per_hour;
+        self.out.stopped_hours += stopped;
+        self.out.stopped_cost += stopped * model.stopped_price_per_hour;
+        self.out.cost += hours * model.price_per_hour + stopped * model.stopped_price_per_hour;
         if runner.phase == RunnerPhase::Idle {
             self.out.idle_runner_hours += (now - runner.idle_since_ms).max(0) as f64 / 3_600_000.0;
         }
-        self.live[runner.provider] = self.live[runner.provider].saturating_sub(1);
+        if runner.phase != RunnerPhase::Stopped {
+            self.live[runner.provider] = self.live[runner.provider].saturating_sub(1);
+        }
+    }
+
+    /// Starts a stopped runner: running (and against its provider's quota)
+    /// again, ready in `resume_seconds`.
+    fn start(&mut self, pool: usize, id: u64, now: i64) {
+        let Some(runner) = self.pools[pool].runners.get(&id) else {
+            return;
+        };
+        let model = &self.setup.providers[runner.provider];
+        let (Some(resume), RunnerPhase::Stopped) = (model.resume_seconds, runner.phase) else {
+            return;
+        };
+        if self.live[runner.provider] >= model.max_instances {
+            self.out.failed_creates += 1;
+            return;
+        }
+        self.live[runner.provider] += 1;
+        self.out.starts += 1;
+        let runner = self.pools[pool].runners.get_mut(&id).expect("present");
+        runner.stopped_ms += (now - runner.idle_since_ms).max(0);
+        runner.phase = RunnerPhase::Resuming;
+        // Its boot timeout runs from the start, not from its creation.
+        runner.idle_since_ms = now;
+        let at = now + (resume.max(0.0) * 1000.0).round() as i64;
+        self.push(at, Event::Ready { pool, runner: id });
     }
 
     fn apply(&mut self, pool: usize, decision: Decision, now: i64) {
@@ -574,7 +376,19 @@ impl World<'_> {
             state.idle.remove(&(runner.idle_since_ms, id));
             self.retire(&runner, now);
         }
-        for (provider, count) in decision.create {
+        for id in decision.start {
+            self.start(pool, id, now);
+        }
+        let creates = decision
+            .create
+            .into_iter()
+            .map(|c| (c, RunnerPhase::Booting));
+        let prepares = decision
+            .prepare
+            .into_iter()
+            .filter(|(provider, _)| self.setup.providers[*provider].resume_seconds.is_some())
+            .map(|c| (c, RunnerPhase::Preparing));
+        for ((provider, count), phase) in creates.chain(prepares).collect::<Vec<_>>() {
             let model = &self.setup.providers[provider];
             for _ in 0..count {
                 if self.live[provider] >= model.max_instances {
@@ -595,12 +409,16 @@ impl World<'_> {
                 self.next_runner += 1;
                 self.live[provider] += 1;
                 self.out.runners_created += 1;
+                if phase == RunnerPhase::Preparing {
+                    self.out.runners_prepared += 1;
+                }
                 self.pools[pool].runners.push(SimRunner {
                     id,
                     provider,
                     created_ms: now,
-                    phase: RunnerPhase::Booting,
+                    phase,
                     idle_since_ms: now,
+                    stopped_ms: 0,
                 });
                 self.push(
                     now + (boot * 1000.0).round() as i64,
@@ -651,6 +469,15 @@ impl World<'_> {
                     job: queued.job,
                 },
             );
+        }
+    }
+
+    /// A prepared runner is ready: stopped, off its provider's quota.
+    fn stop(&mut self, pool: usize, id: u64, now: i64) {
+        if let Some(runner) = self.pools[pool].runners.get_mut(&id) {
+            runner.phase = RunnerPhase::Stopped;
+            runner.idle_since_ms = now;
+            self.live[runner.provider] = self.live[runner.provider].saturating_sub(1);
         }
     }
 
@@ -721,7 +548,7 @@ impl World<'_> {
             return;
         }
         self.last_sample = now;
-        let runners = self.pools.iter().map(|p| p.runners.len() as u32).sum();
+        let runners = self.live.iter().sum();
         let queued = self.pools.iter().map(|p| p.queued.len() as u32).sum();
         self.out.timeline.push((now, runners, queued));
     }
@@ -809,6 +636,10 @@ pub fn run_counting(
             refused_deletes: 0,
             failed_creates: 0,
             runners_created: 0,
+            stopped_hours: 0.0,
+            stopped_cost: 0.0,
+            runners_prepared: 0,
+            starts: 0,
             unfinished: 0,
             end_ms: 0,
             timeline: Vec::new(),
@@ -850,13 +681,14 @@ pub fn run_counting(
             };
             match event {
                 Event::Ready { pool, runner } => {
-                    let booting = world.pools[pool]
-                        .runners
-                        .get(&runner)
-                        .is_some_and(|r| r.phase == RunnerPhase::Booting);
-                    if booting {
-                        world.become_idle(pool, runner, now);
-                        world.dispatch(pool, now);
+                    let phase = world.pools[pool].runners.get(&runner).map(|r| r.phase);
+                    match phase {
+                        Some(RunnerPhase::Booting | RunnerPhase::Resuming) => {
+                            world.become_idle(pool, runner, now);
+                            world.dispatch(pool, now);
+                        }
+                        Some(RunnerPhase::Preparing) => world.stop(pool, runner, now),
+                        _ => {}
                     }
                 }
                 Event::Finish { pool, runner, job } => {

@@ -5,9 +5,11 @@
 //! is what runway does.
 
 pub mod engine;
+pub mod model;
 pub mod plot;
 pub mod policy;
 pub mod report;
+pub mod stopped;
 pub mod trace;
 pub mod tune;
 

@@ -87,11 +87,7 @@ fn timeline(path: &Path, outcomes: &[Outcome]) -> Result<(), PlotError> {
                 .timeline
                 .iter()
                 .map(|s| (s.0 as f64 / 86_400_000.0, value(s)));
-            chart
-                .draw_series(LineSeries::new(points, color(i)))
-                .map_err(failed)?
-                .label(outcome.policy.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color(i)));
+            policy_line(&mut chart, points, i, &outcome.policy)?;
         }
         chart
             .configure_series_labels()
@@ -101,6 +97,25 @@ fn timeline(path: &Path, outcomes: &[Outcome]) -> Result<(), PlotError> {
             .map_err(failed)?;
     }
     root.present().map_err(failed)
+}
+
+/// One policy's line, in its colour, named in the legend.
+fn policy_line<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<
+        'a,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    points: impl IntoIterator<Item = (f64, f64)>,
+    i: usize,
+    policy: &str,
+) -> Result<(), PlotError> {
+    chart
+        .draw_series(LineSeries::new(points, color(i)))
+        .map_err(failed)?
+        .label(policy)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color(i)));
+    Ok(())
 }
 
 fn queue_cdf(path: &Path, outcomes: &[Outcome]) -> Result<(), PlotError> {
@@ -134,11 +149,7 @@ fn queue_cdf(path: &Path, outcomes: &[Outcome]) -> Result<(), PlotError> {
                 .partition_point(|ms| (*ms as f64) / 1000.0 <= x);
             (x, below as f64 / n)
         });
-        chart
-            .draw_series(LineSeries::new(points, color(i)))
-            .map_err(failed)?
-            .label(outcome.policy.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color(i)));
+        policy_line(&mut chart, points, i, &outcome.policy)?;
     }
     chart
         .configure_series_labels()

@@ -15,18 +15,28 @@ use crate::engine::{Decision, Policy, PoolView, RunnerPhase};
 use crate::trace::TraceJob;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("unknown policy {0:?}; one of oracle, runway, predictive[:QUANTILE], static:N, arc, taskcluster, lambda, gitlab, reactive-prespawn")]
+#[error("unknown policy {0:?}; one of oracle, runway[+stopped], predictive[:QUANTILE][+stopped], static:N, arc, taskcluster, lambda, gitlab, reactive-prespawn")]
 pub struct UnknownPolicy(pub String);
 
 /// Builds a policy from its command-line name.
 pub fn by_name(name: &str, pools: usize) -> Result<Box<dyn Policy + Send>, UnknownPolicy> {
     let unknown = || UnknownPolicy(name.to_owned());
+    let (name, stopped) = match name.strip_suffix("+stopped") {
+        Some(base) => (base, true),
+        None => (name, false),
+    };
     let (base, argument) = match name.split_once(':') {
         Some((base, argument)) => (base, Some(argument)),
         None => (name, None),
     };
+    if stopped && !matches!(base, "runway" | "predictive") {
+        return Err(unknown());
+    }
     Ok(match (base, argument) {
-        ("runway", None) => Box::new(Runway::default()),
+        ("runway", None) => Box::new(Runway {
+            stopped,
+            ..Runway::default()
+        }),
         ("predictive", quantile) => {
             let quantile = match quantile {
                 None => None,
@@ -37,7 +47,11 @@ pub fn by_name(name: &str, pools: usize) -> Result<Box<dyn Policy + Send>, Unkno
                         .ok_or_else(unknown)?,
                 ),
             };
-            Box::new(Predictive::new(pools, quantile))
+            if stopped {
+                Box::new(Predictive::with_stopped(pools, quantile))
+            } else {
+                Box::new(Predictive::new(pools, quantile))
+            }
         }
         ("static", Some(n)) => Box::new(Static(n.parse().map_err(|_| unknown())?)),
         ("arc", None) => Box::new(Arc),
@@ -63,11 +77,15 @@ pub const ALL: [&str; 9] = [
     "reactive-prespawn",
 ];
 
-fn state_of(phase: RunnerPhase) -> RunnerState {
+/// The planner's state of a runner that counts as the pool's capacity;
+/// `None` for stopped ones and those being prepared to stop, which the
+/// stopped layer ([`crate::stopped::decision`]) plans for instead.
+fn state_of(phase: RunnerPhase) -> Option<RunnerState> {
     match phase {
-        RunnerPhase::Booting => RunnerState::Provisioning,
-        RunnerPhase::Idle => RunnerState::Idle,
-        RunnerPhase::Busy => RunnerState::Busy,
+        RunnerPhase::Booting | RunnerPhase::Resuming => Some(RunnerState::Provisioning),
+        RunnerPhase::Idle => Some(RunnerState::Idle),
+        RunnerPhase::Busy => Some(RunnerState::Busy),
+        RunnerPhase::Preparing | RunnerPhase::Stopped => None,
     }
 }
 
@@ -129,12 +147,20 @@ impl PlannerInput {
         pool.unlisted = u32::try_from(view.queued.len()).unwrap_or(u32::MAX);
         let mut kept = 0;
         for runner in view.runners.values() {
+            let Some(state) = state_of(runner.phase) else {
+                continue;
+            };
             let fresh = RunnerView {
                 id: RunnerId(runner.id as i64),
                 provider: String::new(),
-                state: state_of(runner.phase),
+                state,
                 in_doubt: false,
-                requested_at: Timestamp::from_millis(runner.created_ms),
+                // A started stopped runner was asked for at its start.
+                requested_at: Timestamp::from_millis(if runner.phase == RunnerPhase::Resuming {
+                    runner.idle_since_ms
+                } else {
+                    runner.created_ms
+                }),
                 idle_at: (runner.phase == RunnerPhase::Idle)
                     .then(|| Timestamp::from_millis(runner.idle_since_ms)),
             };
@@ -188,14 +214,51 @@ pub fn decision_of(view: &PoolView<'_>, actions: &[Action]) -> Decision {
     decision
 }
 
+/// The production planner's decision; with `stopped`, the pool's stopped
+/// capacity planned first (`runway_core::stopped::plan`, `expected`
+/// arrivals within the refill horizon): the jobs the runners it starts will
+/// take are not cold-booted for.
 fn runway_decision(
     input: &mut PlannerInput,
     view: &PoolView<'_>,
     min_idle: u32,
+    stopped: Option<u32>,
     now: i64,
 ) -> Decision {
-    let planned = decide(input.fill(view, min_idle), Timestamp::from_millis(now));
-    decision_of(view, &planned.actions)
+    input.fill(view, min_idle);
+    let filled = input.snapshot.pools[0].runners.len();
+    let layer = stopped.map(|expected| crate::stopped::decision(view, expected, now));
+    if let Some(layer) = &layer {
+        // What it starts is booting from the planner's view: capacity for
+        // the queue, and against max_runners.
+        let pool = &mut input.snapshot.pools[0];
+        for &id in &layer.start {
+            let provider = view
+                .runners
+                .get(&id)
+                .map(|r| view.setup.providers[r.provider].name.clone())
+                .unwrap_or_default();
+            pool.runners.push(RunnerView {
+                id: RunnerId(id as i64),
+                provider,
+                state: RunnerState::Provisioning,
+                in_doubt: false,
+                requested_at: Timestamp::from_millis(now),
+                idle_at: None,
+            });
+        }
+    }
+    let planned = decide(&input.snapshot, Timestamp::from_millis(now));
+    // The slots past the filled ones are this round's only (the next
+    // fill reuses the filled ones in place).
+    input.snapshot.pools[0].runners.truncate(filled);
+    let mut decision = decision_of(view, &planned.actions);
+    if let Some(layer) = layer {
+        decision.start = layer.start;
+        decision.prepare = layer.prepare;
+        decision.delete.extend(layer.delete);
+    }
+    decision
 }
 
 /// runway: the production planner with the pool's configuration, run every
@@ -205,6 +268,9 @@ fn runway_decision(
 pub struct Runway {
     /// One per pool.
     inputs: Vec<PlannerInput>,
+    /// `runway+stopped`: keeps the pools' `min_stopped` stopped runners
+    /// (no forecast) and starts them for queued jobs.
+    pub stopped: bool,
 }
 
 fn input_of(inputs: &mut Vec<PlannerInput>, pool: usize) -> &mut PlannerInput {
@@ -216,12 +282,17 @@ fn input_of(inputs: &mut Vec<PlannerInput>, pool: usize) -> &mut PlannerInput {
 
 impl Policy for Runway {
     fn name(&self) -> String {
-        "runway".into()
+        if self.stopped {
+            "runway+stopped".into()
+        } else {
+            "runway".into()
+        }
     }
 
     fn decide(&mut self, view: &PoolView<'_>, now: i64) -> Decision {
         let input = input_of(&mut self.inputs, view.index);
-        runway_decision(input, view, view.model.policy.min_idle, now)
+        let stopped = self.stopped.then_some(0);
+        runway_decision(input, view, view.model.policy.min_idle, stopped, now)
     }
 
     fn on_arrival(&mut self, view: &PoolView<'_>, queued: bool, now: i64) -> Decision {
@@ -305,9 +376,15 @@ impl Policy for Oracle {
 /// `runway_core::forecast`; learnt online from the arrivals so far), or at
 /// the quantile `predictive:Q` names; never fewer than `min_idle`, never
 /// more than `max_runners`.
+///
+/// `predictive+stopped`: where the pool keeps stopped runners, the warm pool
+/// is stopped instead of idle: as many stopped as the arrivals expected
+/// within the refill horizon at the pool's stopped quantile, started for
+/// queued jobs, and idle runners only to `min_idle`.
 pub struct Predictive {
     /// `None`: each pool's from its `wait_value`.
     quantile: Option<f64>,
+    stopped: bool,
     forecasts: Vec<Option<ArrivalForecast>>,
     inputs: Vec<PlannerInput>,
 }
@@ -316,8 +393,17 @@ impl Predictive {
     pub fn new(pools: usize, quantile: Option<f64>) -> Predictive {
         Predictive {
             quantile,
+            stopped: false,
             forecasts: vec![None; pools],
             inputs: Vec::new(),
+        }
+    }
+
+    /// The same, with stopped runners where a pool keeps them.
+    pub fn with_stopped(pools: usize, quantile: Option<f64>) -> Predictive {
+        Predictive {
+            stopped: true,
+            ..Predictive::new(pools, quantile)
         }
     }
 
@@ -326,6 +412,16 @@ impl Predictive {
         expected
             .max(view.model.policy.min_idle)
             .min(view.model.policy.max_runners)
+    }
+
+    /// With stopped runners: (idle runners to keep, arrivals to keep
+    /// stopped for).
+    fn stopped_warm(&mut self, view: &PoolView<'_>, now: i64) -> (u32, u32) {
+        let quantile = view.model.stopped_quantile;
+        let expected = self
+            .forecast(view)
+            .expected_at(Timestamp::from_millis(now), quantile);
+        (view.model.policy.min_idle, expected)
     }
 
     fn forecast(&mut self, view: &PoolView<'_>) -> &mut ArrivalForecast {
@@ -345,15 +441,31 @@ impl Predictive {
 
 impl Policy for Predictive {
     fn name(&self) -> String {
-        match self.quantile {
-            None => "predictive".into(),
+        let base = match self.quantile {
+            None => "predictive".to_owned(),
             Some(quantile) => format!("predictive:{quantile}"),
+        };
+        if self.stopped {
+            format!("{base}+stopped")
+        } else {
+            base
         }
     }
 
     fn decide(&mut self, view: &PoolView<'_>, now: i64) -> Decision {
-        let warm = self.warm(view, now);
-        runway_decision(input_of(&mut self.inputs, view.index), view, warm, now)
+        let (warm, stopped) = if self.stopped && view.model.stopped.keeps_any() {
+            let (warm, expected) = self.stopped_warm(view, now);
+            (warm, Some(expected))
+        } else {
+            (self.warm(view, now), None)
+        };
+        runway_decision(
+            input_of(&mut self.inputs, view.index),
+            view,
+            warm,
+            stopped,
+            now,
+        )
     }
 
     fn observe_arrival(&mut self, pool: usize, job: &TraceJob, now: i64) {

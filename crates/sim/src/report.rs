@@ -24,6 +24,10 @@ pub struct Summary {
     pub cost: f64,
     pub delete_requests: u64,
     pub failed_creates: u64,
+    /// Hours runners spent stopped (their cost is in `cost`), and stopped
+    /// runners started for a job.
+    pub stopped_hours: f64,
+    pub starts: u64,
     /// Jobs no runner ever started (the policy starved their pool).
     pub unfinished: u64,
     /// Jobs no pool serves (not simulated).
@@ -138,6 +142,8 @@ impl Summary {
             cost: round(outcome.cost, 2),
             delete_requests: outcome.delete_requests,
             failed_creates: outcome.failed_creates,
+            stopped_hours: round(outcome.stopped_hours, 1),
+            starts: outcome.starts,
             unfinished: outcome.unfinished,
             unroutable: outcome.unroutable,
             wait_vs_runway: None,
@@ -187,7 +193,7 @@ pub fn compare_counting(
 }
 
 /// The columns of every format, in order (the JSON keys, too).
-pub const COLUMNS: [&str; 15] = [
+pub const COLUMNS: [&str; 17] = [
     "policy",
     "jobs",
     "queue_p50_s",
@@ -203,6 +209,8 @@ pub const COLUMNS: [&str; 15] = [
     "wait_vs_runway",
     "wait_vs_oracle",
     "cost_vs_runway",
+    "stopped_hours",
+    "starts",
 ];
 
 fn cells(s: &Summary) -> Vec<String> {
@@ -222,6 +230,8 @@ fn cells(s: &Summary) -> Vec<String> {
         relative(s.wait_vs_runway),
         relative(s.wait_vs_oracle),
         relative(s.cost_vs_runway),
+        format!("{:.1}", s.stopped_hours),
+        s.starts.to_string(),
     ]
 }
 

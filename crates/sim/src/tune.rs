@@ -216,6 +216,8 @@ mod tests {
             failed_creates: 0,
             unfinished: 0,
             unroutable: 0,
+            stopped_hours: 0.0,
+            starts: 0,
             wait_vs_runway: None,
             wait_vs_oracle: None,
             cost_vs_runway: None,

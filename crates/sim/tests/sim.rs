@@ -12,6 +12,8 @@ use runway_sim::policy::{by_name, decision_of, snapshot, Runway};
 use runway_sim::report::{compare, json, Summary};
 use runway_sim::{run, PoolModel, ProviderModel, Setup, TraceJob, Workload, WorkloadKind};
 
+mod stopped;
+
 fn setup(max_runners: u32, boot_seconds: (f64, f64)) -> Setup {
     Setup {
         pools: vec![PoolModel {
@@ -31,6 +33,8 @@ fn setup(max_runners: u32, boot_seconds: (f64, f64)) -> Setup {
             forecast_quantile: runway_core::forecast::quantile_for(
                 runway_core::forecast::DEFAULT_WAIT_VALUE,
             ),
+            stopped: Default::default(),
+            stopped_quantile: 0.98,
         }],
         providers: vec![ProviderModel {
             name: "cloud".into(),
@@ -38,6 +42,8 @@ fn setup(max_runners: u32, boot_seconds: (f64, f64)) -> Setup {
             fail_rate: 0.0,
             price_per_hour: 0.10,
             max_instances: 1_000,
+            resume_seconds: None,
+            stopped_price_per_hour: 0.0,
         }],
         interval: Duration::from_secs(10),
         default_pool: None,
@@ -64,6 +70,7 @@ fn runner(id: u64, phase: RunnerPhase, created_ms: i64, idle_since_ms: i64) -> S
         created_ms,
         phase,
         idle_since_ms,
+        stopped_ms: 0,
     }
 }
 

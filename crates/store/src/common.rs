@@ -49,6 +49,15 @@ pub const REGISTERED_ENDED_RUNNER: &str =
 /// An ended runner: the predicate of the `runners_ended` index.
 const ENDED_RUNNER: &str = "state IN ('terminated', 'failed', 'crashed')";
 
+/// Deletes up to `$2` rows of `table` whose `at` is before `$1`, oldest
+/// first by `order` (the order its index keeps), by their `key`.
+fn oldest(table: &str, key: &str, at: &str, order: &str) -> String {
+    format!(
+        "DELETE FROM {table} WHERE {key} IN \
+         (SELECT {key} FROM {table} WHERE {at} < $1 ORDER BY {order} LIMIT $2)"
+    )
+}
+
 /// The statements that prune one [`crate::Prunable`], run in order in one
 /// transaction, each bound to (cutoff, limit); the last one's count is the
 /// number pruned. Dependent rows go first, by the same selection.
@@ -76,31 +85,26 @@ pub(crate) fn prune_statements(what: crate::Prunable, backend: crate::Backend) -
             format!("DELETE FROM instance_tokens WHERE runner_id IN ({runners})"),
             format!("DELETE FROM runners WHERE id IN ({runners})"),
         ],
-        P::Deliveries => vec![
-            "DELETE FROM deliveries WHERE delivery_id IN \
-             (SELECT delivery_id FROM deliveries WHERE received_at < $1 ORDER BY received_at LIMIT $2)"
-                .to_owned(),
-        ],
+        P::Deliveries => vec![oldest(
+            "deliveries",
+            "delivery_id",
+            "received_at",
+            "received_at",
+        )],
         // The logs still kept: the job_logs table is what retention keeps
         // small, so reading it is bounded.
         P::JobLogs => vec![format!(
             "DELETE FROM job_logs WHERE job_id IN (SELECT l.job_id FROM job_logs l \
              JOIN jobs j ON j.id = l.job_id WHERE j.{FINISHED_JOB} AND j.finished_at < $1 LIMIT $2)"
         )],
-        P::RunnerReports => vec![
-            "DELETE FROM runner_reports WHERE id IN \
-             (SELECT id FROM runner_reports WHERE reported_at < $1 ORDER BY reported_at, id LIMIT $2)"
-                .to_owned(),
-        ],
-        P::OnceKeys => vec![
-            "DELETE FROM once_keys WHERE key IN \
-             (SELECT key FROM once_keys WHERE done_at < $1 ORDER BY done_at LIMIT $2)"
-                .to_owned(),
-        ],
-        P::Audit => vec![
-            "DELETE FROM audit WHERE id IN (SELECT id FROM audit WHERE at < $1 ORDER BY at, id LIMIT $2)"
-                .to_owned(),
-        ],
+        P::RunnerReports => vec![oldest(
+            "runner_reports",
+            "id",
+            "reported_at",
+            "reported_at, id",
+        )],
+        P::OnceKeys => vec![oldest("once_keys", "key", "done_at", "done_at")],
+        P::Audit => vec![oldest("audit", "id", "at", "at, id")],
         P::PoolHistory => {
             let minutes = "SELECT pool, at FROM pool_samples WHERE at < $1 ORDER BY at LIMIT $2";
             vec![
@@ -108,11 +112,12 @@ pub(crate) fn prune_statements(what: crate::Prunable, backend: crate::Backend) -
                 format!("DELETE FROM pool_samples WHERE (pool, at) IN ({minutes})"),
             ]
         }
-        P::InstanceTokens => vec![
-            "DELETE FROM instance_tokens WHERE token_hash IN \
-             (SELECT token_hash FROM instance_tokens WHERE expires_at < $1 ORDER BY expires_at LIMIT $2)"
-                .to_owned(),
-        ],
+        P::InstanceTokens => vec![oldest(
+            "instance_tokens",
+            "token_hash",
+            "expires_at",
+            "expires_at",
+        )],
     }
 }
 

@@ -67,6 +67,19 @@ pub struct PoolConfig {
     /// and a cap on each one's running jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share: Option<PoolShare>,
+    /// Stopped runners (created, booted once, stopped; started on demand
+    /// for one job): at least this many kept…
+    #[serde(default)]
+    pub min_stopped: u32,
+    /// …and at most this many (0, the default: none). They count against
+    /// `max_runners` only once started. Needs a provider with
+    /// `resume_seconds`; so far modelled by `runway sim` only.
+    #[serde(default)]
+    pub max_stopped: u32,
+    /// A stopped runner older than this is replaced, so its image and
+    /// caches stay current.
+    #[serde(with = "duration", default = "pool_defaults::stopped_max_age")]
+    pub stopped_max_age: Duration,
 }
 
 /// A pool's defaults, one function a key (serde takes them by path).
@@ -90,6 +103,9 @@ mod pool_defaults {
     }
     pub fn wait_value() -> f64 {
         runway_core::forecast::DEFAULT_WAIT_VALUE
+    }
+    pub fn stopped_max_age() -> Duration {
+        runway_core::stopped::DEFAULT_MAX_AGE
     }
 }
 
@@ -130,6 +146,9 @@ impl PoolConfig {
             github: None,
             access: None,
             share: None,
+            min_stopped: 0,
+            max_stopped: 0,
+            stopped_max_age: pool_defaults::stopped_max_age(),
         }
     }
 
@@ -148,6 +167,15 @@ impl PoolConfig {
     /// The cap on one key's jobs provisioning or running, if any.
     pub fn max_running_per_key(&self) -> Option<u32> {
         self.share.as_ref().and_then(|share| share.max_running)
+    }
+
+    /// Its stopped-runner settings, as the planner reads them.
+    pub fn stopped_policy(&self) -> runway_core::stopped::StoppedPolicy {
+        runway_core::stopped::StoppedPolicy {
+            min_stopped: self.min_stopped,
+            max_stopped: self.max_stopped,
+            max_age: self.stopped_max_age,
+        }
     }
 
     /// The forecast quantile of a predictive pool; `None` for the others.
@@ -216,6 +244,15 @@ impl PoolConfig {
                 ),
             ));
         }
+        if self.min_stopped > self.max_stopped {
+            return Err((
+                "max_stopped".to_owned(),
+                format!(
+                    "max_stopped ({}) is below min_stopped ({})",
+                    self.max_stopped, self.min_stopped
+                ),
+            ));
+        }
         if self.max_runners < self.min_idle {
             return Err((
                 "max_runners".to_owned(),
@@ -230,6 +267,17 @@ impl PoolConfig {
 }
 
 impl super::Config {
+    /// What `runway serve` refuses that `runway sim` and `config check`
+    /// take: stopped runners, which only the simulator models so far.
+    pub fn check_served(&self) -> Result<(), String> {
+        match self.pools.iter().position(|p| p.max_stopped > 0) {
+            Some(i) => Err(format!(
+                "pools[{i}].max_stopped: runway serve does not keep stopped runners yet; runway sim models them (docs/sim.md)"
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Part of [`super::Config::load`]'s validation: the default pool and each pool against the providers and GitHub settings.
     pub(super) fn check_pools(&self) -> Result<(), (String, String)> {
         let auth = self.github.auth();
@@ -258,6 +306,25 @@ impl super::Config {
                     key("providers"),
                     format!("{unknown:?} is not a declared provider ([providers.NAME])"),
                 ));
+            }
+            if pool.max_stopped > 0 {
+                let can_stop = |p: &&super::ProviderConfig| {
+                    p.resume_seconds.is_some()
+                        && (pool.providers.is_empty() || pool.providers.contains(&p.name))
+                };
+                if !self.providers.iter().any(|p| can_stop(&p)) {
+                    return Err((
+                        key("max_stopped"),
+                        "none of the pool's providers keeps stopped runners: give one resume_seconds (so far only kind sim, in runway sim)".into(),
+                    ));
+                }
+                if !pool.ephemeral {
+                    return Err((
+                        key("max_stopped"),
+                        "a stopped runner runs one job and is deleted: the pool must be ephemeral"
+                            .into(),
+                    ));
+                }
             }
             if pool.github.is_some() && !pool.ephemeral {
                 return Err((

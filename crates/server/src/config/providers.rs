@@ -85,7 +85,7 @@ pub fn names_a_provider(key: &str) -> bool {
 
 /// The keys every kind takes, for an error about one it does not.
 const COMMON_KEYS: &str =
-    "conditions, inputs, required_keys, max_instances, price_per_hour, boot_seconds, list_lag, environment_variables";
+    "conditions, inputs, required_keys, max_instances, price_per_hour, boot_seconds, list_lag, environment_variables, resume_seconds, stopped_price_per_hour";
 
 /// One provider's table, over the defaults of its kind.
 fn read(name: &str, table: toml::Table) -> Result<ProviderConfig, String> {
@@ -167,6 +167,15 @@ pub struct ProviderConfig {
     /// runway's environment reaches it; `RUNWAY_*` and `GARM_*` never do.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub environment_variables: Vec<String>,
+    /// Stopped runners (a pool's `max_stopped`): how long one takes to be
+    /// ready once started. Unset: this provider keeps none. So far only
+    /// `sim` keeps them, in `runway sim` (docs/sim.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_seconds: Option<f64>,
+    /// What a stopped runner costs an hour (its disk); default 3 % of
+    /// `price_per_hour`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_price_per_hour: Option<f64>,
 }
 
 impl ProviderConfig {
@@ -194,6 +203,8 @@ impl ProviderConfig {
             boot_seconds: if local { (1.0, 1.0) } else { (120.0, 180.0) },
             list_lag,
             environment_variables: Vec::new(),
+            resume_seconds: None,
+            stopped_price_per_hour: None,
         }
     }
 
@@ -251,6 +262,42 @@ impl ProviderConfig {
         Ok(())
     }
 
+    /// What a stopped runner of this provider costs an hour.
+    pub fn stopped_price(&self) -> f64 {
+        self.stopped_price_per_hour
+            .unwrap_or(self.price_per_hour * DEFAULT_STOPPED_FRACTION)
+    }
+
+    /// Refuses stopped-runner keys a provider cannot use: `(field, message)`.
+    fn check_stopped(&self) -> Result<(), (String, String)> {
+        if let Some(resume) = self.resume_seconds {
+            if !matches!(self.kind, ProviderKind::Sim { .. }) {
+                return Err((
+                    "resume_seconds".into(),
+                    format!(
+                        "a provider of kind {:?} cannot keep stopped runners yet; only sim can (in runway sim)",
+                        self.kind.name()
+                    ),
+                ));
+            }
+            if !(resume.is_finite() && resume >= 0.0) {
+                return Err((
+                    "resume_seconds".into(),
+                    "must be a number of seconds, 0 or more".into(),
+                ));
+            }
+        }
+        if let Some(price) = self.stopped_price_per_hour {
+            if !(price.is_finite() && price >= 0.0) {
+                return Err((
+                    "stopped_price_per_hour".into(),
+                    "must be a price, 0 or more".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Its typed declaration, for `runway_providers::factory::build`; `pools`
     /// are the pools that may use it.
     pub fn spec(&self, pools: Vec<String>) -> ProviderSpec {
@@ -278,6 +325,10 @@ impl Default for ProviderConfig {
         )
     }
 }
+
+/// A stopped runner's price, as a share of a running one's, when a
+/// provider does not say: an instance's disk against the instance.
+pub const DEFAULT_STOPPED_FRACTION: f64 = 0.03;
 
 pub const PROVIDER_KINDS: [&str; 5] = ProviderKind::NAMES;
 
@@ -316,6 +367,9 @@ impl super::Config {
                 .map_err(|(field, message)| (key(field), message))?;
             provider
                 .check_inputs()
+                .map_err(|(field, message)| (key(&field), message))?;
+            provider
+                .check_stopped()
                 .map_err(|(field, message)| (key(&field), message))?;
         }
         Ok(())

@@ -109,6 +109,9 @@ fn empty_file_gives_defaults() {
             ephemeral = true
             policy = "runway"
             wait_value = 1.75
+            min_stopped = 0
+            max_stopped = 0
+            stopped_max_age = "1d"
         "#]],
     );
 }
@@ -166,7 +169,7 @@ fn a_provider_takes_only_its_kinds_keys() {
     check(
         "[providers.cloud]\nkind = \"sim\"\ncommand = [\"runway\"]\n",
         expect![[
-            r#"error: config runway.toml: [providers.cloud]: unknown field `command`, expected `fail_rate` or `seed` for kind "sim", or one every kind takes: conditions, inputs, required_keys, max_instances, price_per_hour, boot_seconds, list_lag, environment_variables"#
+            r#"error: config runway.toml: [providers.cloud]: unknown field `command`, expected `fail_rate` or `seed` for kind "sim", or one every kind takes: conditions, inputs, required_keys, max_instances, price_per_hour, boot_seconds, list_lag, environment_variables, resume_seconds, stopped_price_per_hour"#
         ]],
     );
     check(
@@ -531,6 +534,9 @@ fn secrets_resolve_and_never_print() {
             ephemeral = true
             policy = "runway"
             wait_value = 1.75
+            min_stopped = 0
+            max_stopped = 0
+            stopped_max_age = "1d"
         "#]],
     );
     let config = Config::parse(
@@ -552,4 +558,53 @@ fn secrets_resolve_and_never_print() {
             r#"error: config runway.toml: [server] database: environment variable RUNWAY_CONFIG_TEST_UNSET is not set"#
         ]],
     );
+}
+
+/// Stopped runners (issue 60): a pool keeps them only through a provider
+/// that can stop one (so far `sim`, given `resume_seconds`), one job each;
+/// `runway serve` refuses them until its reconciler starts and stops
+/// instances, while `runway sim` and `config check` take them.
+#[test]
+fn stopped_runner_keys_are_checked_where_they_are_written() {
+    let sim = "[providers.cloud]\nkind = \"sim\"\nresume_seconds = 20\n";
+    check(
+        "[providers.box]\nkind = \"process\"\ncommand = [\"true\"]\nresume_seconds = 20\n",
+        expect![[
+            r#"error: [providers.box] resume_seconds: a provider of kind "process" cannot keep stopped runners yet; only sim can (in runway sim)"#
+        ]],
+    );
+    check(
+        "[providers.cloud]\nkind = \"sim\"\nresume_seconds = -1\n",
+        expect!["error: [providers.cloud] resume_seconds: must be a number of seconds, 0 or more"],
+    );
+    check(
+        "[providers.cloud]\nkind = \"sim\"\n[[pools]]\nname = \"a\"\nlabels = [\"x\"]\nmax_stopped = 4\n",
+        expect!["error: pools[0].max_stopped: none of the pool's providers keeps stopped runners: give one resume_seconds (so far only kind sim, in runway sim)"],
+    );
+    check(
+        &format!(
+            "{sim}[[pools]]\nname = \"a\"\nlabels = [\"x\"]\nmin_stopped = 5\nmax_stopped = 4\n"
+        ),
+        expect!["error: pools[0].max_stopped: max_stopped (4) is below min_stopped (5)"],
+    );
+    check(
+        &format!(
+            "{sim}[[pools]]\nname = \"a\"\nlabels = [\"x\"]\nmax_stopped = 4\nephemeral = false\n"
+        ),
+        expect!["error: pools[0].max_stopped: a stopped runner runs one job and is deleted: the pool must be ephemeral"],
+    );
+    let config = Config::parse(
+        &format!("{sim}stopped_price_per_hour = 0.002\n[[pools]]\nname = \"a\"\nlabels = [\"x\"]\nmax_stopped = 4\nstopped_max_age = \"6h\"\n"),
+        "t",
+        None,
+    )
+    .expect("a sim provider keeps stopped runners");
+    assert_eq!(
+        config.pools[0].stopped_policy().max_age,
+        std::time::Duration::from_secs(6 * 3_600)
+    );
+    assert_eq!(config.providers[0].stopped_price(), 0.002);
+    expect!["pools[0].max_stopped: runway serve does not keep stopped runners yet; runway sim models them (docs/sim.md)"].assert_eq(&config.check_served().unwrap_err());
+    let default_price = Config::parse(sim, "t", None).unwrap();
+    assert!((default_price.providers[0].stopped_price() - 0.003).abs() < 1e-12);
 }
