@@ -134,6 +134,9 @@ pub struct Expected {
     /// and the recurring rate at the quantile with the scheduled batches
     /// expected now, and the runs' later jobs.
     pub jobs: u32,
+    /// The recurring rate at the quantile (without batches, groups or
+    /// runs).
+    pub rate: u32,
     /// Of those, how many come in a recognised scheduled batch.
     pub batch: u32,
     /// Later jobs of workflow runs in progress expected in the window.
@@ -296,11 +299,16 @@ impl ArrivalForecast {
     /// [`ArrivalForecast::expected`] at another quantile (a stopped stock's,
     /// from the same history: `crate::stopped::quantile_for`).
     pub fn expected_at(&mut self, now: Timestamp, quantile: f64) -> u32 {
+        self.explain_at(now, quantile).jobs
+    }
+
+    /// [`ArrivalForecast::explain`] at another quantile.
+    pub fn explain_at(&mut self, now: Timestamp, quantile: f64) -> Expected {
         let own = self.quantile;
         if quantile.is_finite() {
             self.quantile = quantile.clamp(0.01, 1.0);
         }
-        let expected = self.expected(now);
+        let expected = self.explain(now);
         self.quantile = own;
         expected
     }
@@ -377,6 +385,7 @@ impl ArrivalForecast {
             .saturating_add(following);
         Expected {
             jobs,
+            rate,
             batch,
             following,
             group,

@@ -112,6 +112,7 @@ mod tests {
             pool: "p".into(),
             provider: "sim".into(),
             labels: vec![],
+            stock: false,
         }
         .initial(RunnerId(7), at(0));
         runner.state = state;
@@ -175,18 +176,8 @@ mod tests {
     /// claimed job would, in every state, draining or not.
     #[test]
     fn start_on_claim_is_start_with_the_job_left_open() {
-        use RunnerState::*;
         let running = job(JobState::Running, Some(7));
-        for state in [
-            Requested,
-            Provisioning,
-            Idle,
-            Busy,
-            Terminating,
-            Terminated,
-            Failed,
-            Crashed,
-        ] {
+        for state in RunnerState::ALL {
             for held in [None, Some(1), Some(2)] {
                 for draining in [false, true] {
                     let mut r = runner(state, held);

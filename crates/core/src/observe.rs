@@ -71,7 +71,9 @@ impl Listing {
 /// terminating one; a stopped or unknown one changes nothing (a stopped one
 /// is started again, see [`wants_start`]). An instance missing from a list
 /// that may still lag behind its create (`listing`) is "not visible yet",
-/// not gone: nothing changes.
+/// not gone: nothing changes. A stock runner ([`Runner::stock`]) is asked
+/// to stop once its machine runs, is stopped when its provider says so, and
+/// fails if its instance goes (deleted underneath: replaced).
 pub fn observe(
     runner: &Runner,
     instance_id: &str,
@@ -90,6 +92,25 @@ pub fn observe(
     } else {
         "vanished"
     };
+    if runner.stock {
+        // A stock runner is stopped once up (it never registers: it has no
+        // credential), and known stopped when its provider says so.
+        return match (runner.state, instance) {
+            (RunnerState::Provisioning, Observed::Running) => Some(RunnerEvent::StopRequested),
+            (RunnerState::Provisioning | RunnerState::Stopping, Observed::Stopped) => {
+                Some(RunnerEvent::Stopped)
+            }
+            (RunnerState::Terminating, _) if gone => Some(RunnerEvent::Terminated),
+            (RunnerState::Provisioning | RunnerState::Stopping | RunnerState::Stopped, _)
+                if gone =>
+            {
+                Some(RunnerEvent::Failed {
+                    reason: format!("stopped runner's instance {instance_id} {how}"),
+                })
+            }
+            _ => None,
+        };
+    }
     match runner.state {
         RunnerState::Provisioning
             if instance == Observed::Running && readiness == Readiness::MachineRunning =>
@@ -111,7 +132,9 @@ pub fn observe(
 /// again: a stopped machine of a runner that still counts on it, as GARM
 /// does. A terminating runner's instance is deleted instead.
 pub fn wants_start(runner: &Runner, instance: Observed) -> bool {
+    // A stock runner was stopped on purpose: it is started for a job only.
     instance == Observed::Stopped
+        && !runner.stock
         && matches!(
             runner.state,
             RunnerState::Provisioning | RunnerState::Idle | RunnerState::Busy
@@ -129,24 +152,23 @@ mod tests {
         lag: Duration::ZERO,
     };
 
-    /// Every (runner state, report, readiness) the reconciler can meet, and
-    /// the event it means.
-    #[test]
-    fn every_report_on_every_live_state() {
+    /// The event every (state, report, readiness) means for a runner
+    /// (`stock` or not), one row each that changes something; `(start)`
+    /// where the list has its instance started again.
+    fn report_table(stock: bool, states: &[RunnerState]) -> String {
         use Observed::*;
-        use Readiness::*;
-        use RunnerState::{Busy, Idle, Provisioning, Requested, Terminating};
         let mut runner = NewRunner {
             name: "r".into(),
             pool: "p".into(),
             provider: "sim".into(),
             labels: vec![],
+            stock,
         }
         .initial(RunnerId(1), Timestamp::from_millis(0));
         let mut table = String::new();
-        for state in [Requested, Provisioning, Idle, Busy, Terminating] {
+        for &state in states {
             for instance in [Absent, Pending, Running, Stopped, Failed, Unknown] {
-                for readiness in [MachineRunning, RunnerRegisters] {
+                for readiness in [Readiness::MachineRunning, Readiness::RunnerRegisters] {
                     runner.state = state;
                     let mut event = observe(&runner, "i-1", instance, readiness, TRUSTED)
                         .map(|e| e.name())
@@ -166,6 +188,15 @@ mod tests {
                 }
             }
         }
+        table
+    }
+
+    /// Every (runner state, report, readiness) the reconciler can meet, and
+    /// the event it means.
+    #[test]
+    fn every_report_on_every_live_state() {
+        use RunnerState::{Busy, Idle, Provisioning, Requested, Terminating};
+        let table = report_table(false, &[Requested, Provisioning, Idle, Busy, Terminating]);
         // Rows not listed change nothing (a requested runner has no
         // instance yet; a pending or running instance leaves a live runner
         // as it is, except a booting one that is ready when its machine is;
@@ -198,6 +229,44 @@ mod tests {
         .assert_eq(&table);
     }
 
+    /// The same table for a stock runner (booted once to be stopped): it
+    /// is asked to stop once its machine runs, whatever its readiness (it
+    /// never registers), known stopped when listed stopped, never started
+    /// again by the list, and failed if its instance goes.
+    #[test]
+    fn every_report_on_every_state_of_a_stock_runner() {
+        use RunnerState::{Provisioning, Requested, Stopped, Stopping, Terminating};
+        let table = report_table(
+            true,
+            &[Requested, Provisioning, Stopping, Stopped, Terminating],
+        );
+        expect_test::expect![[r#"
+            provisioning Absent   MachineRunning   failure
+            provisioning Absent   RunnerRegisters  failure
+            provisioning Running  MachineRunning   stop request
+            provisioning Running  RunnerRegisters  stop request
+            provisioning Stopped  MachineRunning   stop
+            provisioning Stopped  RunnerRegisters  stop
+            provisioning Failed   MachineRunning   failure
+            provisioning Failed   RunnerRegisters  failure
+            stopping     Absent   MachineRunning   failure
+            stopping     Absent   RunnerRegisters  failure
+            stopping     Stopped  MachineRunning   stop
+            stopping     Stopped  RunnerRegisters  stop
+            stopping     Failed   MachineRunning   failure
+            stopping     Failed   RunnerRegisters  failure
+            stopped      Absent   MachineRunning   failure
+            stopped      Absent   RunnerRegisters  failure
+            stopped      Failed   MachineRunning   failure
+            stopped      Failed   RunnerRegisters  failure
+            terminating  Absent   MachineRunning   termination
+            terminating  Absent   RunnerRegisters  termination
+            terminating  Failed   MachineRunning   termination
+            terminating  Failed   RunnerRegisters  termination
+        "#]]
+        .assert_eq(&table);
+    }
+
     /// An instance missing from a list that began within the provider's
     /// lag after its create returned is not visible yet: nothing changes,
     /// whatever the runner's state; once the lag has passed, it is gone.
@@ -208,6 +277,7 @@ mod tests {
             pool: "p".into(),
             provider: "ec2".into(),
             labels: vec![],
+            stock: false,
         }
         .initial(RunnerId(1), Timestamp::from_millis(0));
         runner.provisioning_at = Some(Timestamp::from_millis(10_000));

@@ -52,6 +52,25 @@ pub struct PoolPolicy {
     pub delete_surplus_boots: bool,
 }
 
+impl PoolPolicy {
+    /// A pool called `name` of at most `max_runners`, with the defaults of
+    /// a pool's configuration (`min_idle` 0, one runner a job, five
+    /// minutes' idle grace, ten minutes to boot, any provider).
+    pub fn new(name: &str, max_runners: u32) -> PoolPolicy {
+        PoolPolicy {
+            name: name.to_owned(),
+            min_idle: 0,
+            max_runners,
+            scaling_ratio: 1.0,
+            idle_grace: Duration::from_secs(300),
+            boot_timeout: Duration::from_secs(600),
+            providers: Vec::new(),
+            paused: false,
+            delete_surplus_boots: false,
+        }
+    }
+}
+
 /// A queued job as the planner sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueuedJob {

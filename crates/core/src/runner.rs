@@ -30,6 +30,12 @@ pub enum RunnerState {
     Terminated,
     Failed,
     Crashed,
+    /// A stock runner ([`Runner::stock`]) booted once and asked to stop:
+    /// waiting for its provider to say it is stopped.
+    Stopping,
+    /// A stock runner stopped: it costs its disk only, and is started for
+    /// one job ([`RunnerEvent::StartRequested`]) or retired.
+    Stopped,
 }
 
 names!(RunnerState, "runner state", {
@@ -41,6 +47,8 @@ names!(RunnerState, "runner state", {
     Terminated => "terminated",
     Failed => "failed",
     Crashed => "crashed",
+    Stopping => "stopping",
+    Stopped => "stopped",
 });
 
 impl RunnerState {
@@ -61,6 +69,9 @@ pub struct NewRunner {
     pub pool: String,
     pub provider: String,
     pub labels: Vec<String>,
+    /// Created for the pool's stock of stopped runners: booted once, then
+    /// stopped, never given a job before it is started.
+    pub stock: bool,
 }
 
 impl NewRunner {
@@ -82,6 +93,8 @@ impl NewRunner {
             ended_at: None,
             reason: None,
             draining: false,
+            stock: self.stock,
+            stopped_at: None,
             version: 0,
         }
     }
@@ -169,6 +182,13 @@ pub struct Runner {
     /// An operator drained it: it takes no new job and stops once its
     /// current one is over.
     pub draining: bool,
+    /// In the pool's stock of stopped runners: created to boot once and be
+    /// stopped, with no job and no job credential, until it is started
+    /// ([`RunnerEvent::StartRequested`] clears it). A stock runner never
+    /// takes a job: ephemerality holds for the job it is started for.
+    pub stock: bool,
+    /// When it last stopped (set while stopped).
+    pub stopped_at: Option<Timestamp>,
     pub version: i64,
 }
 
@@ -206,6 +226,14 @@ pub enum RunnerEvent {
     Failed { reason: String },
     /// The instance vanished while running a job.
     Crashed { reason: String },
+    /// A stock runner is up: runway asks its provider to stop it (instead
+    /// of its becoming idle).
+    StopRequested,
+    /// The provider reports the stock runner's instance stopped.
+    Stopped,
+    /// A stopped stock runner is started for a queued job: booting again,
+    /// out of the stock, its one-time credential written for this start.
+    StartRequested,
 }
 
 impl RunnerEvent {
@@ -222,6 +250,9 @@ impl RunnerEvent {
             RunnerEvent::Terminated => "termination",
             RunnerEvent::Failed { .. } => "failure",
             RunnerEvent::Crashed { .. } => "crash",
+            RunnerEvent::StopRequested => "stop request",
+            RunnerEvent::Stopped => "stop",
+            RunnerEvent::StartRequested => "start request",
         }
     }
 }
@@ -286,7 +317,8 @@ impl Runner {
                 next.instance_id = Some(instance_id.clone());
             }
             RunnerEvent::Ready => {
-                if !matches!(self.state, Requested | Provisioning) {
+                // A stock runner is stopped when up, never idle.
+                if !matches!(self.state, Requested | Provisioning) || self.stock {
                     return Err(invalid());
                 }
                 next.state = Idle;
@@ -297,7 +329,9 @@ impl Runner {
                 // GitHub's `in_progress` may beat the provider's own report.
                 // A runner busy with a job not yet known learns which.
                 let busy_unknown = self.state == Busy && self.job.is_none();
-                if !(matches!(self.state, Requested | Provisioning | Idle) || busy_unknown) {
+                if !(matches!(self.state, Requested | Provisioning | Idle) || busy_unknown)
+                    || self.stock
+                {
                     return Err(invalid());
                 }
                 // A drained runner takes no new job (GitHub may still name
@@ -332,7 +366,7 @@ impl Runner {
             },
             RunnerEvent::DrainRequested => match self.state {
                 Busy => next.draining = true,
-                Requested | Provisioning | Idle => {
+                Requested | Provisioning | Idle | Stopping | Stopped => {
                     next.draining = true;
                     next.state = Terminating;
                     next.terminating_at = Some(now);
@@ -340,7 +374,7 @@ impl Runner {
                 _ => return Err(invalid()),
             },
             RunnerEvent::RemovalRefused => {
-                if !matches!(self.state, Provisioning | Idle | Terminating) {
+                if !matches!(self.state, Provisioning | Idle | Terminating) || self.stock {
                     return Err(invalid());
                 }
                 next.state = Busy;
@@ -377,6 +411,30 @@ impl Runner {
                 next.reason = Some(reason.clone());
                 next.ended_at = Some(now);
             }
+            RunnerEvent::StopRequested => {
+                if !(self.stock && matches!(self.state, Requested | Provisioning)) {
+                    return Err(invalid());
+                }
+                next.state = Stopping;
+            }
+            RunnerEvent::Stopped => {
+                if !(self.stock && matches!(self.state, Provisioning | Stopping)) {
+                    return Err(invalid());
+                }
+                next.state = Stopped;
+                next.stopped_at = Some(now);
+            }
+            RunnerEvent::StartRequested => {
+                if !(self.stock && self.state == Stopped) || self.draining {
+                    return Err(invalid());
+                }
+                // Requested anew: its boot timeout runs from the start. Its
+                // age in the stock (`requested_at` while stopped) is over.
+                next.state = Provisioning;
+                next.stock = false;
+                next.requested_at = now;
+                next.provisioning_at = Some(now);
+            }
         }
         Ok(next)
     }
@@ -402,6 +460,18 @@ impl Runner {
         check(
             self.state != RunnerState::Terminating || self.terminating_at.is_some(),
             "terminating without terminating_at",
+        );
+        check(
+            !self.stock || (self.job.is_none() && self.busy_at.is_none() && self.idle_at.is_none()),
+            "a stock runner has run or waited for a job",
+        );
+        check(
+            self.stock || !matches!(self.state, RunnerState::Stopping | RunnerState::Stopped),
+            "stopping or stopped outside the stock",
+        );
+        check(
+            self.state != RunnerState::Stopped || self.stopped_at.is_some(),
+            "stopped without stopped_at",
         );
         problems
     }

@@ -126,6 +126,22 @@ pub fn quantile_for(wait_value: f64, stopped_fraction: f64) -> f64 {
     (1.0 - f / (wait_value + f / 2.0)).clamp(0.05, 0.99)
 }
 
+/// The arrivals a stopped stock is sized for, from the forecast at the
+/// stock's quantile: the largest of the recurring rate, the scheduled
+/// batches expected now and the groups in progress, plus the later jobs of
+/// the workflow runs in progress. Not the rate *and* the batches, as the
+/// idle warm pool takes them: at a stock's high quantile the rate's own
+/// sample is the days' batch windows, so the two would count one batch
+/// twice (on the `scheduled` workload that prepared a second batch's stock
+/// every night, retired unused).
+pub fn stock_expected(expected: &crate::forecast::Expected) -> u32 {
+    expected
+        .rate
+        .max(expected.batch)
+        .max(expected.group)
+        .saturating_add(expected.following)
+}
+
 /// The stock a pool aims for: the expected arrivals within the refill
 /// horizon, clamped to the pool's bounds.
 pub fn target(policy: &StoppedPolicy, expected: u32) -> u32 {
@@ -260,6 +276,23 @@ mod tests {
         assert_eq!(surplus_after(boot, 0.10, 0.003, day).as_secs(), 5_000);
         assert_eq!(surplus_after(boot, 0.10, 0.0, day), day);
         assert_eq!(surplus_after(boot, 0.10, 0.000_001, day), day);
+    }
+
+    #[test]
+    fn a_stock_counts_a_batch_once() {
+        use crate::forecast::Expected;
+        let expected = |rate, batch, group, following| Expected {
+            rate,
+            batch,
+            group,
+            following,
+            ..Expected::default()
+        };
+        // Near a nightly batch the rate's sample is the batch's windows.
+        assert_eq!(stock_expected(&expected(150, 150, 0, 0)), 150);
+        assert_eq!(stock_expected(&expected(3, 150, 0, 0)), 150);
+        assert_eq!(stock_expected(&expected(3, 0, 12, 0)), 12);
+        assert_eq!(stock_expected(&expected(3, 0, 0, 8)), 11);
     }
 
     #[test]

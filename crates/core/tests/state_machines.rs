@@ -261,7 +261,7 @@ proptest! {
             name: "default-1".into(),
             pool: "default".into(),
             provider: "sim".into(),
-            labels: vec![],
+            labels: vec![], stock: false,
         }
         .initial(RunnerId(1), Timestamp::from_millis(0));
         let mut job_counter = 0;
@@ -311,6 +311,109 @@ proptest! {
             runner = next;
         }
     }
+}
+
+proptest! {
+    /// Stopped runners (issue 60): whatever events come, in any order, a
+    /// runner of the stock never takes a job, never becomes idle and is
+    /// never busy before it is started; stopping and stopped are stock
+    /// states only; a runner that has ever been busy or idle is never
+    /// stopped; and every step keeps the invariants.
+    #[test]
+    fn a_stock_runner_takes_no_job_until_it_is_started(
+        steps in prop::collection::vec(0u8..13, 1..40),
+    ) {
+        let mut runner = NewRunner {
+            name: "default-1".into(),
+            pool: "default".into(),
+            provider: "sim".into(),
+            labels: vec![],
+            stock: true,
+        }
+        .initial(RunnerId(1), Timestamp::from_millis(0));
+        for (i, choice) in steps.into_iter().enumerate() {
+            let now = Timestamp::from_millis(i as i64 * 1_000);
+            let event = match choice {
+                0 => RunnerEvent::ProvisioningStarted { instance_id: format!("i-{i}") },
+                1 => RunnerEvent::Ready,
+                2 => RunnerEvent::JobAssigned { job: JobId(i as i64) },
+                3 => RunnerEvent::JobFinished,
+                4 => RunnerEvent::TerminateRequested,
+                5 => RunnerEvent::Terminated,
+                6 => RunnerEvent::Failed { reason: "vanished".into() },
+                7 => RunnerEvent::RemovalRefused,
+                8 => RunnerEvent::StopRequested,
+                9 => RunnerEvent::Stopped,
+                10 => RunnerEvent::StartRequested,
+                11 => RunnerEvent::DrainRequested,
+                _ => RunnerEvent::Crashed { reason: "lost".into() },
+            };
+            let result = runner.apply(&event, now);
+            if runner.stock {
+                let takes_work = matches!(
+                    event,
+                    RunnerEvent::Ready | RunnerEvent::JobAssigned { .. } | RunnerEvent::RemovalRefused
+                );
+                prop_assert!(!(takes_work && result.is_ok()), "{:?} accepted {:?}", runner, event);
+            }
+            let stops = matches!(event, RunnerEvent::StopRequested | RunnerEvent::Stopped);
+            if runner.busy_at.is_some() || runner.idle_at.is_some() {
+                prop_assert!(!(stops && result.is_ok()), "{:?} stopped after work", runner);
+            }
+            let Ok(next) = result else { continue };
+            prop_assert!(next.invariant_violations().is_empty(), "{:?}", next.invariant_violations());
+            if event == RunnerEvent::StartRequested {
+                prop_assert!(!next.stock && next.state == RunnerState::Provisioning);
+                prop_assert_eq!(next.requested_at, now);
+            }
+            runner = next;
+        }
+    }
+}
+
+#[test]
+fn a_stock_runner_is_stopped_started_and_runs_one_job() {
+    let at = Timestamp::from_millis;
+    let stock = NewRunner {
+        name: "default-1".into(),
+        pool: "default".into(),
+        provider: "sim".into(),
+        labels: vec![],
+        stock: true,
+    }
+    .initial(RunnerId(1), at(0));
+    let stopped = stock
+        .apply(
+            &RunnerEvent::ProvisioningStarted {
+                instance_id: "i-1".into(),
+            },
+            at(1),
+        )
+        .and_then(|r| r.apply(&RunnerEvent::StopRequested, at(150)))
+        .and_then(|r| r.apply(&RunnerEvent::Stopped, at(160)))
+        .expect("booted once and stopped");
+    assert_eq!(
+        (stopped.state, stopped.stopped_at),
+        (RunnerState::Stopped, Some(at(160)))
+    );
+    assert!(stopped
+        .apply(&RunnerEvent::JobAssigned { job: JobId(1) }, at(170))
+        .is_err());
+    let done = stopped
+        .apply(&RunnerEvent::StartRequested, at(3_600))
+        .and_then(|r| r.apply(&RunnerEvent::Ready, at(3_620)))
+        .and_then(|r| r.apply(&RunnerEvent::JobAssigned { job: JobId(1) }, at(3_621)))
+        .and_then(|r| r.apply(&RunnerEvent::JobFinished, at(3_700)))
+        .and_then(|r| r.apply(&RunnerEvent::TerminateRequested, at(3_701)))
+        .and_then(|r| r.apply(&RunnerEvent::Terminated, at(3_710)))
+        .expect("started, one job, deleted");
+    assert_eq!(done.state, RunnerState::Terminated);
+    assert!(!done.stock);
+    // A stopped runner past its age is retired without ever starting.
+    let retired = stopped
+        .apply(&RunnerEvent::TerminateRequested, at(90_000))
+        .expect("a stopped runner can be deleted");
+    assert_eq!(retired.state, RunnerState::Terminating);
 }
 
 #[test]
@@ -563,6 +666,7 @@ fn a_busy_runner_refuses_termination() {
         pool: "p".into(),
         provider: "sim".into(),
         labels: vec![],
+        stock: false,
     }
     .initial(RunnerId(3), at(0));
     let busy = runner
@@ -602,6 +706,7 @@ fn a_runner_that_registered_before_its_create_returned_keeps_its_state() {
         pool: "p".into(),
         provider: "process".into(),
         labels: vec![],
+        stock: false,
     }
     .initial(RunnerId(4), at(0));
     let started = RunnerEvent::ProvisioningStarted {

@@ -486,6 +486,7 @@ async fn a_pool_page_shows_the_batches_its_warm_pool_is_kept_for() {
         target: 150,
         forecast: Expected {
             jobs: 150,
+            rate: 0,
             batch: 150,
             following: 0,
             group: 0,

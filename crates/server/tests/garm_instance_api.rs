@@ -39,6 +39,7 @@ async fn runner(h: &Harness, pool: &str, name: &str) -> Runner {
                 pool: pool.into(),
                 provider: "lxd".into(),
                 labels: vec![pool.into()],
+                stock: false,
             },
             runway_server::clock::now(),
         )

@@ -154,16 +154,7 @@ impl Harness {
     }
 
     async fn instance_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .provider
-            .list()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|i| i.name)
-            .collect();
-        names.sort();
-        names
+        common::instance_names(self.provider.as_ref()).await
     }
 
     async fn job(&self, github_id: u64) -> Option<runway_core::Job> {
@@ -1257,6 +1248,7 @@ async fn a_registration_whose_id_never_reached_the_store_is_found_by_name_and_re
                 pool: "gh".into(),
                 provider: "sim".into(),
                 labels: vec![],
+                stock: false,
             },
             runway_server::clock::now(),
         )

@@ -616,13 +616,7 @@ async fn self_registering_runners_adopt_their_record_and_orphans_are_deleted() {
         .await
         .unwrap();
     assert_eq!((report.orphans_deleted, report.created), (1, 0));
-    let names: Vec<String> = process
-        .list()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.name)
-        .collect();
+    let names = common::instance_names(process.as_ref()).await;
     assert_eq!(names, std::slice::from_ref(&runner.name));
 
     // Its process vanishes behind runway's back: the idle runner fails and is replaced.
@@ -1486,6 +1480,7 @@ async fn a_runner_whose_create_was_cut_off_is_in_doubt_then_adopted_or_failed() 
                     pool: "linux".into(),
                     provider: "sim".into(),
                     labels: vec!["linux".into()],
+                    stock: false,
                 },
                 clock.now(),
             )
@@ -1833,6 +1828,7 @@ async fn a_terminating_record_with_no_instance_ends_after_its_window() {
                 pool: "linux".into(),
                 provider: "sim".into(),
                 labels: vec!["linux".into()],
+                stock: false,
             },
             clock.now(),
         )

@@ -48,6 +48,7 @@ async fn a_pass_prunes_old_history_in_batches_and_never_live_work() {
                     pool: "linux".into(),
                     provider: "sim".into(),
                     labels: vec![],
+                    stock: false,
                 },
                 t0,
             )

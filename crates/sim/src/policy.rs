@@ -418,9 +418,11 @@ impl Predictive {
     /// stopped for).
     fn stopped_warm(&mut self, view: &PoolView<'_>, now: i64) -> (u32, u32) {
         let quantile = view.model.stopped_quantile;
-        let expected = self
-            .forecast(view)
-            .expected_at(Timestamp::from_millis(now), quantile);
+        let expected = runway_core::stopped::stock_expected(
+            &self
+                .forecast(view)
+                .explain_at(Timestamp::from_millis(now), quantile),
+        );
         (view.model.policy.min_idle, expected)
     }
 

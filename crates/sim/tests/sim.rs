@@ -17,17 +17,7 @@ mod stopped;
 fn setup(max_runners: u32, boot_seconds: (f64, f64)) -> Setup {
     Setup {
         pools: vec![PoolModel {
-            policy: PoolPolicy {
-                name: "linux".into(),
-                min_idle: 0,
-                max_runners,
-                scaling_ratio: 1.0,
-                idle_grace: Duration::from_secs(300),
-                boot_timeout: Duration::from_secs(600),
-                providers: vec![],
-                paused: false,
-                delete_surplus_boots: false,
-            },
+            policy: PoolPolicy::new("linux", max_runners),
             labels: vec!["self-hosted".into(), "linux".into()],
             ephemeral: true,
             forecast_quantile: runway_core::forecast::quantile_for(

@@ -58,6 +58,7 @@ async fn idle_runner(store: &Arc<dyn Store>, pool: &str, worker: u64) -> Runner 
         pool: pool.to_owned(),
         provider: "bench".to_owned(),
         labels: vec![],
+        stock: false,
     };
     let runner = store.create_runner(&new, now()).await.expect("runner");
     store

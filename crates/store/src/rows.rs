@@ -19,7 +19,8 @@ pub(crate) const JOB_COLUMNS: &str =
 
 pub(crate) const RUNNER_COLUMNS: &str =
     "name, pool, provider, labels, instance_id, state, job_id, \
-     requested_at, provisioning_at, idle_at, busy_at, terminating_at, ended_at, reason, draining, version";
+     requested_at, provisioning_at, idle_at, busy_at, terminating_at, ended_at, reason, draining, version, \
+     stock, stopped_at";
 
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct JobRow {
@@ -216,6 +217,8 @@ pub(crate) struct RunnerRow {
     reason: Option<String>,
     draining: i64,
     version: i64,
+    stock: i64,
+    stopped_at: Option<i64>,
 }
 
 impl TryFrom<RunnerRow> for Runner {
@@ -245,6 +248,8 @@ impl TryFrom<RunnerRow> for Runner {
             ended_at: at(row.ended_at),
             reason: row.reason,
             draining: row.draining != 0,
+            stock: row.stock != 0,
+            stopped_at: at(row.stopped_at),
             version: row.version,
         })
     }
@@ -283,6 +288,8 @@ impl From<&Runner> for Columns {
             Value::Text(runner.reason.clone()),
             int(i64::from(runner.draining)),
             int(runner.version),
+            int(i64::from(runner.stock)),
+            ms(runner.stopped_at),
         ])
     }
 }

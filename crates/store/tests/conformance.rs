@@ -16,6 +16,7 @@ on_both_backends!(
     unroutable_jobs_are_stored_and_never_claimed,
     list_jobs_filters_by_state_and_pool,
     runners_move_through_their_states_with_timestamps,
+    a_stock_runner_keeps_its_mark_and_stop_time_until_started,
     runner_names_are_unique,
     ready_after_open,
     concurrent_duplicate_enqueues_create_one_job,
@@ -544,6 +545,7 @@ mod cases {
             pool: "local".to_owned(),
             provider: "process".to_owned(),
             labels: vec!["local".to_owned(), "linux".to_owned()],
+            stock: false,
         };
         let created = store.create_runner(&new("local-1"), at(0)).await.unwrap();
         store
@@ -635,6 +637,7 @@ mod cases {
                     pool: "linux".into(),
                     provider: "lxd".into(),
                     labels: vec![],
+                    stock: false,
                 },
                 at(0),
             )
@@ -757,6 +760,7 @@ mod cases {
             pool: "default".into(),
             provider: "sim".into(),
             labels: vec![],
+            stock: false,
         };
         let ended = store.create_runner(&runner("ended"), at(0)).await.unwrap();
         let failed = RunnerEvent::Failed {
@@ -863,6 +867,7 @@ mod cases {
                     pool: "default".into(),
                     provider: "sim".into(),
                     labels: vec![],
+                    stock: false,
                 },
                 at(0),
             )
@@ -1214,6 +1219,7 @@ mod cases {
             pool: "p".to_owned(),
             provider: "sim".to_owned(),
             labels: vec![],
+            stock: false,
         };
         let term = store.begin_term("runway", "a", at(0)).await.unwrap();
         let Some(fenced) = store.fenced("runway", term) else {
@@ -1744,6 +1750,76 @@ mod cases {
         assert_eq!(stored.state, JobState::Provisioning);
     }
 
+    /// Stopped runners (issue 60): the stock mark and the stop time are
+    /// stored and read back, a stopped runner is live, and a start clears
+    /// the mark, all through the core state machine.
+    pub async fn a_stock_runner_keeps_its_mark_and_stop_time_until_started(store: Arc<dyn Store>) {
+        let stock = store
+            .create_runner(
+                &NewRunner {
+                    name: "default-stock-1".into(),
+                    pool: "default".into(),
+                    provider: "sim".into(),
+                    labels: vec!["linux".into()],
+                    stock: true,
+                },
+                at(0),
+            )
+            .await
+            .unwrap();
+        assert!(stock.stock);
+        let mut runner = stock.clone();
+        for (event, when) in [
+            (
+                RunnerEvent::ProvisioningStarted {
+                    instance_id: "i-1".into(),
+                },
+                1,
+            ),
+            (RunnerEvent::StopRequested, 150),
+            (RunnerEvent::Stopped, 160),
+        ] {
+            runner = store
+                .apply_runner_event(runner.id, &event, at(when))
+                .await
+                .unwrap();
+        }
+        let read = store.get_runner(stock.id).await.unwrap().unwrap();
+        assert_eq!(read, runner);
+        assert_eq!(
+            (read.state, read.stock, read.stopped_at),
+            (RunnerState::Stopped, true, Some(at(160)))
+        );
+        let live = store.list_live_runners(Some("default")).await.unwrap();
+        assert!(
+            live.iter().any(|r| r.id == stock.id),
+            "a stopped runner is live"
+        );
+        // A stock runner takes no job, in the store as in the core.
+        assert!(store
+            .apply_runner_event(
+                stock.id,
+                &RunnerEvent::JobAssigned {
+                    job: runway_core::JobId(1)
+                },
+                at(170)
+            )
+            .await
+            .is_err());
+        let started = store
+            .apply_runner_event(stock.id, &RunnerEvent::StartRequested, at(3_600))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get_runner(stock.id).await.unwrap().as_ref(),
+            Some(&started)
+        );
+        assert_eq!(
+            (started.state, started.stock, started.requested_at),
+            (RunnerState::Provisioning, false, at(3_600))
+        );
+    }
+
     pub async fn cancel_is_terminal(store: Arc<dyn Store>) {
         let job = store
             .enqueue(&api_job("j", "default"), at(0))
@@ -1948,6 +2024,7 @@ mod cases {
             pool: "default".into(),
             provider: "sim".into(),
             labels: vec!["self-hosted".into()],
+            stock: false,
         };
         let runner = store.create_runner(&new, at(100)).await.unwrap();
         assert_eq!(
@@ -2037,6 +2114,7 @@ mod cases {
                 pool: pool.into(),
                 provider: "sim".into(),
                 labels: vec![],
+                stock: false,
             };
             ids.push(store.create_runner(&new, at(0)).await.unwrap().id);
         }
@@ -2075,6 +2153,7 @@ mod cases {
             pool: "default".into(),
             provider: "sim".into(),
             labels: vec![],
+            stock: false,
         };
         store.create_runner(&new, at(0)).await.unwrap();
         assert!(matches!(
@@ -2089,6 +2168,7 @@ mod cases {
             pool: pool.into(),
             provider: "sim".into(),
             labels: vec![],
+            stock: false,
         };
         let runner = store.create_runner(&new, at(1)).await.unwrap();
         store

@@ -189,6 +189,7 @@ async fn ready_runner(store: &Arc<dyn Store>, name: String, now: i64) -> Runner 
         pool: "default".into(),
         provider: "sim".into(),
         labels: vec![],
+        stock: false,
     };
     let runner = store
         .create_runner(&new, at(now))

@@ -42,6 +42,7 @@ async fn idle_runner(store: &dyn Store, name: &str) -> Runner {
         pool: "p".to_owned(),
         provider: "test".to_owned(),
         labels: vec![],
+        stock: false,
     };
     let runner = store.create_runner(&new, at(1)).await.expect("runner");
     store

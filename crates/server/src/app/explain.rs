@@ -122,8 +122,13 @@ pub async fn pool_snapshot(
         runners: runners
             .iter()
             // Runners only known from webhooks (another system's) are
-            // not runway's capacity to plan with.
-            .filter(|r| !r.state.is_terminal() && r.origin() != runway_core::RunnerOrigin::External)
+            // not runway's capacity to plan with, nor is the stock of
+            // stopped runners (`runway_core::stopped` plans it).
+            .filter(|r| {
+                !r.state.is_terminal()
+                    && !r.stock
+                    && r.origin() != runway_core::RunnerOrigin::External
+            })
             .map(|r| RunnerView {
                 id: r.id,
                 provider: r.provider.clone(),

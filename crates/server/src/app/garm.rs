@@ -562,6 +562,7 @@ mod tests {
                 pool: "p".into(),
                 provider: "lxd".into(),
                 labels: vec![],
+                stock: false,
             }
             .initial(runway_core::RunnerId(1), Timestamp::from_millis(0)),
             token_hash: String::new(),

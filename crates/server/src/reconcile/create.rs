@@ -95,6 +95,7 @@ impl Inner {
                         pool: pool.clone(),
                         provider: provider.clone(),
                         labels: labels.clone(),
+                        stock: false,
                     },
                     now,
                 )

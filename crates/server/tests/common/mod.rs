@@ -174,6 +174,19 @@ impl Harness {
     }
 }
 
+/// The names of every instance `provider` lists, sorted.
+pub async fn instance_names(provider: &dyn runway_providers::Provider) -> Vec<String> {
+    let mut names: Vec<String> = provider
+        .list()
+        .await
+        .expect("the provider lists")
+        .into_iter()
+        .map(|i| i.name)
+        .collect();
+    names.sort();
+    names
+}
+
 /// A request with `token` as the bearer (none if empty) and a JSON body.
 pub fn request(method: &str, path: &str, token: &str, body: Option<Value>) -> Request<Body> {
     let mut request = Request::builder().method(method).uri(path);

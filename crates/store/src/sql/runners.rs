@@ -214,6 +214,7 @@ sql_store_methods!(
                         pool,
                         provider: runway_core::RunnerOrigin::Registered.column().to_owned(),
                         labels: labels.to_vec(),
+                        stock: false,
                     };
                     let columns = Columns::from(&new.initial(RunnerId(0), now));
                     let row =

@@ -72,6 +72,7 @@ pub(super) async fn runner_for(
         pool: job.pool.clone().unwrap_or_default(),
         provider: runway_core::RunnerOrigin::External.column().to_owned(),
         labels: Vec::new(),
+        stock: false,
     };
     match store.create_runner(&new, now()).await {
         Ok(runner) => Ok(runner.id),
