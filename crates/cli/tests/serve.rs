@@ -775,15 +775,20 @@ values = {values}
     assert_eq!(after, before, "a refused PUT changes nothing");
 }
 
-/// Stopped runners are modelled by `runway sim` only so far: `config
-/// check` and `sim` take a pool that keeps them, `serve` refuses it in one
-/// line, before it touches a database, rather than run without them.
+/// Stopped runners on the real binary with the `sim` provider (issue 60):
+/// `config check`, `sim` and `serve` take a pool that keeps them; `serve`
+/// prepares the stock, stops it once up, and starts one for a submitted job
+/// instead of a cold boot, as `GET /api/v1/runners` shows. A GitHub pool
+/// is refused the keys in one line.
 #[test]
-fn serve_refuses_stopped_runners_that_sim_and_config_check_take() {
+fn serve_keeps_a_stock_of_stopped_runners_and_starts_one_for_a_job() {
+    const ADMIN: &str = "stock-admin-token-0123456789";
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("runway.toml"),
-        "[providers.cloud]\nkind = \"sim\"\nresume_seconds = 20\n\n[[pools]]\nname = \"linux\"\nlabels = [\"linux\"]\nmax_stopped = 4\n",
+        format!(
+            "[server]\nadmin_tokens = [\"{ADMIN}\"]\n\n[scaling]\ninterval = \"1s\"\n\n[providers.cloud]\nkind = \"sim\"\nboot_seconds = 1\nresume_seconds = 1\n\n[[pools]]\nname = \"linux\"\nlabels = [\"linux\"]\nmin_stopped = 2\nmax_stopped = 2\n"
+        ),
     )
     .unwrap();
     let check = run(dir.path(), &["config", "check", "--config", "runway.toml"]);
@@ -805,25 +810,49 @@ fn serve_refuses_stopped_runners_that_sim_and_config_check_take() {
         ],
     );
     assert!(sim.status.success(), "{}", stderr_of(&sim));
-    let report = String::from_utf8_lossy(&sim.stdout);
-    assert!(report.contains("runway+stopped"), "{report}");
-    let serve = run(
-        dir.path(),
-        &[
-            "serve",
-            "--config",
-            "runway.toml",
-            "--listen",
-            "127.0.0.1:0",
-        ],
-    );
-    let line = assert_one_line_failure(&serve);
+    assert!(String::from_utf8_lossy(&sim.stdout).contains("runway+stopped"));
+
+    let server = Server::start(dir.path(), &["--config", "runway.toml"]);
+    let runners = || {
+        common::api_get(&server.base, ADMIN, "/api/v1/runners")["runners"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let stock_in = |runners: &[serde_json::Value], state: &str| {
+        runners
+            .iter()
+            .filter(|r| r["stock"] == true && r["state"] == state)
+            .count()
+    };
+    common::wait_until("two stopped runners", 30, || {
+        stock_in(&runners(), "stopped") == 2
+    });
+    let stopped = runners();
     assert!(
-        line.contains("pools[0].max_stopped") && line.contains("runway sim"),
-        "{line}"
+        stopped.iter().all(|r| r["stopped_at"].is_string()),
+        "{stopped:?}"
     );
-    assert!(
-        !dir.path().join("runway.db").exists(),
-        "no database was created"
+    common::submit(&server.base, ADMIN, "true");
+    common::wait_until("a started runner, idle", 30, || {
+        runners()
+            .iter()
+            .any(|r| r["stock"] == false && r["state"] == "idle")
+    });
+    let all = runners();
+    assert_eq!(
+        all.iter().filter(|r| r["stock"] == false).count(),
+        1,
+        "one started, no cold boot: {all:?}"
     );
+    assert!(server.terminate().success());
+
+    std::fs::write(
+        dir.path().join("github.toml"),
+        "[github]\ntoken = \"ghp_not-a-real-token\"\n[providers.cloud]\nkind = \"sim\"\nresume_seconds = 20\n\n[[pools]]\nname = \"gh\"\nlabels = [\"linux\"]\nmax_stopped = 4\n[pools.github]\norg = \"acme\"\n",
+    )
+    .unwrap();
+    let refused = run(dir.path(), &["config", "check", "--config", "github.toml"]);
+    let line = assert_one_line_failure(&refused);
+    assert!(line.contains("max_stopped"), "{line}");
 }

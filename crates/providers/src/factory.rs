@@ -404,6 +404,9 @@ pub struct ProviderSpec {
     pub environment_variables: Vec<String>,
     /// The pools that may use it (GARM's `exec` protocol names the pool).
     pub pools: Vec<String>,
+    /// Seconds a stopped instance takes to be ready once started; `None`:
+    /// the provider keeps no stopped runners.
+    pub resume_seconds: Option<f64>,
 }
 
 impl ProviderSpec {
@@ -463,6 +466,9 @@ pub fn build(spec: &ProviderSpec, context: &BuildContext) -> Result<Arc<dyn Prov
                 price_per_hour: spec.price_per_hour,
                 max_instances: spec.max_instances,
                 seed: *seed,
+                resume_time: spec
+                    .resume_seconds
+                    .map(|s| Duration::from_secs_f64(s.max(0.0))),
             };
             Arc::new(SimProvider::new(sim, context.clock.clone()))
         }
@@ -656,6 +662,7 @@ mod tests {
             list_lag: Duration::ZERO,
             environment_variables: Vec::new(),
             pools: vec!["pool".into()],
+            resume_seconds: None,
         }
     }
 

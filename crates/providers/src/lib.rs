@@ -178,6 +178,17 @@ pub trait Provider: Send + Sync {
         })
     }
 
+    /// Stops an instance (powered off, kept: a stopped runner of a pool's
+    /// stock, `runway_core::stopped`). Stopping one already stopped is not
+    /// an error. Providers whose instances cannot stop keep the default,
+    /// which refuses.
+    async fn stop(&self, id: &InstanceId) -> Result<(), ProviderError> {
+        Err(ProviderError::Permanent {
+            provider: self.name().to_owned(),
+            message: format!("instance {id} cannot be stopped"),
+        })
+    }
+
     /// Every instance this provider manages for this installation: tagged
     /// with this installation's controller id and, since provider names
     /// were added to tags, with this provider's name. Another provider's

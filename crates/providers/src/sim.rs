@@ -1,7 +1,9 @@
 //! The `sim` provider: a deterministic cloud. Instances become ready after a
 //! boot time (fixed, or uniform in a range), creates fail with a given
 //! probability, there is a quota and a price. Seeded, and driven by a
-//! [`Clock`], so tests and `runway sim` replay exactly.
+//! [`Clock`], so tests and `runway sim` replay exactly. With a
+//! `resume_time`, an instance can be stopped (listed stopped, off the quota)
+//! and started again, ready that long after.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -40,6 +42,9 @@ pub struct SimConfig {
     pub price_per_hour: f64,
     pub max_instances: u32,
     pub seed: u64,
+    /// How long a stopped instance takes to be ready once started; `None`:
+    /// its instances cannot stop.
+    pub resume_time: Option<Duration>,
 }
 
 impl Default for SimConfig {
@@ -52,6 +57,7 @@ impl Default for SimConfig {
             price_per_hour: 0.10,
             max_instances: 100,
             seed: 0,
+            resume_time: None,
         }
     }
 }
@@ -59,6 +65,19 @@ impl Default for SimConfig {
 struct SimInstance {
     id: InstanceId,
     ready_at: Timestamp,
+    stopped: bool,
+}
+
+impl SimInstance {
+    fn state(&self, now: Timestamp) -> InstanceState {
+        if self.stopped {
+            InstanceState::Stopped
+        } else if self.ready_at <= now {
+            InstanceState::Running
+        } else {
+            InstanceState::Pending
+        }
+    }
 }
 
 struct State {
@@ -87,12 +106,34 @@ impl SimProvider {
         }
     }
 
+    /// Instance `id`, or a permanent error of `operation` naming it.
+    fn instance<'a>(
+        &self,
+        state: &'a mut State,
+        id: &InstanceId,
+        operation: &str,
+    ) -> Result<&'a mut SimInstance, ProviderError> {
+        state
+            .instances
+            .values_mut()
+            .find(|instance| &instance.id == id)
+            .ok_or_else(|| ProviderError::Permanent {
+                provider: self.config.name.clone(),
+                message: format!("{operation}: no instance {id}"),
+            })
+    }
+
     fn state(&self) -> Result<std::sync::MutexGuard<'_, State>, ProviderError> {
         self.state.lock().map_err(|_| ProviderError::Transient {
             provider: self.config.name.clone(),
             message: "internal state poisoned".to_owned(),
         })
     }
+}
+
+/// Instances that count against the quota: all but the stopped ones.
+fn running(state: &State) -> u32 {
+    state.instances.values().filter(|i| !i.stopped).count() as u32
 }
 
 #[async_trait]
@@ -105,18 +146,13 @@ impl Provider for SimProvider {
         let now = self.clock.now();
         let mut state = self.state()?;
         if let Some(existing) = state.instances.get(&request.name) {
-            let ready = existing.ready_at <= now;
             return Ok(Instance {
                 id: existing.id.clone(),
                 name: request.name.clone(),
-                state: if ready {
-                    InstanceState::Running
-                } else {
-                    InstanceState::Pending
-                },
+                state: existing.state(now),
             });
         }
-        if state.instances.len() as u32 >= self.config.max_instances {
+        if running(&state) >= self.config.max_instances {
             return Err(ProviderError::Quota {
                 provider: self.config.name.clone(),
                 limit: self.config.max_instances,
@@ -143,6 +179,7 @@ impl Provider for SimProvider {
             SimInstance {
                 id: id.clone(),
                 ready_at: now.plus(boot),
+                stopped: false,
             },
         );
         Ok(Instance {
@@ -163,6 +200,44 @@ impl Provider for SimProvider {
         Ok(())
     }
 
+    async fn stop(&self, id: &InstanceId) -> Result<(), ProviderError> {
+        if self.config.resume_time.is_none() {
+            return Err(ProviderError::Permanent {
+                provider: self.config.name.clone(),
+                message: format!("instance {id} cannot be stopped (no resume_seconds)"),
+            });
+        }
+        let mut state = self.state()?;
+        self.instance(&mut state, id, "StopInstance")?.stopped = true;
+        Ok(())
+    }
+
+    async fn start(&self, id: &InstanceId) -> Result<(), ProviderError> {
+        let Some(resume) = self.config.resume_time else {
+            return Err(ProviderError::Permanent {
+                provider: self.config.name.clone(),
+                message: format!("instance {id} cannot be started again"),
+            });
+        };
+        let now = self.clock.now();
+        let mut state = self.state()?;
+        let running = running(&state);
+        let instance = self.instance(&mut state, id, "StartInstance")?;
+        if !instance.stopped {
+            return Ok(());
+        }
+        // A start takes quota again, as a create does.
+        if running >= self.config.max_instances {
+            return Err(ProviderError::Quota {
+                provider: self.config.name.clone(),
+                limit: self.config.max_instances,
+            });
+        }
+        instance.stopped = false;
+        instance.ready_at = now.plus(resume);
+        Ok(())
+    }
+
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
         let now = self.clock.now();
         Ok(self
@@ -172,21 +247,13 @@ impl Provider for SimProvider {
             .map(|(name, instance)| Instance {
                 id: instance.id.clone(),
                 name: name.clone(),
-                state: if instance.ready_at <= now {
-                    InstanceState::Running
-                } else {
-                    InstanceState::Pending
-                },
+                state: instance.state(now),
             })
             .collect())
     }
 
     fn bid(&self, _pool: &str, capacity: u32) -> Vec<Offer> {
-        let used = self
-            .state
-            .lock()
-            .map(|s| s.instances.len() as u32)
-            .unwrap_or(u32::MAX);
+        let used = self.state.lock().map(|s| running(&s)).unwrap_or(u32::MAX);
         crate::quota_offer(
             &self.config.name,
             self.config.max_instances,

@@ -396,6 +396,56 @@ async fn sim_failures_follow_the_fail_rate_and_the_seed() {
     assert!((offer[0].reliability - 0.7).abs() < 1e-9);
 }
 
+/// The state of the first instance `provider` lists.
+async fn state_of(provider: &dyn Provider) -> InstanceState {
+    provider.list().await.unwrap()[0].state
+}
+
+/// Stopped runners (issue 60): a sim instance with a resume time stops
+/// (listed stopped, off the quota), starts ready `resume_time` later, and
+/// takes quota again to start; one without refuses to stop.
+#[tokio::test]
+async fn a_sim_instance_stops_off_the_quota_and_starts_in_its_resume_time() {
+    let clock = Arc::new(ManualClock::default());
+    let provider = SimProvider::new(
+        SimConfig {
+            max_instances: 1,
+            boot_time: BootTime::Fixed(Duration::from_secs(150)),
+            resume_time: Some(Duration::from_secs(20)),
+            ..SimConfig::default()
+        },
+        clock.clone(),
+    );
+    let first = provider.create(&request("stock-1")).await.unwrap();
+    clock.advance(Duration::from_secs(150));
+    assert_eq!(state_of(&provider).await, InstanceState::Running);
+    provider.stop(&first.id).await.unwrap();
+    provider
+        .stop(&first.id)
+        .await
+        .expect("stopping again is no error");
+    assert_eq!(state_of(&provider).await, InstanceState::Stopped);
+    // Stopped, it leaves its quota slot to another.
+    assert_eq!(provider.bid("linux", 5)[0].capacity, 1);
+    let second = provider.create(&request("cold-1")).await.unwrap();
+    assert!(matches!(
+        provider.start(&first.id).await,
+        Err(ProviderError::Quota { .. })
+    ));
+    provider.delete(&second.id).await.unwrap();
+    provider.start(&first.id).await.unwrap();
+    assert_eq!(state_of(&provider).await, InstanceState::Pending);
+    clock.advance(Duration::from_secs(20));
+    assert_eq!(state_of(&provider).await, InstanceState::Running);
+
+    let cannot = SimProvider::new(SimConfig::default(), clock.clone());
+    let instance = cannot.create(&request("r")).await.unwrap();
+    assert!(matches!(
+        cannot.stop(&instance.id).await,
+        Err(ProviderError::Permanent { .. })
+    ));
+}
+
 // ---- process ----
 
 fn process_config(dir: &std::path::Path, command: &[&str]) -> ProcessConfig {

@@ -19,6 +19,7 @@ mod reconciler;
 mod retention;
 mod runner_api;
 mod scoped_tokens;
+mod stock;
 mod webhook_properties;
 mod webhooks;
 mod worker_configs;

@@ -73,8 +73,6 @@ pub async fn reload(service: &Service, actor: &str) -> Result<Reloaded, AppError
     };
     let mut next = Config::load(source.path.as_deref(), &source.overrides)
         .map_err(|error| AppError::invalid("invalid_config", error.to_string()))?;
-    next.check_served()
-        .map_err(|error| AppError::invalid("invalid_config", error))?;
     let current = service.config();
     let mut restart_needed = Vec::new();
     // What the process set up at start stays as it is.

@@ -73,7 +73,7 @@ pub struct PoolConfig {
     pub min_stopped: u32,
     /// …and at most this many (0, the default: none). They count against
     /// `max_runners` only once started. Needs a provider with
-    /// `resume_seconds`; so far modelled by `runway sim` only.
+    /// `resume_seconds` (so far kind `sim`), and is not a GitHub pool.
     #[serde(default)]
     pub max_stopped: u32,
     /// A stopped runner older than this is replaced, so its image and
@@ -267,17 +267,6 @@ impl PoolConfig {
 }
 
 impl super::Config {
-    /// What `runway serve` refuses that `runway sim` and `config check`
-    /// take: stopped runners, which only the simulator models so far.
-    pub fn check_served(&self) -> Result<(), String> {
-        match self.pools.iter().position(|p| p.max_stopped > 0) {
-            Some(i) => Err(format!(
-                "pools[{i}].max_stopped: runway serve does not keep stopped runners yet; runway sim models them (docs/sim.md)"
-            )),
-            None => Ok(()),
-        }
-    }
-
     /// Part of [`super::Config::load`]'s validation: the default pool and each pool against the providers and GitHub settings.
     pub(super) fn check_pools(&self) -> Result<(), (String, String)> {
         let auth = self.github.auth();
@@ -315,7 +304,7 @@ impl super::Config {
                 if !self.providers.iter().any(|p| can_stop(&p)) {
                     return Err((
                         key("max_stopped"),
-                        "none of the pool's providers keeps stopped runners: give one resume_seconds (so far only kind sim, in runway sim)".into(),
+                        "none of the pool's providers keeps stopped runners: give one resume_seconds (so far only kind sim)".into(),
                     ));
                 }
                 if !pool.ephemeral {
@@ -323,6 +312,12 @@ impl super::Config {
                         key("max_stopped"),
                         "a stopped runner runs one job and is deleted: the pool must be ephemeral"
                             .into(),
+                    ));
+                }
+                if pool.github.is_some() {
+                    return Err((
+                        key("max_stopped"),
+                        "a GitHub pool's stopped runner would need its just-in-time configuration at its start, which runway does not hand over yet: keep stopped runners on runway's own pools".into(),
                     ));
                 }
             }

@@ -275,7 +275,7 @@ impl ProviderConfig {
                 return Err((
                     "resume_seconds".into(),
                     format!(
-                        "a provider of kind {:?} cannot keep stopped runners yet; only sim can (in runway sim)",
+                        "a provider of kind {:?} cannot keep stopped runners yet; only sim can",
                         self.kind.name()
                     ),
                 ));
@@ -310,6 +310,7 @@ impl ProviderConfig {
             list_lag: self.list_lag,
             environment_variables: self.environment_variables.clone(),
             pools,
+            resume_seconds: self.resume_seconds,
         }
     }
 }

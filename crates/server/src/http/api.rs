@@ -606,6 +606,13 @@ pub struct RunnerDto {
     /// Drained: takes no new job, stops after its current one.
     #[serde(default)]
     pub draining: bool,
+    /// In its pool's stock of stopped runners (booted once, stopped,
+    /// started for one job), until started.
+    #[serde(default)]
+    pub stock: bool,
+    /// When it last stopped, while stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<String>,
 }
 
 impl From<&Runner> for RunnerDto {
@@ -624,6 +631,11 @@ impl From<&Runner> for RunnerDto {
             busy_at: runner.busy_at.map(rfc3339),
             ended_at: runner.ended_at.map(rfc3339),
             draining: runner.draining,
+            stock: runner.stock,
+            stopped_at: runner
+                .stopped_at
+                .filter(|_| runner.state == RunnerState::Stopped)
+                .map(rfc3339),
         }
     }
 }

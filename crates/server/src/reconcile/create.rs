@@ -15,13 +15,16 @@ enum Stopped {
 }
 
 impl Inner {
-    /// Creates `count` runners of `pool` through `provider`.
+    /// Creates `count` runners of `pool` through `provider`; with `stock`,
+    /// runners for its stock of stopped runners, which are handed no job
+    /// credential (a start would need one, not a create).
     pub(super) async fn create_batch(
         self: Arc<Self>,
         pool: String,
         provider: String,
         offer: String,
         count: u32,
+        stock: bool,
         now: Timestamp,
     ) -> Result<Report, StoreError> {
         let began = Instant::now();
@@ -95,7 +98,7 @@ impl Inner {
                         pool: pool.clone(),
                         provider: provider.clone(),
                         labels: labels.clone(),
-                        stock: false,
+                        stock,
                     },
                     now,
                 )
@@ -139,7 +142,7 @@ impl Inner {
                 ("RUNWAY_RUNNER_LABELS".to_owned(), labels.join(",")),
                 ("RUNWAY_POOL".to_owned(), pool.clone()),
             ]);
-            if let Some(github) = &pool_config.github {
+            if let (Some(github), false) = (&pool_config.github, stock) {
                 if self.service.may_act("github_jit_config").await.is_err() {
                     backend.unreserve(&name);
                     stopped = Some(Stopped::Deposed);
@@ -171,7 +174,7 @@ impl Inner {
                     }
                 }
             }
-            if backend.runners_register() && pool_config.github.is_none() {
+            if backend.runners_register() && pool_config.github.is_none() && !stock {
                 // One-time, bound to this record, valid while it may boot.
                 let token = crate::app::tokens::new_token("rwr_");
                 store
@@ -185,7 +188,7 @@ impl Inner {
                     .await?;
                 bootstrap.insert("RUNWAY_REGISTRATION_TOKEN".to_owned(), token);
             }
-            let instance_api = if backend.uses_instance_api() {
+            let instance_api = if backend.uses_instance_api() && !stock {
                 let base = self.runner_url();
                 let token = crate::app::garm::mint(
                     &self.service,

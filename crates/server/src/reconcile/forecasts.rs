@@ -70,6 +70,43 @@ impl Inner {
     /// How many idle runners `pool` keeps warm: `min_idle`, or with the
     /// predictive policy the arrivals expected within one boot time and a
     /// round.
+    /// The arrivals a predictive pool's stock is sized for
+    /// (`runway_core::stopped::stock_expected`, at the stopped quantile);
+    /// 0 for the others, which keep `min_stopped`.
+    pub(super) fn stock_expected(&self, pool: &PoolConfig, now: Timestamp) -> u32 {
+        let fraction = self
+            .service
+            .config()
+            .providers
+            .iter()
+            .find(|p| {
+                p.resume_seconds.is_some()
+                    && (pool.providers.is_empty() || pool.providers.contains(&p.name))
+            })
+            .map(|p| {
+                if p.price_per_hour > 0.0 {
+                    p.stopped_price() / p.price_per_hour
+                } else {
+                    0.0
+                }
+            })
+            .unwrap_or(1.0);
+        let quantile = runway_core::stopped::quantile_for(pool.wait_value, fraction);
+        self.forecasts
+            .lock()
+            .ok()
+            .and_then(|mut forecasts| {
+                let learning = forecasts.get_mut(&pool.name)?;
+                if learning.seed.is_some() {
+                    return None;
+                }
+                Some(runway_core::stopped::stock_expected(
+                    &learning.forecast.explain_at(now, quantile),
+                ))
+            })
+            .unwrap_or(0)
+    }
+
     pub(super) fn warm(&self, pool: &PoolConfig, now: Timestamp) -> u32 {
         let forecast = self.forecasts.lock().ok().and_then(|mut forecasts| {
             let learning = forecasts.get_mut(&pool.name)?;

@@ -12,6 +12,7 @@ pub mod heal;
 mod observe;
 mod orphans;
 pub mod scale_set;
+mod stock;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -304,6 +305,8 @@ impl Inner {
         self.check_reports(now, &mut report).await?;
         let deregistering = self.retry_deregistrations(now);
         self.learn_arrivals(now).await?;
+        // The stock first: what it starts is booting in the snapshot.
+        let stocking = self.stock(now).await?;
         let snapshot = self.snapshot(now).await?;
         let plan = plan(&snapshot, now);
         let tasks = plan
@@ -311,6 +314,7 @@ impl Inner {
             .iter()
             .filter_map(|action| self.dispatch(action.clone(), now))
             .chain(deregistering)
+            .chain(stocking)
             .collect();
         report.merge(self.collect(tasks).await?);
         self.update_gauges(&snapshot, &plan).await?;
@@ -519,7 +523,8 @@ impl Inner {
                 offer,
                 count,
             } => self.spawn(None, async move {
-                this.create_batch(pool, provider, offer, count, now).await
+                this.create_batch(pool, provider, offer, count, false, now)
+                    .await
             }),
             Action::Delete { pool, runner } => self.spawn(Some(runner), async move {
                 this.delete(pool, runner, None, now).await

@@ -2,6 +2,13 @@
 
 use super::*;
 
+/// What [`Inner::power`] does to an instance.
+#[derive(Clone, Copy)]
+enum Power {
+    Start,
+    Stop,
+}
+
 impl Inner {
     /// Starts a list of every provider that has none running, and waits
     /// for them as for any call.
@@ -233,25 +240,27 @@ impl Inner {
             };
             if wants_start(runner, observed) {
                 // Stopped, not gone (GARM's `stopped`): started again.
-                let (this, provider, name, runner_name) = (
-                    self.clone(),
-                    provider.clone(),
-                    name.to_owned(),
-                    runner.name.clone(),
+                tasks.extend(self.power(provider, name, &instance_id, runner, Power::Start));
+                continue;
+            }
+            // A stock runner up (or still up after its stop): stopped, a
+            // fenced side effect like a create.
+            let stop = runner.stock
+                && observed == Observed::Running
+                && matches!(
+                    runner.state,
+                    RunnerState::Requested | RunnerState::Provisioning | RunnerState::Stopping
                 );
-                tasks.extend(self.spawn(Some(runner.id), async move {
-                    let started = {
-                        let Ok(_permit) = this.permit_to_act(&name, "start").await else {
-                            return Ok(Report::default());
-                        };
-                        provider.start(&instance_id).await
-                    };
-                    match started {
-                        Ok(()) => tracing::info!(runner = %runner_name, instance = %instance_id, "started a stopped instance again"),
-                        Err(error) => this.provider_error(&name, "start", &error.to_string()),
-                    }
-                    Ok(Report::default())
-                }));
+            if stop {
+                if runner.state != RunnerState::Stopping
+                    && store
+                        .apply_runner_event(runner.id, &RunnerEvent::StopRequested, now)
+                        .await
+                        .is_err()
+                {
+                    continue;
+                }
+                tasks.extend(self.power(provider, name, &instance_id, runner, Power::Stop));
                 continue;
             }
             // A runner that registers itself is ready when it says so,
@@ -310,7 +319,8 @@ impl Inner {
                 // runner: its missing post-job report may have said it.
                 crate::app::reports::crash_seen(&self.service, runner, now).await;
             }
-            if let (Some(github), false) = (github, ready) {
+            let stock_event = matches!(event, RunnerEvent::Stopped);
+            if let (Some(github), false) = (github, ready || stock_event) {
                 // Its machine is gone: so must its registration be.
                 if let Err(error) = self.deregister(&github, runner).await? {
                     tracing::debug!(runner = %runner.name, %error, "registration of a vanished runner left to GitHub");
@@ -331,11 +341,51 @@ impl Inner {
                     now,
                 );
                 report.marked_ready += 1;
-            } else {
+            } else if !stock_event {
                 report.marked_lost += 1;
             }
         }
         Ok(())
+    }
+
+    /// Starts (a stopped machine of a runner that counts on it) or stops
+    /// (a stock runner once up) `runner`'s instance, as a task of its own,
+    /// fenced like every side effect.
+    fn power(
+        self: &Arc<Self>,
+        provider: &Arc<dyn Provider>,
+        name: &str,
+        instance_id: &InstanceId,
+        runner: &runway_core::Runner,
+        power: Power,
+    ) -> Option<Task> {
+        let (this, provider, name, runner_name, instance_id) = (
+            self.clone(),
+            provider.clone(),
+            name.to_owned(),
+            runner.name.clone(),
+            instance_id.clone(),
+        );
+        self.spawn(Some(runner.id), async move {
+            let operation = match power {
+                Power::Start => "start",
+                Power::Stop => "stop",
+            };
+            let done = {
+                let Ok(_permit) = this.permit_to_act(&name, operation).await else {
+                    return Ok(Report::default());
+                };
+                match power {
+                    Power::Start => provider.start(&instance_id).await,
+                    Power::Stop => provider.stop(&instance_id).await,
+                }
+            };
+            match done {
+                Ok(()) => tracing::info!(runner = %runner_name, instance = %instance_id, operation, "powered an instance"),
+                Err(error) => this.provider_error(&name, operation, &error.to_string()),
+            }
+            Ok(Report::default())
+        })
     }
 
     /// Whether busy runner `runner`, whose machine is gone, has waited
