@@ -833,6 +833,16 @@ fn serve_keeps_a_stock_of_stopped_runners_and_starts_one_for_a_job() {
         stopped.iter().all(|r| r["stopped_at"].is_string()),
         "{stopped:?}"
     );
+    let pools = common::api_get(&server.base, ADMIN, "/api/v1/pools");
+    let stock = &pools["pools"][0]["stock"];
+    assert_eq!(
+        (&stock["stopped"], &stock["max_stopped"]),
+        (&serde_json::json!(2), &serde_json::json!(2)),
+        "{pools}"
+    );
+    // Two disks at 3 % of the sim provider's default $0.10 an hour.
+    let cost = stock["cost_per_hour"].as_f64().unwrap_or(0.0);
+    assert!((cost - 0.006).abs() < 1e-9, "{pools}");
     common::submit(&server.base, ADMIN, "true");
     common::wait_until("a started runner, idle", 30, || {
         runners()

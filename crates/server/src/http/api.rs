@@ -392,6 +392,24 @@ pub struct PoolDto {
     /// read from GitHub.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Its stock of stopped runners (absent for a pool that keeps none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stock: Option<StockDto>,
+}
+
+/// A pool's stock of stopped runners: booted once, stopped, started for one
+/// job each (docs/providers.md).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
+pub struct StockDto {
+    pub min_stopped: u32,
+    pub max_stopped: u32,
+    /// Stopped and ready to start.
+    pub stopped: u64,
+    /// Being prepared: booting once, or stopping.
+    pub preparing: u64,
+    /// What the stopped ones cost an hour (their disks), in the providers'
+    /// currency.
+    pub cost_per_hour: f64,
 }
 
 /// A scale-set pool's scale set and GitHub's latest statistics of it.
@@ -526,6 +544,26 @@ async fn list_pools(
                     .entry(runner.state.as_str().to_owned())
                     .or_insert(0) += 1;
             }
+            let stock = (pool.max_stopped > 0).then(|| {
+                let ours = || runners.iter().filter(|r| r.pool == pool.name && r.stock);
+                let stopped = ours().filter(|r| r.state == RunnerState::Stopped).count() as u64;
+                let price = service
+                    .config()
+                    .providers
+                    .iter()
+                    .find(|p| {
+                        p.resume_seconds.is_some()
+                            && (pool.providers.is_empty() || pool.providers.contains(&p.name))
+                    })
+                    .map_or(0.0, |p| p.stopped_price());
+                StockDto {
+                    min_stopped: pool.min_stopped,
+                    max_stopped: pool.max_stopped,
+                    stopped,
+                    preparing: ours().filter(|r| !r.state.is_terminal()).count() as u64 - stopped,
+                    cost_per_hour: stopped as f64 * price,
+                }
+            });
             PoolDto {
                 name: pool.name.clone(),
                 labels: pool.labels.clone(),
@@ -561,6 +599,7 @@ async fn list_pools(
                 }),
                 scale_set: scale_set_dto(&service, pool),
                 warnings: warnings.get(&pool.name).cloned().unwrap_or_default(),
+                stock,
             }
         })
         .collect();
