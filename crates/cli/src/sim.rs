@@ -139,14 +139,7 @@ fn stopped_fraction(providers: &[ProviderConfig], pool: &PoolConfig) -> f64 {
         .iter()
         .filter(|p| pool.providers.is_empty() || pool.providers.contains(&p.name))
         .find(|p| p.resume_seconds.is_some())
-        .map(|p| {
-            if p.price_per_hour > 0.0 {
-                p.stopped_price() / p.price_per_hour
-            } else {
-                0.0
-            }
-        })
-        .unwrap_or(1.0)
+        .map_or(1.0, |p| p.stopped_fraction())
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {

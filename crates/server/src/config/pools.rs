@@ -267,6 +267,15 @@ impl PoolConfig {
 }
 
 impl super::Config {
+    /// The provider `pool` keeps its stopped runners through: the first of
+    /// its providers with `resume_seconds`.
+    pub fn stopping_provider(&self, pool: &PoolConfig) -> Option<&super::ProviderConfig> {
+        self.providers.iter().find(|p| {
+            p.resume_seconds.is_some()
+                && (pool.providers.is_empty() || pool.providers.contains(&p.name))
+        })
+    }
+
     /// Part of [`super::Config::load`]'s validation: the default pool and each pool against the providers and GitHub settings.
     pub(super) fn check_pools(&self) -> Result<(), (String, String)> {
         let auth = self.github.auth();
@@ -297,11 +306,7 @@ impl super::Config {
                 ));
             }
             if pool.max_stopped > 0 {
-                let can_stop = |p: &&super::ProviderConfig| {
-                    p.resume_seconds.is_some()
-                        && (pool.providers.is_empty() || pool.providers.contains(&p.name))
-                };
-                if !self.providers.iter().any(|p| can_stop(&p)) {
+                if self.stopping_provider(pool).is_none() {
                     return Err((
                         key("max_stopped"),
                         "none of the pool's providers keeps stopped runners: give one resume_seconds (so far only kind sim)".into(),

@@ -268,6 +268,16 @@ impl ProviderConfig {
             .unwrap_or(self.price_per_hour * DEFAULT_STOPPED_FRACTION)
     }
 
+    /// A stopped hour's price as a share of a running one (0 for a free
+    /// provider).
+    pub fn stopped_fraction(&self) -> f64 {
+        if self.price_per_hour > 0.0 {
+            self.stopped_price() / self.price_per_hour
+        } else {
+            0.0
+        }
+    }
+
     /// Refuses stopped-runner keys a provider cannot use: `(field, message)`.
     fn check_stopped(&self) -> Result<(), (String, String)> {
         if let Some(resume) = self.resume_seconds {

@@ -549,12 +549,7 @@ async fn list_pools(
                 let stopped = ours().filter(|r| r.state == RunnerState::Stopped).count() as u64;
                 let price = service
                     .config()
-                    .providers
-                    .iter()
-                    .find(|p| {
-                        p.resume_seconds.is_some()
-                            && (pool.providers.is_empty() || pool.providers.contains(&p.name))
-                    })
+                    .stopping_provider(pool)
                     .map_or(0.0, |p| p.stopped_price());
                 StockDto {
                     min_stopped: pool.min_stopped,

@@ -77,20 +77,8 @@ impl Inner {
         let fraction = self
             .service
             .config()
-            .providers
-            .iter()
-            .find(|p| {
-                p.resume_seconds.is_some()
-                    && (pool.providers.is_empty() || pool.providers.contains(&p.name))
-            })
-            .map(|p| {
-                if p.price_per_hour > 0.0 {
-                    p.stopped_price() / p.price_per_hour
-                } else {
-                    0.0
-                }
-            })
-            .unwrap_or(1.0);
+            .stopping_provider(pool)
+            .map_or(1.0, |p| p.stopped_fraction());
         let quantile = runway_core::stopped::quantile_for(pool.wait_value, fraction);
         self.forecasts
             .lock()

@@ -23,13 +23,7 @@ impl Inner {
         let config = self.service.config();
         let mut tasks = Vec::new();
         for pool in config.pools.iter().filter(|p| p.max_stopped > 0) {
-            let allowed =
-                |name: &str| pool.providers.is_empty() || pool.providers.iter().any(|p| p == name);
-            let Some(provider) = config
-                .providers
-                .iter()
-                .find(|p| p.resume_seconds.is_some() && allowed(&p.name))
-            else {
+            let Some(provider) = config.stopping_provider(pool) else {
                 continue;
             };
             let Some(backend) = self.providers().by_name.get(&provider.name).cloned() else {
