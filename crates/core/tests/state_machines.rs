@@ -101,6 +101,36 @@ fn event(step: &Step, now: Timestamp) -> JobEvent {
     }
 }
 
+/// The runner event a generated step `choice` stands for (the `i`-th
+/// step; `job` names the job of an assignment): 0–9 the lifecycle every
+/// runner meets, 10–13 the stock's (stop, stopped, start) and a drain.
+fn runner_event(choice: u8, i: usize, job: i64) -> RunnerEvent {
+    match choice {
+        0 => RunnerEvent::ProvisioningStarted {
+            instance_id: format!("i-{i}"),
+        },
+        1 => RunnerEvent::Ready,
+        2 => RunnerEvent::JobAssigned { job: JobId(job) },
+        3 => RunnerEvent::JobFinished,
+        4 => RunnerEvent::TerminateRequested,
+        5 => RunnerEvent::Terminated,
+        6 => RunnerEvent::Failed {
+            reason: "boot timeout".into(),
+        },
+        7 => RunnerEvent::RemovalRefused,
+        8 => RunnerEvent::CreateInDoubt {
+            reason: "create timed out".into(),
+        },
+        10 => RunnerEvent::StopRequested,
+        11 => RunnerEvent::Stopped,
+        12 => RunnerEvent::StartRequested,
+        13 => RunnerEvent::DrainRequested,
+        _ => RunnerEvent::Crashed {
+            reason: "lost".into(),
+        },
+    }
+}
+
 proptest! {
     /// The store applies accept, heartbeat and complete as one conditional
     /// UPDATE built from `JobEvent::guarded`: wherever its guard holds, that
@@ -268,18 +298,7 @@ proptest! {
         for (i, choice) in steps.into_iter().enumerate() {
             let now = Timestamp::from_millis(i as i64 * 1_000);
             job_counter += 1;
-            let event = match choice {
-                0 => RunnerEvent::ProvisioningStarted { instance_id: format!("i-{i}") },
-                1 => RunnerEvent::Ready,
-                2 => RunnerEvent::JobAssigned { job: JobId(job_counter) },
-                3 => RunnerEvent::JobFinished,
-                4 => RunnerEvent::TerminateRequested,
-                5 => RunnerEvent::Terminated,
-                6 => RunnerEvent::Failed { reason: "boot timeout".into() },
-                7 => RunnerEvent::RemovalRefused,
-                8 => RunnerEvent::CreateInDoubt { reason: "create timed out".into() },
-                _ => RunnerEvent::Crashed { reason: "lost".into() },
-            };
+            let event = runner_event(choice, i, job_counter);
             let result = runner.apply(&event, now);
             if runner.state.is_terminal() {
                 let is_terminal_error = matches!(result, Err(RunnerTransitionError::Terminal { .. }));
@@ -321,7 +340,7 @@ proptest! {
     /// stopped; and every step keeps the invariants.
     #[test]
     fn a_stock_runner_takes_no_job_until_it_is_started(
-        steps in prop::collection::vec(0u8..13, 1..40),
+        steps in prop::collection::vec(0u8..14, 1..40),
     ) {
         let mut runner = NewRunner {
             name: "default-1".into(),
@@ -333,21 +352,7 @@ proptest! {
         .initial(RunnerId(1), Timestamp::from_millis(0));
         for (i, choice) in steps.into_iter().enumerate() {
             let now = Timestamp::from_millis(i as i64 * 1_000);
-            let event = match choice {
-                0 => RunnerEvent::ProvisioningStarted { instance_id: format!("i-{i}") },
-                1 => RunnerEvent::Ready,
-                2 => RunnerEvent::JobAssigned { job: JobId(i as i64) },
-                3 => RunnerEvent::JobFinished,
-                4 => RunnerEvent::TerminateRequested,
-                5 => RunnerEvent::Terminated,
-                6 => RunnerEvent::Failed { reason: "vanished".into() },
-                7 => RunnerEvent::RemovalRefused,
-                8 => RunnerEvent::StopRequested,
-                9 => RunnerEvent::Stopped,
-                10 => RunnerEvent::StartRequested,
-                11 => RunnerEvent::DrainRequested,
-                _ => RunnerEvent::Crashed { reason: "lost".into() },
-            };
+            let event = runner_event(choice, i, i as i64);
             let result = runner.apply(&event, now);
             if runner.stock {
                 let takes_work = matches!(
