@@ -723,6 +723,38 @@ async fn a_predictive_pool_keeps_the_expected_arrivals_warm() {
     assert_eq!(plan.pools[0].want, 6);
 }
 
+/// A predictive pool that keeps stopped runners (issue 60) keeps its warm
+/// pool stopped, not idle, as `runway sim`'s `predictive+stopped` does:
+/// the same arrivals prepare a stock sized at the stopped quantile, and
+/// no idle runner beyond `min_idle`.
+#[tokio::test]
+async fn a_predictive_pool_with_a_stock_keeps_its_warm_pool_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut pool = linux_pool(0, 10);
+    pool.max_stopped = 20;
+    let (service, reconciler) = predictive(&dir, pool).await;
+    let mut config = (*service.config()).clone();
+    config.providers[0].resume_seconds = Some(20.0);
+    service.replace_config(config);
+    let at = |s: i64| Timestamp::from_millis(s * 1_000);
+    reconciler.reconcile_once(at(1_000)).await.unwrap();
+    for i in 0..30 {
+        arrived(&service, at(1_000 + i * 20), None).await;
+    }
+    let (report, plan) = reconciler.reconcile_once(at(1_600)).await.unwrap();
+    let runners = service
+        .store
+        .list_live_runners(Some("linux"))
+        .await
+        .unwrap();
+    let stock = runners.iter().filter(|r| r.stock).count();
+    assert_eq!(stock as u32, report.created, "{runners:?}");
+    // The 110 s windows held 5 or 6 jobs: at the stopped quantile (0.98),
+    // six.
+    assert_eq!(stock, 6, "{runners:?}");
+    assert_eq!(plan.pools[0].want, 0, "no idle runner kept warm: {plan:?}");
+}
+
 /// A predictive pool learns a workflow's fan-out from the runs it saw
 /// (GitHub's `run_id` and `workflow_name`, read from the store each round,
 /// whichever replica took the job in) and, when a new run's first job

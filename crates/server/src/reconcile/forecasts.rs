@@ -67,9 +67,26 @@ impl Seed {
 }
 
 impl Inner {
-    /// How many idle runners `pool` keeps warm: `min_idle`, or with the
-    /// predictive policy the arrivals expected within one boot time and a
-    /// round.
+    /// What a predictive pool's forecast expects at `now` (at its own
+    /// quantile, or at `quantile`); `None` for a pool that is not
+    /// predictive, or whose forecast is still being seeded.
+    fn explained(
+        &self,
+        pool: &PoolConfig,
+        now: Timestamp,
+        quantile: Option<f64>,
+    ) -> Option<runway_core::forecast::Expected> {
+        let mut forecasts = self.forecasts.lock().ok()?;
+        let learning = forecasts.get_mut(&pool.name)?;
+        if learning.seed.is_some() {
+            return None;
+        }
+        Some(match quantile {
+            Some(quantile) => learning.forecast.explain_at(now, quantile),
+            None => learning.forecast.explain(now),
+        })
+    }
+
     /// The arrivals a predictive pool's stock is sized for
     /// (`runway_core::stopped::stock_expected`, at the stopped quantile);
     /// 0 for the others, which keep `min_stopped`.
@@ -80,36 +97,33 @@ impl Inner {
             .stopping_provider(pool)
             .map_or(1.0, |p| p.stopped_fraction());
         let quantile = runway_core::stopped::quantile_for(pool.wait_value, fraction);
-        self.forecasts
-            .lock()
-            .ok()
-            .and_then(|mut forecasts| {
-                let learning = forecasts.get_mut(&pool.name)?;
-                if learning.seed.is_some() {
-                    return None;
-                }
-                Some(runway_core::stopped::stock_expected(
-                    &learning.forecast.explain_at(now, quantile),
-                ))
+        self.explained(pool, now, Some(quantile))
+            .map_or(0, |expected| {
+                runway_core::stopped::stock_expected(&expected)
             })
-            .unwrap_or(0)
     }
 
+    /// How many idle runners `pool` keeps warm: `min_idle`, or with the
+    /// predictive policy the arrivals expected within one boot time and a
+    /// round.
     pub(super) fn warm(&self, pool: &PoolConfig, now: Timestamp) -> u32 {
-        let forecast = self.forecasts.lock().ok().and_then(|mut forecasts| {
-            let learning = forecasts.get_mut(&pool.name)?;
-            if learning.seed.is_some() {
-                return None;
-            }
-            Some(learning.forecast.explain(now))
-        });
+        let forecast = self.explained(pool, now, None);
         let Some(forecast) = forecast else {
             if let Ok(mut warm) = self.service.warm.lock() {
                 warm.remove(&pool.name); // Not (or no longer) predictive.
             }
             return pool.min_idle.min(pool.max_runners);
         };
-        let target = forecast.jobs.max(pool.min_idle).min(pool.max_runners);
+        // A pool that keeps stopped runners keeps its warm pool stopped
+        // (`stock_expected`), not idle: idle only to `min_idle`, as
+        // `runway sim`'s `predictive+stopped` does.
+        let keeps_stock =
+            pool.max_stopped > 0 && self.service.config().stopping_provider(pool).is_some();
+        let target = if keeps_stock {
+            pool.min_idle.min(pool.max_runners)
+        } else {
+            forecast.jobs.max(pool.min_idle).min(pool.max_runners)
+        };
         if let Ok(mut warm) = self.service.warm.lock() {
             warm.insert(
                 pool.name.clone(),
