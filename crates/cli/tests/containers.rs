@@ -380,3 +380,68 @@ fn two_container_providers_on_one_engine_never_remove_each_others_runners() {
         assert_ne!(runner["state"], "crashed", "{runner}");
     }
 }
+
+#[test]
+fn stopped_runners_are_containers_created_and_started_with_their_credential_for_one_job_each() {
+    let Some(podman) = podman::podman(&[PathBuf::from(common::RUNWAY)]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &podman, "127.0.0.1:0", 4);
+    let path = dir.path().join("runway.toml");
+    let config = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace(
+            "boot_seconds = 1\n",
+            "boot_seconds = 1\nresume_seconds = 1\n",
+        )
+        .replace(
+            "idle_grace = \"1s\"\n",
+            "idle_grace = \"1s\"\nmin_stopped = 2\nmax_stopped = 2\n",
+        );
+    std::fs::write(&path, config).unwrap();
+    let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+
+    // The stock: two containers created, not started, with no credential.
+    wait_until("two stopped runners", 60, || {
+        common::stock_runners(&base, ADMIN, "stopped").len() == 2
+    });
+    let stopped = common::stock_runners(&base, ADMIN, "stopped");
+    for name in podman.containers() {
+        let inspected = podman.inspect(&name);
+        assert!(inspected.contains("\"Status\": \"created\""), "{inspected}");
+        assert!(!inspected.contains("rwr_"), "{inspected}");
+    }
+    let pools = get(&base, "/api/v1/pools");
+    let stock = &pools["pools"][0]["stock"];
+    assert_eq!(stock["stopped"], 2, "{pools}");
+
+    // Two jobs: each taken by a stopped runner started for it (its
+    // registration token minted at the start), one job each, and its
+    // container removed after; the stock is made up again.
+    let jobs = [submit(&base, "echo one"), submit(&base, "echo two")];
+    let mut runners = Vec::new();
+    for job in jobs {
+        let (done, log) = finished(&base, job, 90);
+        assert_eq!(done["conclusion"], "success", "{done} {log}");
+        runners.push(done["runner"].as_i64().unwrap());
+    }
+    let runners: std::collections::BTreeSet<i64> = runners.into_iter().collect();
+    assert_eq!(runners, stopped, "served by the stopped runners");
+    assert!(
+        common::metric(
+            &base,
+            r#"runway_stopped_runner_starts_total{pool="boxes",kind="started"}"#
+        ) >= 2.0
+    );
+    wait_until(
+        "the stock made up again, the used containers gone",
+        90,
+        || {
+            let fresh = common::stock_runners(&base, ADMIN, "stopped");
+            fresh.len() == 2
+                && fresh.iter().all(|id| !stopped.contains(id))
+                && podman.containers().len() == 2
+        },
+    );
+}

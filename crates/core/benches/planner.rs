@@ -40,6 +40,7 @@ fn fleet() -> Snapshot {
                     in_doubt: false,
                     requested_at: Timestamp::from_millis(r * 2_000),
                     idle_at: Some(Timestamp::from_millis(r * 3_000)),
+                    ready_by: None,
                 })
                 .collect(),
             offers: vec![

@@ -131,6 +131,9 @@ pub struct RunnerView {
     pub requested_at: Timestamp,
     /// When it last became idle.
     pub idle_at: Option<Timestamp>,
+    /// Started from the pool's stock of stopped runners: when it should be
+    /// ready (its start plus its provider's `resume_seconds`).
+    pub ready_by: Option<Timestamp>,
 }
 
 /// A provider's offer of capacity for one pool.
@@ -235,6 +238,12 @@ pub enum WaitReason {
     RunnerIdle { runner: RunnerId },
     /// A runner is booting for the pool's demand.
     RunnerBooting { runner: RunnerId, since: Timestamp },
+    /// A stopped runner of the pool's stock is starting for it, ready by
+    /// `ready_by`.
+    StoppedRunnerStarting {
+        runner: RunnerId,
+        ready_by: Timestamp,
+    },
     /// This plan starts a runner for it.
     RunnerRequested { provider: String },
     /// The pool is at `max_runners`.
@@ -263,6 +272,7 @@ impl WaitReason {
         match self {
             WaitReason::RunnerIdle { .. } => "runner_idle",
             WaitReason::RunnerBooting { .. } => "runner_booting",
+            WaitReason::StoppedRunnerStarting { .. } => "stopped_runner_starting",
             WaitReason::RunnerRequested { .. } => "runner_requested",
             WaitReason::AtMaxRunners { .. } => "at_max_runners",
             WaitReason::ProviderBackoff { .. } => "provider_backoff",
@@ -552,9 +562,15 @@ fn plan_pool(
                 runner: idle[index].id,
             }
         } else if let Some(runner) = booting_sorted.get(index - idle.len()) {
-            WaitReason::RunnerBooting {
-                runner: runner.id,
-                since: runner.requested_at,
+            match runner.ready_by {
+                Some(ready_by) => WaitReason::StoppedRunnerStarting {
+                    runner: runner.id,
+                    ready_by,
+                },
+                None => WaitReason::RunnerBooting {
+                    runner: runner.id,
+                    since: runner.requested_at,
+                },
             }
         } else if let Some(provider) = created.get(index - idle.len() - booting_sorted.len()) {
             WaitReason::RunnerRequested {
@@ -570,6 +586,7 @@ fn plan_pool(
         let reason = match reason {
             WaitReason::RunnerIdle { .. }
             | WaitReason::RunnerBooting { .. }
+            | WaitReason::StoppedRunnerStarting { .. }
             | WaitReason::RunnerRequested { .. }
                 if job.attempts > 0 =>
             {

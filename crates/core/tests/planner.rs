@@ -52,6 +52,7 @@ fn runner(id: i64, state: RunnerState, requested: i64, idle_since: Option<i64>) 
         in_doubt: false,
         requested_at: at(requested),
         idle_at: idle_since.map(at),
+        ready_by: None,
     }
 }
 
@@ -188,6 +189,33 @@ fn a_runner_stuck_booting_is_failed_and_replaced() {
             fail and delete runner 1: not ready 600s after it was requested (boot_timeout)
             create 1 via sim
             job 100: runner_booting RunnerBooting { runner: RunnerId(2), since: Timestamp(480000) }
+            job 101: runner_requested RunnerRequested { provider: "sim" }
+        "#]],
+    );
+}
+
+/// A runner started from the pool's stock of stopped runners is booting
+/// capacity like any other, and a job it is for says it is starting and
+/// when it should be ready.
+#[test]
+fn a_started_stopped_runner_covers_a_job_and_says_when_it_is_ready() {
+    check(
+        one_pool(PoolSnapshot {
+            unlisted: 0,
+            held: Vec::new(),
+            policy: policy(0, 10),
+            queued: jobs(2),
+            runners: vec![RunnerView {
+                ready_by: Some(at(9)),
+                ..runner(1, RunnerState::Provisioning, 8, None)
+            }],
+            offers: vec![offer("sim", 100, 0.1, 1.0)],
+        }),
+        at(8),
+        expect![[r#"
+            pool linux: queued=2 idle=0 booting=1 busy=0 want=2
+            create 1 via sim
+            job 100: stopped_runner_starting StoppedRunnerStarting { runner: RunnerId(1), ready_by: Timestamp(540000) }
             job 101: runner_requested RunnerRequested { provider: "sim" }
         "#]],
     );

@@ -85,6 +85,19 @@ pub enum ProviderKind {
         /// GitHub's runner with its JIT config, or `runway agent --once`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         boot_command: Option<String>,
+        /// What a stopped runner's machine runs on its first boot, before
+        /// it powers off to wait stopped for a job (warming caches, say;
+        /// default nothing). It gets no credential.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prepare_command: Option<String>,
+        /// The disk a stopped instance keeps, in GB: with
+        /// `volume_price_per_gb_month`, what a stopped runner costs an hour
+        /// (unless `stopped_price_per_hour` says).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stopped_volume_gb: Option<f64>,
+        /// EBS's $/GB-month (gp3 in us-east-1: 0.08).
+        #[serde(default = "default_volume_price")]
+        volume_price_per_gb_month: f64,
     },
     /// One fresh container per runner through the Docker Engine API
     /// (Docker, or Podman's compatible service): `container.rs`.
@@ -146,6 +159,11 @@ fn default_purchase_options() -> Vec<Purchase> {
     Purchase::ALL.to_vec()
 }
 
+/// EBS gp3's $/GB-month in us-east-1.
+fn default_volume_price() -> f64 {
+    0.08
+}
+
 fn default_spot_price_refresh() -> Duration {
     Duration::from_secs(300)
 }
@@ -190,6 +208,9 @@ impl ProviderKind {
                 on_demand_prices: BTreeMap::new(),
                 spot_price_refresh: default_spot_price_refresh(),
                 boot_command: None,
+                prepare_command: None,
+                stopped_volume_gb: None,
+                volume_price_per_gb_month: default_volume_price(),
             },
             "container" => ProviderKind::Container {
                 socket: None,
@@ -542,6 +563,8 @@ pub fn build(spec: &ProviderSpec, context: &BuildContext) -> Result<Arc<dyn Prov
             on_demand_prices,
             spot_price_refresh,
             boot_command,
+            prepare_command,
+            ..
         } => {
             spec.kind
                 .check()
@@ -560,6 +583,7 @@ pub fn build(spec: &ProviderSpec, context: &BuildContext) -> Result<Arc<dyn Prov
                         price_per_hour: spec.price_per_hour,
                         spot_price_refresh: *spot_price_refresh,
                         boot_command: boot_command.clone(),
+                        prepare_command: prepare_command.clone(),
                         max_instances: spec.max_instances,
                         boot_time: spec.mean_boot_time(),
                         list_lag: spec.list_lag,

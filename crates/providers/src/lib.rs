@@ -80,6 +80,10 @@ pub struct CreateRequest {
     pub launch_config: serde_json::Value,
     /// For a provider whose machines call runway's GARM instance API.
     pub instance_api: Option<InstanceApi>,
+    /// A runner of its pool's stock of stopped runners: the machine boots
+    /// once to warm (no credential in `bootstrap`) and is then stopped,
+    /// until a [`Provider::start`] gives it its credentials for a job.
+    pub stock: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,9 +173,21 @@ pub trait Provider: Send + Sync {
     /// Deletes an instance. Deleting one that does not exist is not an error.
     async fn delete(&self, id: &InstanceId) -> Result<(), ProviderError>;
 
-    /// Starts a stopped instance again. Providers whose instances cannot
-    /// stop (they only fail) keep the default, which refuses.
-    async fn start(&self, id: &InstanceId) -> Result<(), ProviderError> {
+    /// Starts a stopped instance again. With `fresh`, the instance is a
+    /// stopped runner of a pool's stock started for a job: `fresh` carries
+    /// the one-time credentials minted for this start, which the provider
+    /// puts where the machine reads them at this boot before it starts it,
+    /// and never starts it if it cannot (a stale or missing credential
+    /// takes no job). Without, the machine boots as it was (a runner's
+    /// machine stopped underneath, started again). Providers whose
+    /// instances cannot stop (they only fail) keep the default, which
+    /// refuses.
+    async fn start(
+        &self,
+        id: &InstanceId,
+        fresh: Option<&CreateRequest>,
+    ) -> Result<(), ProviderError> {
+        let _ = fresh;
         Err(ProviderError::Permanent {
             provider: self.name().to_owned(),
             message: format!("instance {id} cannot be started again"),
@@ -260,6 +276,15 @@ pub trait Provider: Send + Sync {
     /// (they register with a one-time token); then a running instance is
     /// not yet a ready runner.
     fn runners_register(&self) -> bool {
+        false
+    }
+
+    /// Whether a stock runner's machine stops itself once its first boot
+    /// has warmed it (an EC2 instance powers itself off at the end of its
+    /// user data): runway then waits for it to stop instead of stopping it
+    /// as soon as it runs. Past the pool's `boot_timeout` it is failed and
+    /// replaced as any runner that never came up.
+    fn stock_stops_itself(&self) -> bool {
         false
     }
 }

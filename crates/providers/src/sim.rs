@@ -66,6 +66,9 @@ struct SimInstance {
     id: InstanceId,
     ready_at: Timestamp,
     stopped: bool,
+    /// The bootstrap keys each of its boots was given (its create's, then
+    /// each start's with credentials), for tests: never the values.
+    boots: Vec<Vec<String>>,
 }
 
 impl SimInstance {
@@ -121,6 +124,16 @@ impl SimProvider {
                 provider: self.config.name.clone(),
                 message: format!("{operation}: no instance {id}"),
             })
+    }
+
+    /// The bootstrap keys each boot of the instance named `name` was given
+    /// (its create's, then each start's that carried credentials).
+    pub fn boots(&self, name: &str) -> Vec<Vec<String>> {
+        self.state
+            .lock()
+            .ok()
+            .and_then(|state| state.instances.get(name).map(|i| i.boots.clone()))
+            .unwrap_or_default()
     }
 
     fn state(&self) -> Result<std::sync::MutexGuard<'_, State>, ProviderError> {
@@ -180,6 +193,7 @@ impl Provider for SimProvider {
                 id: id.clone(),
                 ready_at: now.plus(boot),
                 stopped: false,
+                boots: vec![request.bootstrap.keys().cloned().collect()],
             },
         );
         Ok(Instance {
@@ -212,7 +226,11 @@ impl Provider for SimProvider {
         Ok(())
     }
 
-    async fn start(&self, id: &InstanceId) -> Result<(), ProviderError> {
+    async fn start(
+        &self,
+        id: &InstanceId,
+        fresh: Option<&CreateRequest>,
+    ) -> Result<(), ProviderError> {
         let Some(resume) = self.config.resume_time else {
             return Err(ProviderError::Permanent {
                 provider: self.config.name.clone(),
@@ -235,6 +253,11 @@ impl Provider for SimProvider {
         }
         instance.stopped = false;
         instance.ready_at = now.plus(resume);
+        if let Some(fresh) = fresh {
+            instance
+                .boots
+                .push(fresh.bootstrap.keys().cloned().collect());
+        }
         Ok(())
     }
 

@@ -35,6 +35,7 @@ fn request(name: &str) -> CreateRequest {
         // ignore it.
         launch_config: serde_json::json!({"ec2": {"ImageId": "ami-12c6146b"}}),
         instance_api: None,
+        stock: false,
     }
 }
 
@@ -188,6 +189,7 @@ fn ec2_config(url: &str) -> runway_providers::ec2::Ec2Config {
         on_demand_prices: BTreeMap::new(),
         price_per_hour: 0.096,
         spot_price_refresh: Duration::from_secs(300),
+        prepare_command: None,
         boot_command: None,
         max_instances: 4,
         boot_time: Duration::from_secs(60),
@@ -227,6 +229,123 @@ async fn two_ec2_providers_in_one_account_list_only_their_own() {
     }
     a.delete(&made_by_a.id).await.unwrap();
     b.delete(&made_by_b.id).await.unwrap();
+}
+
+/// An EC2 stopped runner (issue 60): launched with no credential, to run
+/// its user data at every boot and to stop when it powers off; started
+/// with its user data rewritten to hold the credential minted for the
+/// start, and to terminate when it powers off after its job.
+#[tokio::test]
+async fn an_ec2_stopped_runner_gets_its_credential_only_at_its_start() {
+    use aws_sdk_ec2::types::InstanceAttributeName;
+    use base64::Engine;
+    let Some(moto) = moto::start() else {
+        return;
+    };
+    let provider = runway_providers::ec2::Ec2Provider::new(
+        ec2_config(&moto.url),
+        Arc::new(runway_providers::SystemClock),
+    );
+    let client = moto::client(&moto.url).await;
+    let attribute = |id: String, name: InstanceAttributeName| {
+        let client = client.clone();
+        async move {
+            let answer = client
+                .describe_instance_attribute()
+                .instance_id(id)
+                .attribute(name.clone())
+                .send()
+                .await
+                .expect("an attribute");
+            if name == InstanceAttributeName::UserData {
+                let encoded = answer
+                    .user_data()
+                    .and_then(|v| v.value())
+                    .unwrap_or_default();
+                String::from_utf8(
+                    base64::engine::general_purpose::STANDARD
+                        .decode(encoded)
+                        .expect("base64"),
+                )
+                .expect("text")
+            } else {
+                answer
+                    .instance_initiated_shutdown_behavior()
+                    .and_then(|v| v.value())
+                    .unwrap_or_default()
+                    .to_owned()
+            }
+        }
+    };
+    let mut warm = request("stock-1");
+    warm.stock = true;
+    let instance = provider.create(&warm).await.expect("launched");
+    let id = instance.id.0.clone();
+    let script = attribute(id.clone(), InstanceAttributeName::UserData).await;
+    assert!(
+        script.contains("#cloud-config\ncloud_final_modules:\n- [scripts-user, always]"),
+        "{script}"
+    );
+    assert!(
+        script.contains("export RUNWAY_URL='http://127.0.0.1:8080'"),
+        "{script}"
+    );
+    assert!(!script.contains("RUNWAY_REGISTRATION_TOKEN"), "{script}");
+    assert!(script.contains("true\nshutdown -h now\n"), "{script}");
+    assert_eq!(
+        attribute(
+            id.clone(),
+            InstanceAttributeName::InstanceInitiatedShutdownBehavior
+        )
+        .await,
+        "stop"
+    );
+    assert!(provider.stock_stops_itself());
+
+    provider.stop(&instance.id).await.expect("stopped");
+    let state = || async {
+        provider
+            .list()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|i| i.id == instance.id)
+            .map(|i| i.state)
+    };
+    assert_eq!(state().await, Some(InstanceState::Stopped));
+
+    let mut fresh = request("stock-1");
+    fresh.bootstrap.insert(
+        "RUNWAY_REGISTRATION_TOKEN".into(),
+        "rwr_fresh-for-this-start".into(),
+    );
+    provider
+        .start(&instance.id, Some(&fresh))
+        .await
+        .expect("started");
+    let script = attribute(id.clone(), InstanceAttributeName::UserData).await;
+    assert!(
+        script.contains("export RUNWAY_REGISTRATION_TOKEN='rwr_fresh-for-this-start'"),
+        "{script}"
+    );
+    assert!(
+        script.contains("runway agent --once\nshutdown -h now\n"),
+        "{script}"
+    );
+    assert!(
+        script.contains("scripts-user, always"),
+        "runs at this boot: {script}"
+    );
+    assert_eq!(
+        attribute(
+            id.clone(),
+            InstanceAttributeName::InstanceInitiatedShutdownBehavior
+        )
+        .await,
+        "terminate"
+    );
+    assert_eq!(state().await, Some(InstanceState::Running));
+    provider.delete(&instance.id).await.unwrap();
 }
 
 #[tokio::test]
@@ -429,11 +548,11 @@ async fn a_sim_instance_stops_off_the_quota_and_starts_in_its_resume_time() {
     assert_eq!(provider.bid("linux", 5)[0].capacity, 1);
     let second = provider.create(&request("cold-1")).await.unwrap();
     assert!(matches!(
-        provider.start(&first.id).await,
+        provider.start(&first.id, None).await,
         Err(ProviderError::Quota { .. })
     ));
     provider.delete(&second.id).await.unwrap();
-    provider.start(&first.id).await.unwrap();
+    provider.start(&first.id, None).await.unwrap();
     assert_eq!(state_of(&provider).await, InstanceState::Pending);
     clock.advance(Duration::from_secs(20));
     assert_eq!(state_of(&provider).await, InstanceState::Running);
@@ -650,7 +769,7 @@ async fn exec_bootstrap_reaches_the_runner_and_remove_all_cleans_up() {
     assert_eq!(state().await, Some(InstanceState::Running));
     provider.stop(&instance.id).await.unwrap();
     assert_eq!(state().await, Some(InstanceState::Stopped));
-    provider.start(&instance.id).await.unwrap();
+    provider.start(&instance.id, None).await.unwrap();
     assert_eq!(state().await, Some(InstanceState::Running));
     provider.create(&request("garm-2")).await.unwrap();
     provider.remove_all().await.unwrap();

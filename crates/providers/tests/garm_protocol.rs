@@ -67,6 +67,7 @@ fn request(name: &str) -> CreateRequest {
         bootstrap: BTreeMap::from([("RUNWAY_URL".to_owned(), "http://127.0.0.1:8080".to_owned())]),
         launch_config: serde_json::json!({"flavor": "small", "image": "ubuntu:24.04", "disable_updates": true}),
         instance_api: None,
+        stock: false,
     }
 }
 
@@ -112,7 +113,7 @@ async fn drive(version: InterfaceVersion) -> Vec<BTreeMap<String, String>> {
     let got = provider.get(&instance.id).await.unwrap().expect("there");
     assert_eq!(got.state, InstanceState::Running);
     provider.stop(&instance.id).await.unwrap();
-    provider.start(&instance.id).await.unwrap();
+    provider.start(&instance.id, None).await.unwrap();
     provider.delete(&instance.id).await.unwrap();
     assert!(provider.list().await.unwrap().is_empty());
     recorded_calls(&calls)

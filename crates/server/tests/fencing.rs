@@ -36,6 +36,8 @@ struct Cloud {
     creates_released: tokio::sync::Semaphore,
     creates: AtomicU32,
     deletes: AtomicU32,
+    starts: AtomicU32,
+    stops: AtomicU32,
 }
 
 impl Default for Cloud {
@@ -48,6 +50,18 @@ impl Default for Cloud {
             creates_released: tokio::sync::Semaphore::new(0),
             creates: AtomicU32::new(0),
             deletes: AtomicU32::new(0),
+            starts: AtomicU32::new(0),
+            stops: AtomicU32::new(0),
+        }
+    }
+}
+
+impl Cloud {
+    fn set_state(&self, id: &InstanceId, state: InstanceState) {
+        for instance in self.instances.lock().unwrap().iter_mut() {
+            if &instance.id == id {
+                instance.state = state;
+            }
         }
     }
 }
@@ -73,6 +87,20 @@ impl Provider for Cloud {
     async fn delete(&self, id: &InstanceId) -> Result<(), ProviderError> {
         self.deletes.fetch_add(1, SeqCst);
         self.instances.lock().unwrap().retain(|i| &i.id != id);
+        Ok(())
+    }
+    async fn start(
+        &self,
+        id: &InstanceId,
+        _fresh: Option<&CreateRequest>,
+    ) -> Result<(), ProviderError> {
+        self.starts.fetch_add(1, SeqCst);
+        self.set_state(id, InstanceState::Running);
+        Ok(())
+    }
+    async fn stop(&self, id: &InstanceId) -> Result<(), ProviderError> {
+        self.stops.fetch_add(1, SeqCst);
+        self.set_state(id, InstanceState::Stopped);
         Ok(())
     }
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
@@ -115,10 +143,22 @@ async fn leader(
     pools: Vec<PoolConfig>,
     cloud: Arc<Cloud>,
 ) -> (Arc<Service>, Reconciler) {
-    let config = Config {
-        pools,
-        ..Config::default()
-    };
+    leader_of(
+        dir,
+        Config {
+            pools,
+            ..Config::default()
+        },
+        cloud,
+    )
+    .await
+}
+
+async fn leader_of(
+    dir: &tempfile::TempDir,
+    config: Config,
+    cloud: Arc<Cloud>,
+) -> (Arc<Service>, Reconciler) {
     let store = common::sqlite_store(&dir.path().join("runway.db")).await;
     let service = Arc::new(Service::new(config, store));
     let term = service
@@ -312,4 +352,83 @@ async fn calls_queued_behind_hung_ones_are_dropped_once_the_term_is_over() {
         4,
         "a create that waited behind hung ones ran after the term ended"
     );
+}
+
+/// A pool's stock of stopped runners (issue 60): a leader whose lease ran
+/// out neither stops a stock instance that is up nor starts a stopped one
+/// for a job; renewed, it does each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_lease_ran_out_neither_stops_nor_starts_an_instance() {
+    let dir = tempfile::tempdir().unwrap();
+    let cloud = Arc::new(Cloud::default());
+    let config = Config {
+        pools: vec![PoolConfig {
+            min_stopped: 1,
+            max_stopped: 1,
+            ..pool("linux")
+        }],
+        providers: vec![runway_server::config::ProviderConfig {
+            name: "cloud".into(),
+            resume_seconds: Some(20.0),
+            ..runway_server::config::ProviderConfig::default()
+        }],
+        ..Config::default()
+    };
+    let (service, reconciler) = leader_of(&dir, config, cloud.clone()).await;
+    let term = service.term.load(SeqCst);
+    let expire = || {
+        service.set_lease(Lease::renewed(
+            term,
+            Instant::now() - Duration::from_secs(10),
+            Duration::from_secs(5),
+        ))
+    };
+    let renew = || {
+        service.set_lease(Lease::renewed(
+            term,
+            Instant::now(),
+            Duration::from_secs(3600),
+        ))
+    };
+    let mut at = Timestamp::from_millis(1_000_000);
+    rounds(&reconciler, &mut at, 2).await;
+    assert_eq!(cloud.creates.load(SeqCst), 1, "the stock is prepared");
+    // Its machine is up; the lease runs out before the round that stops it.
+    for instance in cloud.instances.lock().unwrap().iter_mut() {
+        instance.state = InstanceState::Running;
+    }
+    expire();
+    rounds(&reconciler, &mut at, 4).await;
+    assert_eq!(
+        cloud.stops.load(SeqCst),
+        0,
+        "a stop after the lease ran out"
+    );
+    assert!(fenced(&service) > 0);
+    renew();
+    rounds(&reconciler, &mut at, 4).await;
+    assert_eq!(cloud.stops.load(SeqCst), 1, "stopped once while it leads");
+
+    // Stopped; a job comes while the lease has run out: no start.
+    service.store.enqueue(&job("linux"), at).await.unwrap();
+    expire();
+    let before = fenced(&service);
+    rounds(&reconciler, &mut at, 4).await;
+    assert_eq!(
+        cloud.starts.load(SeqCst),
+        0,
+        "a start after the lease ran out"
+    );
+    assert!(fenced(&service) > before);
+    renew();
+    rounds(&reconciler, &mut at, 4).await;
+    assert_eq!(cloud.starts.load(SeqCst), 1, "started once while it leads");
+}
+
+/// `count` rounds a second apart from `at` (each waits for its calls).
+async fn rounds(reconciler: &Reconciler, at: &mut Timestamp, count: u32) {
+    for _ in 0..count {
+        reconciler.reconcile_once(*at).await.unwrap();
+        *at = at.plus(Duration::from_secs(1));
+    }
 }

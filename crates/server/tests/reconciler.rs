@@ -599,6 +599,7 @@ async fn self_registering_runners_adopt_their_record_and_orphans_are_deleted() {
             bootstrap: BTreeMap::new(),
             launch_config: serde_json::json!({}),
             instance_api: None,
+            stock: false,
         })
         .await
         .unwrap();
@@ -942,7 +943,11 @@ impl Provider for Reporting {
         self.instances.lock().unwrap().retain(|i| &i.id != id);
         Ok(())
     }
-    async fn start(&self, id: &InstanceId) -> Result<(), ProviderError> {
+    async fn start(
+        &self,
+        id: &InstanceId,
+        _fresh: Option<&CreateRequest>,
+    ) -> Result<(), ProviderError> {
         self.started.lock().unwrap().push(id.clone());
         Ok(())
     }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runway_core::job::NewJob;
-use runway_core::{Runner, RunnerState, Timestamp};
+use runway_core::planner::WaitReason;
+use runway_core::{Runner, RunnerState};
 use runway_providers::sim::{BootTime, SimConfig, SimProvider};
 use runway_providers::{Clock, ManualClock, Provider};
 use runway_server::config::{Config, PoolConfig, ProviderConfig};
@@ -29,6 +30,15 @@ struct Stock {
 }
 
 async fn stock(min_stopped: u32, max_stopped: u32, max_age: Duration) -> Stock {
+    stock_with(min_stopped, max_stopped, max_age, Duration::from_secs(600)).await
+}
+
+async fn stock_with(
+    min_stopped: u32,
+    max_stopped: u32,
+    max_age: Duration,
+    boot_timeout: Duration,
+) -> Stock {
     let dir = tempfile::tempdir().unwrap();
     let provider = ProviderConfig {
         name: "sim".into(),
@@ -43,6 +53,7 @@ async fn stock(min_stopped: u32, max_stopped: u32, max_age: Duration) -> Stock {
         min_stopped,
         max_stopped,
         stopped_max_age: max_age,
+        boot_timeout,
         ..PoolConfig::default()
     };
     let config = Config {
@@ -52,7 +63,8 @@ async fn stock(min_stopped: u32, max_stopped: u32, max_age: Duration) -> Stock {
     };
     let store = common::sqlite_store(&dir.path().join("runway.db")).await;
     let service = Arc::new(Service::new(config, store));
-    let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
+    // From the wall clock's now: the jobs' explanations read it.
+    let clock = Arc::new(ManualClock::new(runway_server::clock::now()));
     let sim = Arc::new(SimProvider::new(
         SimConfig {
             boot_time: BootTime::Fixed(BOOT),
@@ -111,12 +123,25 @@ impl Stock {
             .count()
     }
 
-    async fn enqueue(&self, id: &str) {
+    async fn enqueue(&self, id: &str) -> runway_core::Job {
         self.service
             .store
             .enqueue(&NewJob::api(id, "linux", &["linux"]), self.clock.now())
             .await
-            .unwrap();
+            .unwrap()
+            .job
+    }
+
+    /// Why job `job` waits now.
+    async fn waiting(&self, job: &runway_core::Job) -> Option<WaitReason> {
+        let job = self.service.store.get_job(job.id).await.unwrap().unwrap();
+        match runway_server::app::explain::explain_job(&self.service, &job)
+            .await
+            .unwrap()
+        {
+            Some(runway_server::app::explain::Explanation::Waiting { reason, .. }) => Some(reason),
+            _ => None,
+        }
     }
 }
 
@@ -154,7 +179,7 @@ async fn a_queued_job_is_served_by_a_started_stopped_runner_not_a_cold_boot() {
         .iter()
         .all(|i| i.state == runway_providers::InstanceState::Stopped));
 
-    stock.enqueue("job-1").await;
+    let job = stock.enqueue("job-1").await;
     let report = stock.rounds().await;
     let runners = stock.runners().await;
     let started: Vec<&Runner> = runners.iter().filter(|r| !r.stock).collect();
@@ -162,6 +187,16 @@ async fn a_queued_job_is_served_by_a_started_stopped_runner_not_a_cold_boot() {
     assert_eq!(started[0].state, RunnerState::Provisioning);
     assert_eq!(started[0].requested_at, stock.clock.now(), "requested anew");
     assert_eq!(report.created, 1, "one prepared to replace it");
+    // Its create had no job's bootstrap; its start got one of its own.
+    assert_eq!(stock.sim.boots(&started[0].name).len(), 2);
+    // The job says what it waits for, and for how long.
+    assert_eq!(
+        stock.waiting(&job).await,
+        Some(WaitReason::StoppedRunnerStarting {
+            runner: started[0].id,
+            ready_by: stock.clock.now().plus(RESUME),
+        })
+    );
     stock.clock.advance(RESUME);
     stock.rounds().await;
     let runners = stock.runners().await;
@@ -222,6 +257,7 @@ async fn a_start_refused_for_capacity_falls_back_to_a_cold_boot() {
             bootstrap: BTreeMap::new(),
             launch_config: Default::default(),
             instance_api: None,
+            stock: false,
         };
         match stock.sim.create(&request).await {
             Ok(instance) => outside.push(instance.id),
@@ -256,5 +292,60 @@ async fn a_start_refused_for_capacity_falls_back_to_a_cold_boot() {
         1,
         "{:?}",
         stock.runners().await
+    );
+}
+
+/// runway stopped between a runner's start on record and its provider's
+/// start: the next rounds find its machine still stopped and start it, with
+/// a bootstrap minted anew, once.
+#[tokio::test]
+async fn a_start_on_record_that_never_reached_the_provider_is_made_again() {
+    let (stock, stopped) = stopped_stock(1, Duration::from_secs(86_400)).await;
+    let runner = &stopped[0];
+    stock.enqueue("job-1").await;
+    stock
+        .service
+        .store
+        .apply_runner_event(
+            runner.id,
+            &runway_core::RunnerEvent::StartRequested,
+            stock.clock.now(),
+        )
+        .await
+        .unwrap();
+    // Judged by a list taken after its start on record.
+    stock.clock.advance(Duration::from_secs(1));
+    stock.rounds().await;
+    assert_eq!(stock.sim.boots(&runner.name).len(), 2, "started once");
+    stock.clock.advance(RESUME);
+    stock.rounds().await;
+    assert_eq!(stock.runner(runner.id).await.state, RunnerState::Idle);
+    assert_eq!(stock.sim.boots(&runner.name).len(), 2, "and not again");
+}
+
+/// A stock runner whose first boot outlasts the pool's boot timeout (it
+/// never comes up to be stopped): failed with the reason, and replaced.
+#[tokio::test]
+async fn a_stock_runner_that_never_comes_up_is_failed_and_replaced() {
+    let stock = stock_with(1, 1, Duration::from_secs(86_400), Duration::from_secs(100)).await;
+    stock.rounds().await;
+    let first = stock.runners().await;
+    assert_eq!(first.len(), 1);
+    stock.clock.advance(Duration::from_secs(101));
+    stock.rounds().await;
+    let ended = stock.runner(first[0].id).await;
+    assert_eq!(ended.state, RunnerState::Failed, "{ended:?}");
+    assert!(
+        ended
+            .reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("boot_timeout"),
+        "{ended:?}"
+    );
+    let runners = stock.runners().await;
+    assert!(
+        runners.iter().any(|r| r.stock && r.id != first[0].id),
+        "replaced: {runners:?}"
     );
 }

@@ -163,6 +163,7 @@ impl PlannerInput {
                 }),
                 idle_at: (runner.phase == RunnerPhase::Idle)
                     .then(|| Timestamp::from_millis(runner.idle_since_ms)),
+                ready_by: None,
             };
             if kept == pool.runners.len() {
                 pool.runners.push(RunnerView {
@@ -245,6 +246,7 @@ fn runway_decision(
                 in_doubt: false,
                 requested_at: Timestamp::from_millis(now),
                 idle_at: None,
+                ready_by: None,
             });
         }
     }

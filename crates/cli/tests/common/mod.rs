@@ -183,3 +183,17 @@ pub fn job_log(base: &str, token: &str, id: i64) -> Option<(String, String)> {
 pub fn job(base: &str, admin: &str, id: i64) -> serde_json::Value {
     api_get(base, admin, &format!("/api/v1/jobs/{id}"))
 }
+
+/// The ids of the runners of pools' stocks of stopped runners in `state`.
+pub fn stock_runners(base: &str, admin: &str, state: &str) -> std::collections::BTreeSet<i64> {
+    api_get(base, admin, "/api/v1/runners")["runners"]
+        .as_array()
+        .map(|runners| {
+            runners
+                .iter()
+                .filter(|r| r["stock"] == true && r["state"] == state)
+                .filter_map(|r| r["id"].as_i64())
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -30,6 +30,7 @@
 //! ([`Provider::ended_detail`]). Delete stops a container (SIGTERM, then
 //! SIGKILL after `stop_grace`) and removes it with its anonymous volumes.
 
+mod create;
 mod scripts;
 mod settings;
 
@@ -62,6 +63,9 @@ pub const LABEL_CONTROLLER: &str = "io.runway.controller";
 pub const LABEL_PROVIDER: &str = "io.runway.provider";
 pub const LABEL_POOL: &str = "io.runway.pool";
 pub const LABEL_RUNNER: &str = "io.runway.runner";
+/// Marks a stock runner's container: created, not started until a job
+/// needs it (listed as stopped until then).
+pub const LABEL_STOCK: &str = "io.runway.stock";
 
 /// Where the bootstrap directory is mounted in the container.
 pub const BOOTSTRAP_MOUNT: &str = "/run/runway";
@@ -405,12 +409,15 @@ impl ContainerProvider {
                     format!("{}={}", name.to_string_lossy(), value.to_string_lossy())
                 })
                 .collect();
-        let labels = HashMap::from([
+        let mut labels = HashMap::from([
             (LABEL_CONTROLLER.to_owned(), config.controller_id.clone()),
             (LABEL_PROVIDER.to_owned(), config.name.clone()),
             (LABEL_POOL.to_owned(), request.pool.clone()),
             (LABEL_RUNNER.to_owned(), request.name.clone()),
         ]);
+        if request.stock {
+            labels.insert(LABEL_STOCK.to_owned(), "true".to_owned());
+        }
         let host_config = HostConfig {
             binds: Some(binds),
             memory,
@@ -533,6 +540,27 @@ impl Provider for ContainerProvider {
         result
     }
 
+    async fn start(
+        &self,
+        id: &InstanceId,
+        fresh: Option<&CreateRequest>,
+    ) -> Result<(), ProviderError> {
+        if let Some(fresh) = fresh {
+            // Its bootstrap with the credentials minted for this start,
+            // where the container reads (and deletes) it as it starts.
+            self.write_bootstrap(&id.0, fresh)?;
+        }
+        self.check_fence("start")?;
+        match self.docker()?.start_container(&id.0, None).await {
+            Ok(()) => Ok(()),
+            Err(error) if outcome_unknown(&error) => Err(ProviderError::in_doubt(
+                &self.config.name,
+                format!("start the container: {error}"),
+            )),
+            Err(error) => Err(self.engine_error("start the container", error)),
+        }
+    }
+
     async fn delete(&self, id: &InstanceId) -> Result<(), ProviderError> {
         if let Ok(mut stopping) = self.stopping.lock() {
             stopping.insert(id.0.clone());
@@ -594,7 +622,13 @@ impl Provider for ContainerProvider {
             else {
                 continue;
             };
+            let stock = container
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(LABEL_STOCK));
             let state = match container.state {
+                // A stock runner's container waits created: stopped.
+                Some(ContainerSummaryStateEnum::CREATED) if stock => InstanceState::Stopped,
                 Some(ContainerSummaryStateEnum::CREATED) => InstanceState::Pending,
                 Some(ContainerSummaryStateEnum::RUNNING) => InstanceState::Running,
                 Some(
@@ -666,104 +700,6 @@ impl Provider for ContainerProvider {
             self.config.boot_time,
             1.0,
         )
-    }
-}
-
-impl ContainerProvider {
-    async fn create_named(
-        &self,
-        name: &str,
-        request: &CreateRequest,
-    ) -> Result<Instance, ProviderError> {
-        // A retried create finds the first attempt's container.
-        match self.docker()?.inspect_container(name, None).await {
-            Ok(existing) => {
-                if self
-                    .ours(existing.config.as_ref().and_then(|c| c.labels.as_ref()))
-                    .is_none()
-                {
-                    return Err(self.permanent(format!(
-                        "a container named {name} exists and is not this runway's"
-                    )));
-                }
-                let running = existing
-                    .state
-                    .as_ref()
-                    .and_then(|s| s.running)
-                    .unwrap_or(false);
-                return Ok(Instance {
-                    id: InstanceId(name.to_owned()),
-                    name: request.name.clone(),
-                    state: if running {
-                        InstanceState::Running
-                    } else {
-                        InstanceState::Pending
-                    },
-                });
-            }
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => {}
-            Err(error) => return Err(self.engine_error("inspect the container", error)),
-        }
-        let used = self.used.load(Ordering::SeqCst);
-        if used + self.reserved.held_besides(&request.name) >= self.config.max_instances {
-            return Err(ProviderError::Quota {
-                provider: self.config.name.clone(),
-                limit: self.config.max_instances,
-            });
-        }
-        let settings = LaunchSettings::of(&request.launch_config).map_err(|e| self.permanent(e))?;
-        let image = settings
-            .image
-            .clone()
-            .unwrap_or_else(|| self.config.image.clone());
-        self.ensure_image(&image).await?;
-        let bootstrap = self.write_bootstrap(name, request)?;
-        let body = self.body(request, &settings, &bootstrap)?;
-        let options = CreateContainerOptionsBuilder::default().name(name).build();
-        if let Err(error) = self.check_fence("create") {
-            let _ = std::fs::remove_dir_all(&bootstrap);
-            return Err(error);
-        }
-        if let Err(error) = self.docker()?.create_container(Some(options), body).await {
-            if outcome_unknown(&error) {
-                // The engine may have made it: kept, bootstrap and all, for
-                // the next look (a retried create finds it by name).
-                return Err(ProviderError::in_doubt(
-                    &self.config.name,
-                    format!("create the container: {error}"),
-                ));
-            }
-            let _ = std::fs::remove_dir_all(&bootstrap);
-            return Err(self.engine_error("create the container", error));
-        }
-        if let Err(error) = self.docker()?.start_container(name, None).await {
-            if outcome_unknown(&error) {
-                // It may be running its job by now: nothing is removed.
-                return Err(ProviderError::in_doubt(
-                    &self.config.name,
-                    format!("start the container: {error}"),
-                ));
-            }
-            // Not started: removed, so nothing half-made is left.
-            let remove = RemoveContainerOptionsBuilder::default()
-                .force(true)
-                .v(true)
-                .build();
-            if let Ok(docker) = self.docker() {
-                let _ = docker.remove_container(name, Some(remove)).await;
-            }
-            let _ = std::fs::remove_dir_all(&bootstrap);
-            return Err(self.engine_error("start the container", error));
-        }
-        self.used.fetch_add(1, Ordering::SeqCst);
-        tracing::info!(provider = %self.config.name, runner = %request.name, container = %name, "runner container started");
-        Ok(Instance {
-            id: InstanceId(name.to_owned()),
-            name: request.name.clone(),
-            state: InstanceState::Running,
-        })
     }
 }
 

@@ -301,3 +301,24 @@ pub fn user_data(bootstrap: &BTreeMap<String, String>, command: &str) -> String 
 pub(super) fn shell_quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', r"'\''"))
 }
+
+/// The user data of a stock runner's machine (issue 60), for its every
+/// boot: EC2 runs user data once per instance, so a cloud-config part asks
+/// cloud-init to run the script part at every boot, the one a start
+/// writes included. Its first boot exports a bootstrap without any
+/// credential, runs `prepare` (warming caches, say) and powers off, which
+/// stops the machine (created with `InstanceInitiatedShutdownBehavior=stop`).
+/// A start writes the job's script ([`user_data`], with the credential)
+/// and switches the shutdown behaviour back to terminate.
+pub fn every_boot(script: &str) -> String {
+    const BOUNDARY: &str = "==runway-boot==";
+    format!(
+        "Content-Type: multipart/mixed; boundary=\"{BOUNDARY}\"\nMIME-Version: 1.0\n\n\
+         --{BOUNDARY}\nContent-Type: text/cloud-config; charset=\"us-ascii\"\nMIME-Version: 1.0\n\
+         Content-Disposition: attachment; filename=\"cloud-config.txt\"\n\n\
+         #cloud-config\ncloud_final_modules:\n- [scripts-user, always]\n\n\
+         --{BOUNDARY}\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\nMIME-Version: 1.0\n\
+         Content-Disposition: attachment; filename=\"userdata.txt\"\n\n\
+         {script}\n--{BOUNDARY}--\n"
+    )
+}

@@ -86,9 +86,9 @@ impl Ec2Provider {
         let state = match state {
             Some(InstanceStateName::Pending) => InstanceState::Pending,
             Some(InstanceStateName::Running) => InstanceState::Running,
-            Some(InstanceStateName::Stopping) | Some(InstanceStateName::Stopped) => {
-                InstanceState::Stopped
-            }
+            // Still stopping: not yet startable, nor a machine at work.
+            Some(InstanceStateName::Stopping) => InstanceState::Unknown,
+            Some(InstanceStateName::Stopped) => InstanceState::Stopped,
             Some(InstanceStateName::ShuttingDown) | Some(InstanceStateName::Terminated) => {
                 InstanceState::Failed
             }

@@ -47,9 +47,9 @@ use async_trait::async_trait;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::{
     BlockDeviceMapping, EbsBlockDevice, Filter, IamInstanceProfileSpecification,
-    InstanceInterruptionBehavior, InstanceMarketOptionsRequest, InstanceMetadataOptionsRequest,
-    InstanceStateName, InstanceType, MarketType, Placement, ResourceType, ShutdownBehavior,
-    SpotInstanceType, SpotMarketOptions, Tag, TagSpecification,
+    InstanceAttributeName, InstanceInterruptionBehavior, InstanceMarketOptionsRequest,
+    InstanceMetadataOptionsRequest, InstanceStateName, InstanceType, MarketType, Placement,
+    ResourceType, ShutdownBehavior, SpotInstanceType, SpotMarketOptions, Tag, TagSpecification,
 };
 use base64::Engine;
 use runway_core::planner::Offer;
@@ -91,6 +91,9 @@ pub struct Ec2Config {
     /// What the machine runs once booted, with the bootstrap exported;
     /// `None`: [`default_boot_command`].
     pub boot_command: Option<String>,
+    /// What a stock runner's machine runs on its first boot before it
+    /// powers off (`every_boot`); `None`: nothing.
+    pub prepare_command: Option<String>,
     pub max_instances: u32,
     pub boot_time: Duration,
     /// How long a launched instance may be missing from
@@ -295,6 +298,14 @@ impl Ec2Provider {
         }
     }
 
+    /// What the machine runs for its job, with `bootstrap` exported.
+    fn job_command(&self, bootstrap: &BTreeMap<String, String>) -> String {
+        self.config
+            .boot_command
+            .clone()
+            .unwrap_or_else(|| default_boot_command(bootstrap).to_owned())
+    }
+
     fn controller_ids(&self) -> Vec<String> {
         let mut ids = vec![self.config.controller_id.clone()];
         ids.extend(self.config.legacy_controller_id.clone());
@@ -372,12 +383,15 @@ impl Provider for Ec2Provider {
                 return Err(error);
             }
         }
-        let command = self
-            .config
-            .boot_command
-            .clone()
-            .unwrap_or_else(|| default_boot_command(&request.bootstrap).to_owned());
-        let script = user_data(&request.bootstrap, &command);
+        let script = if request.stock {
+            // Warmed once, then stopped: powers itself off.
+            every_boot(&user_data(
+                &request.bootstrap,
+                self.config.prepare_command.as_deref().unwrap_or("true"),
+            ))
+        } else {
+            user_data(&request.bootstrap, &self.job_command(&request.bootstrap))
+        };
         let mut tags = vec![
             tag("Name", &request.name),
             tag(CONTROLLER_TAG, &self.config.controller_id),
@@ -404,7 +418,11 @@ impl Provider for Ec2Provider {
             // same token starts nothing new.
             .client_token(client_token(&self.config.controller_id, &request.name))
             .placement(Placement::builder().availability_zone(&offer.zone).build())
-            .instance_initiated_shutdown_behavior(ShutdownBehavior::Terminate)
+            .instance_initiated_shutdown_behavior(if request.stock {
+                ShutdownBehavior::Stop
+            } else {
+                ShutdownBehavior::Terminate
+            })
             .user_data(base64::engine::general_purpose::STANDARD.encode(script))
             .tag_specifications(
                 TagSpecification::builder()
@@ -531,8 +549,49 @@ impl Provider for Ec2Provider {
         Ok(())
     }
 
-    async fn start(&self, id: &InstanceId) -> Result<(), ProviderError> {
+    async fn start(
+        &self,
+        id: &InstanceId,
+        fresh: Option<&CreateRequest>,
+    ) -> Result<(), ProviderError> {
         let client = self.client().await;
+        if let Some(fresh) = fresh {
+            // The job's script with its fresh credential, run at this boot
+            // (`every_boot`), and a power-off that terminates again. Each
+            // must take before the start: a machine started without them
+            // would boot with no credential, or stop after its job instead
+            // of ending.
+            let script = every_boot(&user_data(
+                &fresh.bootstrap,
+                &self.job_command(&fresh.bootstrap),
+            ));
+            // The `Attribute=userData` form with base64 text, as EC2's user
+            // guide gives it: the `UserData` blob form is encoded by the SDK
+            // once, which AWS takes and moto (an independent EC2) does not.
+            self.check_fence("ModifyInstanceAttribute")?;
+            client
+                .modify_instance_attribute()
+                .instance_id(&id.0)
+                .attribute(InstanceAttributeName::UserData)
+                .value(base64::engine::general_purpose::STANDARD.encode(script))
+                .send()
+                .await
+                .map_err(|e| self.sdk_error("ModifyInstanceAttribute (userData)", &e))?;
+            self.check_fence("ModifyInstanceAttribute")?;
+            client
+                .modify_instance_attribute()
+                .instance_id(&id.0)
+                .attribute(InstanceAttributeName::InstanceInitiatedShutdownBehavior)
+                .value("terminate")
+                .send()
+                .await
+                .map_err(|e| {
+                    self.sdk_error(
+                        "ModifyInstanceAttribute (instanceInitiatedShutdownBehavior)",
+                        &e,
+                    )
+                })?;
+        }
         self.check_fence("StartInstances")?;
         client
             .start_instances()
@@ -540,6 +599,18 @@ impl Provider for Ec2Provider {
             .send()
             .await
             .map_err(|e| self.sdk_error("StartInstances", &e))?;
+        Ok(())
+    }
+
+    async fn stop(&self, id: &InstanceId) -> Result<(), ProviderError> {
+        let client = self.client().await;
+        self.check_fence("StopInstances")?;
+        client
+            .stop_instances()
+            .instance_ids(&id.0)
+            .send()
+            .await
+            .map_err(|e| self.sdk_error("StopInstances", &e))?;
         Ok(())
     }
 
@@ -667,6 +738,10 @@ impl Provider for Ec2Provider {
             ("instanceType".to_owned(), offer.instance_type),
             ("purchaseOption".to_owned(), offer.purchase.to_string()),
         ])
+    }
+
+    fn stock_stops_itself(&self) -> bool {
+        true
     }
 
     fn runners_register(&self) -> bool {

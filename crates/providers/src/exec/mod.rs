@@ -404,7 +404,12 @@ impl Provider for ExecProvider {
         Ok(())
     }
 
-    async fn start(&self, id: &InstanceId) -> Result<(), ProviderError> {
+    async fn start(
+        &self,
+        id: &InstanceId,
+        fresh: Option<&CreateRequest>,
+    ) -> Result<(), ProviderError> {
+        let _ = fresh;
         let Some(scope) = self.locate(id).await else {
             return Err(self.error(format!("StartInstance: no instance {id}")));
         };

@@ -100,6 +100,18 @@ pub async fn pool_snapshot(
         }
     };
     let runners = service.store.list_live_runners(Some(&pool.name)).await?;
+    let config = service.config();
+    // A runner started from the stock is ready its provider's
+    // `resume_seconds` after its start (`requested_at` then).
+    let resume_time = |provider: &str| {
+        config
+            .providers
+            .iter()
+            .find(|p| p.name == provider)
+            .and_then(|p| p.resume_seconds)
+            .map(|s| std::time::Duration::from_secs_f64(s.max(0.0)))
+            .unwrap_or_default()
+    };
     let paused = service
         .store
         .paused_pools()
@@ -136,6 +148,10 @@ pub async fn pool_snapshot(
                 in_doubt: r.create_in_doubt(),
                 requested_at: r.requested_at,
                 idle_at: r.idle_at,
+                ready_by: r
+                    .stopped_at
+                    .filter(|_| r.state == runway_core::RunnerState::Provisioning)
+                    .map(|_| r.requested_at.plus(resume_time(&r.provider))),
             })
             .collect(),
         offers,
@@ -239,7 +255,9 @@ impl Explanation {
         // the pool kept it warm.
         let warm = matches!(
             reason,
-            WaitReason::RunnerIdle { .. } | WaitReason::RunnerBooting { .. }
+            WaitReason::RunnerIdle { .. }
+                | WaitReason::RunnerBooting { .. }
+                | WaitReason::StoppedRunnerStarting { .. }
         )
         .then(|| {
             service

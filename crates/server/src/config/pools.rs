@@ -73,7 +73,7 @@ pub struct PoolConfig {
     pub min_stopped: u32,
     /// …and at most this many (0, the default: none). They count against
     /// `max_runners` only once started. Needs a provider with
-    /// `resume_seconds` (so far kind `sim`), and is not a GitHub pool.
+    /// `resume_seconds` (so far kinds `sim`, `ec2` and `container`), and is not a GitHub pool.
     #[serde(default)]
     pub max_stopped: u32,
     /// A stopped runner older than this is replaced, so its image and
@@ -309,7 +309,7 @@ impl super::Config {
                 if self.stopping_provider(pool).is_none() {
                     return Err((
                         key("max_stopped"),
-                        "none of the pool's providers keeps stopped runners: give one resume_seconds (so far only kind sim)".into(),
+                        "none of the pool's providers keeps stopped runners: give one resume_seconds (so far kinds sim, ec2 and container)".into(),
                     ));
                 }
                 if !pool.ephemeral {

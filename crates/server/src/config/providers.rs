@@ -264,8 +264,18 @@ impl ProviderConfig {
 
     /// What a stopped runner of this provider costs an hour.
     pub fn stopped_price(&self) -> f64 {
-        self.stopped_price_per_hour
-            .unwrap_or(self.price_per_hour * DEFAULT_STOPPED_FRACTION)
+        if let Some(price) = self.stopped_price_per_hour {
+            return price;
+        }
+        match &self.kind {
+            // Its disk: GB × $/GB-month over a month's 730 hours.
+            ProviderKind::Ec2 {
+                stopped_volume_gb: Some(gb),
+                volume_price_per_gb_month,
+                ..
+            } => gb * volume_price_per_gb_month / 730.0,
+            _ => self.price_per_hour * DEFAULT_STOPPED_FRACTION,
+        }
     }
 
     /// A stopped hour's price as a share of a running one (0 for a free
@@ -281,11 +291,16 @@ impl ProviderConfig {
     /// Refuses stopped-runner keys a provider cannot use: `(field, message)`.
     fn check_stopped(&self) -> Result<(), (String, String)> {
         if let Some(resume) = self.resume_seconds {
-            if !matches!(self.kind, ProviderKind::Sim { .. }) {
+            if !matches!(
+                self.kind,
+                ProviderKind::Sim { .. }
+                    | ProviderKind::Ec2 { .. }
+                    | ProviderKind::Container { .. }
+            ) {
                 return Err((
                     "resume_seconds".into(),
                     format!(
-                        "a provider of kind {:?} cannot keep stopped runners yet; only sim can",
+                        "a provider of kind {:?} cannot keep stopped runners yet; only sim, ec2 and container can",
                         self.kind.name()
                     ),
                 ));

@@ -561,7 +561,7 @@ fn secrets_resolve_and_never_print() {
 }
 
 /// Stopped runners (issue 60): a pool keeps them only through a provider
-/// that can stop one (so far `sim`, given `resume_seconds`), one job each,
+/// that can stop one (`sim`, `ec2`, `container`, given `resume_seconds`), one job each,
 /// and not on a GitHub pool (no JIT configuration is handed over at a
 /// start yet).
 #[test]
@@ -570,7 +570,7 @@ fn stopped_runner_keys_are_checked_where_they_are_written() {
     check(
         "[providers.box]\nkind = \"process\"\ncommand = [\"true\"]\nresume_seconds = 20\n",
         expect![[
-            r#"error: [providers.box] resume_seconds: a provider of kind "process" cannot keep stopped runners yet; only sim can"#
+            r#"error: [providers.box] resume_seconds: a provider of kind "process" cannot keep stopped runners yet; only sim, ec2 and container can"#
         ]],
     );
     check(
@@ -579,7 +579,7 @@ fn stopped_runner_keys_are_checked_where_they_are_written() {
     );
     check(
         "[providers.cloud]\nkind = \"sim\"\n[[pools]]\nname = \"a\"\nlabels = [\"x\"]\nmax_stopped = 4\n",
-        expect!["error: pools[0].max_stopped: none of the pool's providers keeps stopped runners: give one resume_seconds (so far only kind sim)"],
+        expect!["error: pools[0].max_stopped: none of the pool's providers keeps stopped runners: give one resume_seconds (so far kinds sim, ec2 and container)"],
     );
     check(
         &format!(
@@ -607,4 +607,16 @@ fn stopped_runner_keys_are_checked_where_they_are_written() {
 
     let default_price = Config::parse(sim, "t", None).unwrap();
     assert!((default_price.providers[0].stopped_price() - 0.003).abs() < 1e-12);
+
+    // EC2: a stopped instance costs its disk, GB × $/GB-month over 730 h.
+    let ec2 = "[providers.aws]\nkind = \"ec2\"\nregion = \"us-east-1\"\ninstance_types = [\"m5.large\"]\nzones = [\"us-east-1a\"]\nresume_seconds = 30\nstopped_volume_gb = 73\n";
+    let config = Config::parse(ec2, "t", None).expect("an ec2 provider keeps stopped runners");
+    assert!((config.providers[0].stopped_price() - 0.008).abs() < 1e-12);
+    let config = Config::parse(
+        &format!("{ec2}volume_price_per_gb_month = 0.1\n"),
+        "t",
+        None,
+    )
+    .unwrap();
+    assert!((config.providers[0].stopped_price() - 0.01).abs() < 1e-12);
 }

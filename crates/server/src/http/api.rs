@@ -338,6 +338,9 @@ fn wait_details(reason: &WaitReason, has_providers: bool) -> Value {
         WaitReason::RunnerBooting { runner, since } => {
             json!({ "runner": runner.0, "since": rfc3339(*since) })
         }
+        WaitReason::StoppedRunnerStarting { runner, ready_by } => {
+            json!({ "runner": runner.0, "ready_by": rfc3339(*ready_by) })
+        }
         WaitReason::RunnerRequested { provider } => json!({ "provider": provider }),
         WaitReason::AtMaxRunners { max_runners } => json!({ "max_runners": max_runners }),
         WaitReason::KeyAtCap { key, max_running } => json!({

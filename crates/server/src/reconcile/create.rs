@@ -136,14 +136,19 @@ impl Inner {
                 }
                 continue;
             }
-            let mut bootstrap = BTreeMap::from([
-                ("RUNWAY_URL".to_owned(), self.runner_url()),
-                ("RUNWAY_RUNNER_NAME".to_owned(), name.clone()),
-                ("RUNWAY_RUNNER_LABELS".to_owned(), labels.join(",")),
-                ("RUNWAY_POOL".to_owned(), pool.clone()),
-            ]);
-            if let (Some(github), false) = (&pool_config.github, stock) {
-                if self.service.may_act("github_jit_config").await.is_err() {
+            let request = match self
+                .boot_request(
+                    &runner,
+                    pool_config,
+                    &backend,
+                    (&offer, &launch_config),
+                    !stock,
+                    now,
+                )
+                .await?
+            {
+                Minted::Request(request) => *request,
+                Minted::Deposed => {
                     backend.unreserve(&name);
                     stopped = Some(Stopped::Deposed);
                     if let Err(error) = self.never_started(&runner, now).await {
@@ -151,92 +156,14 @@ impl Inner {
                     }
                     continue;
                 }
-                match self.jit_config(github, &runner, &labels, now).await? {
-                    Some(encoded) => {
-                        bootstrap.insert("RUNWAY_JIT_CONFIG".to_owned(), encoded);
-                        // For its job-started hook: it can only post this
-                        // runner's reports (its jobs can read it).
-                        let token =
-                            crate::app::tokens::new_token(crate::app::tokens::REPORT_TOKEN_PREFIX);
-                        store
-                            .set_runner_token(runner.id, &crate::app::tokens::token_hash(&token))
-                            .await?;
-                        bootstrap.insert("RUNWAY_RUNNER_ID".to_owned(), runner.id.0.to_string());
-                        bootstrap.insert("RUNWAY_RUNNER_TOKEN".to_owned(), token);
-                    }
-                    None => {
-                        // GitHub said no (the record is failed); the next
-                        // round asks again.
-                        backend.unreserve(&name);
-                        report.create_failures += 1;
-                        stopped = Some(Stopped::Refused);
-                        continue;
-                    }
+                Minted::Refused => {
+                    // GitHub said no (the record is failed); the next
+                    // round asks again.
+                    backend.unreserve(&name);
+                    report.create_failures += 1;
+                    stopped = Some(Stopped::Refused);
+                    continue;
                 }
-            }
-            if backend.runners_register() && pool_config.github.is_none() && !stock {
-                // One-time, bound to this record, valid while it may boot.
-                let token = crate::app::tokens::new_token("rwr_");
-                store
-                    .create_registration_token(
-                        &crate::app::tokens::token_hash(&token),
-                        pool,
-                        Some(runner.id),
-                        now.plus(pool_config.boot_timeout),
-                        now,
-                    )
-                    .await?;
-                bootstrap.insert("RUNWAY_REGISTRATION_TOKEN".to_owned(), token);
-            }
-            let instance_api = if backend.uses_instance_api() && !stock {
-                let base = self.runner_url();
-                let token = crate::app::garm::mint(
-                    &self.service,
-                    &runner,
-                    now.plus(pool_config.boot_timeout),
-                    bootstrap.get("RUNWAY_JIT_CONFIG").map(String::as_str),
-                )
-                .await?;
-                let metadata_url = format!("{base}{}", crate::app::garm::METADATA_PATH);
-                let callback_url = format!("{base}{}", crate::app::garm::CALLBACKS_PATH);
-                Some(runway_providers::InstanceApi {
-                    install_wrapper: crate::app::garm::install_wrapper(
-                        &metadata_url,
-                        &callback_url,
-                        &token,
-                    ),
-                    // A GitHub pool's machine installs GitHub's runner.
-                    tools: match &pool_config.github {
-                        Some(github) => {
-                            crate::app::garm::github_tools(&self.service, &github.target, now).await
-                        }
-                        None => crate::app::garm::runway_tools(&base),
-                    },
-                    metadata_url,
-                    callback_url,
-                    token,
-                    repo_url: pool_config
-                        .github
-                        .as_ref()
-                        .map(|github| {
-                            crate::app::garm::repo_url(
-                                &self.service.config().github.api_url,
-                                &github.target,
-                            )
-                        })
-                        .unwrap_or_default(),
-                })
-            } else {
-                None
-            };
-            let request = CreateRequest {
-                name: name.clone(),
-                pool: pool.clone(),
-                offer: offer.clone(),
-                labels: labels.clone(),
-                bootstrap,
-                launch_config: launch_config.clone(),
-                instance_api,
             };
             let created = {
                 let Ok(_permit) = self.permit_to_act(provider, "create").await else {

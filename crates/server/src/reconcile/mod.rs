@@ -4,6 +4,7 @@
 //! assumes nothing about why it runs; running it twice in a row is harmless.
 
 mod create;
+mod credentials;
 mod delete;
 mod doubt;
 mod forecasts;
@@ -34,6 +35,7 @@ use crate::app::Service;
 use crate::config::{PoolConfig, PoolGithub};
 use crate::github::api::GithubError;
 use crate::telemetry::metrics::DeleteResult;
+use credentials::Minted;
 use forecasts::Learning;
 use github::DEREGISTER_RETRY;
 
@@ -168,6 +170,10 @@ struct Inner {
     unaccounted: Mutex<BTreeMap<(String, InstanceId), Timestamp>>,
     /// When ended runners' registrations were last looked at.
     deregistrations_swept: Mutex<Option<Timestamp>>,
+    /// Providers whose start of a stopped runner was refused lately, and
+    /// until when the stock starts none of theirs (`stock.rs`): the queue
+    /// gets cold boots meanwhile.
+    starts_refused: Mutex<BTreeMap<String, Timestamp>>,
     /// Tasks running now that no runner record guards: ended runners'
     /// deregistrations (`"deregistrations"`) and each provider's orphans
     /// (`"orphans:NAME"`). One of each at a time: a slow GitHub or
@@ -240,6 +246,7 @@ impl Reconciler {
                 in_doubt: Mutex::new(BTreeMap::new()),
                 unaccounted: Mutex::new(BTreeMap::new()),
                 deregistrations_swept: Mutex::new(None),
+                starts_refused: Mutex::new(BTreeMap::new()),
                 sweeping: Mutex::new(std::collections::BTreeSet::new()),
             }),
         }
@@ -305,9 +312,12 @@ impl Inner {
         self.check_reports(now, &mut report).await?;
         let deregistering = self.retry_deregistrations(now);
         self.learn_arrivals(now).await?;
-        // The stock first: what it starts is booting in the snapshot.
-        let stocking = self.stock(now).await?;
-        let snapshot = self.snapshot(now).await?;
+        // The stock plans from the snapshot's queue, and what it starts is
+        // booting in the snapshot the main plan reads: both see the same
+        // jobs, so none that arrived between them gets a cold boot while
+        // a stopped runner waits.
+        let mut snapshot = self.snapshot(now).await?;
+        let stocking = self.stock(now, &mut snapshot).await?;
         let plan = plan(&snapshot, now);
         let tasks = plan
             .actions

@@ -239,8 +239,15 @@ impl Inner {
                 Some(InstanceState::Unknown) => Observed::Unknown,
             };
             if wants_start(runner, observed) {
+                // A runner just started from the stock may still be listed
+                // stopped while the list lags behind its start.
+                if runner.stopped_at.is_some()
+                    && now.since(runner.requested_at) < self.list_lag(name)
+                {
+                    continue;
+                }
                 // Stopped, not gone (GARM's `stopped`): started again.
-                tasks.extend(self.power(provider, name, &instance_id, runner, Power::Start));
+                tasks.extend(self.power(provider, name, &instance_id, runner, Power::Start, now));
                 continue;
             }
             // A stock runner up (or still up after its stop): stopped, a
@@ -251,6 +258,10 @@ impl Inner {
                     runner.state,
                     RunnerState::Requested | RunnerState::Provisioning | RunnerState::Stopping
                 );
+            if stop && runner.state != RunnerState::Stopping && provider.stock_stops_itself() {
+                // It powers itself off once its first boot has warmed it.
+                continue;
+            }
             if stop {
                 if runner.state != RunnerState::Stopping
                     && store
@@ -260,7 +271,7 @@ impl Inner {
                 {
                     continue;
                 }
-                tasks.extend(self.power(provider, name, &instance_id, runner, Power::Stop));
+                tasks.extend(self.power(provider, name, &instance_id, runner, Power::Stop, now));
                 continue;
             }
             // A runner that registers itself is ready when it says so,
@@ -358,26 +369,45 @@ impl Inner {
         instance_id: &InstanceId,
         runner: &runway_core::Runner,
         power: Power,
+        now: Timestamp,
     ) -> Option<Task> {
-        let (this, provider, name, runner_name, instance_id) = (
+        let (this, provider, name, runner, instance_id) = (
             self.clone(),
             provider.clone(),
             name.to_owned(),
-            runner.name.clone(),
+            runner.clone(),
             instance_id.clone(),
         );
+        let runner_name = runner.name.clone();
         self.spawn(Some(runner.id), async move {
             let operation = match power {
                 Power::Start => "start",
                 Power::Stop => "stop",
             };
-            let done = {
-                let Ok(_permit) = this.permit_to_act(&name, operation).await else {
-                    return Ok(Report::default());
-                };
-                match power {
-                    Power::Start => provider.start(&instance_id).await,
-                    Power::Stop => provider.stop(&instance_id).await,
+            let config = this.service.config();
+            let pool = config.pools.iter().find(|p| p.name == runner.pool);
+            let done = match (power, pool) {
+                // A runner started from the stock whose start did not take
+                // (runway stopped meanwhile, or the start did not come
+                // through): started again for its job, with credentials
+                // minted anew (the first ones may be gone with the call).
+                (Power::Start, Some(pool)) if runner.stopped_at.is_some() => {
+                    match this
+                        .start_stopped(&runner, &provider, &name, pool, &instance_id.0, now)
+                        .await?
+                    {
+                        Some(done) => done,
+                        None => return Ok(Report::default()),
+                    }
+                }
+                _ => {
+                    let Ok(_permit) = this.permit_to_act(&name, operation).await else {
+                        return Ok(Report::default());
+                    };
+                    match power {
+                        Power::Start => provider.start(&instance_id, None).await,
+                        Power::Stop => provider.stop(&instance_id).await,
+                    }
                 }
             };
             match done {

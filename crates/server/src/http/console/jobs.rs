@@ -48,6 +48,12 @@ pub(super) fn waiting_text(explanation: &Explanation) -> String {
                             rfc3339(*since)
                         )
                     }
+                    W::StoppedRunnerStarting { runner, ready_by } => {
+                        format!(
+                            "a stopped runner ({runner}) is starting for it (ready in ~{} s)",
+                            ready_by.since(now()).as_secs()
+                        )
+                    }
                     W::RunnerRequested { provider } => {
                         format!("a runner is being started by {provider}")
                     }
@@ -144,6 +150,7 @@ pub(super) fn job_row(job: &runway_core::Job, waiting: Option<&Explanation>) -> 
             Some(Explanation::Waiting {
                 reason:
                     runway_core::planner::WaitReason::RunnerBooting { runner, .. }
+                    | runway_core::planner::WaitReason::StoppedRunnerStarting { runner, .. }
                     | runway_core::planner::WaitReason::RunnerIdle { runner },
                 ..
             }) if job.runner.is_none() => Some(runner.0),

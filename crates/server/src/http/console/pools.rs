@@ -217,6 +217,7 @@ pub(super) fn wait_reason_words(code: &str) -> &'static str {
     match code {
         "runner_idle" => "a runner was idle for it (taken at its next poll)",
         "runner_booting" => "a runner was booting for it",
+        "stopped_runner_starting" => "a stopped runner was starting for it",
         "runner_requested" => "a runner was being started for it",
         "at_max_runners" => "the pool was at max_runners",
         "provider_backoff" => "a provider was backing off after errors",

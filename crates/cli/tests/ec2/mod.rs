@@ -20,6 +20,8 @@ use common::proxy::{self, After, Answer, Before, FaultProxy, Seen};
 use common::{wait_until, Process};
 use serde_json::{json, Value};
 
+mod stock;
+
 const ADMIN: &str = "ec2-provider-admin-token";
 
 /// Which launches the proxy refuses, and what it saw.
@@ -38,6 +40,12 @@ struct Faults {
     delay: Mutex<std::time::Duration>,
     /// When each launched instance's RunInstances answered.
     launched_at: Mutex<BTreeMap<String, std::time::Instant>>,
+    /// Refuse StartInstances (InsufficientInstanceCapacity).
+    refuse_starts: AtomicBool,
+    /// Every StartInstances: (instance id, refused).
+    starts: Mutex<Vec<(String, bool)>>,
+    /// StartInstances is answered this much later.
+    start_delay: Mutex<std::time::Duration>,
 }
 
 /// The text of every `<instanceId>` in `xml`.
@@ -110,14 +118,31 @@ impl Faults {
 }
 
 impl proxy::Faults for Faults {
-    fn delay(&self, _seen: &Seen) -> std::time::Duration {
-        *self.delay.lock().unwrap()
+    fn delay(&self, seen: &Seen) -> std::time::Duration {
+        let start = form(seen).get("Action").map(String::as_str) == Some("StartInstances");
+        let extra = if start {
+            *self.start_delay.lock().unwrap()
+        } else {
+            std::time::Duration::ZERO
+        };
+        *self.delay.lock().unwrap() + extra
     }
 
-    /// Refuses the launches the test names with EC2's own error response
-    /// (HTTP 500, `InsufficientInstanceCapacity`).
+    /// Refuses the launches the test names, and the starts while
+    /// `refuse_starts`, with EC2's own error response (HTTP 500,
+    /// `InsufficientInstanceCapacity`).
     fn before(&self, seen: &Seen) -> Before {
         let form = form(seen);
+        if form.get("Action").map(String::as_str) == Some("StartInstances") {
+            let refused = self.refuse_starts.load(Ordering::SeqCst);
+            let id = form.get("InstanceId.1").cloned().unwrap_or_default();
+            self.starts.lock().unwrap().push((id, refused));
+            return if refused {
+                insufficient_capacity("us-east-1")
+            } else {
+                Before::Forward
+            };
+        }
         if form.get("Action").map(String::as_str) != Some("RunInstances") {
             return Before::Forward;
         }
@@ -139,21 +164,7 @@ impl proxy::Faults for Faults {
         if !refused {
             return Before::Forward;
         }
-        let xml = format!(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error>\
-             <Code>InsufficientInstanceCapacity</Code><Message>We currently do not \
-             have sufficient capacity in the Availability Zone you requested ({zone}).\
-             </Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000\
-             </RequestID></Response>"
-        );
-        Before::Answer(
-            (
-                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                [("content-type", "text/xml")],
-                xml,
-            )
-                .into_response(),
-        )
+        insufficient_capacity(&zone)
     }
 
     /// Notes when each instance was launched, and leaves it out of
@@ -181,6 +192,26 @@ impl proxy::Faults for Faults {
         }
         After::Pass(answer)
     }
+}
+
+/// EC2's own answer when it has no capacity (HTTP 500,
+/// `InsufficientInstanceCapacity`).
+fn insufficient_capacity(zone: &str) -> Before {
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error>\
+             <Code>InsufficientInstanceCapacity</Code><Message>We currently do not \
+             have sufficient capacity in the Availability Zone you requested ({zone}).\
+             </Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000\
+             </RequestID></Response>"
+    );
+    Before::Answer(
+        (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            [("content-type", "text/xml")],
+            xml,
+        )
+            .into_response(),
+    )
 }
 
 /// The form fields of an EC2 Query API call.
@@ -265,10 +296,29 @@ fn serve_with_quota(
     max_instances: u32,
     worker_config: &Value,
 ) -> (Process, String) {
+    serve_pool(
+        (dir, "127.0.0.1:0"),
+        endpoint,
+        (provider, max_instances),
+        "max_runners = 6\n",
+        worker_config,
+    )
+}
+
+/// `runway serve` in `dir` on `listen`, with provider `aws`
+/// (`max_instances`, and the keys `provider` adds) and pool `linux` (with
+/// the keys `pool` adds).
+fn serve_pool(
+    (dir, listen): (&Path, &str),
+    endpoint: &str,
+    (provider, max_instances): (&str, u32),
+    pool: &str,
+    worker_config: &Value,
+) -> (Process, String) {
     std::fs::write(dir.join("worker-config.json"), worker_config.to_string()).unwrap();
     common::write_config(
         dir,
-        "127.0.0.1:0",
+        listen,
         ADMIN,
         "300ms",
         &format!(
@@ -284,8 +334,7 @@ boot_seconds = 60
 name = "linux"
 labels = ["linux"]
 min_idle = 0
-max_runners = 6
-boot_timeout = "10m"
+{pool}boot_timeout = "10m"
 providers = ["aws"]
 
 [[worker_configs]]
