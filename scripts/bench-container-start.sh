@@ -1,23 +1,22 @@
 #!/usr/bin/env bash
-# Runner start → job accepted: a fresh container per job (the `container`
-# provider on a private `podman system service`, runc) beside a local
-# process per job (the `process` provider), on the same machine in the same
-# run. For each, N jobs one after another (`runway submit --wait -- true`)
-# on a pool with no warm runner, so every job waits for a runner started
-# for it; what is measured is the job's started_at − created_at as runway
-# recorded it (the runner's start, its registration, the claim and the
-# accept). Prints p50, p95 and max per provider, and the ratio of the
-# medians.
+# Job enqueued → job started (its runner's accept), three ways a runner
+# comes, on one `runway serve` in the same run: a local process per job
+# (the `process` provider), a fresh container per job (the `container`
+# provider on a private `podman system service`, runc), and a container of
+# the pool's stock of stopped runners (created, not started) started for
+# the job with its credential (issue 60). `runway-bench first-start` sends
+# N jobs per pool, one at a time and the pools taking turns, each once its
+# pool is at rest (no runner at work, its stock full), and prints the
+# medians, the extremes, and each median's ratio to the process pool's.
 #
-#   scripts/bench-container-start.sh [N=50] [ROUNDS=1]
+#   scripts/bench-container-start.sh [N=20]
 #
 # Needs podman, runc and busybox-static (Debian). RUNWAY as in
 # bench-common.sh (default the release build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bench-common.sh
-N=${1:-50}
-ROUNDS=${2:-1}
+N=${1:-20}
 MARK=runway-bench-container
 trap 'podman_stop; bench_cleanup $MARK' EXIT
 
@@ -58,58 +57,57 @@ done
 tar -C "$ROOT" -cf "$PODMAN_DIR/rootfs.tar" .
 "${PODMAN[@]}" import "$PODMAN_DIR/rootfs.tar" localhost/runway-bench:1 >/dev/null
 
-# measure KIND PROVIDER_TOML: N jobs on a pool served by PROVIDER_TOML.
-measure() {
-  local kind=$1 provider=$2 port
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  rm -f "$DIR/runway.db"*
-  cat > "$DIR/runway.toml" <<TOML
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat > "$DIR/runway.toml" <<TOML
 [server]
 admin_tokens = ["$ADMIN"]
 [runner_api]
 poll_timeout = "2s"
 [scaling]
 interval = "200ms"
-$provider
+
+[providers.local]
+kind = "process"
+command = ["$RUNWAY", "agent", "--once"]
+state_dir = "$DIR/processes"
+max_instances = 1
+boot_seconds = 1
+
+[providers.podman]
+kind = "container"
+socket = "$SOCKET"
+image = "localhost/runway-bench:1"
+pull = "never"
+network = "host"
+state_dir = "$DIR/containers"
+max_instances = 3
+boot_seconds = 1
+resume_seconds = 1
+
 [[pools]]
-name = "bench"
-labels = ["bench"]
-min_idle = 0
+name = "process"
+labels = ["process"]
 max_runners = 1
 idle_grace = "1s"
-providers = ["p"]
-TOML
-  bench_serve "$MARK" "$RUNWAY" "sqlite://$DIR/runway.db" "$port" "$DIR/serve-$kind.log"
-  for _ in $(seq 1 "$N"); do
-    "$RUNWAY" submit --url "http://127.0.0.1:$port" --token "$ADMIN" --labels bench --wait -- true >/dev/null 2>&1
-  done
-  curl -fs -H "Authorization: Bearer $ADMIN" "http://127.0.0.1:$port/api/v1/jobs?state=completed&limit=1000" |
-    python3 -c '
-import json, sys, datetime
-def t(s): return datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
-jobs = json.load(sys.stdin)["jobs"]
-waits = sorted(t(j["started_at"]) - t(j["created_at"]) for j in jobs)
-p = lambda q: waits[min(len(waits) - 1, int(q * len(waits)))]
-print(f"'"$kind"' {len(waits)} {p(0.5):.3f} {p(0.95):.3f} {waits[-1]:.3f}")'
-  pkill -f "$MARK" || true
-  for _ in $(seq 1 50); do pgrep -f "$MARK" >/dev/null || break; sleep 0.1; done
-}
+providers = ["local"]
 
-echo "provider jobs p50_s p95_s max_s   ($N jobs one after another, $ROUNDS round(s), $(nproc) cores, $RUNWAY)"
-for round in $(seq 1 "$ROUNDS"); do
-  measure process "[providers.p]
-kind = \"process\"
-command = [\"$RUNWAY\", \"agent\", \"--once\"]
-state_dir = \"$DIR/processes\"
-max_instances = 1
-boot_seconds = 1"
-  measure container "[providers.p]
-kind = \"container\"
-socket = \"$SOCKET\"
-image = \"localhost/runway-bench:1\"
-pull = \"never\"
-network = \"host\"
-state_dir = \"$DIR/containers\"
-max_instances = 1
-boot_seconds = 1"
-done
+[[pools]]
+name = "container"
+labels = ["container"]
+max_runners = 1
+idle_grace = "1s"
+providers = ["podman"]
+
+[[pools]]
+name = "stopped"
+labels = ["stopped"]
+max_runners = 1
+idle_grace = "1s"
+min_stopped = 1
+max_stopped = 1
+providers = ["podman"]
+TOML
+bench_serve "$MARK" "$RUNWAY" "sqlite://$DIR/runway.db" "$PORT" "$DIR/serve.log"
+echo "($N jobs a pool, one at a time, $(nproc) cores, $RUNWAY)"
+"$BENCH" first-start --url "http://127.0.0.1:$PORT" --token "$ADMIN" \
+  --pool process --pool container --pool stopped --jobs "$N"

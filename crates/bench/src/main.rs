@@ -3,6 +3,7 @@
 //! in-process reconciler on a scratch store) and prints what it measured;
 //! BENCHMARKS.md gives the command behind each figure.
 
+mod first_start;
 mod load;
 mod pollers;
 mod procfs;
@@ -49,6 +50,9 @@ enum Command {
     /// held and no job, then CPU per job and wake-up latency while they
     /// wait (optionally against a baseline build, rounds alternating).
     Pollers(pollers::PollersArgs),
+    /// How long a job waits for its runner on pools that differ in how it
+    /// comes (cold boot, stopped runner started), one job at a time.
+    FirstStart(first_start::FirstStartArgs),
 }
 
 /// The `runway` binary: `explicit`, or the one beside this binary.
@@ -83,5 +87,6 @@ async fn main() -> anyhow::Result<()> {
         Command::ForecastSeed(args) => seed::forecast_seed(args).await,
         Command::DeepQueue(args) => seed::deep_queue(args).await,
         Command::Pollers(args) => pollers::pollers(args).await,
+        Command::FirstStart(args) => first_start::first_start(args).await,
     }
 }

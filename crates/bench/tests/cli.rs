@@ -19,6 +19,8 @@ fn help_lists_every_benchmark() {
         "soak",
         "forecast-seed",
         "deep-queue",
+        "pollers",
+        "first-start",
     ] {
         assert!(help.contains(command), "{command} in {help}");
     }

@@ -24,6 +24,13 @@ pub fn hh_mm(timestamp: Timestamp) -> String {
     }
 }
 
+/// An RFC 3339 time (as [`rfc3339`] writes it) as a timestamp.
+pub fn parse_rfc3339(text: &str) -> Option<Timestamp> {
+    let parsed = OffsetDateTime::parse(text, &Rfc3339).ok()?;
+    let millis = parsed.unix_timestamp_nanos() / 1_000_000;
+    Some(Timestamp::from_millis(i64::try_from(millis).ok()?))
+}
+
 /// `timestamp` as RFC 3339 in UTC (its epoch milliseconds if out of range).
 pub fn rfc3339(timestamp: Timestamp) -> String {
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(timestamp.as_millis()) * 1_000_000)
