@@ -532,3 +532,63 @@ async fn a_pool_page_shows_the_batches_its_warm_pool_is_kept_for() {
     assert!(html.contains("06:30 UTC – 06:38 UTC · daily"));
     assert!(html.contains(">due<") && html.contains(">kept warm<"));
 }
+
+/// A pool that keeps stopped runners says on its page how many are
+/// stopped and being prepared, within what bounds, what they cost, and how
+/// soon a started one is ready (issue 60).
+#[tokio::test]
+async fn a_pool_page_shows_its_stock_of_stopped_runners() {
+    let mut config = Config::default();
+    config.server.admin_tokens = vec![Secret::literal(ADMIN)];
+    config.providers = vec![runway_server::config::ProviderConfig {
+        name: "cloud".into(),
+        price_per_hour: 0.1,
+        resume_seconds: Some(20.0),
+        ..runway_server::config::ProviderConfig::default()
+    }];
+    config.pools = vec![runway_server::config::PoolConfig {
+        min_stopped: 1,
+        max_stopped: 3,
+        ..common::pool("default", &["self-hosted", "linux"])
+    }];
+    let harness = Harness::new(config).await;
+    let now = Timestamp::from_millis(1_000_000);
+    for (i, stopped) in [(0, true), (1, true), (2, false)] {
+        let runner = harness
+            .service
+            .store
+            .create_runner(
+                &runway_core::runner::NewRunner {
+                    name: format!("default-stock-{i}"),
+                    pool: "default".into(),
+                    provider: "cloud".into(),
+                    labels: vec![],
+                    stock: true,
+                },
+                now,
+            )
+            .await
+            .unwrap();
+        let mut events = vec![runway_core::RunnerEvent::ProvisioningStarted {
+            instance_id: format!("i-{i}"),
+        }];
+        if stopped {
+            events.push(runway_core::RunnerEvent::Stopped);
+        }
+        for event in events {
+            harness
+                .service
+                .store
+                .apply_runner_event(runner.id, &event, now)
+                .await
+                .unwrap();
+        }
+    }
+    let cookie = login(&harness).await;
+    let html = page(&harness, &cookie, "/console/pools/default").await;
+    assert!(html.contains("data-stock=\"2\""), "{html}");
+    assert!(
+        html.contains("2 stopped, 1 being prepared (kept between 1 and 3), costing $0.006 an hour: each is started for a queued job, ready in about 20 s instead of a cold boot."),
+        "{html}"
+    );
+}

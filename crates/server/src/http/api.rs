@@ -415,6 +415,32 @@ pub struct StockDto {
     pub cost_per_hour: f64,
 }
 
+impl StockDto {
+    /// Pool `pool`'s stock among `runners` (any pools'), or `None` for a
+    /// pool that keeps none.
+    pub fn of(
+        config: &crate::config::Config,
+        pool: &crate::config::PoolConfig,
+        runners: &[runway_core::Runner],
+    ) -> Option<StockDto> {
+        (pool.max_stopped > 0).then(|| {
+            let ours = || runners.iter().filter(|r| r.pool == pool.name && r.stock);
+            let stopped = ours().filter(|r| r.state == RunnerState::Stopped).count() as u64;
+            let live = ours().filter(|r| !r.state.is_terminal()).count() as u64;
+            let price = config
+                .stopping_provider(pool)
+                .map_or(0.0, |p| p.stopped_price());
+            StockDto {
+                min_stopped: pool.min_stopped,
+                max_stopped: pool.max_stopped,
+                stopped,
+                preparing: live - stopped,
+                cost_per_hour: stopped as f64 * price,
+            }
+        })
+    }
+}
+
 /// A scale-set pool's scale set and GitHub's latest statistics of it.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, utoipa::ToSchema)]
 pub struct ScaleSetDto {
@@ -547,21 +573,7 @@ async fn list_pools(
                     .entry(runner.state.as_str().to_owned())
                     .or_insert(0) += 1;
             }
-            let stock = (pool.max_stopped > 0).then(|| {
-                let ours = || runners.iter().filter(|r| r.pool == pool.name && r.stock);
-                let stopped = ours().filter(|r| r.state == RunnerState::Stopped).count() as u64;
-                let price = service
-                    .config()
-                    .stopping_provider(pool)
-                    .map_or(0.0, |p| p.stopped_price());
-                StockDto {
-                    min_stopped: pool.min_stopped,
-                    max_stopped: pool.max_stopped,
-                    stopped,
-                    preparing: ours().filter(|r| !r.state.is_terminal()).count() as u64 - stopped,
-                    cost_per_hour: stopped as f64 * price,
-                }
-            });
+            let stock = StockDto::of(&service.config(), pool, &runners);
             PoolDto {
                 name: pool.name.clone(),
                 labels: pool.labels.clone(),

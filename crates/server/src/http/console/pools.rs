@@ -381,6 +381,26 @@ pub(super) async fn pool_page(
                 })).collect::<Vec<_>>(),
             })
         });
+    let runners = service.store.list_live_runners(Some(&pool.name)).await;
+    let config = service.config();
+    let stock = runners
+        .ok()
+        .zip(config.pool(&pool.name))
+        .and_then(|(runners, pool)| {
+            let stock = crate::http::api::StockDto::of(&config, pool, &runners)?;
+            let resume = config
+                .stopping_provider(pool)
+                .and_then(|p| p.resume_seconds)
+                .unwrap_or(0.0);
+            Some(json!({
+                "stopped": stock.stopped,
+                "preparing": stock.preparing,
+                "min": stock.min_stopped,
+                "max": stock.max_stopped,
+                "cost": format!("${:.3}", stock.cost_per_hour),
+                "resume": format!("{resume:.0}"),
+            }))
+        });
     page(
         &session,
         "pool.html",
@@ -396,6 +416,7 @@ pub(super) async fn pool_page(
             "started": started,
             "waits": waits,
             "warm": warm,
+            "stock": stock,
         }),
     )
 }
