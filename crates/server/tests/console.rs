@@ -585,6 +585,11 @@ async fn a_pool_page_shows_its_stock_of_stopped_runners() {
         }
     }
     let cookie = login(&harness).await;
+    let overview = page(&harness, &cookie, "/").await;
+    assert!(
+        overview.contains("+<span data-live=\"pool:default:stopped\">2</span> stopped"),
+        "{overview}"
+    );
     let html = page(&harness, &cookie, "/console/pools/default").await;
     assert!(html.contains("data-stock=\"2\""), "{html}");
     assert!(

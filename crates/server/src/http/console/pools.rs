@@ -13,6 +13,9 @@ pub(super) struct PoolRow {
     pub(super) idle: u64,
     pub(super) busy: u64,
     pub(super) max_runners: u32,
+    /// Its stock of stopped runners: how many are stopped now (`None`
+    /// for a pool that keeps none).
+    pub(super) stopped: Option<u64>,
     pub(super) paused: bool,
     /// What its runner group admits beyond its access policy.
     pub(super) warnings: Vec<String>,
@@ -67,6 +70,7 @@ pub(super) fn pool_rows_of(
                 idle: runners_in(&[R::Idle]),
                 busy: runners_in(&[R::Busy]),
                 max_runners: pool.max_runners,
+                stopped: (pool.max_stopped > 0).then(|| runners_in(&[R::Stopped])),
                 paused: paused.iter().any(|p| p.pool == pool.name),
                 warnings: warnings.get(&pool.name).cloned().unwrap_or_default(),
             }

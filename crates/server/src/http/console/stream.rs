@@ -65,6 +65,9 @@ pub(super) fn cells_for(
             ] {
                 cells.insert(format!("pool:{name}:{field}"), json!(value.to_string()));
             }
+            if let Some(stopped) = pool.stopped {
+                cells.insert(format!("pool:{name}:stopped"), json!(stopped.to_string()));
+            }
             let state = if pool.paused { "paused" } else { "active" };
             cells.insert(format!("pool:{name}:state"), json!(state));
         }
