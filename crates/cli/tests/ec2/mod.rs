@@ -46,6 +46,8 @@ struct Faults {
     starts: Mutex<Vec<(String, bool)>>,
     /// StartInstances is answered this much later.
     start_delay: Mutex<std::time::Duration>,
+    /// StartInstances calls that came in, counted before their delay.
+    start_calls: std::sync::atomic::AtomicUsize,
 }
 
 /// The text of every `<instanceId>` in `xml`.
@@ -121,6 +123,7 @@ impl proxy::Faults for Faults {
     fn delay(&self, seen: &Seen) -> std::time::Duration {
         let start = form(seen).get("Action").map(String::as_str) == Some("StartInstances");
         let extra = if start {
+            self.start_calls.fetch_add(1, Ordering::SeqCst);
             *self.start_delay.lock().unwrap()
         } else {
             std::time::Duration::ZERO
