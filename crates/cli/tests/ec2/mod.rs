@@ -466,27 +466,47 @@ fn instance_state(
     })
 }
 
-fn user_data(ec2: &aws_sdk_ec2::Client, runtime: &tokio::runtime::Runtime, id: &str) -> String {
+/// Instance `id`'s attribute `name` (user data or the shutdown
+/// behaviour), as DescribeInstanceAttribute answers it.
+fn attribute(
+    ec2: &aws_sdk_ec2::Client,
+    runtime: &tokio::runtime::Runtime,
+    id: &str,
+    name: aws_sdk_ec2::types::InstanceAttributeName,
+) -> String {
+    use aws_sdk_ec2::types::InstanceAttributeName;
     runtime.block_on(async {
-        let attribute = ec2
+        let answer = ec2
             .describe_instance_attribute()
             .instance_id(id)
-            .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+            .attribute(name.clone())
             .send()
             .await
-            .expect("user data");
-        let encoded = attribute
-            .user_data()
-            .and_then(|u| u.value())
-            .unwrap_or_default()
-            .to_owned();
-        String::from_utf8(
-            base64::engine::general_purpose::STANDARD
-                .decode(encoded)
-                .expect("base64 user data"),
-        )
-        .expect("text")
+            .expect("an instance attribute");
+        let value = match name {
+            InstanceAttributeName::UserData => answer.user_data().and_then(|u| u.value()),
+            _ => answer
+                .instance_initiated_shutdown_behavior()
+                .and_then(|v| v.value()),
+        };
+        value.unwrap_or_default().to_owned()
     })
+}
+
+/// Instance `id`'s user data, decoded.
+fn user_data(ec2: &aws_sdk_ec2::Client, runtime: &tokio::runtime::Runtime, id: &str) -> String {
+    let encoded = attribute(
+        ec2,
+        runtime,
+        id,
+        aws_sdk_ec2::types::InstanceAttributeName::UserData,
+    );
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .expect("base64 user data"),
+    )
+    .expect("text")
 }
 
 fn get_json(base: &str, path: &str) -> Value {

@@ -38,20 +38,12 @@ fn shutdown_behaviour(
     runtime: &tokio::runtime::Runtime,
     id: &str,
 ) -> String {
-    runtime.block_on(async {
-        let answer = ec2
-            .describe_instance_attribute()
-            .instance_id(id)
-            .attribute(aws_sdk_ec2::types::InstanceAttributeName::InstanceInitiatedShutdownBehavior)
-            .send()
-            .await
-            .expect("an instance attribute");
-        answer
-            .instance_initiated_shutdown_behavior()
-            .and_then(|v| v.value())
-            .unwrap_or_default()
-            .to_owned()
-    })
+    attribute(
+        ec2,
+        runtime,
+        id,
+        aws_sdk_ec2::types::InstanceAttributeName::InstanceInitiatedShutdownBehavior,
+    )
 }
 
 /// What the machines saw and did.

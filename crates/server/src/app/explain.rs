@@ -108,8 +108,7 @@ pub async fn pool_snapshot(
             .providers
             .iter()
             .find(|p| p.name == provider)
-            .and_then(|p| p.resume_seconds)
-            .map(|s| std::time::Duration::from_secs_f64(s.max(0.0)))
+            .map(crate::config::ProviderConfig::resume_time)
             .unwrap_or_default()
     };
     let paused = service

@@ -262,6 +262,12 @@ impl ProviderConfig {
         Ok(())
     }
 
+    /// How long a stopped runner of this provider takes to be ready once
+    /// started (`resume_seconds`; zero for one that keeps none).
+    pub fn resume_time(&self) -> Duration {
+        Duration::from_secs_f64(self.resume_seconds.unwrap_or(0.0).max(0.0))
+    }
+
     /// What a stopped runner of this provider costs an hour.
     pub fn stopped_price(&self) -> f64 {
         if let Some(price) = self.stopped_price_per_hour {

@@ -385,7 +385,7 @@ impl Inner {
                 Power::Stop => "stop",
             };
             let config = this.service.config();
-            let pool = config.pools.iter().find(|p| p.name == runner.pool);
+            let pool = config.pool(&runner.pool);
             let done = match (power, pool) {
                 // A runner started from the stock whose start did not take
                 // (runway stopped meanwhile, or the start did not come

@@ -164,9 +164,7 @@ impl Inner {
                     in_doubt: false,
                     requested_at: now,
                     idle_at: None,
-                    ready_by: Some(now.plus(Duration::from_secs_f64(
-                        provider.resume_seconds.unwrap_or(0.0).max(0.0),
-                    ))),
+                    ready_by: Some(now.plus(provider.resume_time())),
                 });
                 let (this, backend, name, pool_config) = (
                     self.clone(),

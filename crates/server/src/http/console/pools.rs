@@ -394,8 +394,7 @@ pub(super) async fn pool_page(
             let stock = crate::http::api::StockDto::of(&config, pool, &runners)?;
             let resume = config
                 .stopping_provider(pool)
-                .and_then(|p| p.resume_seconds)
-                .unwrap_or(0.0);
+                .map_or(0.0, |p| p.resume_time().as_secs_f64());
             Some(json!({
                 "stopped": stock.stopped,
                 "preparing": stock.preparing,
