@@ -169,13 +169,10 @@ pub(super) fn job_row(job: &runway_core::Job, waiting: Option<&Explanation>) -> 
 }
 
 pub(super) async fn jobs(
+    Viewer(session): Viewer,
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
     Query(query): Query<JobsQuery>,
 ) -> Response {
-    let Some(session) = session(&service, &headers).await else {
-        return Redirect::to("/").into_response();
-    };
     let pool = query.pool.clone().filter(|p| !p.is_empty());
     if pool
         .as_deref()
@@ -332,13 +329,10 @@ pub(super) fn url_encode(text: &str) -> String {
 }
 
 pub(super) async fn job(
+    Viewer(session): Viewer,
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
     Path(id): Path<i64>,
 ) -> Response {
-    let Some(session) = session(&service, &headers).await else {
-        return Redirect::to("/").into_response();
-    };
     let id = JobId(id);
     let Ok(found) = service.store.get_job(id).await else {
         return unavailable();

@@ -56,16 +56,10 @@ pub(super) fn audit_details(details: &str) -> (String, Vec<(String, String)>) {
 }
 
 pub(super) async fn audit(
+    FleetViewer(session): FleetViewer,
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
     Query(query): Query<AuditQuery>,
 ) -> Response {
-    let Some(session) = session(&service, &headers).await else {
-        return Redirect::to("/").into_response();
-    };
-    if !session.caller.scope.is_every_pool() {
-        return refused(EVERY_POOL_ONLY);
-    }
     let Ok(mut entries) = service.store.list_audit(AUDIT_PAGE + 1, query.before).await else {
         return unavailable();
     };
@@ -104,13 +98,10 @@ pub(super) async fn audit(
     )
 }
 
-pub(super) async fn tasks(State(service): State<Arc<Service>>, headers: HeaderMap) -> Response {
-    let Some(session) = session(&service, &headers).await else {
-        return Redirect::to("/").into_response();
-    };
-    if !session.caller.scope.is_every_pool() {
-        return refused(EVERY_POOL_ONLY);
-    }
+pub(super) async fn tasks(
+    FleetViewer(session): FleetViewer,
+    State(service): State<Arc<Service>>,
+) -> Response {
     let tasks = crate::http::api::tasks_dto(&service);
     page(
         &session,
@@ -120,13 +111,10 @@ pub(super) async fn tasks(State(service): State<Arc<Service>>, headers: HeaderMa
     )
 }
 
-pub(super) async fn cluster(State(service): State<Arc<Service>>, headers: HeaderMap) -> Response {
-    let Some(session) = session(&service, &headers).await else {
-        return Redirect::to("/").into_response();
-    };
-    if !session.caller.scope.is_every_pool() {
-        return refused(EVERY_POOL_ONLY);
-    }
+pub(super) async fn cluster(
+    FleetViewer(session): FleetViewer,
+    State(service): State<Arc<Service>>,
+) -> Response {
     let Ok(cluster) = crate::http::api::cluster_dto(&service).await else {
         return unavailable();
     };
@@ -165,16 +153,10 @@ pub(super) fn parse_inputs(
 /// Every worker configuration with its rules, and one evaluated with the
 /// inputs the form gives (read-only: evaluating changes nothing).
 pub(super) async fn worker_configs(
+    FleetViewer(session): FleetViewer,
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
     Query(query): Query<EvaluateQuery>,
 ) -> Response {
-    let Some(session) = session(&service, &headers).await else {
-        return Redirect::to("/").into_response();
-    };
-    if !session.caller.scope.is_every_pool() {
-        return refused(EVERY_POOL_ONLY);
-    }
     let Ok(stored) = service.store.list_worker_configs().await else {
         return unavailable();
     };

@@ -246,14 +246,11 @@ pub(super) struct RangeQuery {
 /// One pool over the last hour, day or week: its jobs, runners, queue
 /// times and cost as charts, and why its jobs waited.
 pub(super) async fn pool_page(
+    Viewer(session): Viewer,
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
     Path(name): Path<String>,
     Query(query): Query<RangeQuery>,
 ) -> Response {
-    let Some(session) = session(&service, &headers).await else {
-        return Redirect::to("/").into_response();
-    };
     let Ok(pools) = pool_rows(&service).await else {
         return unavailable();
     };

@@ -8,13 +8,10 @@ pub(super) struct RunnersQuery {
 }
 
 pub(super) async fn runners(
+    Viewer(session): Viewer,
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
     Query(query): Query<RunnersQuery>,
 ) -> Response {
-    let Some(session) = session(&service, &headers).await else {
-        return Redirect::to("/").into_response();
-    };
     let pool = query.pool.filter(|p| !p.is_empty());
     let Ok(live) = service.store.list_live_runners(pool.as_deref()).await else {
         return unavailable();
@@ -47,13 +44,10 @@ pub(super) async fn runners(
 /// One runner, live or ended (a finished job's page links here): its
 /// states with their times, why it ended, and what it reported.
 pub(super) async fn runner_page(
+    Viewer(session): Viewer,
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
     Path(id): Path<i64>,
 ) -> Response {
-    let Some(session) = session(&service, &headers).await else {
-        return Redirect::to("/").into_response();
-    };
     let Ok(found) = service.store.get_runner(RunnerId(id)).await else {
         return unavailable();
     };

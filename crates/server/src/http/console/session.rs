@@ -234,6 +234,44 @@ impl IntoResponse for Refusal {
     }
 }
 
+/// A page's reader: the session the request's cookie carries. Without a
+/// valid one, the page sends the browser to the login.
+pub(super) struct Viewer(pub(super) Session);
+
+impl axum::extract::FromRequestParts<Arc<Service>> for Viewer {
+    type Rejection = Refusal;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        service: &Arc<Service>,
+    ) -> Result<Viewer, Refusal> {
+        session(service, &parts.headers)
+            .await
+            .map(Viewer)
+            .ok_or(Refusal::Login)
+    }
+}
+
+/// The reader of a page that belongs to no one pool (the audit log, tasks,
+/// the cluster): a session whose token covers every pool.
+pub(super) struct FleetViewer(pub(super) Session);
+
+impl axum::extract::FromRequestParts<Arc<Service>> for FleetViewer {
+    type Rejection = Refusal;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        service: &Arc<Service>,
+    ) -> Result<FleetViewer, Refusal> {
+        let Viewer(session) = Viewer::from_request_parts(parts, service).await?;
+        if session.caller.scope.is_every_pool() {
+            Ok(FleetViewer(session))
+        } else {
+            Err(Refusal::Forbidden(EVERY_POOL_ONLY))
+        }
+    }
+}
+
 /// The refusal of a page or an action outside the session's pools.
 pub(super) const OUT_OF_SCOPE: &str = "This token does not cover that pool.";
 
