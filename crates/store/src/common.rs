@@ -106,8 +106,14 @@ pub(crate) fn prune_statements(what: crate::Prunable, backend: crate::Backend) -
         P::OnceKeys => vec![oldest("once_keys", "key", "done_at", "done_at")],
         P::Audit => vec![oldest("audit", "id", "at", "at, id")],
         P::PoolHistory => {
+            // An hour's rollup goes once every minute of it is past; the
+            // minutes go last, and their count is the one returned.
+            let hours =
+                "SELECT pool, at FROM pool_hours WHERE at <= $1 - 3600000 ORDER BY at LIMIT $2";
             let minutes = "SELECT pool, at FROM pool_samples WHERE at < $1 ORDER BY at LIMIT $2";
             vec![
+                format!("DELETE FROM pool_wait_hours WHERE (pool, at) IN ({hours})"),
+                format!("DELETE FROM pool_hours WHERE (pool, at) IN ({hours})"),
                 format!("DELETE FROM pool_waits WHERE (pool, at) IN ({minutes})"),
                 format!("DELETE FROM pool_samples WHERE (pool, at) IN ({minutes})"),
             ]

@@ -54,6 +54,7 @@ on_both_backends!(
     a_batch_is_tagged_as_its_jobs_one_by_one_would_be,
     the_cap_passes_over_a_key_at_its_limit_on_every_claim_path,
     pool_samples_merge_into_buckets_and_are_pruned_by_minute,
+    hourly_rollups_read_as_the_minutes_would,
     jobs_are_read_by_ids_in_id_order,
 );
 
@@ -1211,6 +1212,106 @@ mod cases {
             store.pool_waits("b", at(0)).await.unwrap(),
             Vec::<(String, i64)>::new()
         );
+    }
+
+    /// A week's chart reads hourly rollups (issue 59): they must read as
+    /// the minutes would, a replaced minute counted once, and go with
+    /// their hour's last minute.
+    pub async fn hourly_rollups_read_as_the_minutes_would(store: Arc<dyn Store>) {
+        use runway_store::{PoolSample, Prunable};
+        const MINUTE: i64 = 60_000;
+        const HOUR: i64 = 60 * MINUTE;
+        let start = 1_000 * HOUR;
+        let sample = |pool: &str, minute: i64, queued: i64| PoolSample {
+            pool: pool.to_owned(),
+            at: at(start + minute * MINUTE),
+            queued,
+            running: minute % 3,
+            booting: 1,
+            idle: minute % 2,
+            busy: 0,
+            started: minute % 4,
+            wait_p50_ms: (minute % 4 > 0).then_some(10 * minute),
+            wait_p95_ms: (minute % 4 > 0).then_some(40 * minute),
+            runner_seconds: 60,
+            cost_micros: minute,
+            waits: if minute % 5 == 0 {
+                vec![]
+            } else {
+                vec![
+                    ("at_max_runners".into(), queued),
+                    (format!("reason_{}", minute % 3), 1),
+                ]
+            },
+        };
+        // Three hours of pool a (one minute of it written twice, each
+        // time with other waits), a few minutes of pool b.
+        for minute in 0..180 {
+            store
+                .record_pool_samples(&[sample("a", minute, minute / 7)])
+                .await
+                .unwrap();
+        }
+        store
+            .record_pool_samples(&[sample("a", 61, 500), sample("b", 2, 3), sample("b", 70, 4)])
+            .await
+            .unwrap();
+
+        let hour = Duration::from_secs(3600);
+        for pool in [Some("a"), Some("b"), None] {
+            // From a whole hour: the rollups. From a millisecond before (no
+            // sample there): the minutes, in the same buckets.
+            let hours = store.pool_history(pool, at(start), hour).await.unwrap();
+            let minutes = store.pool_history(pool, at(start - 1), hour).await.unwrap();
+            assert_eq!(hours, minutes, "{pool:?}");
+            assert!(!hours.is_empty());
+        }
+        let a = store
+            .pool_history(Some("a"), at(start), hour)
+            .await
+            .unwrap();
+        assert_eq!(a.len(), 3);
+        assert_eq!(a[1].samples, 60, "the replaced minute counts once");
+        // Waits from a whole hour and from within one: the hours after the
+        // first whole one, the minutes before it.
+        for since in [
+            start,
+            start + 30 * MINUTE,
+            start + HOUR,
+            start + 61 * MINUTE,
+        ] {
+            let mut expected: std::collections::BTreeMap<String, i64> = Default::default();
+            for minute in (0..180).filter(|m| start + m * MINUTE >= since) {
+                let queued = if minute == 61 { 500 } else { minute / 7 };
+                for (reason, jobs) in sample("a", minute, queued).waits {
+                    *expected.entry(reason).or_default() += jobs;
+                }
+            }
+            let mut read = store.pool_waits("a", at(since)).await.unwrap();
+            read.sort();
+            let expected: Vec<(String, i64)> = expected.into_iter().collect();
+            assert_eq!(read, expected, "since minute {}", (since - start) / MINUTE);
+        }
+
+        // Minutes pruned to within the third hour: the first two hours'
+        // rollups go, the third's stays (some of its minutes are kept).
+        while store
+            .prune(Prunable::PoolHistory, at(start + 150 * MINUTE), 50)
+            .await
+            .unwrap()
+            > 0
+        {}
+        let left = store
+            .pool_history(Some("a"), at(start), hour)
+            .await
+            .unwrap();
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert_eq!(left[0].at, at(start + 2 * HOUR));
+        assert!(store
+            .pool_history(Some("b"), at(start), hour)
+            .await
+            .unwrap()
+            .is_empty());
     }
 
     pub async fn a_fenced_store_writes_only_in_its_term(store: Arc<dyn Store>) {

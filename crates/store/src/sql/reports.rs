@@ -23,6 +23,54 @@ type HistoryBucketRow = (
     i64,
 );
 
+const HOUR_MS: i64 = 3_600_000;
+
+/// The start of the hour `at` (ms) falls in.
+fn hour_of(at: i64) -> i64 {
+    at.div_euclid(HOUR_MS) * HOUR_MS
+}
+
+/// An hour's rollups recomputed from its minutes: `$1` the pool, `$2` the
+/// hour's start, `$3` its end. PostgreSQL's sum of bigints is a numeric,
+/// cast back.
+const ROLL_UP: [&str; 4] = [
+    "DELETE FROM pool_hours WHERE pool = $1 AND at = $2",
+    "INSERT INTO pool_hours (pool, at, samples, queued, running, booting, idle, busy, started, \
+       wait_p50_weighted_ms, wait_p95_ms, runner_seconds, cost_micros) \
+     SELECT pool, $2, COUNT(*), CAST(SUM(queued) AS BIGINT), CAST(SUM(running) AS BIGINT), \
+       CAST(SUM(booting) AS BIGINT), CAST(SUM(idle) AS BIGINT), CAST(SUM(busy) AS BIGINT), \
+       CAST(SUM(started) AS BIGINT), CAST(SUM(wait_p50_ms * started) AS BIGINT), \
+       MAX(wait_p95_ms), CAST(SUM(runner_seconds) AS BIGINT), CAST(SUM(cost_micros) AS BIGINT) \
+     FROM pool_samples WHERE pool = $1 AND at >= $2 AND at < $3 GROUP BY pool",
+    "DELETE FROM pool_wait_hours WHERE pool = $1 AND at = $2",
+    "INSERT INTO pool_wait_hours (pool, at, reason, jobs) \
+     SELECT pool, $2, reason, CAST(SUM(jobs) AS BIGINT) FROM pool_waits \
+     WHERE pool = $1 AND at >= $2 AND at < $3 GROUP BY pool, reason",
+];
+
+/// The history in buckets of `$3` ms from `$2` on, of pool `$1` or of
+/// every pool, from the minutes. Sums, not means: the means are taken
+/// here.
+const HISTORY_FROM_MINUTES: &str = "SELECT pool, (at / $3) * $3 AS bucket, COUNT(*), \
+       CAST(SUM(queued) AS BIGINT), CAST(SUM(running) AS BIGINT), \
+       CAST(SUM(booting) AS BIGINT), CAST(SUM(idle) AS BIGINT), \
+       CAST(SUM(busy) AS BIGINT), CAST(SUM(started) AS BIGINT), \
+       CAST(SUM(wait_p50_ms * started) AS BIGINT), MAX(wait_p95_ms), \
+       CAST(SUM(runner_seconds) AS BIGINT), CAST(SUM(cost_micros) AS BIGINT) \
+     FROM pool_samples WHERE at >= $2 AND ($1 IS NULL OR pool = $1) \
+     GROUP BY pool, bucket ORDER BY pool, bucket";
+
+/// The same from the hourly rollups, for whole hours from a whole hour on.
+const HISTORY_FROM_HOURS: &str = "SELECT pool, (at / $3) * $3 AS bucket, \
+       CAST(SUM(samples) AS BIGINT), \
+       CAST(SUM(queued) AS BIGINT), CAST(SUM(running) AS BIGINT), \
+       CAST(SUM(booting) AS BIGINT), CAST(SUM(idle) AS BIGINT), \
+       CAST(SUM(busy) AS BIGINT), CAST(SUM(started) AS BIGINT), \
+       CAST(SUM(wait_p50_weighted_ms) AS BIGINT), MAX(wait_p95_ms), \
+       CAST(SUM(runner_seconds) AS BIGINT), CAST(SUM(cost_micros) AS BIGINT) \
+     FROM pool_hours WHERE at >= $2 AND ($1 IS NULL OR pool = $1) \
+     GROUP BY pool, bucket ORDER BY pool, bucket";
+
 sql_store_methods!(
     pub(super) async fn record_pool_samples(
         &self,
@@ -76,6 +124,22 @@ sql_store_methods!(
                     .await?;
                 }
             }
+            // Each hour written to, recomputed from its minutes: a
+            // replaced minute is counted once.
+            let hours: std::collections::BTreeSet<(&str, i64)> = samples
+                .iter()
+                .map(|sample| (sample.pool.as_str(), hour_of(sample.at.as_millis())))
+                .collect();
+            for (pool, hour) in hours {
+                for statement in ROLL_UP {
+                    sqlx::query(statement)
+                        .bind(pool)
+                        .bind(hour)
+                        .bind(hour + HOUR_MS)
+                        .execute(&mut *transaction)
+                        .await?;
+                }
+            }
             transaction.commit().await?;
             Ok(())
         }
@@ -90,23 +154,20 @@ sql_store_methods!(
         bucket: Duration,
     ) -> Result<Vec<crate::PoolHistoryPoint>, StoreError> {
         let width = i64::try_from(bucket.as_millis()).unwrap_or(i64::MAX).max(1);
-        // Sums, not means: PostgreSQL's sum of bigints is a numeric, cast
-        // back; the means are taken here.
-        let rows: Vec<HistoryBucketRow> = sqlx::query_as(
-            "SELECT pool, (at / $3) * $3 AS bucket, COUNT(*), \
-                   CAST(SUM(queued) AS BIGINT), CAST(SUM(running) AS BIGINT), \
-                   CAST(SUM(booting) AS BIGINT), CAST(SUM(idle) AS BIGINT), \
-                   CAST(SUM(busy) AS BIGINT), CAST(SUM(started) AS BIGINT), \
-                   CAST(SUM(wait_p50_ms * started) AS BIGINT), MAX(wait_p95_ms), \
-                   CAST(SUM(runner_seconds) AS BIGINT), CAST(SUM(cost_micros) AS BIGINT) \
-                 FROM pool_samples WHERE at >= $2 AND ($1 IS NULL OR pool = $1) \
-                 GROUP BY pool, bucket ORDER BY pool, bucket",
-        )
-        .bind(pool)
-        .bind(since.as_millis())
-        .bind(width)
-        .fetch_all(self.reader())
-        .await?;
+        // Whole hours from whole hours on read the hourly rollup: a week is
+        // 168 rows a pool, not 10,080.
+        let hourly = width % HOUR_MS == 0 && since.as_millis() % HOUR_MS == 0;
+        let statement = if hourly {
+            HISTORY_FROM_HOURS
+        } else {
+            HISTORY_FROM_MINUTES
+        };
+        let rows: Vec<HistoryBucketRow> = sqlx::query_as(statement)
+            .bind(pool)
+            .bind(since.as_millis())
+            .bind(width)
+            .fetch_all(self.reader())
+            .await?;
         Ok(rows
             .into_iter()
             .map(
@@ -153,12 +214,19 @@ sql_store_methods!(
         pool: &str,
         since: Timestamp,
     ) -> Result<Vec<(String, i64)>, StoreError> {
+        // The minutes up to the first whole hour, then the hours.
+        let since = since.as_millis();
+        let first_hour = hour_of(since) + if since % HOUR_MS == 0 { 0 } else { HOUR_MS };
         Ok(sqlx::query_as(
-            "SELECT reason, CAST(SUM(jobs) AS BIGINT) AS total FROM pool_waits \
-             WHERE pool = $1 AND at >= $2 GROUP BY reason ORDER BY total DESC, reason",
+            "SELECT reason, CAST(SUM(jobs) AS BIGINT) AS total FROM ( \
+               SELECT reason, jobs FROM pool_waits WHERE pool = $1 AND at >= $2 AND at < $3 \
+               UNION ALL \
+               SELECT reason, jobs FROM pool_wait_hours WHERE pool = $1 AND at >= $3 \
+             ) AS waits GROUP BY reason ORDER BY total DESC, reason",
         )
         .bind(pool)
-        .bind(since.as_millis())
+        .bind(since)
+        .bind(first_hour)
         .fetch_all(self.reader())
         .await?)
     }
