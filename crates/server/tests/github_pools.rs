@@ -15,7 +15,9 @@ use fake_github::{Auth, FakeGithub, HOOK_SECRET, TOKEN};
 use runway_core::planner::Offer;
 use runway_core::{JobSource, JobState, RunnerState, Timestamp};
 use runway_providers::sim::{BootTime, SimConfig, SimProvider};
-use runway_providers::{CreateRequest, Instance, InstanceId, ManualClock, Provider, ProviderError};
+use runway_providers::{
+    Clock, CreateRequest, Instance, InstanceId, ManualClock, Provider, ProviderError,
+};
 use runway_server::config::{Config, GithubAuth, PoolConfig, PoolGithub, Secret};
 use runway_server::config::{Hook, Target};
 use runway_server::reconcile::heal::Healer;
@@ -1286,4 +1288,114 @@ async fn a_registration_whose_id_never_reached_the_store_is_found_by_name_and_re
         .unwrap()
         .unwrap();
     assert_eq!(ended.state, RunnerState::Failed, "{ended:?}");
+}
+
+/// A webhook-fed GitHub pool's stock of stopped runners (issue 60): a
+/// stock runner is prepared without a JIT configuration (nothing is
+/// registered at GitHub while it is stopped), gets one minted at its
+/// start when a job's `queued` webhook asks for a runner, and one retired
+/// while still in the stock is never looked up at GitHub.
+#[tokio::test]
+async fn a_github_pools_stopped_runner_gets_its_jit_configuration_at_its_start() {
+    const BOOT: Duration = Duration::from_secs(150);
+    const RESUME: Duration = Duration::from_secs(20);
+    let h = Harness::start(4_000, |config| {
+        config.pools[0].min_stopped = 2;
+        config.pools[0].max_stopped = 2;
+        config.pools[0].stopped_max_age = Duration::from_secs(3_600);
+        config.providers = vec![runway_server::config::ProviderConfig {
+            name: "sim".into(),
+            boot_seconds: (BOOT.as_secs_f64(), BOOT.as_secs_f64()),
+            resume_seconds: Some(RESUME.as_secs_f64()),
+            ..Default::default()
+        }];
+    })
+    .await;
+    let clock = Arc::new(ManualClock::new(runway_server::clock::now()));
+    let sim = Arc::new(SimProvider::new(
+        SimConfig {
+            boot_time: BootTime::Fixed(BOOT),
+            resume_time: Some(RESUME),
+            ..SimConfig::default()
+        },
+        clock.clone(),
+    ));
+    let reconciler = Reconciler::new(
+        h.service.clone(),
+        BTreeMap::from([("sim".to_owned(), sim.clone() as Arc<dyn Provider>)]),
+    );
+    let rounds = || async {
+        for _ in 0..5 {
+            reconciler.reconcile_once(clock.now()).await.unwrap();
+        }
+    };
+    let live = || async { h.service.store.list_live_runners(Some("gh")).await.unwrap() };
+    rounds().await;
+    clock.advance(BOOT);
+    rounds().await;
+    let stocked = live().await;
+    assert_eq!(stocked.len(), 2, "{stocked:?}");
+    for runner in &stocked {
+        assert!(
+            runner.stock && runner.state == RunnerState::Stopped,
+            "{runner:?}"
+        );
+        assert_eq!(
+            h.fake.runner_id(&runner.name),
+            None,
+            "registered while stopped"
+        );
+        let boots = sim.boots(&runner.name);
+        assert_eq!(boots.len(), 1);
+        assert!(
+            !boots[0].iter().any(|key| key == "RUNWAY_JIT_CONFIG"),
+            "{boots:?}"
+        );
+    }
+    assert_eq!(
+        h.fake
+            .calls_starting("POST /orgs/octo-org/actions/runners/generate-jitconfig"),
+        0
+    );
+
+    h.fake.queue_job(301, &labels());
+    assert_eq!(h.fake.deliver(301, "queued", false).await, 202);
+    rounds().await;
+    let started: Vec<runway_core::Runner> = live().await.into_iter().filter(|r| !r.stock).collect();
+    assert_eq!(
+        started.len(),
+        1,
+        "one started for the job, no cold boot: {started:?}"
+    );
+    let runner = &started[0];
+    assert!(stocked.iter().any(|r| r.id == runner.id), "from the stock");
+    let github_id = h
+        .fake
+        .runner_id(&runner.name)
+        .expect("registered at its start");
+    let boots = sim.boots(&runner.name);
+    assert_eq!(boots.len(), 2, "its create, then its start");
+    assert!(
+        boots[1].iter().any(|key| key == "RUNWAY_JIT_CONFIG"),
+        "{boots:?}"
+    );
+    assert_eq!(h.fake.lock().runners[&github_id].labels, LABELS);
+    assert_eq!(
+        h.service.store.runner_external_id(runner.id).await.unwrap(),
+        Some(github_id.to_string())
+    );
+
+    // The other, still stopped, ages out: retired with no question to
+    // GitHub, which has never heard of it.
+    let other = stocked.iter().find(|r| r.id != runner.id).unwrap();
+    clock.advance(Duration::from_secs(3_600));
+    rounds().await;
+    let gone = h.service.store.get_runner(other.id).await.unwrap().unwrap();
+    assert!(gone.state.is_terminal(), "{gone:?}");
+    assert!(
+        !h.metrics().contains("operation=\"find_runner\""),
+        "{:?}",
+        h.fake.calls()
+    );
+    assert_eq!(h.fake.invalid(), Vec::<String>::new());
 }

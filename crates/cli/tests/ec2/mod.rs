@@ -48,6 +48,12 @@ struct Faults {
     start_delay: Mutex<std::time::Duration>,
     /// StartInstances calls that came in, counted before their delay.
     start_calls: std::sync::atomic::AtomicUsize,
+    /// Throttle every user-data write (ModifyInstanceAttribute
+    /// `Attribute=userData`): HTTP 503 `RequestLimitExceeded`, EC2's
+    /// throttling answer.
+    throttle_user_data: AtomicBool,
+    /// Every user-data write: (instance id, throttled).
+    user_data_writes: Mutex<Vec<(String, bool)>>,
 }
 
 /// The text of every `<instanceId>` in `xml`.
@@ -136,6 +142,22 @@ impl proxy::Faults for Faults {
     /// `InsufficientInstanceCapacity`).
     fn before(&self, seen: &Seen) -> Before {
         let form = form(seen);
+        if form.get("Action").map(String::as_str) == Some("ModifyInstanceAttribute")
+            && form.get("Attribute").map(String::as_str) == Some("userData")
+        {
+            let throttled = self.throttle_user_data.load(Ordering::SeqCst);
+            let id = form.get("InstanceId").cloned().unwrap_or_default();
+            self.user_data_writes.lock().unwrap().push((id, throttled));
+            return if throttled {
+                ec2_error(
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    "RequestLimitExceeded",
+                    "Request limit exceeded.",
+                )
+            } else {
+                Before::Forward
+            };
+        }
         if form.get("Action").map(String::as_str) == Some("StartInstances") {
             let refused = self.refuse_starts.load(Ordering::SeqCst);
             let id = form.get("InstanceId.1").cloned().unwrap_or_default();
@@ -200,21 +222,23 @@ impl proxy::Faults for Faults {
 /// EC2's own answer when it has no capacity (HTTP 500,
 /// `InsufficientInstanceCapacity`).
 fn insufficient_capacity(zone: &str) -> Before {
+    ec2_error(
+        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+        "InsufficientInstanceCapacity",
+        &format!(
+            "We currently do not have sufficient capacity in the Availability Zone you requested ({zone})."
+        ),
+    )
+}
+
+/// An error answer in the shape of EC2's Query API.
+fn ec2_error(status: axum::http::StatusCode, code: &str, message: &str) -> Before {
     let xml = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error>\
-             <Code>InsufficientInstanceCapacity</Code><Message>We currently do not \
-             have sufficient capacity in the Availability Zone you requested ({zone}).\
-             </Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000\
-             </RequestID></Response>"
+             <Code>{code}</Code><Message>{message}</Message></Error></Errors>\
+             <RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>"
     );
-    Before::Answer(
-        (
-            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-            [("content-type", "text/xml")],
-            xml,
-        )
-            .into_response(),
-    )
+    Before::Answer((status, [("content-type", "text/xml")], xml).into_response())
 }
 
 /// The form fields of an EC2 Query API call.

@@ -311,14 +311,16 @@ fn a_burst_is_served_by_stopped_instances_started_with_a_fresh_credential() {
     );
 }
 
-/// A start EC2 refuses for capacity: the stopped instance is deleted with
-/// the reason, counted, and the job gets a cold boot at once.
-#[test]
-fn a_start_refused_for_capacity_falls_back_to_a_cold_boot() {
-    let Some(cloud) = Cloud::start() else {
-        return;
-    };
-    let proxy = &cloud.proxy;
+/// runway on `cloud` with a stock of one stopped runner, whose start
+/// `fault` then makes fail; a job submitted. Checks that a cold boot ran
+/// the job, and that the stopped runner was failed with a reason holding
+/// `reason` and its instance terminated without ever running a job.
+/// `None` where moto cannot run.
+fn a_failed_start_falls_back_to_a_cold_boot(
+    fault: impl FnOnce(&Faults),
+    reason: &str,
+) -> Option<FailedStart> {
+    let cloud = Cloud::start()?;
     let (_runway, base) = cloud.serve(
         "127.0.0.1:0",
         (PROVIDER, 10),
@@ -330,7 +332,7 @@ fn a_start_refused_for_capacity_falls_back_to_a_cold_boot() {
     });
     let stopped = *stock(&base, "stopped").iter().next().unwrap();
     let stock_instance = cloud.launched()[0].instance_id().unwrap().to_owned();
-    proxy.faults.refuse_starts.store(true, Ordering::SeqCst);
+    fault(&cloud.proxy.faults);
 
     let job = common::submit(&base, ADMIN, "echo cold");
     wait_until("the job done", 60, || finished(&base, job));
@@ -346,7 +348,7 @@ fn a_start_refused_for_capacity_falls_back_to_a_cold_boot() {
         runner["reason"]
             .as_str()
             .unwrap_or_default()
-            .contains("InsufficientInstanceCapacity"),
+            .contains(reason),
         "{runner}"
     );
     assert!(
@@ -355,16 +357,80 @@ fn a_start_refused_for_capacity_falls_back_to_a_cold_boot() {
             r#"runway_stopped_runner_starts_total{pool="linux",kind="refused"}"#
         ) >= 1.0
     );
-    wait_until("the refused instance terminated", 30, || {
+    wait_until("the unstarted instance terminated", 30, || {
         cloud
             .launched()
             .iter()
             .any(|i| i.instance_id() == Some(&stock_instance) && state(i) == "terminated")
     });
-    let seen = machines.seen.lock().unwrap();
     assert!(
-        !seen.served.contains_key(&stock_instance),
+        !machines
+            .seen
+            .lock()
+            .unwrap()
+            .served
+            .contains_key(&stock_instance),
         "it never ran a job"
+    );
+    let faults = &cloud.proxy.faults;
+    let user_data_writes = faults.user_data_writes.lock().unwrap().clone();
+    let starts = faults.starts.lock().unwrap().clone();
+    let user_data = user_data(&cloud.ec2, &cloud.runtime, &stock_instance);
+    Some(FailedStart {
+        instance: stock_instance,
+        user_data_writes,
+        starts,
+        user_data,
+    })
+}
+
+/// What the proxy saw of a failed start, and the stock instance's user
+/// data after it.
+struct FailedStart {
+    instance: String,
+    user_data_writes: Vec<(String, bool)>,
+    starts: Vec<(String, bool)>,
+    user_data: String,
+}
+
+/// A start EC2 refuses for capacity: the stopped instance is deleted with
+/// the reason, counted, and the job gets a cold boot at once.
+#[test]
+fn a_start_refused_for_capacity_falls_back_to_a_cold_boot() {
+    a_failed_start_falls_back_to_a_cold_boot(
+        |faults| faults.refuse_starts.store(true, Ordering::SeqCst),
+        "InsufficientInstanceCapacity",
+    );
+}
+
+/// EC2 throttles every user-data write (503 `RequestLimitExceeded`, past
+/// the SDK's retries): the stopped instance, whose credential for this
+/// start could not be written, is never started (its user data still has
+/// none), it is replaced with the reason, and the job gets a cold boot.
+#[test]
+fn a_stopped_instance_whose_user_data_cannot_be_written_is_never_started() {
+    let Some(failed) = a_failed_start_falls_back_to_a_cold_boot(
+        |faults| faults.throttle_user_data.store(true, Ordering::SeqCst),
+        "RequestLimitExceeded",
+    ) else {
+        return;
+    };
+    let (instance, writes) = (&failed.instance, &failed.user_data_writes);
+    assert!(
+        writes
+            .iter()
+            .any(|(id, throttled)| id == instance && *throttled),
+        "its user data was to be written: {writes:?}"
+    );
+    assert!(
+        !failed.starts.iter().any(|(id, _)| id == instance),
+        "never started without its credential: {:?}",
+        failed.starts
+    );
+    assert!(
+        !failed.user_data.contains("RUNWAY_REGISTRATION_TOKEN"),
+        "no credential reached it: {}",
+        failed.user_data
     );
 }
 

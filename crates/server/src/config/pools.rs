@@ -319,10 +319,17 @@ impl super::Config {
                             .into(),
                     ));
                 }
-                if pool.github.is_some() {
+                // A webhook pool's stopped runner gets its JIT configuration
+                // minted at its start; a scale set's demand is its listener's
+                // count, which the stock does not read.
+                if pool
+                    .github
+                    .as_ref()
+                    .is_some_and(|github| github.scale_set.is_some())
+                {
                     return Err((
                         key("max_stopped"),
-                        "a GitHub pool's stopped runner would need its just-in-time configuration at its start, which runway does not hand over yet: keep stopped runners on runway's own pools".into(),
+                        "a scale-set pool cannot keep stopped runners yet: its demand is the scale set's count, which the stock does not read; keep them on webhook-fed GitHub pools or runway's own".into(),
                     ));
                 }
             }

@@ -115,6 +115,9 @@ impl Inner {
                 Ok(id) => id,
                 Err(_) => return Ok(Ok(true)),
             },
+            // Still in the stock of stopped runners: its JIT
+            // configuration is minted only at its start, never before.
+            None if runner.stock => return Ok(Ok(true)),
             // No id stored: it never got a JIT configuration — or GitHub
             // gave it one and runway stopped (or its store failed) before
             // the id was written. GitHub is asked by the runner's name.
