@@ -857,12 +857,24 @@ fn serve_keeps_a_stock_of_stopped_runners_and_starts_one_for_a_job() {
     );
     assert!(server.terminate().success());
 
+    // A webhook-fed GitHub pool keeps a stock (its JIT configurations are
+    // minted at the starts); a scale-set pool cannot yet.
+    let github = "[github]\ntoken = \"ghp_not-a-real-token\"\n[providers.cloud]\nkind = \"sim\"\nresume_seconds = 20\n\n[[pools]]\nname = \"gh\"\nlabels = [\"linux\"]\nmax_stopped = 4\n[pools.github]\norg = \"acme\"\n";
+    std::fs::write(dir.path().join("github.toml"), github).unwrap();
+    let checked = run(dir.path(), &["config", "check", "--config", "github.toml"]);
+    assert!(checked.status.success(), "{checked:?}");
     std::fs::write(
-        dir.path().join("github.toml"),
-        "[github]\ntoken = \"ghp_not-a-real-token\"\n[providers.cloud]\nkind = \"sim\"\nresume_seconds = 20\n\n[[pools]]\nname = \"gh\"\nlabels = [\"linux\"]\nmax_stopped = 4\n[pools.github]\norg = \"acme\"\n",
+        dir.path().join("scale-set.toml"),
+        format!("{github}scale_set = \"linux\"\n"),
     )
     .unwrap();
-    let refused = run(dir.path(), &["config", "check", "--config", "github.toml"]);
+    let refused = run(
+        dir.path(),
+        &["config", "check", "--config", "scale-set.toml"],
+    );
     let line = assert_one_line_failure(&refused);
-    assert!(line.contains("max_stopped"), "{line}");
+    assert!(
+        line.contains("max_stopped") && line.contains("scale-set"),
+        "{line}"
+    );
 }

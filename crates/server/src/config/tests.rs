@@ -561,9 +561,9 @@ fn secrets_resolve_and_never_print() {
 }
 
 /// Stopped runners (issue 60): a pool keeps them only through a provider
-/// that can stop one (`sim`, `ec2`, `container`, given `resume_seconds`), one job each,
-/// and not on a GitHub pool (no JIT configuration is handed over at a
-/// start yet).
+/// that can stop one (`sim`, `ec2`, `container`, given `resume_seconds`),
+/// one job each; a webhook-fed GitHub pool may (its JIT configuration is
+/// minted at a start), a scale-set pool not yet.
 #[test]
 fn stopped_runner_keys_are_checked_where_they_are_written() {
     let sim = "[providers.cloud]\nkind = \"sim\"\nresume_seconds = 20\n";
@@ -592,6 +592,18 @@ fn stopped_runner_keys_are_checked_where_they_are_written() {
             "{sim}[[pools]]\nname = \"a\"\nlabels = [\"x\"]\nmax_stopped = 4\nephemeral = false\n"
         ),
         expect!["error: pools[0].max_stopped: a stopped runner runs one job and is deleted: the pool must be ephemeral"],
+    );
+    let github = |github: &str| {
+        format!("[github]\ntoken = \"t\"\n{sim}[[pools]]\nname = \"a\"\nlabels = [\"self-hosted\"]\nmax_stopped = 2\n[pools.github]\n{github}")
+    };
+    check(
+        &github("org = \"o\"\nscale_set = \"s\"\n"),
+        expect!["error: pools[0].max_stopped: a scale-set pool cannot keep stopped runners yet: its demand is the scale set's count, which the stock does not read; keep them on webhook-fed GitHub pools or runway's own"],
+    );
+    let config = Config::parse(&github("org = \"o\"\n"), "t", None).unwrap();
+    assert_eq!(
+        config.pools[0].max_stopped, 2,
+        "a webhook-fed GitHub pool keeps them"
     );
     let config = Config::parse(
         &format!("{sim}stopped_price_per_hour = 0.002\n[[pools]]\nname = \"a\"\nlabels = [\"x\"]\nmax_stopped = 4\nstopped_max_age = \"6h\"\n"),
