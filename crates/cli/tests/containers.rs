@@ -197,6 +197,44 @@ fn at_most_max_instances_containers_run_and_every_job_completes() {
     assert!(inspected > 0, "no runner's container was inspected");
 }
 
+/// A loopback HTTP endpoint that answers 503 until opened, then 200: what
+/// a job waits on (a container on the host network reaches it) so that it
+/// runs exactly as long as a test needs, not a guessed number of seconds.
+struct Gate {
+    url: String,
+    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Gate {
+    fn start() -> Gate {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let opened = open.clone();
+        // Ends with the test process; each answer closes its connection.
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                let mut request = [0u8; 1024];
+                let _ = stream.read(&mut request);
+                let status = if opened.load(std::sync::atomic::Ordering::SeqCst) {
+                    "200 OK"
+                } else {
+                    "503 Service Unavailable"
+                };
+                let _ = stream.write_all(
+                    format!("HTTP/1.0 {status}\r\ncontent-length: 0\r\n\r\n").as_bytes(),
+                );
+            }
+        });
+        Gate { url, open }
+    }
+
+    fn open(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 #[test]
 fn kill_9_of_runway_leaves_no_container_behind_and_removes_no_busy_one() {
     let Some(podman) = podman::podman(&[PathBuf::from(common::RUNWAY)]) else {
@@ -206,12 +244,20 @@ fn kill_9_of_runway_leaves_no_container_behind_and_removes_no_busy_one() {
     let listen = format!("127.0.0.1:{}", common::free_port());
     write_config(dir.path(), &podman, &listen, 10);
     let (mut server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
-    let marks = dir.path().join("marks");
-    std::fs::create_dir_all(&marks).unwrap();
-    // Ten jobs that run for a while: each leaves a mark in a host directory
-    // it cannot see — so it prints instead, and the log shows it finished.
+    // Ten jobs that run until the test opens the gate (however slowly
+    // their containers start, all ten are at work at once), then print
+    // that they finished.
+    let gate = Gate::start();
     let ids: Vec<i64> = (0..10)
-        .map(|i| submit(&base, &format!("sleep 6; echo finished-{i}")))
+        .map(|i| {
+            submit(
+                &base,
+                &format!(
+                    "until /bin/busybox wget -q -O /dev/null {}; do sleep 0.2; done; echo finished-{i}",
+                    gate.url
+                ),
+            )
+        })
         .collect();
     wait_until("ten jobs running", 90, || {
         ids.iter()
@@ -230,6 +276,7 @@ fn kill_9_of_runway_leaves_no_container_behind_and_removes_no_busy_one() {
     let _ = server.0.wait();
     drop(server);
     let (_server, base) = common::serve_in(dir.path(), &["--config", "runway.toml"]);
+    gate.open();
     for id in &ids {
         let (job, log) = finished(&base, *id, 120);
         assert_eq!(job["conclusion"], "success", "{job} {log}");
