@@ -4,8 +4,9 @@
 //! long poll open for each (one async client, not a thread each), and
 //! reads the server's CPU time and RSS from `/proc`:
 //!
-//! - **idle**: every runner waiting, no job, over `--idle-seconds`: CPU as
-//!   a percentage of one core, and RSS;
+//! - **idle**: every runner waiting, each past its poll's first look at
+//!   the queue, no job, over `--idle-seconds`: CPU as a percentage of one
+//!   core, and RSS;
 //! - **stream**: `--jobs` jobs submitted one at a time while the runners
 //!   wait; each is answered to one waiting runner, which starts it in the
 //!   same call (`"start": true`) and completes it: the server's CPU per
@@ -114,16 +115,22 @@ max_runners = 100000
     )
 }
 
-/// How many long polls the server holds now (`runway_runners_polling`).
-async fn polling(client: &reqwest::Client, base: &str) -> f64 {
+/// The sum of metric `name`'s series on the server now.
+async fn metric(client: &reqwest::Client, base: &str, name: &str) -> f64 {
     let Ok(response) = client.get(format!("{base}/metrics")).send().await else {
         return 0.0;
     };
     let text = response.text().await.unwrap_or_default();
+    let series = format!("{name}{{");
     text.lines()
-        .filter(|line| line.starts_with("runway_runners_polling{"))
+        .filter(|line| line.starts_with(&series))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// How many long polls the server holds now (`runway_runners_polling`).
+async fn polling(client: &reqwest::Client, base: &str) -> f64 {
+    metric(client, base, "runway_runners_polling").await
 }
 
 /// One round on `exe`: a fresh store and server, the runners, both phases.
@@ -201,6 +208,19 @@ async fn measure(args: &PollersArgs, server: &Server) -> anyhow::Result<Figures>
         if Instant::now() > deadline {
             stop_pollers(&pollers);
             bail!("{} long polls were not all held within 120 s", args.runners);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A poll is counted as it begins, before its first look at the store
+    // (a claim): waiting is measured once every runner has made it, so the
+    // window holds what waiting costs, not the runners' arrival.
+    while metric(&client, &base, "runway_long_poll_looks_total").await < args.runners as f64 {
+        if Instant::now() > deadline {
+            stop_pollers(&pollers);
+            bail!(
+                "{} runners did not all look at the queue within 120 s",
+                args.runners
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
