@@ -17,10 +17,10 @@ FROM generate_series((extract(epoch FROM now())::bigint / 60) - 8 * 1440,
 DO $$
 BEGIN
   IF to_regclass('pool_hours') IS NOT NULL THEN
-    INSERT INTO pool_hours (pool, at, samples, queued, running, booting, idle, busy, started,
-      wait_p50_weighted_ms, wait_p95_ms, runner_seconds, cost_micros)
+    INSERT INTO pool_hours (pool, at, samples, queued, running, booting, idle, busy, stopped,
+      started, wait_p50_weighted_ms, wait_p95_ms, runner_seconds, cost_micros)
     SELECT pool, (at / 3600000) * 3600000, COUNT(*), SUM(queued), SUM(running), SUM(booting),
-      SUM(idle), SUM(busy), SUM(started), SUM(wait_p50_ms * started), MAX(wait_p95_ms),
+      SUM(idle), SUM(busy), 0, SUM(started), SUM(wait_p50_ms * started), MAX(wait_p95_ms),
       SUM(runner_seconds), SUM(cost_micros)
     FROM pool_samples GROUP BY pool, (at / 3600000) * 3600000;
     INSERT INTO pool_wait_hours (pool, at, reason, jobs)

@@ -56,6 +56,7 @@ fn seed_history(dir: &Path) {
                 booting,
                 idle: i64::from(busy < 2),
                 busy,
+                stopped: 0,
                 started,
                 wait_p50_ms: (started > 0).then_some(5_000 + queued * 2_000),
                 wait_p95_ms: (started > 0).then_some(20_000 + queued * 6_000),

@@ -283,6 +283,7 @@ async fn a_pool_page_charts_the_sampled_history_and_why_jobs_waited() {
             booting: 1,
             idle: 0,
             busy: 2,
+            stopped: 0,
             started: 4,
             wait_p50_ms: Some(20_000),
             wait_p95_ms: Some(90_000),

@@ -528,6 +528,8 @@ pub struct PoolSample {
     pub booting: i64,
     pub idle: i64,
     pub busy: i64,
+    /// Runners of the pool's stock that are stopped.
+    pub stopped: i64,
     /// Jobs that started in the minute, and their queue times' median and
     /// 95th percentile (none without a start).
     pub started: i64,
@@ -555,6 +557,7 @@ pub struct PoolHistoryPoint {
     pub booting: f64,
     pub idle: f64,
     pub busy: f64,
+    pub stopped: f64,
     pub started: i64,
     /// The samples' medians weighted by their starts; the highest 95th
     /// percentile (a bucket's own cannot be had from its samples').

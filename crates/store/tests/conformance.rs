@@ -1117,6 +1117,7 @@ mod cases {
             booting: 0,
             idle: 2,
             busy: 1,
+            stopped: 0,
             started,
             wait_p50_ms: (started > 0).then_some(p50),
             wait_p95_ms: (started > 0).then_some(p50 * 3),
@@ -1230,6 +1231,7 @@ mod cases {
             booting: 1,
             idle: minute % 2,
             busy: 0,
+            stopped: minute % 5,
             started: minute % 4,
             wait_p50_ms: (minute % 4 > 0).then_some(10 * minute),
             wait_p95_ms: (minute % 4 > 0).then_some(40 * minute),
@@ -1307,6 +1309,24 @@ mod cases {
             .unwrap();
         assert_eq!(left.len(), 1, "{left:?}");
         assert_eq!(left[0].at, at(start + 2 * HOUR));
+        // The third hour's rollup says what its minutes left say.
+        assert_eq!(left[0].samples, 30);
+        assert_eq!(
+            left,
+            store
+                .pool_history(Some("a"), at(start - 1), hour)
+                .await
+                .unwrap()
+        );
+        let mut waits = store.pool_waits("a", at(start)).await.unwrap();
+        waits.sort();
+        let mut expected: std::collections::BTreeMap<String, i64> = Default::default();
+        for minute in 150..180 {
+            for (reason, jobs) in sample("a", minute, minute / 7).waits {
+                *expected.entry(reason).or_default() += jobs;
+            }
+        }
+        assert_eq!(waits, expected.into_iter().collect::<Vec<_>>());
         assert!(store
             .pool_history(Some("b"), at(start), hour)
             .await

@@ -72,15 +72,16 @@ pub fn samples(
             let in_states = |states: &[RunnerState]| {
                 runners.iter().filter(|r| states.contains(&r.state)).count() as i64
             };
-            // Every live runner costs its provider's price, booting ones too.
+            // Every live runner costs its provider's price, booting ones
+            // too; a stopped one its stopped price (its disk).
             let cost: f64 = runners
                 .iter()
                 .map(|r| {
-                    config
-                        .providers
-                        .iter()
-                        .find(|p| p.name == r.provider)
-                        .map_or(0.0, |p| p.price_per_hour)
+                    let provider = config.providers.iter().find(|p| p.name == r.provider);
+                    match r.state {
+                        RunnerState::Stopped => provider.map_or(0.0, |p| p.stopped_price()),
+                        _ => provider.map_or(0.0, |p| p.price_per_hour),
+                    }
                 })
                 .sum::<f64>()
                 * seconds as f64
@@ -105,6 +106,7 @@ pub fn samples(
                 booting: in_states(&[RunnerState::Requested, RunnerState::Provisioning]),
                 idle: in_states(&[RunnerState::Idle]),
                 busy: in_states(&[RunnerState::Busy]),
+                stopped: in_states(&[RunnerState::Stopped]),
                 started,
                 wait_p50_ms: p50,
                 wait_p95_ms: p95,
@@ -210,4 +212,64 @@ pub async fn sample_once(
         *last = Some(at);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{PoolConfig, ProviderConfig};
+    use runway_core::runner::NewRunner;
+    use runway_core::RunnerId;
+
+    /// A pool's stopped runners are counted apart, and billed at their
+    /// provider's stopped price (their disk), not its running price.
+    #[test]
+    fn stopped_runners_are_counted_and_billed_at_their_stopped_price() {
+        let config = Config {
+            pools: vec![PoolConfig {
+                name: "linux".into(),
+                labels: vec!["linux".into()],
+                max_stopped: 2,
+                ..PoolConfig::default()
+            }],
+            providers: vec![ProviderConfig {
+                name: "cloud".into(),
+                price_per_hour: 0.36,
+                resume_seconds: Some(20.0),
+                stopped_price_per_hour: Some(0.018),
+                ..ProviderConfig::default()
+            }],
+            ..Config::default()
+        };
+        let runner = |id: i64, state: RunnerState| Runner {
+            state,
+            ..NewRunner {
+                name: format!("linux-{id}"),
+                pool: "linux".into(),
+                provider: "cloud".into(),
+                labels: vec![],
+                stock: state == RunnerState::Stopped,
+            }
+            .initial(RunnerId(id), Timestamp::from_millis(0))
+        };
+        let runners = [
+            runner(1, RunnerState::Stopped),
+            runner(2, RunnerState::Stopped),
+            runner(3, RunnerState::Idle),
+        ];
+        let waiting = BTreeMap::new();
+        let observed = Observed {
+            jobs: &[],
+            runners: &runners,
+            queue_times: Vec::new(),
+            waiting: &waiting,
+        };
+        let sample = &samples(&config, observed, Timestamp::from_millis(3_600_000), 60)
+            .into_iter()
+            .next()
+            .unwrap();
+        assert_eq!((sample.stopped, sample.idle, sample.booting), (2, 1, 0));
+        // A minute: one idle runner at $0.36 an hour, two stopped at $0.018.
+        assert_eq!(sample.cost_micros, (360_000 + 2 * 18_000) / 60);
+    }
 }

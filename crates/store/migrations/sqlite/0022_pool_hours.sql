@@ -1,3 +1,6 @@
+-- A pool's stopped runners (issue 60) in its minutes.
+ALTER TABLE pool_samples ADD COLUMN stopped INTEGER NOT NULL DEFAULT 0;
+
 -- Hourly rollups of the fleet's history (issue 59): a week's chart read
 -- 10,080 minute rows a pool on every request; it now reads 168 hours.
 -- `pool_hours` holds, per pool and hour, the sums of that hour's minute
@@ -14,6 +17,7 @@ CREATE TABLE pool_hours (
     booting INTEGER NOT NULL,
     idle INTEGER NOT NULL,
     busy INTEGER NOT NULL,
+    stopped INTEGER NOT NULL,
     started INTEGER NOT NULL,
     -- The sum of each minute's p50 wait times its started jobs (NULL when
     -- no minute had waits), and the largest p95.
@@ -34,10 +38,10 @@ CREATE TABLE pool_wait_hours (
 );
 
 -- The hours of the history already kept.
-INSERT INTO pool_hours (pool, at, samples, queued, running, booting, idle, busy, started,
-    wait_p50_weighted_ms, wait_p95_ms, runner_seconds, cost_micros)
+INSERT INTO pool_hours (pool, at, samples, queued, running, booting, idle, busy, stopped,
+    started, wait_p50_weighted_ms, wait_p95_ms, runner_seconds, cost_micros)
 SELECT pool, (at / 3600000) * 3600000, COUNT(*), SUM(queued), SUM(running), SUM(booting),
-    SUM(idle), SUM(busy), SUM(started), SUM(wait_p50_ms * started), MAX(wait_p95_ms),
+    SUM(idle), SUM(busy), 0, SUM(started), SUM(wait_p50_ms * started), MAX(wait_p95_ms),
     SUM(runner_seconds), SUM(cost_micros)
 FROM pool_samples GROUP BY pool, (at / 3600000) * 3600000;
 

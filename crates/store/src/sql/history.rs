@@ -111,6 +111,26 @@ sql_store_methods!(
                     .await?
                     .rows_affected();
             }
+            if what == crate::Prunable::PoolHistory {
+                // The hour the cutoff falls in lost some of its minutes:
+                // its rollups are recomputed from those left.
+                let hour = reports::hour_of(before.as_millis());
+                let pools: Vec<String> =
+                    sqlx::query_scalar("SELECT pool FROM pool_hours WHERE at = $1")
+                        .bind(hour)
+                        .fetch_all(&mut *transaction)
+                        .await?;
+                for pool in &pools {
+                    for statement in reports::ROLL_UP {
+                        sqlx::query(statement)
+                            .bind(pool.as_str())
+                            .bind(hour)
+                            .bind(hour + reports::HOUR_MS)
+                            .execute(&mut *transaction)
+                            .await?;
+                    }
+                }
+            }
             transaction.commit().await?;
             Ok(pruned)
         }

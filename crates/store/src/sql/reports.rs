@@ -4,11 +4,13 @@
 use super::*;
 
 /// One bucket of `pool_samples` as `pool_history` reads it: pool, bucket,
-/// samples, the sums of queued, running, booting, idle, busy and started,
+/// samples, the sums of queued, running, booting, idle, busy, stopped and
+/// started,
 /// the started-weighted p50 sum and the largest p95 (both absent when no
 /// sample had waits), runner-seconds and cost.
 type HistoryBucketRow = (
     String,
+    i64,
     i64,
     i64,
     i64,
@@ -23,22 +25,23 @@ type HistoryBucketRow = (
     i64,
 );
 
-const HOUR_MS: i64 = 3_600_000;
+pub(super) const HOUR_MS: i64 = 3_600_000;
 
 /// The start of the hour `at` (ms) falls in.
-fn hour_of(at: i64) -> i64 {
+pub(super) fn hour_of(at: i64) -> i64 {
     at.div_euclid(HOUR_MS) * HOUR_MS
 }
 
 /// An hour's rollups recomputed from its minutes: `$1` the pool, `$2` the
 /// hour's start, `$3` its end. PostgreSQL's sum of bigints is a numeric,
 /// cast back.
-const ROLL_UP: [&str; 4] = [
+pub(super) const ROLL_UP: [&str; 4] = [
     "DELETE FROM pool_hours WHERE pool = $1 AND at = $2",
-    "INSERT INTO pool_hours (pool, at, samples, queued, running, booting, idle, busy, started, \
-       wait_p50_weighted_ms, wait_p95_ms, runner_seconds, cost_micros) \
+    "INSERT INTO pool_hours (pool, at, samples, queued, running, booting, idle, busy, stopped, \
+       started, wait_p50_weighted_ms, wait_p95_ms, runner_seconds, cost_micros) \
      SELECT pool, $2, COUNT(*), CAST(SUM(queued) AS BIGINT), CAST(SUM(running) AS BIGINT), \
        CAST(SUM(booting) AS BIGINT), CAST(SUM(idle) AS BIGINT), CAST(SUM(busy) AS BIGINT), \
+       CAST(SUM(stopped) AS BIGINT), \
        CAST(SUM(started) AS BIGINT), CAST(SUM(wait_p50_ms * started) AS BIGINT), \
        MAX(wait_p95_ms), CAST(SUM(runner_seconds) AS BIGINT), CAST(SUM(cost_micros) AS BIGINT) \
      FROM pool_samples WHERE pool = $1 AND at >= $2 AND at < $3 GROUP BY pool",
@@ -54,7 +57,7 @@ const ROLL_UP: [&str; 4] = [
 const HISTORY_FROM_MINUTES: &str = "SELECT pool, (at / $3) * $3 AS bucket, COUNT(*), \
        CAST(SUM(queued) AS BIGINT), CAST(SUM(running) AS BIGINT), \
        CAST(SUM(booting) AS BIGINT), CAST(SUM(idle) AS BIGINT), \
-       CAST(SUM(busy) AS BIGINT), CAST(SUM(started) AS BIGINT), \
+       CAST(SUM(busy) AS BIGINT), CAST(SUM(stopped) AS BIGINT), CAST(SUM(started) AS BIGINT), \
        CAST(SUM(wait_p50_ms * started) AS BIGINT), MAX(wait_p95_ms), \
        CAST(SUM(runner_seconds) AS BIGINT), CAST(SUM(cost_micros) AS BIGINT) \
      FROM pool_samples WHERE at >= $2 AND ($1 IS NULL OR pool = $1) \
@@ -65,7 +68,7 @@ const HISTORY_FROM_HOURS: &str = "SELECT pool, (at / $3) * $3 AS bucket, \
        CAST(SUM(samples) AS BIGINT), \
        CAST(SUM(queued) AS BIGINT), CAST(SUM(running) AS BIGINT), \
        CAST(SUM(booting) AS BIGINT), CAST(SUM(idle) AS BIGINT), \
-       CAST(SUM(busy) AS BIGINT), CAST(SUM(started) AS BIGINT), \
+       CAST(SUM(busy) AS BIGINT), CAST(SUM(stopped) AS BIGINT), CAST(SUM(started) AS BIGINT), \
        CAST(SUM(wait_p50_weighted_ms) AS BIGINT), MAX(wait_p95_ms), \
        CAST(SUM(runner_seconds) AS BIGINT), CAST(SUM(cost_micros) AS BIGINT) \
      FROM pool_hours WHERE at >= $2 AND ($1 IS NULL OR pool = $1) \
@@ -85,11 +88,12 @@ sql_store_methods!(
             for sample in samples {
                 sqlx::query(
                     "INSERT INTO pool_samples (pool, at, queued, running, booting, idle, busy, \
-                       started, wait_p50_ms, wait_p95_ms, runner_seconds, cost_micros) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                       started, wait_p50_ms, wait_p95_ms, runner_seconds, cost_micros, stopped) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
                      ON CONFLICT (pool, at) DO UPDATE SET queued = excluded.queued, \
                        running = excluded.running, booting = excluded.booting, \
-                       idle = excluded.idle, busy = excluded.busy, started = excluded.started, \
+                       idle = excluded.idle, busy = excluded.busy, stopped = excluded.stopped, \
+                       started = excluded.started, \
                        wait_p50_ms = excluded.wait_p50_ms, wait_p95_ms = excluded.wait_p95_ms, \
                        runner_seconds = excluded.runner_seconds, cost_micros = excluded.cost_micros",
                 )
@@ -105,6 +109,7 @@ sql_store_methods!(
                 .bind(sample.wait_p95_ms)
                 .bind(sample.runner_seconds)
                 .bind(sample.cost_micros)
+                .bind(sample.stopped)
                 .execute(&mut *transaction)
                 .await?;
                 sqlx::query("DELETE FROM pool_waits WHERE pool = $1 AND at = $2")
@@ -180,6 +185,7 @@ sql_store_methods!(
                     booting,
                     idle,
                     busy,
+                    stopped,
                     started,
                     p50,
                     p95,
@@ -196,6 +202,7 @@ sql_store_methods!(
                         booting: mean(booting),
                         idle: mean(idle),
                         busy: mean(busy),
+                        stopped: mean(stopped),
                         started,
                         wait_p50_ms: p50
                             .filter(|_| started > 0)

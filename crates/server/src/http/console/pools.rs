@@ -294,28 +294,36 @@ pub(super) async fn pool_page(
         ],
         count,
     );
-    let runners_chart = line_chart(
-        "Runners by state",
-        &starts,
-        &[
-            Series {
-                name: "booting",
-                color: "#b26a00",
-                values: per_bucket(&starts, &points, |p| Some(p.booting)),
-            },
-            Series {
-                name: "idle",
-                color: "#2e7d32",
-                values: per_bucket(&starts, &points, |p| Some(p.idle)),
-            },
-            Series {
-                name: "busy",
-                color: "#0969da",
-                values: per_bucket(&starts, &points, |p| Some(p.busy)),
-            },
-        ],
-        count,
-    );
+    let mut runner_series = vec![
+        Series {
+            name: "booting",
+            color: "#b26a00",
+            values: per_bucket(&starts, &points, |p| Some(p.booting)),
+        },
+        Series {
+            name: "idle",
+            color: "#2e7d32",
+            values: per_bucket(&starts, &points, |p| Some(p.idle)),
+        },
+        Series {
+            name: "busy",
+            color: "#0969da",
+            values: per_bucket(&starts, &points, |p| Some(p.busy)),
+        },
+    ];
+    // A pool that keeps a stock of stopped runners, or kept one in range.
+    let keeps_stock = service
+        .config()
+        .pool(&pool.name)
+        .is_some_and(|config| config.max_stopped > 0);
+    if keeps_stock || points.iter().any(|p| p.stopped > 0.0) {
+        runner_series.push(Series {
+            name: "stopped",
+            color: "#6e7781",
+            values: per_bucket(&starts, &points, |p| Some(p.stopped)),
+        });
+    }
+    let runners_chart = line_chart("Runners by state", &starts, &runner_series, count);
     let seconds = |ms: Option<i64>| ms.map(|ms| ms as f64 / 1000.0);
     let wait_chart = line_chart(
         "Queue time of the jobs that started",
