@@ -573,6 +573,36 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// moto behind the fault proxy, with a network, a runtime and a client
+/// for the test's own calls, and a directory for runway.
+pub(super) struct Cloud {
+    moto: moto::Moto,
+    runtime: tokio::runtime::Runtime,
+    ec2: aws_sdk_ec2::Client,
+    network: Network,
+    proxy: Proxy,
+    dir: tempfile::TempDir,
+}
+
+impl Cloud {
+    /// `None` where moto cannot run (outside CI).
+    pub(super) fn start() -> Option<Cloud> {
+        let moto = moto::start()?;
+        let runtime = runtime();
+        let ec2 = runtime.block_on(moto::client(&moto.url));
+        let network = network(&ec2, &runtime);
+        let proxy = proxy(&moto.url);
+        Some(Cloud {
+            moto,
+            runtime,
+            ec2,
+            network,
+            proxy,
+            dir: tempfile::tempdir().unwrap(),
+        })
+    }
+}
+
 /// Launches carry the worker configuration's values for their zone, the
 /// runner's tags and its bootstrap in the user data; a zone that has no
 /// capacity passes the launch to the next zone; runway sees only its own
@@ -580,30 +610,33 @@ fn runtime() -> tokio::runtime::Runtime {
 /// instance AWS terminated.
 #[test]
 fn launches_carry_the_worker_configuration_and_runway_sees_only_its_own_instances() {
-    let Some(moto) = moto::start() else {
+    let Some(cloud) = Cloud::start() else {
         return;
     };
-    let runtime = runtime();
-    let ec2 = runtime.block_on(moto::client(&moto.url));
-    let network = network(&ec2, &runtime);
-    let foreign = outside_instance(&ec2, &runtime, &[("runway:controller", "another-runway")]);
-    let untagged = outside_instance(&ec2, &runtime, &[]);
-    let proxy = proxy(&moto.url);
+    let Cloud {
+        runtime,
+        ec2,
+        network,
+        proxy,
+        dir,
+        ..
+    } = &cloud;
+    let foreign = outside_instance(ec2, runtime, &[("runway:controller", "another-runway")]);
+    let untagged = outside_instance(ec2, runtime, &[]);
     *proxy.faults.zone.lock().unwrap() = Some("us-east-1a".into());
-    let dir = tempfile::tempdir().unwrap();
     let (_runway, base) = serve(
         dir.path(),
         &proxy.url,
         "instance_types = [\"m5.large\"]\nzones = [\"us-east-1a\", \"us-east-1b\"]\npurchase_options = [\"on-demand\"]\non_demand_prices = { \"m5.large\" = 0.096 }",
-        &worker_config(&network),
+        &worker_config(network),
     );
 
     // Zone a has no capacity: the launch goes to zone b, with b's subnet.
     let first = submit(&base);
     wait_until("a launch in us-east-1b", 30, || {
-        live(&launched(&ec2, &runtime)).len() == 1
+        live(&launched(ec2, runtime)).len() == 1
     });
-    let instances = launched(&ec2, &runtime);
+    let instances = launched(ec2, runtime);
     let instance = &instances[0];
     let zone = instance
         .placement()
@@ -662,7 +695,7 @@ fn launches_carry_the_worker_configuration_and_runway_sees_only_its_own_instance
     assert!(volumes.contains(&"/dev/xvda"), "{volumes:?}");
 
     // The user data boots the runner with its bootstrap, and powers off.
-    let script = user_data(&ec2, &runtime, instance.instance_id().unwrap());
+    let script = user_data(ec2, runtime, instance.instance_id().unwrap());
     assert!(script.starts_with("#!/bin/sh\n"), "{script}");
     assert!(
         script.contains(&format!("export RUNWAY_RUNNER_NAME='{name}'\n")),
@@ -692,9 +725,9 @@ fn launches_carry_the_worker_configuration_and_runway_sees_only_its_own_instance
     wait_until_backoff_ends(&base, first, "m5.large/us-east-1a/on-demand");
     let second = submit(&base);
     wait_until("a launch in us-east-1a", 30, || {
-        live(&launched(&ec2, &runtime)).len() == 2
+        live(&launched(ec2, runtime)).len() == 2
     });
-    let instances = launched(&ec2, &runtime);
+    let instances = launched(ec2, runtime);
     let in_a = instances
         .iter()
         .find(|i| tag(i, "runway:offer") == "m5.large/us-east-1a/on-demand")
@@ -713,8 +746,8 @@ fn launches_carry_the_worker_configuration_and_runway_sees_only_its_own_instance
     // counted. Another installation's, and an untagged one, are never
     // touched nor counted.
     let orphan = outside_instance(
-        &ec2,
-        &runtime,
+        ec2,
+        runtime,
         &[
             ("runway:controller", &controller),
             ("runway:provider", "aws"),
@@ -722,8 +755,8 @@ fn launches_carry_the_worker_configuration_and_runway_sees_only_its_own_instance
         ],
     );
     let unproven = outside_instance(
-        &ec2,
-        &runtime,
+        ec2,
+        runtime,
         &[
             ("runway:controller", &controller),
             ("runway:runner", "linux-before-provider-tags"),
@@ -732,10 +765,10 @@ fn launches_carry_the_worker_configuration_and_runway_sees_only_its_own_instance
     wait_until("both counted as unaccounted for", 30, || {
         common::metric(&base, r#"runway_instances_unaccounted{provider="aws"}"#) == 2.0
     });
-    assert_eq!(instance_state(&ec2, &runtime, &orphan), "running");
-    assert_eq!(instance_state(&ec2, &runtime, &unproven), "running");
-    assert_eq!(instance_state(&ec2, &runtime, &foreign), "running");
-    assert_eq!(instance_state(&ec2, &runtime, &untagged), "running");
+    assert_eq!(instance_state(ec2, runtime, &orphan), "running");
+    assert_eq!(instance_state(ec2, runtime, &unproven), "running");
+    assert_eq!(instance_state(ec2, runtime, &foreign), "running");
+    assert_eq!(instance_state(ec2, runtime, &untagged), "running");
     let runners = get_json(&base, "/api/v1/runners");
     let names: Vec<&str> = runners
         .as_array()
@@ -750,7 +783,7 @@ fn launches_carry_the_worker_configuration_and_runway_sees_only_its_own_instance
         })
         .filter_map(|r| r["name"].as_str())
         .collect();
-    let mut tagged: Vec<String> = live(&launched(&ec2, &runtime))
+    let mut tagged: Vec<String> = live(&launched(ec2, runtime))
         .iter()
         .map(|i| tag(i, "runway:runner"))
         .collect();
@@ -773,7 +806,7 @@ fn launches_carry_the_worker_configuration_and_runway_sees_only_its_own_instance
             .expect("terminate")
     });
     wait_until("a replacement launched", 30, || {
-        live(&launched(&ec2, &runtime)).len() == 2 && launched(&ec2, &runtime).len() == 3
+        live(&launched(ec2, runtime)).len() == 2 && launched(ec2, runtime).len() == 3
     });
     for job in [first, second] {
         assert_eq!(common::job(&base, ADMIN, job)["state"], "queued");
@@ -785,19 +818,22 @@ fn launches_carry_the_worker_configuration_and_runway_sees_only_its_own_instance
 /// reliability per offer in the metrics and in "why is my job waiting?".
 #[test]
 fn spot_first_on_demand_when_spot_fails_and_back_to_spot() {
-    let Some(moto) = moto::start() else {
+    let Some(cloud) = Cloud::start() else {
         return;
     };
-    let runtime = runtime();
-    let ec2 = runtime.block_on(moto::client(&moto.url));
-    let network = network(&ec2, &runtime);
-    let proxy = proxy(&moto.url);
-    let dir = tempfile::tempdir().unwrap();
+    let Cloud {
+        runtime,
+        ec2,
+        network,
+        proxy,
+        dir,
+        ..
+    } = &cloud;
     let (_runway, base) = serve(
         dir.path(),
         &proxy.url,
         "instance_types = [\"m5.large\"]\nzones = [\"us-east-1a\"]\non_demand_prices = { \"m5.large\" = 0.096 }",
-        &worker_config(&network),
+        &worker_config(network),
     );
     let spot = "m5.large/us-east-1a/spot";
     let on_demand = "m5.large/us-east-1a/on-demand";
@@ -813,9 +849,9 @@ fn spot_first_on_demand_when_spot_fails_and_back_to_spot() {
     wait_until("the spot price read", 30, || price(spot) > 0.0);
     let first = submit(&base);
     wait_until("a spot launch", 30, || {
-        live(&launched(&ec2, &runtime)).len() == 1
+        live(&launched(ec2, runtime)).len() == 1
     });
-    let instances = launched(&ec2, &runtime);
+    let instances = launched(ec2, runtime);
     assert!(is_spot(&instances[0]), "{:?}", instances[0]);
     assert_eq!(tag(&instances[0], "runway:offer"), spot);
     assert!(
@@ -852,9 +888,9 @@ fn spot_first_on_demand_when_spot_fails_and_back_to_spot() {
     let before = proxy.faults.launches().len();
     let second = submit(&base);
     wait_until("an on-demand launch", 30, || {
-        live(&launched(&ec2, &runtime)).len() == 2
+        live(&launched(ec2, runtime)).len() == 2
     });
-    let instances = launched(&ec2, &runtime);
+    let instances = launched(ec2, runtime);
     assert!(!is_spot(&instances[1]));
     assert_eq!(tag(&instances[1], "runway:offer"), on_demand);
     let since: Vec<_> = proxy.faults.launches()[before..].to_vec();
@@ -906,9 +942,9 @@ fn spot_first_on_demand_when_spot_fails_and_back_to_spot() {
     wait_until_backoff_ends(&base, second, spot);
     let _third = submit(&base);
     wait_until("spot again", 30, || {
-        live(&launched(&ec2, &runtime)).len() == 3
+        live(&launched(ec2, runtime)).len() == 3
     });
-    let instances = launched(&ec2, &runtime);
+    let instances = launched(ec2, runtime);
     assert!(is_spot(&instances[2]), "{:?}", instances[2]);
     assert_eq!(tag(&instances[2], "runway:offer"), spot);
 }
@@ -950,22 +986,25 @@ fn runner_states(base: &str) -> BTreeMap<String, usize> {
 #[test]
 fn a_lagging_describe_and_slow_calls_launch_once_per_job_within_the_quota() {
     for (hide_secs, delay_ms, jobs) in [(1, 0, 3), (2, 0, 3), (5, 0, 3), (0, 300, 6)] {
-        let Some(moto) = moto::start() else {
+        let Some(cloud) = Cloud::start() else {
             return;
         };
-        let runtime = runtime();
-        let ec2 = runtime.block_on(moto::client(&moto.url));
-        let network = network(&ec2, &runtime);
-        let proxy = proxy(&moto.url);
+        let Cloud {
+            runtime,
+            ec2,
+            network,
+            proxy,
+            dir,
+            ..
+        } = &cloud;
         *proxy.faults.hide_for.lock().unwrap() = std::time::Duration::from_secs(hide_secs);
         *proxy.faults.delay.lock().unwrap() = std::time::Duration::from_millis(delay_ms);
-        let dir = tempfile::tempdir().unwrap();
         let (_runway, base) = serve_with_quota(
             dir.path(),
             &proxy.url,
             "instance_types = [\"m5.large\"]\nzones = [\"us-east-1a\", \"us-east-1b\"]\npurchase_options = [\"on-demand\"]\non_demand_prices = { \"m5.large\" = 0.096 }",
             3,
-            &worker_config(&network),
+            &worker_config(network),
         );
         for _ in 0..jobs {
             submit(&base);
@@ -979,7 +1018,7 @@ fn a_lagging_describe_and_slow_calls_launch_once_per_job_within_the_quota() {
         let watch = std::time::Instant::now() + std::time::Duration::from_secs(2 * hide_secs + 4);
         while std::time::Instant::now() < watch {
             std::thread::sleep(std::time::Duration::from_millis(100));
-            let live_now = live(&launched(&ec2, &runtime)).len();
+            let live_now = live(&launched(ec2, runtime)).len();
             assert!(
                 live_now <= 3,
                 "{case}: {live_now} instances live against a quota of 3"

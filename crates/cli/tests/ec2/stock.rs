@@ -163,33 +163,7 @@ fn finished(base: &str, job: i64) -> bool {
     )
 }
 
-/// moto behind the fault proxy, with a network and the machines played.
-struct Cloud {
-    moto: moto::Moto,
-    runtime: tokio::runtime::Runtime,
-    ec2: aws_sdk_ec2::Client,
-    network: Network,
-    proxy: Proxy,
-    dir: tempfile::TempDir,
-}
-
 impl Cloud {
-    fn start() -> Option<Cloud> {
-        let moto = moto::start()?;
-        let runtime = runtime();
-        let ec2 = runtime.block_on(moto::client(&moto.url));
-        let network = network(&ec2, &runtime);
-        let proxy = proxy(&moto.url);
-        Some(Cloud {
-            moto,
-            runtime,
-            ec2,
-            network,
-            proxy,
-            dir: tempfile::tempdir().unwrap(),
-        })
-    }
-
     /// `runway serve` on `listen`, with provider `aws` (quota
     /// `max_instances`, `provider` keys added) and pool `linux` (`pool`
     /// keys added), then the machines played until their end of life.
