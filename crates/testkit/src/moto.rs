@@ -2,7 +2,6 @@
 //! from AWS's API by others; `.ci/run` installs it into a venv) on a free
 //! loopback port, stopped when dropped.
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -27,10 +26,7 @@ pub fn moto_server() -> Option<std::path::PathBuf> {
 /// Starts moto on a free port and waits, with a deadline, until it answers.
 pub fn start() -> Option<Moto> {
     let server = moto_server()?;
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = crate::free_port();
     let child = Command::new(server)
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])
         .env_clear()

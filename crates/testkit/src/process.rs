@@ -141,10 +141,31 @@ pub fn wait_until(what: &str, seconds: u64, mut done: impl FnMut() -> bool) {
 /// A loopback port free a moment ago, for a server that must come back on
 /// the same port after a restart.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .expect("a free loopback port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    // Below Linux's ephemeral range (32768–60999 by default): a port the
+    // kernel hands out for `bind(0)` or an outgoing connection can be
+    // taken by any other test's client between this check and the server's
+    // bind, or while a restarted server is down (CI saw `Address already in
+    // use` on a restart). Here only another `free_port` could take it, and
+    // the counter never hands one out twice in a process; the start is
+    // spread by pid for test processes that overlap.
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(7_919) % SPAN,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..SPAN {
+        let port = LOW + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN;
+        let port = u16::try_from(port).expect("a port below 32768");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {LOW}..{}", LOW + SPAN)
 }
 
 /// Kills (SIGKILL, whole process group) every runner process tracked in a
