@@ -35,8 +35,19 @@ pub struct AgentArgs {
     #[arg(long, env = "RUNWAY_URL", default_value = "http://127.0.0.1:8080")]
     url: String,
     /// A one-time registration token (POST /api/v1/registration-tokens).
-    #[arg(long, env = "RUNWAY_REGISTRATION_TOKEN", hide_env_values = true)]
-    token: String,
+    #[arg(
+        long,
+        env = "RUNWAY_REGISTRATION_TOKEN",
+        hide_env_values = true,
+        required_unless_present = "instance_token"
+    )]
+    token: Option<String>,
+    /// Instead of --token: the GARM instance token of a machine of a
+    /// pool's stock of stopped runners. The agent asks runway's instance
+    /// API for its one-time registration token with it, and waits while
+    /// runway answers that the machine is not started for a job yet.
+    #[arg(long, env = "RUNWAY_INSTANCE_TOKEN", hide_env_values = true)]
+    instance_token: Option<String>,
     /// The labels this runner serves, comma-separated.
     #[arg(
         long,
@@ -321,7 +332,12 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         base: base.clone(),
         token: String::new(),
     };
-    let (status, registered) = register(&registration, &args, &name).await?;
+    let token = match (&args.token, &args.instance_token) {
+        (Some(token), _) => token.clone(),
+        (None, Some(instance)) => registration_token_of_instance(&http, &base, instance).await?,
+        (None, None) => bail!("give --token (RUNWAY_REGISTRATION_TOKEN) or --instance-token"),
+    };
+    let (status, registered) = register(&registration, &args, &token, &name).await?;
     if status != StatusCode::CREATED {
         bail!(
             "registration as {name:?} refused ({status}): {}",
@@ -417,6 +433,60 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
 /// Registers, asking again while the server cannot answer — refused
 /// connections, timeouts, 429 and 5xx (a 503 is what a replica answers
 /// while its database is away) — with jittered doubling waits for up to
+/// A stock machine's registration token, from runway's GARM instance API
+/// with its `instance` token. While runway answers 409 (the machine's warm
+/// boot: it is in its pool's stock, and runway stops it) the agent asks
+/// again every few seconds, for as long as it runs; network failures and
+/// server errors are retried too. Any other refusal ends it.
+async fn registration_token_of_instance(
+    http: &reqwest::Client,
+    base: &str,
+    instance: &str,
+) -> anyhow::Result<String> {
+    let url = format!("{base}/api/v1/garm/metadata/runner-registration-token/");
+    let mut announced = false;
+    loop {
+        let outcome = http
+            .get(&url)
+            .bearer_auth(instance)
+            .timeout(REQUEST_TIMEOUT)
+            .send()
+            .await;
+        match outcome {
+            Ok(response) if response.status() == StatusCode::OK => {
+                let token = response
+                    .text()
+                    .await
+                    .context("reading the registration token")?;
+                return Ok(token.trim().to_owned());
+            }
+            Ok(response) if response.status() == StatusCode::CONFLICT => {
+                if !announced {
+                    tracing::info!(
+                        "in the pool's stock of stopped runners: waiting to be started for a job"
+                    );
+                    announced = true;
+                }
+            }
+            Ok(response)
+                if response.status().is_server_error()
+                    || response.status() == StatusCode::TOO_MANY_REQUESTS => {}
+            Ok(response) => {
+                let status = response.status();
+                let body: Value = response.json().await.unwrap_or(Value::Null);
+                bail!(
+                    "runway refused this machine's registration token ({status}): {}",
+                    body["error"].as_str().unwrap_or("no reason given")
+                );
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot reach runway's instance API; asking again")
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
 /// [`REGISTRATION_PATIENCE`]. A refusal (401: the token is unknown, used
 /// or expired; 409: the name is taken) ends it: asking again cannot help.
 /// Every try carries the same `attempt` key, made here and kept only in
@@ -426,13 +496,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
 async fn register(
     client: &Client,
     args: &AgentArgs,
+    token: &str,
     name: &str,
 ) -> anyhow::Result<(StatusCode, Value)> {
     let attempt: String = (0..32)
         .map(|_| char::from_digit(rand::random::<u32>() % 16, 16).unwrap_or('0'))
         .collect();
-    let body =
-        json!({"token": args.token, "name": name, "labels": args.labels, "attempt": attempt});
+    let body = json!({"token": token, "name": name, "labels": args.labels, "attempt": attempt});
     let deadline = tokio::time::Instant::now() + REGISTRATION_PATIENCE;
     let mut wait = Duration::from_millis(200);
     let mut retried = false;

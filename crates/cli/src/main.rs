@@ -216,7 +216,10 @@ fn prepare(command: Command) -> anyhow::Result<Prepared> {
             Ok(Prepared::Serve(args, Box::new(config)))
         }
         Command::Agent(args) => {
-            secrets::scrub(&["RUNWAY_REGISTRATION_TOKEN".to_owned()]);
+            secrets::scrub(&[
+                "RUNWAY_REGISTRATION_TOKEN".to_owned(),
+                "RUNWAY_INSTANCE_TOKEN".to_owned(),
+            ]);
             Ok(Prepared::Other(Command::Agent(args)))
         }
         other => Ok(Prepared::Other(other)),

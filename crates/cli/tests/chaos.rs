@@ -30,7 +30,9 @@
 //!   runner is left registered at GitHub (0 stale registrations), and no
 //!   runner with a job was stopped under it;
 //! - each pool's `max_runners` was never exceeded (sampled);
-//! - no create, delete, start or stop, and no GitHub JIT configuration,
+//! - no create, delete, start or stop (the first pool keeps a stock of
+//!   stopped runners, so its machines are stopped and started), and no
+//!   GitHub JIT configuration,
 //!   deregistration or redelivery request, was made by a replica after
 //!   another had begun acting in a later term (each provider call logs
 //!   its caller's pid and time; each replica incarnation presents GitHub a
@@ -281,6 +283,8 @@ webhook_secrets = ["{HOOK_SECRET}"]
 deliveries = "orgs/octo-org/hooks/9"
 redeliver_interval = "2s"
 
+# It keeps the pool's stock of stopped runners: its machines are
+# stopped (StopInstance) once up and started (StartInstance) for jobs.
 [providers.cloud]
 kind = "exec"
 executable = "{provider}"
@@ -289,6 +293,7 @@ timeout = "5s"
 max_instances = {half_runners}
 boot_seconds = 2
 list_lag = "0s"
+resume_seconds = 1
 
 # A second provider of the same kind on the same backend (the same
 # executable, configuration and cloud): each must see only its own.
@@ -325,6 +330,8 @@ labels = ["self-hosted", "linux"]
 max_runners = {MAX_RUNNERS}
 boot_timeout = "60s"
 idle_grace = "2s"
+min_stopped = 1
+max_stopped = 2
 providers = ["cloud", "cloud-2"]
 
 [[pools]]
@@ -865,16 +872,22 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
         std::thread::spawn(move || {
             let deadline = Instant::now() + Duration::from_secs(3_600 * 3);
             while !stop.load(SeqCst) && Instant::now() < deadline {
-                if let Some(pools) = api(&balancer, "/api/v1/pools") {
-                    for pool in pools["pools"].as_array().cloned().unwrap_or_default() {
-                        let live: u64 =
-                            ["requested", "provisioning", "idle", "busy", "terminating"]
-                                .iter()
-                                .map(|s| pool["runners"][*s].as_u64().unwrap_or(0))
-                                .sum();
-                        let name = pool["name"].as_str().unwrap_or_default().to_owned();
-                        let mut most = most.lock().unwrap();
-                        let entry = most.entry(name).or_default();
+                // A stopped runner of the stock counts only once started.
+                if let Some(runners) = api(&balancer, "/api/v1/runners") {
+                    let mut live = BTreeMap::<String, u64>::new();
+                    for runner in runners["runners"].as_array().into_iter().flatten() {
+                        let counted = matches!(
+                            runner["state"].as_str(),
+                            Some("requested" | "provisioning" | "idle" | "busy" | "terminating")
+                        ) && runner["stock"] != true;
+                        if counted {
+                            let pool = runner["pool"].as_str().unwrap_or_default().to_owned();
+                            *live.entry(pool).or_default() += 1;
+                        }
+                    }
+                    let mut most = most.lock().unwrap();
+                    for (pool, live) in live {
+                        let entry = most.entry(pool).or_default();
                         *entry = (*entry).max(live);
                     }
                 }
@@ -968,8 +981,8 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
     load.join().unwrap();
 
     // Convergence: every acknowledged job completed and every GitHub job
-    // ran, then no runner and no instance left (min_idle 0, ephemeral
-    // runners).
+    // ran, then no runner and no instance left but the stock's stopped
+    // ones (min_idle 0, ephemeral runners).
     let acknowledged = acknowledged.lock().unwrap().clone();
     assert!(
         acknowledged.len() >= 10,
@@ -1042,6 +1055,7 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
     // The runner records still live at the last look: what a soak that
     // does not settle reports.
     let mut still_live: Vec<String> = Vec::new();
+    let mut stocked = 0;
     while Instant::now() < deadline {
         let live = api(&balancer.url, "/api/v1/runners")
             .and_then(|v| v["runners"].as_array().cloned())
@@ -1060,16 +1074,22 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
         if let Some(live) = &live {
             still_live = live.iter().map(|r| format!("live runner: {r}")).collect();
         }
-        if live.as_ref().is_some_and(Vec::is_empty)
-            && instances() == 0
-            && github.lock().runners.is_empty()
-        {
+        // The stock's stopped runners stay, each with its instance.
+        let stock = live.as_ref().map(|live| {
+            live.iter()
+                .all(|r| r["stock"] == true && r["state"] == "stopped")
+                .then_some(live.len())
+        });
+        if let Some(Some(stock)) = stock {
+            stocked = stock;
+        }
+        if matches!(stock, Some(Some(n)) if instances() == n) && github.lock().runners.is_empty() {
             settled = true;
             break;
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    let leaked = instances();
+    let leaked = instances().saturating_sub(stocked);
     let registrations_left: Vec<String> = github
         .lock()
         .runners
@@ -1109,6 +1129,8 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
     let mut deposed_calls = Vec::new();
     let calls = mutating_calls(root);
     let mutating = calls.len();
+    let count = |name: &str| calls.iter().filter(|(_, c, _)| c == name).count();
+    let (starts, stops) = (count("StartInstance"), count("StopInstance"));
     for (at, command, pid) in calls {
         if let Some(why) = deposed(&began, pid, at) {
             deposed_calls.push(format!("{at:.3} {command} {pid}: {why}"));
@@ -1183,7 +1205,7 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
     );
     let _ = writeln!(
         report,
-        "side effects: provider calls that change something {mutating}, GitHub calls that do {github_mutating}; by a replica that did not lead {}; most runners at once {most_runners:?} (max {MAX_RUNNERS} and {MAX_GITHUB_RUNNERS}); instances leaked {leaked}; registrations left at GitHub {}; converged {:?} after the last fault",
+        "side effects: provider calls that change something {mutating} ({starts} starts and {stops} stops of stopped runners), GitHub calls that do {github_mutating}; by a replica that did not lead {}; most runners at once {most_runners:?} (max {MAX_RUNNERS} and {MAX_GITHUB_RUNNERS}); instances leaked {leaked}; registrations left at GitHub {}; converged {:?} after the last fault",
         deposed_calls.len(),
         registrations_left.len(),
         converged
@@ -1205,6 +1227,8 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
         && github_figures.busy_stopped.is_empty()
         && settled
         && leaked == 0
+        && starts > 0
+        && stops > 0
         && registrations_left.is_empty());
     if failed {
         // The logs, the clouds' state and the call log, for a post-mortem.
@@ -1221,6 +1245,11 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
     assert!(deposed_calls.is_empty(), "{report}");
     assert!(github_figures.busy_stopped.is_empty(), "{report}");
     assert!(settled && leaked == 0, "{report}");
+    // The fencing check above covered starts and stops of stopped runners.
+    assert!(
+        starts > 0 && stops > 0,
+        "no stopped runner started or stopped\n{report}"
+    );
     assert!(registrations_left.is_empty(), "{report}");
     assert!(
         most_runners.get("default").copied().unwrap_or(0) <= MAX_RUNNERS

@@ -29,10 +29,21 @@ struct Setup {
 /// provider booting machines from userdata) and the provider's config, and
 /// returns `runway serve` ready to start in `root`.
 fn configure(root: &Path, extra: &str, pool: &str) -> std::process::Command {
+    configure_boot(root, "boot=userdata", extra, "", pool)
+}
+
+/// [`configure`] with the provider's `boot` lines and `provider_keys`.
+fn configure_boot(
+    root: &Path,
+    boot: &str,
+    extra: &str,
+    provider_keys: &str,
+    pool: &str,
+) -> std::process::Command {
     std::fs::write(
         root.join("garm.conf"),
         format!(
-            "state_dir={}\nboot=userdata\nstop_grace=2\n",
+            "state_dir={}\n{boot}\nstop_grace=2\n",
             root.join("machines").display()
         ),
     )
@@ -50,7 +61,8 @@ name = "lxd-like"
 kind = "exec"
 executable = "{provider}"
 config_file = "{root}/garm.conf"
-max_instances = 1
+max_instances = 2
+{provider_keys}
 
 [[pools]]
 max_runners = 1
@@ -129,13 +141,7 @@ fn instance_token(setup: &Setup) -> Option<String> {
 }
 
 fn metadata_status(setup: &Setup, token: &str, path: &str) -> u16 {
-    client()
-        .get(format!("{}/api/v1/garm/metadata/{path}", setup.base))
-        .bearer_auth(token)
-        .send()
-        .unwrap()
-        .status()
-        .as_u16()
+    metadata_status_at(&setup.base, token, path)
 }
 
 #[test]
@@ -217,6 +223,19 @@ use runway_testkit::fake_github;
 /// the runner (here a `run.sh` that records the files it was given).
 #[test]
 fn a_machine_booted_from_garm_userdata_starts_a_github_jit_runner() {
+    github_jit_runner(false);
+}
+
+/// The same from a GitHub pool's stock of stopped runners: the stopped
+/// machine is started for the job, and the JIT configuration it fetches is
+/// the one minted for that start (nothing was registered at GitHub while
+/// it was stopped).
+#[test]
+fn a_stopped_garm_machine_of_a_github_pool_starts_its_jit_runner() {
+    github_jit_runner(true);
+}
+
+fn github_jit_runner(stock: bool) {
     use fake_github::{Auth, FakeGithub, HOOK_SECRET, TOKEN};
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let fake = runtime.block_on(FakeGithub::start(4_000, Auth::Token));
@@ -252,16 +271,34 @@ fn a_machine_booted_from_garm_userdata_starts_a_github_jit_runner() {
     fake.lock().runner_tarball = Some(std::fs::read(&tarball).unwrap());
 
     let _machines = RunnerProcesses(root.join("machines"));
-    let mut command = configure(
+    let (provider_keys, stock_keys) = if stock {
+        ("resume_seconds = 1", "min_stopped = 1\nmax_stopped = 1\n")
+    } else {
+        ("", "")
+    };
+    let mut command = configure_boot(
         root,
+        "boot=userdata",
         &format!(
             "[github]\napi_url = \"{}\"\ntoken = \"env:RUNWAY_TEST_GITHUB_TOKEN\"\nwebhook_secrets = [\"{HOOK_SECRET}\"]\n",
             fake.url
         ),
-        "name = \"gh\"\nlabels = [\"self-hosted\", \"linux\"]\n[pools.github]\norg = \"octo-org\"",
+        provider_keys,
+        &format!("name = \"gh\"\nlabels = [\"self-hosted\", \"linux\"]\n{stock_keys}[pools.github]\norg = \"octo-org\""),
     );
     command.env("RUNWAY_TEST_GITHUB_TOKEN", TOKEN);
     let (_serve, base) = spawn_serve(command);
+    let stopped = if stock {
+        wait_until("a stopped machine in the stock", 120, || {
+            !common::stock_runners(&base, ADMIN, "stopped").is_empty()
+        });
+        assert!(fake.lock().runners.is_empty(), "registered while stopped");
+        common::stock_runners(&base, ADMIN, "stopped")
+            .first()
+            .copied()
+    } else {
+        None
+    };
     fake.lock().webhook_url = Some(format!("{base}/webhooks/github"));
     fake.queue_job(701, &["self-hosted", "linux"]);
     assert_eq!(runtime.block_on(fake.deliver(701, "queued", false)), 202);
@@ -278,7 +315,13 @@ fn a_machine_booted_from_garm_userdata_starts_a_github_jit_runner() {
         .unwrap()
         .json::<Value>()
         .unwrap();
-    let runner = &runners["runners"][0];
+    let runner = runners["runners"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["stock"] == false))
+        .expect("the started runner");
+    if let Some(stopped) = stopped {
+        assert_eq!(runner["id"], stopped, "started, not a cold boot: {runners}");
+    }
     let name = runner["name"].as_str().expect("a runner");
     let github_id = fake.runner_id(name).expect("registered at GitHub");
     assert_eq!(
@@ -295,4 +338,118 @@ fn a_machine_booted_from_garm_userdata_starts_a_github_jit_runner() {
         "{reported:?}"
     );
     assert!(fake.lock().downloads_listed >= 1);
+}
+
+/// A pool's stock of stopped runners on a GARM provider (issue 60), as
+/// GARM's `StartInstance` and `StopInstance` drive it: runway creates the
+/// machine, which boots once (its boot script, or `runway agent`, asks the
+/// instance API for its credential and is told 409: not started for a
+/// job), stops it, and starts it for a job. Only then is the instance
+/// token the machine was created with armed: the machine takes its one
+/// registration token, runs the job, and is deleted; the stock fills up
+/// again. The stopped machine's files hold no registration token, and its
+/// instance token is spent after the job.
+fn a_stopped_garm_machine_is_started_for_one_job(boot: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let _machines = RunnerProcesses(root.join("machines"));
+    let command = configure_boot(
+        root,
+        boot,
+        "",
+        "resume_seconds = 1",
+        "name = \"garm\"\nlabels = [\"garm\"]\nmin_stopped = 1\nmax_stopped = 1",
+    );
+    let (_serve, base) = spawn_serve(command);
+    let stopped = || common::stock_runners(&base, ADMIN, "stopped");
+    wait_until("a stopped machine in the stock", 120, || {
+        !stopped().is_empty()
+    });
+    let runner = *stopped().first().unwrap();
+    let detail = common::api_get(&base, ADMIN, &format!("/api/v1/runners/{runner}"));
+    let name = detail["name"].as_str().expect("a runner name").to_owned();
+    // Stopped at GARM, and its files hold no registration token.
+    let record: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("machines").join(format!("{name}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["stopped"], true, "{record}");
+    let files = std::fs::read_dir(root.join("machines"))
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect::<String>();
+    assert!(!files.contains("rwr_"), "{files}");
+    // Its instance token is inert: not started for a job.
+    let token = files
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+        .find(|word| word.starts_with("rwi_"))
+        .expect("the machine holds its instance token")
+        .to_owned();
+    let inert = client()
+        .get(format!(
+            "{base}/api/v1/garm/metadata/runner-registration-token/"
+        ))
+        .bearer_auth(&token)
+        .send()
+        .unwrap();
+    assert_eq!(inert.status().as_u16(), 409);
+    assert!(inert.text().unwrap().contains("instance_not_started"));
+
+    let job = common::submit_to(
+        &base,
+        ADMIN,
+        &["garm"],
+        "echo ran on $RUNWAY_RUNNER_NAME",
+        60,
+    );
+    let mut log = String::new();
+    wait_until("the job to complete", 120, || {
+        let (state, text) = common::job_log(&base, ADMIN, job).expect("the job's log");
+        log = text;
+        state == "completed"
+    });
+    assert!(
+        log.contains(&format!("ran on {name}")),
+        "started, not a cold boot: {log}"
+    );
+    assert_eq!(common::job(&base, ADMIN, job)["runner"], runner, "{log}");
+    // Deleted after its one job, its token spent; the stock fills again.
+    wait_until("the started machine deleted", 60, || {
+        !root.join("machines").join(format!("{name}.json")).exists()
+    });
+    assert_eq!(
+        metadata_status_at(&base, &token, "runner-registration-token/"),
+        401
+    );
+    wait_until("a new stopped machine", 120, || {
+        stopped().iter().any(|id| *id != runner)
+    });
+}
+
+fn metadata_status_at(base: &str, token: &str, path: &str) -> u16 {
+    client()
+        .get(format!("{base}/api/v1/garm/metadata/{path}"))
+        .bearer_auth(token)
+        .send()
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// The machine boots from the pool's install script (GARM's userdata).
+#[test]
+fn a_stopped_garm_machine_booted_from_userdata_is_started_for_one_job() {
+    a_stopped_garm_machine_is_started_for_one_job("boot=userdata");
+}
+
+/// The machine runs `runway agent --once` itself, with the instance token
+/// in its environment.
+#[test]
+fn a_stopped_garm_machine_running_the_agent_is_started_for_one_job() {
+    let agent = format!(
+        "boot=command\ncommand={} agent --once",
+        env!("CARGO_BIN_EXE_runway")
+    );
+    a_stopped_garm_machine_is_started_for_one_job(&agent);
 }

@@ -287,6 +287,19 @@ pub trait Provider: Send + Sync {
     fn stock_stops_itself(&self) -> bool {
         false
     }
+
+    /// Whether a stock runner's machine reads its one-time credential at
+    /// its start from runway's GARM instance API, with the instance token
+    /// its create gave it, because a start carries nothing to the machine
+    /// (GARM's `StartInstance` has no payload). That token works only once
+    /// its runner is started for a job: until then the instance API
+    /// answers 409 `instance_not_started`, and a stopped disk holds no
+    /// credential that takes a job. Providers that hand `fresh` to the
+    /// machine themselves (EC2's user data, a container's environment)
+    /// keep the default.
+    fn start_reads_instance_api(&self) -> bool {
+        false
+    }
 }
 
 /// Quota slots held for creates about to be made ([`Provider::reserve`]),

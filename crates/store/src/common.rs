@@ -207,6 +207,7 @@ pub(crate) struct RunnerApiStatements {
     pub insert_instance_token: String,
     pub instance_token: String,
     pub take_instance_registration: String,
+    pub arm_instance_tokens: String,
     pub heartbeat_replica: String,
     pub forget_replicas: String,
     pub replicas: String,
@@ -258,6 +259,7 @@ impl RunnerApiStatements {
             insert_instance_token: "INSERT INTO instance_tokens (token_hash, runner_id, expires_at, jit_files) VALUES ($1, $2, $3, $4)".into(),
             instance_token: "SELECT runner_id, expires_at, jit_files, token_fetched_at FROM instance_tokens WHERE token_hash = $1".into(),
             take_instance_registration: "UPDATE instance_tokens SET token_fetched_at = $2 WHERE token_hash = $1 AND token_fetched_at IS NULL".into(),
+            arm_instance_tokens: "UPDATE instance_tokens SET expires_at = $2, jit_files = $3 WHERE runner_id = $1 AND token_fetched_at IS NULL".into(),
             heartbeat_replica: "INSERT INTO replicas (id, address, version, started_at, heartbeat_at) VALUES ($1, $2, $3, $4, $5) \
                  ON CONFLICT (id) DO UPDATE SET address = excluded.address, version = excluded.version, \
                  heartbeat_at = excluded.heartbeat_at"

@@ -543,6 +543,16 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
     ) -> Result<bool, StoreError>;
 
+    /// Arms `runner`'s instance tokens for a start of its stopped machine:
+    /// valid until `expires_at`, with `jit_files` (a GitHub pool's JIT
+    /// configuration minted for this start). How many it armed.
+    async fn arm_instance_tokens(
+        &self,
+        runner: RunnerId,
+        expires_at: Timestamp,
+        jit_files: Option<&str>,
+    ) -> Result<u64, StoreError>;
+
     async fn list_worker_configs(&self) -> Result<Vec<StoredWorkerConfig>, StoreError>;
 
     async fn get_worker_config(&self, id: &str) -> Result<Option<StoredWorkerConfig>, StoreError>;

@@ -31,6 +31,7 @@ on_both_backends!(
     bound_registration_tokens_adopt_their_runner_record,
     the_controller_id_is_chosen_once,
     instance_tokens_hand_out_one_registration,
+    instance_tokens_are_armed_for_a_start_until_spent,
     retention_prunes_only_old_finished_rows_in_batches,
     job_logs_are_replaced,
     settings_and_external_ids_are_replaced,
@@ -684,6 +685,68 @@ mod cases {
                 .unwrap()
                 .unwrap()
                 .token_fetched
+        );
+    }
+
+    /// A stock runner's instance token is armed at its start: a new expiry
+    /// and the JIT files minted then, for its tokens not yet spent; a
+    /// token that handed out its registration is left as it is.
+    pub async fn instance_tokens_are_armed_for_a_start_until_spent(store: Arc<dyn Store>) {
+        let runner = store
+            .create_runner(
+                &NewRunner {
+                    name: "garm-stock-1".into(),
+                    pool: "linux".into(),
+                    provider: "lxd".into(),
+                    labels: vec![],
+                    stock: true,
+                },
+                at(0),
+            )
+            .await
+            .unwrap();
+        store
+            .create_instance_token("h-stock", runner.id, at(86_400), None)
+            .await
+            .unwrap();
+        let armed = store
+            .arm_instance_tokens(runner.id, at(700), Some("{}"))
+            .await
+            .unwrap();
+        assert_eq!(armed, 1);
+        let found = store.find_instance_token("h-stock").await.unwrap().unwrap();
+        assert_eq!(
+            (found.expires_at, found.jit_files.as_deref()),
+            (at(700), Some("{}"))
+        );
+        assert!(store
+            .take_instance_registration("h-stock", at(701))
+            .await
+            .unwrap());
+        assert_eq!(
+            store
+                .arm_instance_tokens(runner.id, at(900), None)
+                .await
+                .unwrap(),
+            0,
+            "spent"
+        );
+        assert_eq!(
+            store
+                .find_instance_token("h-stock")
+                .await
+                .unwrap()
+                .unwrap()
+                .expires_at,
+            at(700)
+        );
+        assert_eq!(
+            store
+                .arm_instance_tokens(RunnerId(runner.id.0 + 1000), at(900), None)
+                .await
+                .unwrap(),
+            0,
+            "another runner's"
         );
     }
 

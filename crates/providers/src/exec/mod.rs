@@ -197,11 +197,12 @@ impl ExecProvider {
         }
     }
 
-    pub async fn stop(&self, id: &InstanceId) -> Result<(), ProviderError> {
+    /// `StartInstance` or `StopInstance` of instance `id`.
+    async fn power(&self, command: Command, id: &InstanceId) -> Result<(), ProviderError> {
         let Some(scope) = self.locate(id).await else {
-            return Err(self.error(format!("StopInstance: no instance {id}")));
+            return Err(self.error(format!("{}: no instance {id}", command.as_str())));
         };
-        self.call(Command::StopInstance, &scope, Some(&id.0), None)
+        self.call(command, &scope, Some(&id.0), None)
             .await
             .map(drop)
             .map_err(Into::into)
@@ -271,6 +272,10 @@ impl Provider for ExecProvider {
     }
 
     fn uses_instance_api(&self) -> bool {
+        true
+    }
+
+    fn start_reads_instance_api(&self) -> bool {
         true
     }
 
@@ -409,14 +414,15 @@ impl Provider for ExecProvider {
         id: &InstanceId,
         fresh: Option<&CreateRequest>,
     ) -> Result<(), ProviderError> {
+        // GARM's StartInstance carries nothing: a stock runner's machine
+        // reads its credential from runway's instance API, armed before
+        // this call (`start_reads_instance_api`).
         let _ = fresh;
-        let Some(scope) = self.locate(id).await else {
-            return Err(self.error(format!("StartInstance: no instance {id}")));
-        };
-        self.call(Command::StartInstance, &scope, Some(&id.0), None)
-            .await
-            .map(drop)
-            .map_err(Into::into)
+        self.power(Command::StartInstance, id).await
+    }
+
+    async fn stop(&self, id: &InstanceId) -> Result<(), ProviderError> {
+        self.power(Command::StopInstance, id).await
     }
 
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {

@@ -5,7 +5,9 @@
 //! runner, stored only as a hash, valid until the runner's boot deadline and
 //! only while the runner is still coming up (requested or provisioning; in
 //! a GitHub pool also idle, since GitHub, not runway, sees it register) —
-//! useless once the runner registered, runs a job or ended.
+//! useless once the runner registered, runs a job or ended. A stock
+//! runner's token (issue 60) answers 409 `instance_not_started` until
+//! runway starts the runner for a job and arms it ([`arm`]).
 //!
 //! What the machine gets: a runway-agent pool's runner its one-time
 //! registration token (once, as GARM hands out one) and an install script
@@ -75,6 +77,23 @@ pub async fn mint(
     Ok(token)
 }
 
+/// Arms the instance token a stock runner's machine got at its create, for
+/// this start of it: valid until `expires_at`, with a GitHub pool's JIT
+/// configuration minted for the start. How many tokens it armed (none: the
+/// machine has no way to its credential, and must not be started).
+pub async fn arm(
+    service: &Service,
+    runner: &Runner,
+    expires_at: Timestamp,
+    jit_config: Option<&str>,
+) -> Result<u64, runway_store::StoreError> {
+    let files = jit_config.and_then(jit_files);
+    service
+        .store
+        .arm_instance_tokens(runner.id, expires_at, files.as_deref())
+        .await
+}
+
 /// GitHub's encoded JIT configuration is base64 of a JSON object of file
 /// name to base64 contents: that object, as text.
 fn jit_files(encoded: &str) -> Option<String> {
@@ -107,6 +126,19 @@ pub async fn authenticate(
         .await
         .map_err(|e| AppError::store(service, "get_runner", e))?
         .ok_or_else(|| unauthenticated("the instance token's runner is gone"))?;
+    if runner.stock {
+        // Its machine's warm boot, or a start runway did not make: it
+        // waits (the install script and `runway agent` ask again) until
+        // runway starts it for a job or stops it.
+        return Err(AppError::new(
+            ErrorKind::Conflict,
+            "instance_not_started",
+            format!(
+                "runner {} is in its pool's stock of stopped runners: it gets its credential when runway starts it for a job",
+                runner.name
+            ),
+        ));
+    }
     let github = is_github(service, &runner);
     let coming_up = matches!(
         runner.state,
@@ -285,8 +317,14 @@ report_failure() {{
   exit 1
 }}
 SCRIPT=$(mktemp)
-CODE=$(curl -s --retry 5 --retry-connrefused -w '%{{http_code}}' -o "$SCRIPT" \
-  -H "Authorization: Bearer $BEARER_TOKEN" "$METADATA_URL/install-script/" || echo 000)
+while :; do
+  CODE=$(curl -s --retry 5 --retry-connrefused -w '%{{http_code}}' -o "$SCRIPT" \
+    -H "Authorization: Bearer $BEARER_TOKEN" "$METADATA_URL/install-script/" || echo 000)
+  # 409: a machine of its pool's stock, warming: runway stops it, and
+  # its start for a job arms this token.
+  [ "$CODE" = 409 ] || break
+  sleep 5
+done
 [ "$CODE" = 200 ] || report_failure "failed to fetch the install script (HTTP $CODE)"
 chmod +x "$SCRIPT"
 exec "$SCRIPT"

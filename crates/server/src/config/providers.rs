@@ -302,11 +302,12 @@ impl ProviderConfig {
                 ProviderKind::Sim { .. }
                     | ProviderKind::Ec2 { .. }
                     | ProviderKind::Container { .. }
+                    | ProviderKind::Exec { .. }
             ) {
                 return Err((
                     "resume_seconds".into(),
                     format!(
-                        "a provider of kind {:?} cannot keep stopped runners yet; only sim, ec2 and container can",
+                        "a provider of kind {:?} cannot keep stopped runners; only sim, ec2, container and exec can",
                         self.kind.name()
                     ),
                 ));

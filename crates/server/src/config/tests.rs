@@ -561,16 +561,16 @@ fn secrets_resolve_and_never_print() {
 }
 
 /// Stopped runners (issue 60): a pool keeps them only through a provider
-/// that can stop one (`sim`, `ec2`, `container`, given `resume_seconds`),
-/// one job each; a webhook-fed GitHub pool may (its JIT configuration is
-/// minted at a start), a scale-set pool not yet.
+/// that can stop one (`sim`, `ec2`, `container`, `exec`, given
+/// `resume_seconds`), one job each; a webhook-fed GitHub pool may (its JIT
+/// configuration is minted at a start), a scale-set pool not yet.
 #[test]
 fn stopped_runner_keys_are_checked_where_they_are_written() {
     let sim = "[providers.cloud]\nkind = \"sim\"\nresume_seconds = 20\n";
     check(
         "[providers.box]\nkind = \"process\"\ncommand = [\"true\"]\nresume_seconds = 20\n",
         expect![[
-            r#"error: [providers.box] resume_seconds: a provider of kind "process" cannot keep stopped runners yet; only sim, ec2 and container can"#
+            r#"error: [providers.box] resume_seconds: a provider of kind "process" cannot keep stopped runners; only sim, ec2, container and exec can"#
         ]],
     );
     check(

@@ -5,7 +5,10 @@
 //! or, for a runner of a pool's stock of stopped runners, at its start
 //! (issue 60). A stock runner's first boot gets none, so a stopped disk
 //! never holds one, and a stopped machine started without runway's start
-//! has nothing to take a job with.
+//! has nothing to take a job with. A GARM machine (`exec`), whose start
+//! carries nothing, keeps the instance token of its create instead: inert
+//! while its runner is in the stock, armed at the start
+//! ([`Inner::arm_instance_token`]), and single-use as any.
 
 use super::*;
 
@@ -18,7 +21,61 @@ pub(super) enum Minted {
     Deposed,
 }
 
+/// What [`Inner::arm_instance_token`] did.
+pub(super) enum Arming {
+    Armed,
+    /// Nothing the machine could take a job with: why.
+    Refused(String),
+    /// This replica can no longer show it leads: nothing was armed.
+    Deposed,
+}
+
 impl Inner {
+    /// Arms the instance token stock runner `runner`'s machine got at its
+    /// create, for a start of it (`start_reads_instance_api`): valid for
+    /// the pool's `boot_timeout` from `now`, with a GitHub pool's JIT
+    /// configuration minted now.
+    pub(super) async fn arm_instance_token(
+        &self,
+        runner: &runway_core::Runner,
+        pool_config: &PoolConfig,
+        now: Timestamp,
+    ) -> Result<Arming, StoreError> {
+        let jit = match &pool_config.github {
+            Some(github) => {
+                if self.service.may_act("github_jit_config").await.is_err() {
+                    return Ok(Arming::Deposed);
+                }
+                match self
+                    .jit_config(github, runner, &pool_config.labels, now)
+                    .await?
+                {
+                    Some(encoded) => Some(encoded),
+                    None => {
+                        return Ok(Arming::Refused(
+                            "GitHub refused its JIT configuration".into(),
+                        ))
+                    }
+                }
+            }
+            None => None,
+        };
+        let armed = crate::app::garm::arm(
+            &self.service,
+            runner,
+            now.plus(pool_config.boot_timeout),
+            jit.as_deref(),
+        )
+        .await?;
+        Ok(if armed == 0 {
+            Arming::Refused(
+                "its machine holds no instance token to read a credential with (a stock runner created before runway armed tokens at a start)".into(),
+            )
+        } else {
+            Arming::Armed
+        })
+    }
+
     /// The request `runner`'s machine boots with on `offer`, with
     /// `launch_config`: with `for_job`, its one-time credentials minted
     /// now, valid for the pool's `boot_timeout`.
@@ -70,15 +127,31 @@ impl Inner {
                 .await?;
             bootstrap.insert("RUNWAY_REGISTRATION_TOKEN".to_owned(), token);
         }
-        let instance_api = if backend.uses_instance_api() && for_job {
+        // A stock runner whose machine reads its credential at its start
+        // (`start_reads_instance_api`) gets its instance token now: inert
+        // while the runner is in the stock, armed by its start, and valid
+        // meanwhile for as long as the stock may keep it.
+        let inert = !for_job && backend.start_reads_instance_api();
+        let instance_api = if backend.uses_instance_api() && (for_job || inert) {
             let base = self.runner_url();
+            let expires_at = if inert {
+                now.plus(pool_config.stopped_max_age + pool_config.boot_timeout)
+            } else {
+                now.plus(pool_config.boot_timeout)
+            };
             let token = crate::app::garm::mint(
                 &self.service,
                 runner,
-                now.plus(pool_config.boot_timeout),
+                expires_at,
                 bootstrap.get("RUNWAY_JIT_CONFIG").map(String::as_str),
             )
             .await?;
+            if inert {
+                // For a machine that runs `runway agent` itself (no
+                // install script): it asks the instance API for its
+                // registration token once started.
+                bootstrap.insert("RUNWAY_INSTANCE_TOKEN".to_owned(), token.clone());
+            }
             let metadata_url = format!("{base}{}", crate::app::garm::METADATA_PATH);
             let callback_url = format!("{base}{}", crate::app::garm::CALLBACKS_PATH);
             Some(runway_providers::InstanceApi {

@@ -35,7 +35,7 @@ use crate::app::Service;
 use crate::config::{PoolConfig, PoolGithub};
 use crate::github::api::GithubError;
 use crate::telemetry::metrics::DeleteResult;
-use credentials::Minted;
+use credentials::{Arming, Minted};
 use forecasts::Learning;
 use github::DEREGISTER_RETRY;
 

@@ -14,7 +14,10 @@
 //!   minted or handed over (only a start would need one).
 //! - **retire:** the normal delete path (`stopped → terminating`).
 //!
-//! Only providers with `resume_seconds` keep a stock (so far `sim`, `ec2` and `container`).
+//! Only providers with `resume_seconds` keep a stock (so far `sim`, `ec2`,
+//! `container` and `exec`). An `exec` (GARM) start carries nothing to the
+//! machine: its runner's instance token, inert while in the stock, is
+//! armed for the start instead (`credentials.rs`).
 
 use super::*;
 use runway_core::stopped::{StoppedInput, StoppedRunner};
@@ -244,6 +247,21 @@ impl Inner {
         instance: &str,
         now: Timestamp,
     ) -> Result<Option<Result<(), ProviderError>>, StoreError> {
+        if backend.start_reads_instance_api() {
+            match self.arm_instance_token(runner, pool, now).await? {
+                Arming::Armed => {}
+                Arming::Deposed => return Ok(None),
+                Arming::Refused(why) => {
+                    return Ok(Some(Err(ProviderError::permanent(provider, why))))
+                }
+            }
+            let Ok(_permit) = self.permit_to_act(provider, "start").await else {
+                return Ok(None);
+            };
+            return Ok(Some(
+                backend.start(&InstanceId(instance.to_owned()), None).await,
+            ));
+        }
         let request = match self
             .boot_request(
                 runner,

@@ -729,6 +729,16 @@ store_trait_methods!(
         self.take_instance_registration(token_hash, now).await
     }
 
+    async fn arm_instance_tokens(
+        &self,
+        runner: RunnerId,
+        expires_at: Timestamp,
+        jit_files: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        self.arm_instance_tokens(runner, expires_at, jit_files)
+            .await
+    }
+
     async fn list_worker_configs(&self) -> Result<Vec<StoredWorkerConfig>, StoreError> {
         self.list_worker_configs().await
     }

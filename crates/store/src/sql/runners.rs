@@ -371,6 +371,21 @@ sql_store_methods!(
         Ok(done.rows_affected() == 1)
     }
 
+    pub(super) async fn arm_instance_tokens(
+        &self,
+        runner: RunnerId,
+        expires_at: Timestamp,
+        jit_files: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        let done = sqlx::query(&self.inner.statements.runner_api.arm_instance_tokens)
+            .bind(runner.0)
+            .bind(expires_at.as_millis())
+            .bind(jit_files)
+            .execute(self.writer())
+            .await?;
+        Ok(done.rows_affected())
+    }
+
     pub(super) async fn replace_runner(
         &self,
         current: &Runner,
