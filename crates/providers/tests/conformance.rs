@@ -749,6 +749,38 @@ async fn exec_provider_conforms_through_a_garm_provider_script() {
     .await;
 }
 
+/// A quota slot held for a create (`reserve`) goes once the list shows its
+/// instance (the list counts it) or the instance is deleted, by name or
+/// id: a create in doubt whose instance another path deleted never
+/// shrinks the provider's quota for good.
+#[tokio::test]
+async fn exec_quota_slots_go_with_their_instances() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = ExecProvider::new(exec_config(dir.path(), "sleep 60"));
+    // The same backend through another provider value: an instance made
+    // behind this one's back, as a create whose answer was lost.
+    let other = ExecProvider::new(exec_config(dir.path(), "sleep 60"));
+    let left = |p: &ExecProvider| p.bid("linux", 10).first().map_or(0, |o| o.capacity);
+    assert_eq!(left(&provider), 3);
+    provider.reserve("garm-1").unwrap();
+    other.create(&request("garm-1")).await.unwrap();
+    assert_eq!(left(&provider), 2, "the slot");
+    provider.list().await.unwrap();
+    assert_eq!(
+        left(&provider),
+        2,
+        "the listed instance, not it and its slot"
+    );
+    provider.reserve("garm-2").unwrap();
+    assert_eq!(left(&provider), 1);
+    provider.delete(&InstanceId("garm-2".into())).await.unwrap();
+    assert_eq!(left(&provider), 2, "a deleted instance's slot");
+    provider.delete(&InstanceId("garm-1".into())).await.unwrap();
+    provider.list().await.unwrap();
+    assert_eq!(left(&provider), 3);
+    provider.remove_all().await.unwrap();
+}
+
 #[tokio::test]
 async fn exec_bootstrap_reaches_the_runner_and_remove_all_cleans_up() {
     let dir = tempfile::tempdir().unwrap();

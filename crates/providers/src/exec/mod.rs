@@ -259,6 +259,22 @@ impl ExecProvider {
     fn unreserve_slot(&self, name: &str) {
         self.reserved.release(name);
     }
+
+    /// Gives back the quota slot of deleted instance `id` (held under its
+    /// runner's name, which is its id for most GARM providers): a create
+    /// whose instance is deleted is in flight no more.
+    fn release_slot_of(&self, id: &InstanceId) {
+        self.reserved.release(&id.0);
+        if let Ok(mut created) = self.created.lock() {
+            created.retain(|name, made| {
+                let this = made == id;
+                if this {
+                    self.reserved.release(name);
+                }
+                !this
+            });
+        }
+    }
 }
 
 #[async_trait]
@@ -381,7 +397,10 @@ impl Provider for ExecProvider {
             // Listed under no pool: it does not exist. v0.1.0 needs no
             // pool, so it is asked anyway (a create that never returned
             // may have left it unlisted).
-            (None, InterfaceVersion::V011) => return Ok(()),
+            (None, InterfaceVersion::V011) => {
+                self.release_slot_of(id);
+                return Ok(());
+            }
             (None, InterfaceVersion::V010) => Scope {
                 controller_id: self.config.controller_id.clone(),
                 pool_id: None,
@@ -398,6 +417,7 @@ impl Provider for ExecProvider {
             Err(error) => return Err(error.into()),
         }
         self.forget(id);
+        self.release_slot_of(id);
         if let Ok(mut launched) = self.launched.lock() {
             launched.remove(&id.0);
         }
@@ -465,6 +485,13 @@ impl Provider for ExecProvider {
             .unwrap_or(0);
         self.used
             .store((instances.len() + unlisted) as u32, Ordering::SeqCst);
+        // A slot held for a create whose instance the list shows is
+        // counted in `used` now: held on, it would count twice, and for
+        // good once the instance is deleted by a path that never gave it
+        // back, shrinking the provider's quota until a restart.
+        for instance in &instances {
+            self.reserved.release(&instance.name);
+        }
         Ok(instances)
     }
 
