@@ -671,6 +671,11 @@ impl Provider for ContainerProvider {
             *kept = unproven;
         }
         self.used.store(instances.len() as u32, Ordering::SeqCst);
+        // A create's slot whose container the list shows is counted in
+        // `used` now (as the exec provider does).
+        for instance in &instances {
+            self.reserved.release(&instance.name);
+        }
         Ok(instances)
     }
 

@@ -670,6 +670,12 @@ impl Provider for Ec2Provider {
                 .launched
                 .retain(|id, at| !seen.contains(id) && at.elapsed() < lag);
             let unlisted: Vec<String> = state.launched.keys().cloned().collect();
+            // A create's slot whose instance the list shows (by its Name
+            // tag) is counted in `live` now, or is over (the instance
+            // ended): held on, it would shrink the quota for good.
+            for instance in &listed {
+                state.reserved.remove(&instance.name);
+            }
             state.gone = gone;
             state.unproven = unproven;
             state.live = listed
