@@ -18,10 +18,11 @@
 //! SIGSTOP then SIGCONT, PostgreSQL crashed and restarted, every database
 //! connection ended, provider calls that fail, hang past their timeout or
 //! answer slowly, GitHub answering bursts of 5xx and 429 to runner
-//! deregistrations, and late creates (the call hangs past its timeout while
-//! the instance appears 1-20 s later: most register and take a job, a
-//! third are duds whose runner exits at once). Then, from the store, the
-//! shared clouds, the provider's call log and the fake GitHub's:
+//! deregistrations (for 2-8 s each), and late creates (the call hangs
+//! past its timeout while the instance appears 1-20 s later: most
+//! register and take a job, a third are duds whose runner exits at once).
+//! Then, from the store, the shared clouds, the provider's call log and
+//! the fake GitHub's:
 //!
 //! - every job acknowledged to the client completed, and every GitHub job
 //!   ran (none lost);
@@ -955,12 +956,20 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
                     axum::http::StatusCode::INTERNAL_SERVER_ERROR,
                 ];
                 let burst = rng.gen_range(2..6);
-                let mut github = github.lock();
-                for _ in 0..burst {
-                    github
-                        .delete_faults
-                        .push_back(statuses[rng.gen_range(0..statuses.len())]);
+                {
+                    let mut github = github.lock();
+                    for _ in 0..burst {
+                        github
+                            .delete_faults
+                            .push_back(statuses[rng.gen_range(0..statuses.len())]);
+                    }
                 }
+                // A burst lasts a while, not until enough deregistrations
+                // met it: left queued, it would refuse the few tries a
+                // quiet GitHub pool makes, each after a longer backoff,
+                // until those outlast the settling (seeds 1 and 2 did).
+                std::thread::sleep(Duration::from_millis(rng.gen_range(2_000..8_000)));
+                github.lock().delete_faults.clear();
             }
             6 => {
                 *faults
@@ -1231,7 +1240,20 @@ fn a_chaos_soak_loses_doubles_and_leaks_nothing() {
         && stops > 0
         && registrations_left.is_empty());
     if failed {
-        // The logs, the clouds' state and the call log, for a post-mortem.
+        // The logs, the clouds' state and the call log, for a post-mortem,
+        // with what the API says now: why each queued job waits, the
+        // pools, the runners.
+        for (file, path) in [
+            (
+                "queued.json",
+                "/api/v1/jobs?state=queued&explain=true&limit=1000",
+            ),
+            ("pools.json", "/api/v1/pools"),
+            ("runners.json", "/api/v1/runners"),
+        ] {
+            let answer = api(&balancer.url, path).unwrap_or_default();
+            let _ = std::fs::write(dir.path().join(file), answer.to_string());
+        }
         let kept = dir.keep();
         let _ = writeln!(report, "kept for inspection: {}", kept.display());
     }
