@@ -247,39 +247,37 @@ impl Inner {
         instance: &str,
         now: Timestamp,
     ) -> Result<Option<Result<(), ProviderError>>, StoreError> {
-        if backend.start_reads_instance_api() {
+        // What the machine reads at this boot: its armed instance token
+        // (a GARM machine, whose start carries nothing), or the request
+        // the provider writes where the machine reads it.
+        let fresh = if backend.start_reads_instance_api() {
             match self.arm_instance_token(runner, pool, now).await? {
-                Arming::Armed => {}
+                Arming::Armed => None,
                 Arming::Deposed => return Ok(None),
                 Arming::Refused(why) => {
                     return Ok(Some(Err(ProviderError::permanent(provider, why))))
                 }
             }
-            let Ok(_permit) = self.permit_to_act(provider, "start").await else {
-                return Ok(None);
-            };
-            return Ok(Some(
-                backend.start(&InstanceId(instance.to_owned()), None).await,
-            ));
-        }
-        let request = match self
-            .boot_request(
-                runner,
-                pool,
-                backend,
-                ("", &serde_json::Value::Null),
-                true,
-                now,
-            )
-            .await?
-        {
-            Minted::Request(request) => request,
-            Minted::Deposed => return Ok(None),
-            Minted::Refused => {
-                return Ok(Some(Err(ProviderError::permanent(
-                    provider,
-                    "no runner registration for its start".to_owned(),
-                ))))
+        } else {
+            match self
+                .boot_request(
+                    runner,
+                    pool,
+                    backend,
+                    ("", &serde_json::Value::Null),
+                    true,
+                    now,
+                )
+                .await?
+            {
+                Minted::Request(request) => Some(request),
+                Minted::Deposed => return Ok(None),
+                Minted::Refused => {
+                    return Ok(Some(Err(ProviderError::permanent(
+                        provider,
+                        "no runner registration for its start".to_owned(),
+                    ))))
+                }
             }
         };
         let Ok(_permit) = self.permit_to_act(provider, "start").await else {
@@ -287,7 +285,7 @@ impl Inner {
         };
         Ok(Some(
             backend
-                .start(&InstanceId(instance.to_owned()), Some(request.as_ref()))
+                .start(&InstanceId(instance.to_owned()), fresh.as_deref())
                 .await,
         ))
     }
