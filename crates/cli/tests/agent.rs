@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{runway, wait_until, Process};
+use common::{runway, wait_for_lines, wait_until, Process};
 
 const ADMIN: &str = "agent-test-admin-token";
 
@@ -92,14 +92,7 @@ fn agents_run_submitted_jobs_exactly_once_each() {
     for (i, id) in ids.iter().enumerate() {
         let job = job(&base, *id);
         assert_eq!(job["conclusion"], "success");
-        let log = api(&base)
-            .get(format!("{base}/api/v1/jobs/{id}/log"))
-            .bearer_auth(ADMIN)
-            .send()
-            .unwrap()
-            .text()
-            .unwrap();
-        assert_eq!(log, format!("out-{i}\n"));
+        assert_eq!(log(&base, *id), format!("out-{i}\n"));
     }
     let ran = std::fs::read_to_string(dir.path().join("ran.log")).unwrap();
     assert_eq!(
@@ -126,12 +119,7 @@ fn agents_run_submitted_jobs_exactly_once_each() {
 }
 
 fn log(base: &str, id: i64) -> String {
-    api(base)
-        .get(format!("{base}/api/v1/jobs/{id}/log"))
-        .bearer_auth(ADMIN)
-        .send()
-        .and_then(|r| r.text())
-        .unwrap_or_default()
+    common::log_text(base, ADMIN, id)
 }
 
 /// `--job-user`: the job runs as another user, who can read neither the
@@ -249,11 +237,7 @@ fn jobs_complete_once_each_across_a_sigkill_of_the_server() {
     let ids: Vec<i64> = (0..30)
         .map(|i| submit(&base, &format!("sleep 0.05; echo {i} >> {}", ran.display())))
         .collect();
-    wait_until("some jobs to run", 30, || {
-        std::fs::read_to_string(&ran)
-            .map(|t| t.lines().count() >= 5)
-            .unwrap_or(false)
-    });
+    wait_for_lines("some jobs to run", &ran, 5, 30);
     drop(server); // SIGKILL
     let (_server, base) = serve(dir.path());
     let deadline = std::time::Instant::now() + Duration::from_secs(90);

@@ -82,12 +82,7 @@ fn finished(base: &str, id: i64, seconds: u64) -> (Value, String) {
             Some("completed" | "failed" | "cancelled")
         )
     });
-    let log = client()
-        .get(format!("{base}/api/v1/jobs/{id}/log"))
-        .bearer_auth(ADMIN)
-        .send()
-        .and_then(|r| r.text())
-        .unwrap_or_default();
+    let log = common::log_text(base, ADMIN, id);
     (job, log)
 }
 

@@ -10,7 +10,7 @@ use runway_testkit::fake_github;
 
 use std::path::Path;
 
-use common::{metric, runway, spawn_serve, wait_until, RunnerProcesses};
+use common::{metric, runway, spawn_serve, wait_for_lines, wait_until, RunnerProcesses};
 use fake_github::{Auth, FakeGithub, HOOK_SECRET, TOKEN};
 
 fn write_config(dir: &Path, github: &str) {
@@ -299,9 +299,12 @@ fn stops_and_completions_follow_the_metrics_spec_as_githubs_runner_runs_the_hook
     let (_serve, base, _processes) = serve(dir.path(), &fake);
     // The runner started for the newest queued job: (name, id, token).
     let runner_for = |lines: usize| -> (String, String, String) {
-        wait_until("a runner started with its report token", 30, || {
-            std::fs::read_to_string(&env_log).is_ok_and(|t| t.lines().count() >= lines)
-        });
+        wait_for_lines(
+            "a runner started with its report token",
+            &env_log,
+            lines,
+            30,
+        );
         let text = std::fs::read_to_string(&env_log).unwrap();
         let mut words = text.lines().nth(lines - 1).unwrap().split_whitespace();
         let mut next = || words.next().unwrap().to_owned();

@@ -7,7 +7,7 @@ use crate::common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{client, metric, wait_until, Process, RunnerProcesses};
+use common::{metric, wait_for_lines, wait_until, Process, RunnerProcesses};
 use serde_json::Value;
 
 const ADMIN: &str = "local-runners-admin-token";
@@ -107,14 +107,7 @@ fn a_hundred_jobs_on_at_most_eight_local_runners_then_back_to_one() {
     assert_eq!(lines.len(), 100, "every job ran");
     assert_eq!(text.lines().count(), 100, "and each exactly once");
     for (i, id) in ids.iter().enumerate().step_by(17) {
-        let log = client()
-            .get(format!("{base}/api/v1/jobs/{id}/log"))
-            .bearer_auth(ADMIN)
-            .send()
-            .unwrap()
-            .text()
-            .unwrap();
-        assert_eq!(log, format!("out-{i}\n"));
+        assert_eq!(common::log_text(&base, ADMIN, *id), format!("out-{i}\n"));
     }
     assert_eq!(metric(&base, "runway_jobs_completed_total"), 100.0);
     // Each runner ran one job (ephemeral), and runway deleted it after.
@@ -192,11 +185,7 @@ fn runners_survive_a_sigkill_of_the_server_and_are_adopted() {
     let ids: Vec<i64> = (0..12)
         .map(|i| submit(&base, &format!("sleep 0.3; echo {i} >> {}", ran.display())))
         .collect();
-    wait_until("some jobs to run", 60, || {
-        std::fs::read_to_string(&ran)
-            .map(|t| t.lines().count() >= 3)
-            .unwrap_or(false)
-    });
+    wait_for_lines("some jobs to run", &ran, 3, 60);
     drop(server); // SIGKILL; its runner processes live on.
     let (server, base) = serve(dir.path());
     wait_until("every job to complete after the restart", 120, || {

@@ -12,7 +12,7 @@ use crate::common;
 
 use std::path::Path;
 
-use common::{metric, wait_until, PgSchema, Process};
+use common::{metric, wait_for_lines, wait_until, PgSchema, Process};
 
 /// The admin token of every replica here.
 const ADMIN: &str = "replicas-admin-token";
@@ -403,9 +403,7 @@ fn three_replicas_lose_their_leader_and_no_job_runs_twice() {
         }
     }
 
-    wait_until("some jobs to run", 60, || {
-        std::fs::read_to_string(&ran).is_ok_and(|t| t.lines().count() >= 5)
-    });
+    wait_for_lines("some jobs to run", &ran, 5, 60);
     drop(leader); // SIGKILL, mid-run.
     let survivors = [b.clone(), c.clone()];
     let started = std::time::Instant::now();

@@ -370,12 +370,7 @@ providers = ["box"]
     }
     let mut log = String::new();
     wait_until("the job to finish", 90, || {
-        log = client()
-            .get(format!("{}/api/v1/jobs/{id}/log", setup.base))
-            .bearer_auth(ADMIN_SECRET)
-            .send()
-            .and_then(|r| r.text())
-            .unwrap_or_default();
+        log = common::log_text(&setup.base, ADMIN_SECRET, id);
         log.contains("== end ==")
     });
     let job = section(&log, "== job ==", "== runner ==");

@@ -238,14 +238,7 @@ fn a_trace_exported_from_the_store_is_the_trace_that_ran() {
             };
             let stored = store.enqueue(&new, seen).await.unwrap().job;
             let runner = RunnerId(i as i64 + 1);
-            let claim = Claim {
-                pool: "default".to_owned(),
-                runner,
-                limit: 1,
-                lease: Duration::from_secs(600),
-                runner_labels: None,
-                max_running_per_key: None,
-            };
+            let claim = Claim::of_pool("default", runner, 1, Duration::from_secs(600));
             // Each waits a little (its wait is not part of the trace).
             let started = seen.plus(Duration::from_secs(5 + i as u64 % 7));
             let claimed = store.claim(&claim, started).await.unwrap();

@@ -302,6 +302,30 @@ pub trait Provider: Send + Sync {
     }
 }
 
+/// The instances the last list showed with this installation's mark but
+/// without the proof that this provider made them ([`Provider::proven_own`]):
+/// never deleted. Empty (all proven) until a list says otherwise; a
+/// poisoned lock proves nothing.
+#[derive(Debug, Default)]
+pub struct Unproven(std::sync::Mutex<std::collections::BTreeSet<InstanceId>>);
+
+impl Unproven {
+    /// What the latest list found unproven, in place of the last one's.
+    pub fn replace(&self, unproven: std::collections::BTreeSet<InstanceId>) {
+        if let Ok(mut kept) = self.0.lock() {
+            *kept = unproven;
+        }
+    }
+
+    /// Whether `id` is proven this provider's own.
+    pub fn proves(&self, id: &InstanceId) -> bool {
+        self.0
+            .lock()
+            .map(|unproven| !unproven.contains(id))
+            .unwrap_or(false)
+    }
+}
+
 /// Quota slots held for creates about to be made ([`Provider::reserve`]),
 /// by runner name, for providers that count their instances themselves.
 #[derive(Debug, Default)]
@@ -339,6 +363,18 @@ impl Slots {
     pub fn release(&self, name: &str) {
         if let Ok(mut held) = self.0.lock() {
             held.remove(name);
+        }
+    }
+
+    /// Gives back the slot of each create whose instance a list shows: it
+    /// is counted among the listed instances now. Held on, it would count
+    /// twice, and for good once the instance is deleted by a path that
+    /// never gave it back, shrinking the provider's quota until a restart.
+    pub fn release_listed(&self, instances: &[Instance]) {
+        if let Ok(mut held) = self.0.lock() {
+            for instance in instances {
+                held.remove(&instance.name);
+            }
         }
     }
 

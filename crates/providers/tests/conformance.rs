@@ -24,7 +24,7 @@ struct Harness {
     quota: u32,
 }
 
-fn request(name: &str) -> CreateRequest {
+pub(crate) fn request(name: &str) -> CreateRequest {
     CreateRequest {
         name: name.to_owned(),
         offer: String::new(),
@@ -708,34 +708,11 @@ fn garm_script() -> std::path::PathBuf {
 }
 
 fn exec_config(dir: &std::path::Path, command: &str) -> ExecConfig {
-    let config_file = dir.join("provider.conf");
-    std::fs::write(
-        &config_file,
-        format!(
-            "state_dir={}\ncommand={command}\nstop_grace=2\n",
-            dir.join("state").display()
-        ),
-    )
-    .unwrap();
     ExecConfig {
-        name: "garm".to_owned(),
-        executable: garm_script(),
-        config_file: Some(config_file),
-        pools: vec!["linux".to_owned()],
-        timeout: Duration::from_secs(20),
-        environment_variables: Vec::new(),
         max_instances: 3,
-        price_per_hour: 0.05,
-        boot_time: Duration::from_secs(1),
-        list_lag: Duration::from_secs(30),
-        controller_id: CONTROLLER.to_owned(),
-        legacy_controller_id: None,
-        interface_version: InterfaceVersion::V011,
+        ..crate::garm_protocol::config_running(dir, garm_script(), InterfaceVersion::V011, command)
     }
 }
-
-/// A GARM controller id (a UUID).
-const CONTROLLER: &str = "5b2b7a52-6b0e-4c43-a2d9-5d4b1f4c8e01";
 
 #[tokio::test]
 async fn exec_provider_conforms_through_a_garm_provider_script() {

@@ -32,11 +32,22 @@ fn executable(dir: &Path, name: &str, body: &str) -> PathBuf {
 }
 
 fn config(dir: &Path, executable: PathBuf, version: InterfaceVersion) -> ExecConfig {
+    config_running(dir, executable, version, "sleep 60")
+}
+
+/// A GARM provider's config whose instances run `command` (the
+/// contrib provider's `command=`), with its state below `dir`.
+pub(crate) fn config_running(
+    dir: &Path,
+    executable: PathBuf,
+    version: InterfaceVersion,
+    command: &str,
+) -> ExecConfig {
     let config_file = dir.join("provider.conf");
     std::fs::write(
         &config_file,
         format!(
-            "state_dir={}\ncommand=sleep 60\nstop_grace=2\n",
+            "state_dir={}\ncommand={command}\nstop_grace=2\n",
             dir.join("state").display()
         ),
     )
@@ -60,14 +71,8 @@ fn config(dir: &Path, executable: PathBuf, version: InterfaceVersion) -> ExecCon
 
 fn request(name: &str) -> CreateRequest {
     CreateRequest {
-        name: name.to_owned(),
-        offer: String::new(),
-        pool: "linux".to_owned(),
-        labels: vec!["self-hosted".to_owned()],
-        bootstrap: BTreeMap::from([("RUNWAY_URL".to_owned(), "http://127.0.0.1:8080".to_owned())]),
         launch_config: serde_json::json!({"flavor": "small", "image": "ubuntu:24.04", "disable_updates": true}),
-        instance_api: None,
-        stock: false,
+        ..crate::conformance::request(name)
     }
 }
 

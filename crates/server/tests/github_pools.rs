@@ -1311,19 +1311,7 @@ async fn a_github_pools_stopped_runner_gets_its_jit_configuration_at_its_start()
         }];
     })
     .await;
-    let clock = Arc::new(ManualClock::new(runway_server::clock::now()));
-    let sim = Arc::new(SimProvider::new(
-        SimConfig {
-            boot_time: BootTime::Fixed(BOOT),
-            resume_time: Some(RESUME),
-            ..SimConfig::default()
-        },
-        clock.clone(),
-    ));
-    let reconciler = Reconciler::new(
-        h.service.clone(),
-        BTreeMap::from([("sim".to_owned(), sim.clone() as Arc<dyn Provider>)]),
-    );
+    let (reconciler, clock, sim) = common::stock_reconciler(h.service.clone(), BOOT, RESUME);
     let rounds = || async {
         for _ in 0..5 {
             reconciler.reconcile_once(clock.now()).await.unwrap();

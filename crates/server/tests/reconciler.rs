@@ -1292,14 +1292,7 @@ async fn a_job_whose_runners_machine_vanishes_is_requeued_at_once() {
     let started = service
         .store
         .claim_and_start(
-            &runway_store::Claim {
-                pool: "linux".into(),
-                runner: runner.id,
-                limit: 1,
-                lease: Duration::from_secs(600),
-                runner_labels: None,
-                max_running_per_key: None,
-            },
+            &runway_store::Claim::of_pool("linux", runner.id, 1, Duration::from_secs(600)),
             &runner,
             clock.now(),
         )

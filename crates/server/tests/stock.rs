@@ -10,7 +10,7 @@ use std::time::Duration;
 use runway_core::job::NewJob;
 use runway_core::planner::WaitReason;
 use runway_core::{Runner, RunnerState};
-use runway_providers::sim::{BootTime, SimConfig, SimProvider};
+use runway_providers::sim::SimProvider;
 use runway_providers::{Clock, ManualClock, Provider};
 use runway_server::config::{Config, PoolConfig, ProviderConfig};
 use runway_server::reconcile::Reconciler;
@@ -63,19 +63,7 @@ async fn stock_with(
     };
     let store = common::sqlite_store(&dir.path().join("runway.db")).await;
     let service = Arc::new(Service::new(config, store));
-    // From the wall clock's now: the jobs' explanations read it.
-    let clock = Arc::new(ManualClock::new(runway_server::clock::now()));
-    let sim = Arc::new(SimProvider::new(
-        SimConfig {
-            boot_time: BootTime::Fixed(BOOT),
-            resume_time: Some(RESUME),
-            ..SimConfig::default()
-        },
-        clock.clone(),
-    ));
-    let providers: BTreeMap<String, Arc<dyn Provider>> =
-        BTreeMap::from([("sim".to_owned(), sim.clone() as Arc<dyn Provider>)]);
-    let reconciler = Reconciler::new(service.clone(), providers);
+    let (reconciler, clock, sim) = common::stock_reconciler(service.clone(), BOOT, RESUME);
     Stock {
         service,
         reconciler,

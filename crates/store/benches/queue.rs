@@ -85,14 +85,7 @@ async fn worker_runners<T>(
 
 /// A claim of one job of `pool` for `runner`.
 fn claim_one(pool: &str, runner: &Runner) -> Claim {
-    Claim {
-        pool: pool.to_owned(),
-        runner: runner.id,
-        limit: 1,
-        lease: Duration::from_secs(120),
-        runner_labels: None,
-        max_running_per_key: None,
-    }
+    Claim::of_pool(pool, runner.id, 1, Duration::from_secs(120))
 }
 
 /// `runner`'s successful completion of the job it holds.
@@ -341,14 +334,7 @@ fn queue_benchmarks(c: &mut Criterion) {
                 let pool = pool.clone();
                 async move {
                     let runner = RunnerId(worker as i64 + 1);
-                    let claim = Claim {
-                        pool,
-                        runner,
-                        limit: 1,
-                        lease: Duration::from_secs(120),
-                        runner_labels: None,
-                        max_running_per_key: None,
-                    };
+                    let claim = Claim::of_pool(pool, runner, 1, Duration::from_secs(120));
                     let jobs = store.claim(&claim, now()).await.expect("claim");
                     for job in jobs {
                         store.accept(job.id, runner, now()).await.expect("accept");

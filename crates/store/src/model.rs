@@ -107,6 +107,26 @@ pub struct Claim {
     pub max_running_per_key: Option<u32>,
 }
 
+impl Claim {
+    /// A claim of up to `limit` jobs of `pool` for `runner`: jobs of any
+    /// labels, with no cap a share key.
+    pub fn of_pool(
+        pool: impl Into<String>,
+        runner: RunnerId,
+        limit: u32,
+        lease: Duration,
+    ) -> Claim {
+        Claim {
+            pool: pool.into(),
+            runner,
+            limit,
+            lease,
+            runner_labels: None,
+            max_running_per_key: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobFilter {
     pub state: Option<JobState>,

@@ -77,14 +77,7 @@ mod cases {
     const LEAD_SILENCE: Duration = Duration::from_secs(60);
 
     fn claim(pool: &str, runner: i64, limit: u32) -> Claim {
-        Claim {
-            pool: pool.to_owned(),
-            runner: RunnerId(runner),
-            limit,
-            lease: LEASE,
-            runner_labels: None,
-            max_running_per_key: None,
-        }
+        Claim::of_pool(pool, RunnerId(runner), limit, LEASE)
     }
 
     pub async fn ready_after_open(store: Arc<dyn Store>) {

@@ -17,14 +17,7 @@ use runway_core::{moves, Conclusion, Job, JobEvent, Runner, RunnerEvent};
 use runway_store::{Claim, ClaimStart, Store};
 
 fn claim(runner: &Runner) -> Claim {
-    Claim {
-        pool: runner.pool.clone(),
-        runner: runner.id,
-        limit: 1,
-        lease: Duration::from_secs(120),
-        runner_labels: None,
-        max_running_per_key: None,
-    }
+    Claim::of_pool(runner.pool.clone(), runner.id, 1, Duration::from_secs(120))
 }
 
 fn success(runner: &Runner) -> runway_core::GuardedChange {

@@ -138,6 +138,14 @@ pub fn wait_until(what: &str, seconds: u64, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Waits (as [`wait_until`]) until the file at `path` holds at least
+/// `lines` lines, for a test whose jobs or runners append one line each.
+pub fn wait_for_lines(what: &str, path: &std::path::Path, lines: usize, seconds: u64) {
+    wait_until(what, seconds, || {
+        std::fs::read_to_string(path).is_ok_and(|text| text.lines().count() >= lines)
+    });
+}
+
 /// A loopback port free a moment ago, for a server that must come back on
 /// the same port after a restart.
 pub fn free_port() -> u16 {

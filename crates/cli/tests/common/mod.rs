@@ -179,6 +179,14 @@ pub fn job_log(base: &str, token: &str, id: i64) -> Option<(String, String)> {
     Some((state, response.text().unwrap_or_default()))
 }
 
+/// A job's log as `GET /api/v1/jobs/{id}/log` answers it (empty if the
+/// server does not answer).
+pub fn log_text(base: &str, token: &str, id: i64) -> String {
+    job_log(base, token, id)
+        .map(|(_, text)| text)
+        .unwrap_or_default()
+}
+
 /// `GET /api/v1/jobs/{id}` (null if the server does not answer).
 pub fn job(base: &str, admin: &str, id: i64) -> serde_json::Value {
     api_get(base, admin, &format!("/api/v1/jobs/{id}"))

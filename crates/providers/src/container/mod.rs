@@ -146,7 +146,7 @@ pub struct ContainerProvider {
     /// Containers runway itself is stopping: their SIGKILL is no crash.
     stopping: Mutex<std::collections::BTreeSet<String>>,
     /// Containers the latest list found without this provider's label.
-    unproven: Mutex<std::collections::BTreeSet<InstanceId>>,
+    unproven: crate::Unproven,
     /// Asked right before each call that changes the engine's containers.
     fence: crate::Fence,
 }
@@ -163,7 +163,7 @@ impl ContainerProvider {
             used: AtomicU32::new(0),
             reserved: crate::Slots::default(),
             ended: Mutex::new(BTreeMap::new()),
-            unproven: Mutex::new(std::collections::BTreeSet::new()),
+            unproven: crate::Unproven::default(),
             stopping: Mutex::new(Default::default()),
             fence: crate::unfenced(),
         };
@@ -667,23 +667,14 @@ impl Provider for ContainerProvider {
                 state,
             });
         }
-        if let Ok(mut kept) = self.unproven.lock() {
-            *kept = unproven;
-        }
+        self.unproven.replace(unproven);
         self.used.store(instances.len() as u32, Ordering::SeqCst);
-        // A create's slot whose container the list shows is counted in
-        // `used` now (as the exec provider does).
-        for instance in &instances {
-            self.reserved.release(&instance.name);
-        }
+        self.reserved.release_listed(&instances);
         Ok(instances)
     }
 
     fn proven_own(&self, id: &InstanceId) -> bool {
-        self.unproven
-            .lock()
-            .map(|unproven| !unproven.contains(id))
-            .unwrap_or(false)
+        self.unproven.proves(id)
     }
 
     fn ended_detail(&self, id: &InstanceId) -> Option<String> {

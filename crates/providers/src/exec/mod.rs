@@ -122,7 +122,7 @@ pub struct ExecProvider {
     /// without this provider's name) may still exist.
     legacy_left: AtomicBool,
     /// Instances the latest list found only under older ids.
-    unproven: Mutex<std::collections::BTreeSet<InstanceId>>,
+    unproven: crate::Unproven,
 }
 
 impl ExecProvider {
@@ -144,7 +144,7 @@ impl ExecProvider {
             extra_specs: Mutex::new(BTreeMap::new()),
             // Until a list finds none under the older ids.
             legacy_left: AtomicBool::new(true),
-            unproven: Mutex::new(std::collections::BTreeSet::new()),
+            unproven: crate::Unproven::default(),
         }
     }
 
@@ -464,9 +464,7 @@ impl Provider for ExecProvider {
                 }
             }
         }
-        if let Ok(mut kept) = self.unproven.lock() {
-            *kept = unproven;
-        }
+        self.unproven.replace(unproven);
         if !legacy_found {
             // Every legacy list came back empty: none is left to look after.
             self.legacy_left.store(false, Ordering::SeqCst);
@@ -485,21 +483,12 @@ impl Provider for ExecProvider {
             .unwrap_or(0);
         self.used
             .store((instances.len() + unlisted) as u32, Ordering::SeqCst);
-        // A slot held for a create whose instance the list shows is
-        // counted in `used` now: held on, it would count twice, and for
-        // good once the instance is deleted by a path that never gave it
-        // back, shrinking the provider's quota until a restart.
-        for instance in &instances {
-            self.reserved.release(&instance.name);
-        }
+        self.reserved.release_listed(&instances);
         Ok(instances)
     }
 
     fn proven_own(&self, id: &InstanceId) -> bool {
-        self.unproven
-            .lock()
-            .map(|unproven| !unproven.contains(id))
-            .unwrap_or(false)
+        self.unproven.proves(id)
     }
 
     fn reserve(&self, name: &str) -> Result<(), ProviderError> {

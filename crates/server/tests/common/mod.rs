@@ -174,6 +174,38 @@ impl Harness {
     }
 }
 
+/// A reconciler over one simulated provider named `sim` whose runners boot
+/// in `boot` and, stopped, start again in `resume`, on a manual clock set
+/// to the wall clock's now (the jobs' explanations read it).
+pub fn stock_reconciler(
+    service: Arc<Service>,
+    boot: std::time::Duration,
+    resume: std::time::Duration,
+) -> (
+    runway_server::reconcile::Reconciler,
+    Arc<runway_providers::ManualClock>,
+    Arc<runway_providers::sim::SimProvider>,
+) {
+    use runway_providers::sim::{BootTime, SimConfig, SimProvider};
+    let clock = Arc::new(runway_providers::ManualClock::new(
+        runway_server::clock::now(),
+    ));
+    let sim = Arc::new(SimProvider::new(
+        SimConfig {
+            boot_time: BootTime::Fixed(boot),
+            resume_time: Some(resume),
+            ..SimConfig::default()
+        },
+        clock.clone(),
+    ));
+    let providers = std::collections::BTreeMap::from([(
+        "sim".to_owned(),
+        sim.clone() as Arc<dyn runway_providers::Provider>,
+    )]);
+    let reconciler = runway_server::reconcile::Reconciler::new(service, providers);
+    (reconciler, clock, sim)
+}
+
 /// The names of every instance `provider` lists, sorted.
 pub async fn instance_names(provider: &dyn runway_providers::Provider) -> Vec<String> {
     let mut names: Vec<String> = provider
