@@ -17,6 +17,15 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use runway_server::{Config, Overrides};
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc, not glibc's malloc, for Rust and (its `override` feature)
+/// for the bundled SQLite alike: a server holding 10,000 long polls spent
+/// a third of its CPU in glibc's free-list upkeep (`_int_malloc`,
+/// `unlink_chunk`, `malloc_consolidate`), behind every request's small
+/// allocations once the rounds' large reads had fragmented its heap
+/// (BENCHMARKS.md, issue 59).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "runway",

@@ -335,6 +335,10 @@ pub trait Store: Send + Sync + 'static {
     /// follows live work, not history.
     async fn live_job_counts(&self) -> Result<Vec<JobCount>, StoreError>;
 
+    /// Live runner counts per (pool, state), for gauges: counted by the
+    /// database through the live index, not read and decoded row by row.
+    async fn live_runner_counts(&self) -> Result<Vec<RunnerCount>, StoreError>;
+
     /// How many jobs wait in `pool`'s queue (read through the queue's
     /// index: the reconciler asks once per round for a pool whose queue is
     /// deeper than it lists).

@@ -292,6 +292,14 @@ pub struct JobCount {
     pub count: u64,
 }
 
+/// How many live runners a pool has in one state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerCount {
+    pub pool: String,
+    pub state: RunnerState,
+    pub count: u64,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunnerFilter {
     pub state: Option<RunnerState>,

@@ -2313,6 +2313,17 @@ mod cases {
             names(store.list_live_runners(Some("p")).await.unwrap()),
             ["a", "d"]
         );
+        // The gauges' counts agree with the list: the failed runner is
+        // not counted.
+        let state = store.get_runner(ids[0]).await.unwrap().unwrap().state;
+        let counts: Vec<(String, RunnerState, u64)> = store
+            .live_runner_counts()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.pool, c.state, c.count))
+            .collect();
+        assert_eq!(counts, [("p".into(), state, 2), ("q".into(), state, 1)]);
         assert_eq!(
             store
                 .list_runners(&RunnerFilter::default())

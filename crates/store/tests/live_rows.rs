@@ -63,11 +63,14 @@ async fn ended_runners_still_registered_are_read_through_their_partial_index() {
 
 #[tokio::test]
 async fn the_live_runner_query_is_served_by_the_partial_index() {
-    let filters = ["", " AND pool = 'p'"];
-    let queries: Vec<String> = filters
+    let filters = ["", " AND pool = 'p'", "the gauges' counts"];
+    let mut queries: Vec<String> = filters[..2]
         .iter()
         .map(|f| format!("SELECT id FROM runners WHERE {LIVE_RUNNER}{f} ORDER BY id"))
         .collect();
+    queries.push(format!(
+        "SELECT pool, state FROM runners WHERE {LIVE_RUNNER} ORDER BY id"
+    ));
     for (pool_filter, details) in filters.iter().zip(plans(&queries).await) {
         assert!(
             details.iter().any(|d| d.contains("runners_live")),

@@ -2,7 +2,7 @@
 //! their SHA-256 hash.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use rand::RngCore;
@@ -56,20 +56,21 @@ pub struct Renewals {
     runners: Mutex<Remembered>,
 }
 
-/// By token hash: the runner, and when it was read.
-type Remembered = HashMap<String, (Runner, Instant)>;
+/// By token hash: the runner (shared with the polls renewed on it, not
+/// copied for each), and when it was read.
+type Remembered = HashMap<String, (Arc<Runner>, Instant)>;
 
 impl Renewals {
     /// The runner `token_hash` named when a poll last read it, if that was
     /// within [`RENEWAL_TTL`] of `now`.
-    pub fn get(&self, token_hash: &str, now: Instant) -> Option<Runner> {
+    pub fn get(&self, token_hash: &str, now: Instant) -> Option<Arc<Runner>> {
         let runners = self.lock();
         let (runner, read_at) = runners.get(token_hash)?;
-        (now.saturating_duration_since(*read_at) < RENEWAL_TTL).then(|| runner.clone())
+        (now.saturating_duration_since(*read_at) < RENEWAL_TTL).then(|| Arc::clone(runner))
     }
 
     /// Remembers `runner`, read from the store at `now` by `token_hash`.
-    pub fn put(&self, token_hash: &str, runner: Runner, now: Instant) {
+    pub fn put(&self, token_hash: &str, runner: Arc<Runner>, now: Instant) {
         let mut runners = self.lock();
         if runners.len() >= RENEWALS_KEPT && !runners.contains_key(token_hash) {
             runners.retain(|_, (_, read_at)| now.saturating_duration_since(*read_at) < RENEWAL_TTL);
@@ -111,7 +112,7 @@ pub fn admitted(found: Option<Runner>) -> Result<Runner, (&'static str, String)>
 /// The runner `token_hash` names, read from the store again (and
 /// remembered again for the renewals), refused as its authentication
 /// refuses it ([`admitted`]).
-pub async fn read_again(service: &Service, token_hash: &str) -> Result<Runner, AppError> {
+pub async fn read_again(service: &Service, token_hash: &str) -> Result<Arc<Runner>, AppError> {
     service.metrics.long_poll_runner_reads.inc();
     let found = service
         .store
@@ -120,6 +121,7 @@ pub async fn read_again(service: &Service, token_hash: &str) -> Result<Runner, A
         .map_err(|e| AppError::store(service, "find_runner_by_token", e))?;
     match admitted(found) {
         Ok(runner) => {
+            let runner = Arc::new(runner);
             service
                 .renewals
                 .put(token_hash, runner.clone(), Instant::now());

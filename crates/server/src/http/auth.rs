@@ -280,7 +280,7 @@ impl FromRequestParts<Arc<Service>> for RunnerAuth {
 /// (`Service::renewals`). Then `remembered` holds the token's hash, and
 /// `jobs::claim` reads the runner by it again before any look.
 pub struct PollingRunner {
-    pub runner: Runner,
+    pub runner: Arc<Runner>,
     pub remembered: Option<String>,
 }
 
@@ -300,6 +300,7 @@ impl FromRequestParts<Arc<Service>> for PollingRunner {
         }
         service.metrics.long_poll_runner_reads.inc();
         let RunnerAuth(runner) = RunnerAuth::from_request_parts(parts, service).await?;
+        let runner = Arc::new(runner);
         service
             .renewals
             .put(&hash, runner.clone(), std::time::Instant::now());

@@ -284,9 +284,16 @@ async fn request_job(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let request: JobRequest = optional_json(&body)?;
-    let runner = &polling.runner;
-    let remembered = polling.remembered.as_deref();
-    match jobs::claim(&service, runner, remembered, request.labels, request.start).await? {
+    let PollingRunner { runner, remembered } = polling;
+    match jobs::claim(
+        &service,
+        runner,
+        remembered.as_deref(),
+        request.labels,
+        request.start,
+    )
+    .await?
+    {
         Some(assigned) => Ok((StatusCode::CREATED, Json(assigned_dto(assigned))).into_response()),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }

@@ -550,21 +550,23 @@ impl Inner {
     }
 
     async fn update_gauges(&self, snapshot: &Snapshot, plan: &Plan) -> Result<(), StoreError> {
-        let runners = self.store().list_live_runners(None).await?;
+        // Counted by the store: a round with 10,000 runners decodes none.
+        let counts = self.store().live_runner_counts().await?;
         let metrics = &self.service.metrics;
         for pool in &self.service.config().pools {
             for state in RunnerState::ALL.iter().filter(|s| !s.is_terminal()) {
-                let count = runners
+                let count: u64 = counts
                     .iter()
-                    .filter(|r| r.pool == pool.name && r.state == *state)
-                    .count();
+                    .filter(|c| c.pool == pool.name && c.state == *state)
+                    .map(|c| c.count)
+                    .sum();
                 metrics
                     .runners
                     .get_or_create(&crate::telemetry::metrics::PoolStateLabels {
                         pool: pool.name.clone(),
                         state: state.as_str(),
                     })
-                    .set(count as i64);
+                    .set(i64::try_from(count).unwrap_or(i64::MAX));
             }
         }
         let mut waiting: BTreeMap<(String, &'static str), i64> = BTreeMap::new();

@@ -86,6 +86,26 @@ use crate::rows::{
 
 /// A claim's runner labels as its statement takes them: a JSON list in
 /// lowercase, or NULL for any.
+/// Rows of `(group, state, COUNT(*))` with their states parsed: the live
+/// job and runner counts. A state the store does not know is corrupt.
+fn parse_counts<G, S>(
+    rows: Vec<(G, String, i64)>,
+    what: &str,
+) -> Result<Vec<(G, S, u64)>, StoreError>
+where
+    S: std::str::FromStr,
+    S::Err: std::fmt::Display,
+{
+    rows.into_iter()
+        .map(|(group, state, count)| {
+            let state = state
+                .parse()
+                .map_err(|e| StoreError::Corrupt(format!("{what} count: {e}")))?;
+            Ok((group, state, u64::try_from(count).unwrap_or(0)))
+        })
+        .collect()
+}
+
 fn claim_labels(claim: &Claim) -> Option<String> {
     claim.runner_labels.as_ref().map(|labels| {
         let lower: Vec<String> = labels.iter().map(|l| l.to_lowercase()).collect();
@@ -481,6 +501,10 @@ store_trait_methods!(
 
     async fn list_runners(&self, filter: &RunnerFilter) -> Result<Vec<Runner>, StoreError> {
         self.list_runners(filter).await
+    }
+
+    async fn live_runner_counts(&self) -> Result<Vec<crate::RunnerCount>, StoreError> {
+        self.live_runner_counts().await
     }
 
     async fn list_live_runners(&self, pool: Option<&str>) -> Result<Vec<Runner>, StoreError> {

@@ -117,17 +117,10 @@ sql_store_methods!(
                  ORDER BY 1, 2", crate::LIVE_JOB))
                 .fetch_all(self.reader())
                 .await?;
-        rows.into_iter()
-            .map(|(pool, state, count)| {
-                Ok(JobCount {
-                    pool,
-                    state: state
-                        .parse()
-                        .map_err(|e| StoreError::Corrupt(format!("job count: {e}")))?,
-                    count: u64::try_from(count).unwrap_or(0),
-                })
-            })
-            .collect()
+        Ok(super::parse_counts(rows, "job")?
+            .into_iter()
+            .map(|(pool, state, count)| JobCount { pool, state, count })
+            .collect())
     }
 
     pub(super) async fn queued_count(&self, pool: &str) -> Result<u64, StoreError> {

@@ -89,6 +89,29 @@ sql_store_methods!(
         rows.into_iter().map(Runner::try_from).collect()
     }
 
+    pub(super) async fn live_runner_counts(&self) -> Result<Vec<crate::RunnerCount>, StoreError> {
+        // Two columns of the live rows, through the live index, counted
+        // here: a `GROUP BY` in SQL has SQLite scan the (pool, state) index
+        // over every runner ever, history included.
+        let rows: Vec<(String, String)> = sqlx::query_as(&format!(
+            "SELECT pool, state FROM runners WHERE {LIVE_RUNNER} ORDER BY id"
+        ))
+        .fetch_all(self.reader())
+        .await?;
+        let mut counts: std::collections::BTreeMap<(String, String), i64> = Default::default();
+        for row in rows {
+            *counts.entry(row).or_default() += 1;
+        }
+        let rows = counts
+            .into_iter()
+            .map(|((pool, state), n)| (pool, state, n))
+            .collect();
+        Ok(super::parse_counts(rows, "runner")?
+            .into_iter()
+            .map(|(pool, state, count)| crate::RunnerCount { pool, state, count })
+            .collect())
+    }
+
     pub(super) async fn create_registration_token(
         &self,
         token_hash: &str,

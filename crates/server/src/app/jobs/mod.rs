@@ -9,6 +9,7 @@ mod leases;
 
 pub use leases::*;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use runway_core::job::{NewJob, Route};
@@ -160,7 +161,7 @@ pub struct Assigned {
 /// that, but it is read again by the token before any look.
 pub async fn claim(
     service: &Service,
-    runner: &Runner,
+    runner: Arc<Runner>,
     mut remembered: Option<&str>,
     labels: Option<Vec<String>>,
     start: bool,
@@ -168,9 +169,10 @@ pub async fn claim(
     let lease = service.config().runner_api.lease;
     let claim = Claim {
         runner_labels: labels.or_else(|| Some(runner.labels.clone())),
-        ..next_claim(service, runner)
+        ..next_claim(service, &runner)
     };
     let deadline = tokio::time::Instant::now() + service.config().runner_api.poll_timeout;
+    // Shared with the renewals' copy until the runner is read again.
     let mut current = runner.clone();
     let mut changes = 0;
     let mut waiting = service
@@ -222,13 +224,13 @@ pub async fn claim(
                     // Decide again on the runner as it is now (draining?).
                     Ok(ClaimStart::RunnerChanged(fresh)) if changes < MAX_RUNNER_CHANGES => {
                         changes += 1;
-                        current = *fresh;
+                        current = Arc::new(*fresh);
                         continue;
                     }
                     // Not settled: the job it was woken for, if any, is
                     // passed on when it leaves.
                     Ok(ClaimStart::RunnerChanged(fresh)) => {
-                        current = *fresh;
+                        current = Arc::new(*fresh);
                         None
                     }
                     Err(StoreError::RunnerTransition(refused)) => {
@@ -279,7 +281,7 @@ pub async fn claim(
         // (`RunnerChanged`): no need to read it first.
         if !start && remembered.is_none() {
             current = match service.store.get_runner(runner.id).await {
-                Ok(Some(fresh)) => fresh,
+                Ok(Some(fresh)) => Arc::new(fresh),
                 Ok(None) => current,
                 Err(e) => return Err(AppError::store(service, "get_runner", e)),
             };
