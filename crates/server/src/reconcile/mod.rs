@@ -550,7 +550,8 @@ impl Inner {
     }
 
     async fn update_gauges(&self, snapshot: &Snapshot, plan: &Plan) -> Result<(), StoreError> {
-        // Counted by the store: a round with 10,000 runners decodes none.
+        // Counted from two columns of the live rows: a round no longer
+        // decodes every live runner a third time for its gauges.
         let counts = self.store().live_runner_counts().await?;
         let metrics = &self.service.metrics;
         for pool in &self.service.config().pools {
