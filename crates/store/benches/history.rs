@@ -4,7 +4,10 @@
 //! empty history, then 50,000 ended runners; job counts over every job (the
 //! status pages before) against live ones (`live_job_counts`), with 200
 //! queued jobs and no history, then 200,000 finished jobs; and one
-//! retention batch (1,000 finished jobs) out of that history.
+//! retention batch (1,000 finished jobs) out of that history. And what a
+//! fleet of 10,000 live runners costs the console's minute sample: every
+//! runner decoded (`list_live_runners`, what it read before) against
+//! three columns counted (`live_runner_counts`).
 //!
 //! `cargo bench -p runway-store --bench history`. See BENCHMARKS.md.
 
@@ -31,15 +34,52 @@ async fn seed(url: &str, prefix: &str, state: &str, count: u32) {
     pool.close().await;
 }
 
-fn history(c: &mut Criterion) {
+/// A runtime and a new SQLite store in a temporary directory (kept while
+/// it lives) with `live` idle runners; its URL, for seeding more.
+struct Seeded {
+    runtime: tokio::runtime::Runtime,
+    _dir: tempfile::TempDir,
+    url: String,
+    store: SqliteStore,
+}
+
+fn seeded(live: u32) -> Seeded {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let dir = tempfile::tempdir().expect("temporary directory");
-    let url = format!("sqlite://{}", dir.path().join("history.db").display());
+    let url = format!("sqlite://{}", dir.path().join("bench.db").display());
     let store = runtime.block_on(async {
         let store = SqliteStore::open(&url).await.expect("open SQLite");
-        seed(&url, "live", "idle", LIVE).await;
+        seed(&url, "live", "idle", live).await;
         store
     });
+    Seeded {
+        runtime,
+        _dir: dir,
+        url,
+        store,
+    }
+}
+
+/// Every live runner, decoded; there must be `expected` of them.
+fn read_live(
+    runtime: &tokio::runtime::Runtime,
+    store: &SqliteStore,
+    expected: u32,
+) -> Vec<runway_core::Runner> {
+    let live = runtime
+        .block_on(store.list_live_runners(None))
+        .expect("list");
+    assert_eq!(live.len(), expected as usize);
+    live
+}
+
+fn history(c: &mut Criterion) {
+    let Seeded {
+        runtime,
+        _dir,
+        url,
+        store,
+    } = seeded(LIVE);
     let mut group = c.benchmark_group("round_runner_read");
     for ended in [0u32, 50_000] {
         if ended > 0 {
@@ -53,15 +93,37 @@ fn history(c: &mut Criterion) {
             })
         });
         group.bench_with_input(BenchmarkId::new("live_runners", ended), &ended, |b, _| {
-            b.iter(|| {
-                let live = runtime
-                    .block_on(store.list_live_runners(None))
-                    .expect("list");
-                assert_eq!(live.len(), LIVE as usize);
-                live
-            })
+            b.iter(|| read_live(&runtime, &store, LIVE))
         });
     }
+    group.finish();
+}
+
+/// 10,000 live runners: the whole list against the counts.
+fn fleet(c: &mut Criterion) {
+    const FLEET: u32 = 10_000;
+    let Seeded {
+        runtime,
+        _dir,
+        store,
+        ..
+    } = seeded(FLEET);
+    let mut group = c.benchmark_group("fleet_read");
+    group.bench_function("live_runners_10000", |b| {
+        b.iter(|| read_live(&runtime, &store, FLEET))
+    });
+    group.bench_function("live_runner_counts_10000", |b| {
+        b.iter(|| {
+            let counts = runtime
+                .block_on(store.live_runner_counts())
+                .expect("counts");
+            assert_eq!(
+                counts.iter().map(|c| c.count).sum::<u64>(),
+                u64::from(FLEET)
+            );
+            counts
+        })
+    });
     group.finish();
 }
 
@@ -150,6 +212,6 @@ fn status_counts(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20);
-    targets = history, status_counts
+    targets = history, status_counts, fleet
 }
 criterion_main!(benches);

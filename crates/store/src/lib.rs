@@ -335,8 +335,9 @@ pub trait Store: Send + Sync + 'static {
     /// follows live work, not history.
     async fn live_job_counts(&self) -> Result<Vec<JobCount>, StoreError>;
 
-    /// Live runner counts per (pool, state), for gauges: read as two
-    /// columns of the live rows through the live index and counted, not
+    /// Live runner counts per (pool, provider, state), for gauges and the
+    /// console's minute samples: read as three columns of the live rows
+    /// through the live index and counted, not
     /// decoded into runners (a SQL `GROUP BY` has SQLite scan the
     /// `(pool, state)` index over every runner ever).
     async fn live_runner_counts(&self) -> Result<Vec<RunnerCount>, StoreError>;

@@ -292,10 +292,11 @@ pub struct JobCount {
     pub count: u64,
 }
 
-/// How many live runners a pool has in one state.
+/// How many live runners of one provider a pool has in one state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunnerCount {
     pub pool: String,
+    pub provider: String,
     pub state: RunnerState,
     pub count: u64,
 }

@@ -2285,11 +2285,17 @@ mod cases {
 
     pub async fn live_runners_are_the_non_terminal_ones(store: Arc<dyn Store>) {
         let mut ids = Vec::new();
-        for (name, pool) in [("a", "p"), ("b", "p"), ("c", "q"), ("d", "p")] {
+        let runners = [
+            ("a", "p", "sim"),
+            ("b", "p", "sim"),
+            ("c", "q", "sim"),
+            ("d", "p", "other"),
+        ];
+        for (name, pool, provider) in runners {
             let new = NewRunner {
                 name: name.into(),
                 pool: pool.into(),
-                provider: "sim".into(),
+                provider: provider.into(),
                 labels: vec![],
                 stock: false,
             };
@@ -2313,17 +2319,21 @@ mod cases {
             names(store.list_live_runners(Some("p")).await.unwrap()),
             ["a", "d"]
         );
-        // The gauges' counts agree with the list: the failed runner is
-        // not counted.
+        // The gauges' counts agree with the list, by pool and provider:
+        // the failed runner is not counted.
         let state = store.get_runner(ids[0]).await.unwrap().unwrap().state;
-        let counts: Vec<(String, RunnerState, u64)> = store
+        let counts: Vec<(String, String, RunnerState, u64)> = store
             .live_runner_counts()
             .await
             .unwrap()
             .into_iter()
-            .map(|c| (c.pool, c.state, c.count))
+            .map(|c| (c.pool, c.provider, c.state, c.count))
             .collect();
-        assert_eq!(counts, [("p".into(), state, 2), ("q".into(), state, 1)]);
+        let count = |pool: &str, provider: &str| (pool.into(), provider.into(), state, 1);
+        assert_eq!(
+            counts,
+            [count("p", "other"), count("p", "sim"), count("q", "sim")]
+        );
         assert_eq!(
             store
                 .list_runners(&RunnerFilter::default())

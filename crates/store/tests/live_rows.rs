@@ -69,7 +69,7 @@ async fn the_live_runner_query_is_served_by_the_partial_index() {
         .map(|f| format!("SELECT id FROM runners WHERE {LIVE_RUNNER}{f} ORDER BY id"))
         .collect();
     queries.push(format!(
-        "SELECT pool, state FROM runners WHERE {LIVE_RUNNER} ORDER BY id"
+        "SELECT pool, provider, state FROM runners WHERE {LIVE_RUNNER} ORDER BY id"
     ));
     for (pool_filter, details) in filters.iter().zip(plans(&queries).await) {
         assert!(

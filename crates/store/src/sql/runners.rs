@@ -90,25 +90,31 @@ sql_store_methods!(
     }
 
     pub(super) async fn live_runner_counts(&self) -> Result<Vec<crate::RunnerCount>, StoreError> {
-        // Two columns of the live rows, through the live index, counted
+        // Three columns of the live rows, through the live index, counted
         // here: a `GROUP BY` in SQL has SQLite scan the (pool, state) index
         // over every runner ever, history included.
-        let rows: Vec<(String, String)> = sqlx::query_as(&format!(
-            "SELECT pool, state FROM runners WHERE {LIVE_RUNNER} ORDER BY id"
+        let rows: Vec<(String, String, String)> = sqlx::query_as(&format!(
+            "SELECT pool, provider, state FROM runners WHERE {LIVE_RUNNER} ORDER BY id"
         ))
         .fetch_all(self.reader())
         .await?;
-        let mut counts: std::collections::BTreeMap<(String, String), i64> = Default::default();
-        for row in rows {
-            *counts.entry(row).or_default() += 1;
+        let mut counts: std::collections::BTreeMap<((String, String), String), i64> =
+            Default::default();
+        for (pool, provider, state) in rows {
+            *counts.entry(((pool, provider), state)).or_default() += 1;
         }
         let rows = counts
             .into_iter()
-            .map(|((pool, state), n)| (pool, state, n))
+            .map(|(((pool, provider), state), n)| ((pool, provider), state, n))
             .collect();
         Ok(super::parse_counts(rows, "runner")?
             .into_iter()
-            .map(|(pool, state, count)| crate::RunnerCount { pool, state, count })
+            .map(|((pool, provider), state, count)| crate::RunnerCount {
+                pool,
+                provider,
+                state,
+                count,
+            })
             .collect())
     }
 
