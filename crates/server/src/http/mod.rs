@@ -57,7 +57,10 @@ pub fn router(service: Arc<Service>) -> Router {
         .merge(documented)
         .merge(crate::http::console::router())
         .merge(crate::http::garm::router())
-        .layer(axum::middleware::from_fn(channel))
+        // One middleware for both, not one each: every layer clones the
+        // route's service and boxes its future again for each request,
+        // and the runner API's long polls are most of what a waiting fleet
+        // costs (issue 59).
         .layer(axum::middleware::from_fn_with_state(
             service.clone(),
             measured,
@@ -67,34 +70,30 @@ pub fn router(service: Arc<Service>) -> Router {
 
 /// Counts and times each request by its route's template (axum's
 /// `MatchedPath`), so an id in a path never becomes a series of its own;
-/// a request no route matched counts as `unmatched`.
+/// a request no route matched counts as `unmatched`. Runs the request
+/// with the channel its changes are audited under ([`channel_of`]).
 async fn measured(
     axum::extract::State(service): axum::extract::State<Arc<Service>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     let started = std::time::Instant::now();
-    // A method outside HTTP's own is one series, not one each.
-    let method = match *request.method() {
-        axum::http::Method::GET
-        | axum::http::Method::POST
-        | axum::http::Method::PUT
-        | axum::http::Method::PATCH
-        | axum::http::Method::DELETE
-        | axum::http::Method::HEAD
-        | axum::http::Method::OPTIONS => request.method().as_str().to_owned(),
-        _ => "other".to_owned(),
-    };
-    let route = request
-        .extensions()
-        .get::<axum::extract::MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
-    let response = next.run(request).await;
+    let method = method_label(request.method());
+    let route = crate::telemetry::metrics::RouteLabel(
+        request
+            .extensions()
+            .get::<axum::extract::MatchedPath>()
+            .map_or_else(|| Arc::from("unmatched"), |path| Arc::from(path.as_str())),
+    );
+    let channel = channel_of(&request);
+    let response = crate::app::admin::CHANNEL
+        .scope(channel, next.run(request))
+        .await;
     let metrics = &service.metrics;
     metrics
         .http_request_duration
         .get_or_create(&crate::telemetry::metrics::HttpRouteLabels {
-            method: method.clone(),
+            method,
             route: route.clone(),
         })
         .observe(started.elapsed().as_secs_f64());
@@ -109,15 +108,27 @@ async fn measured(
     response
 }
 
-/// Runs each request with the channel its changes are audited under: the
-/// console's pages, the CLI (which names itself `runway/VERSION`), or
-/// any other client of the API.
-async fn channel(
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
+/// A request's method as its metrics' label: a method outside HTTP's own
+/// is one series, not one each.
+fn method_label(method: &axum::http::Method) -> &'static str {
+    match *method {
+        axum::http::Method::GET => "GET",
+        axum::http::Method::POST => "POST",
+        axum::http::Method::PUT => "PUT",
+        axum::http::Method::PATCH => "PATCH",
+        axum::http::Method::DELETE => "DELETE",
+        axum::http::Method::HEAD => "HEAD",
+        axum::http::Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// The channel a request's changes are audited under: the console's
+/// pages, the CLI (which names itself `runway/VERSION`), or any other
+/// client of the API.
+fn channel_of(request: &axum::extract::Request) -> &'static str {
     let path = request.uri().path();
-    let channel = if path == "/" || path.starts_with("/console/") {
+    if path == "/" || path.starts_with("/console/") {
         "console"
     } else if request
         .headers()
@@ -128,10 +139,7 @@ async fn channel(
         "cli"
     } else {
         "api"
-    };
-    crate::app::admin::CHANNEL
-        .scope(channel, next.run(request))
-        .await
+    }
 }
 
 /// The admin and runner APIs: every route registered with its OpenAPI
