@@ -79,6 +79,8 @@ pub fn samples(
                     .map(|c| i64::try_from(c.count).unwrap_or(i64::MAX))
                     .sum()
             };
+            // Live runners are never terminal: these are all of them.
+            let live = in_states(&RunnerState::ALL);
             // Every live runner costs its provider's price, booting ones
             // too; a stopped one its stopped price (its disk).
             let cost: f64 = runners
@@ -94,10 +96,6 @@ pub fn samples(
                 .sum::<f64>()
                 * seconds as f64
                 / 3600.0;
-            let paid: i64 = runners
-                .iter()
-                .map(|c| i64::try_from(c.count).unwrap_or(i64::MAX))
-                .sum();
             let (started, p50, p95) = match percentiles.get(&pool.name) {
                 Some((started, p50, p95)) => {
                     (*started as i64, Some(millis(*p50)), Some(millis(*p95)))
@@ -122,7 +120,7 @@ pub fn samples(
                 started,
                 wait_p50_ms: p50,
                 wait_p95_ms: p95,
-                runner_seconds: paid * seconds,
+                runner_seconds: live * seconds,
                 cost_micros: (cost * 1e6).round() as i64,
                 waits,
             }

@@ -57,10 +57,10 @@ pub fn router(service: Arc<Service>) -> Router {
         .merge(documented)
         .merge(crate::http::console::router())
         .merge(crate::http::garm::router())
-        // One middleware for both, not one each: every layer clones the
-        // route's service and boxes its future again for each request,
-        // and the runner API's long polls are most of what a waiting fleet
-        // costs (issue 59).
+        // One middleware measures a request and scopes its audit channel,
+        // not one layer each: every layer clones the route's service and
+        // boxes its future again for each request, and the runner API's
+        // long polls are most of what a waiting fleet costs (issue 59).
         .layer(axum::middleware::from_fn_with_state(
             service.clone(),
             measured,

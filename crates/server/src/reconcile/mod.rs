@@ -550,7 +550,7 @@ impl Inner {
     }
 
     async fn update_gauges(&self, snapshot: &Snapshot, plan: &Plan) -> Result<(), StoreError> {
-        // Counted from two columns of the live rows: a round no longer
+        // Counted from three columns of the live rows: a round no longer
         // decodes every live runner a third time for its gauges.
         let counts = self.store().live_runner_counts().await?;
         let metrics = &self.service.metrics;

@@ -84,8 +84,6 @@ use crate::rows::{
     bind_columns, history_line, Columns, JobRow, RunnerRow, JOB_COLUMNS, RUNNER_COLUMNS,
 };
 
-/// A claim's runner labels as its statement takes them: a JSON list in
-/// lowercase, or NULL for any.
 /// Rows of `(group, state, COUNT(*))` with their states parsed: the live
 /// job and runner counts. A state the store does not know is corrupt.
 fn parse_counts<G, S>(
@@ -106,6 +104,8 @@ where
         .collect()
 }
 
+/// A claim's runner labels as its statement takes them: a JSON list in
+/// lowercase, or NULL for any.
 fn claim_labels(claim: &Claim) -> Option<String> {
     claim.runner_labels.as_ref().map(|labels| {
         let lower: Vec<String> = labels.iter().map(|l| l.to_lowercase()).collect();
