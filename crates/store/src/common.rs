@@ -139,6 +139,23 @@ pub enum ClaimStartSql {
     /// the runner's compare-and-set. For SQLite, where a statement costs no
     /// round trip to a server, only a hop to the connection's thread.
     ThenRunner(String),
+    /// Statements sent as one script (one hop to the connection's thread)
+    /// that answer as [`ClaimStartSql::OneStatement`] does, with the same
+    /// parameters; `claim` is the dialect's claim that starts its job, as
+    /// [`ClaimStartSql::ThenRunner`] holds it, for the writes that still
+    /// take it apart (a completion that starts the next job).
+    Script { script: String, claim: String },
+}
+
+impl ClaimStartSql {
+    /// The claim that starts its job on its own, followed by the runner's
+    /// compare-and-set apart: `None` for a dialect with one statement.
+    pub fn then_runner(&self) -> Option<&str> {
+        match self {
+            ClaimStartSql::OneStatement(_) => None,
+            ClaimStartSql::ThenRunner(claim) | ClaimStartSql::Script { claim, .. } => Some(claim),
+        }
+    }
 }
 
 /// What each dialect writes its own way (the SQL dialect's
@@ -228,7 +245,8 @@ impl RunnerApiStatements {
                  WHERE token_hash = $1 AND used_at IS NOT NULL AND expires_at > $2 \
                  AND attempt_hash = $3 AND used_by IS NOT NULL"
                 .into(),
-            set_runner_token: "UPDATE runners SET token_hash = $2 WHERE id = $1".into(),
+            set_runner_token: "UPDATE runners SET token_hash = $2, version = version + 1 WHERE id = $1"
+                .into(),
             runner_by_token: format!("SELECT id, {RUNNER_COLUMNS} FROM runners WHERE token_hash = $1"),
             insert_setting: "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING".into(),
             get_setting: "SELECT value FROM settings WHERE key = $1".into(),
@@ -460,7 +478,7 @@ const GUARD: &str = "state = $10 AND runner_id = $11 \
 /// `col = $k, …` over a runner's columns from `$first`, except that the
 /// job is `job` when the bound value is NULL: the job a statement picks
 /// itself (a claim that starts at once).
-fn runner_assignments_with_job(first: usize, job: &str) -> String {
+pub(crate) fn runner_assignments_with_job(first: usize, job: &str) -> String {
     RUNNER_COLUMNS
         .split(',')
         .map(str::trim)
@@ -496,6 +514,35 @@ pub(crate) fn guarded_pair_postgres() -> String {
                ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log) \
          SELECT * FROM j",
         job_columns = qualified("jobs", JOB_COLUMNS),
+        runner = assignments(RUNNER_COLUMNS, runner_first),
+        flag = log,
+        exit = log + 1,
+        text = log + 2,
+    )
+}
+
+/// SQLite: [`guarded_pair_postgres`] as one script (the same parameters,
+/// the same answer), one hop to the connection's thread instead of five
+/// (begin, the job, the runner, the log, commit). All or nothing under a
+/// savepoint (a transaction of its own alone, nested in a group commit's
+/// batch; a failed write closes the connection, which rolls back what it
+/// left open). The runner's compare-and-set comes first and holds only
+/// while the job's guard does; the job is written only if it did and the
+/// log only if the job was (`changes()`: the rows the statement before
+/// wrote), so nothing is written unless both rows were as expected.
+pub(crate) fn guarded_pair_sqlite() -> String {
+    let runner_first = 17;
+    let log = runner_first + column_count(RUNNER_COLUMNS);
+    format!(
+        "SAVEPOINT guarded_pair; \
+         UPDATE runners SET {runner} WHERE id = $15 AND version = $16 \
+           AND EXISTS (SELECT 1 FROM jobs WHERE id = $1 AND {GUARD}); \
+         UPDATE jobs SET {GUARDED_SET} WHERE changes() = 1 AND id = $1 AND {GUARD} \
+           RETURNING id, {JOB_COLUMNS}; \
+         INSERT INTO job_logs (job_id, exit_code, log) SELECT $1, ${exit}, ${text} \
+           WHERE ${flag} = 1 AND changes() = 1 \
+           ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log; \
+         RELEASE guarded_pair",
         runner = assignments(RUNNER_COLUMNS, runner_first),
         flag = log,
         exit = log + 1,

@@ -421,6 +421,9 @@ pub trait Store: Send + Sync + 'static {
     /// runner it registered is still idle with no job ever, name and
     /// labels the same, give that runner again with `runner_token_hash` as
     /// its token (the earlier one, whose answer was lost, no longer works).
+    ///
+    /// The runner answered is the row as stored, its token's write
+    /// included (which moves its version, as [`Store::set_runner_token`]).
     async fn register_runner(
         &self,
         registration_token_hash: &str,
@@ -441,7 +444,9 @@ pub trait Store: Send + Sync + 'static {
     /// Gives runner `runner` the token (hash) it authenticates with,
     /// replacing any it had: for a runner that does not register itself
     /// (a GitHub pool's just-in-time runner), the report token it is
-    /// started with.
+    /// started with. Moves the runner's version on: a write guarded by the
+    /// version a caller read before (a start's compare-and-set) no longer
+    /// holds, so a runner remembered by its old token cannot act on it.
     async fn set_runner_token(&self, runner: RunnerId, token_hash: &str) -> Result<(), StoreError>;
 
     /// An installation-wide value (a cursor, say), if one was stored.

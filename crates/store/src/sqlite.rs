@@ -101,21 +101,63 @@ impl BatchExecutor for Shared<SqliteDialect> {
     }
 }
 
-/// The claim: up to `?4` queued jobs of pool `?1` for runner `?2` under a
-/// lease ending at `?3` (labels `?5`, history `?6`, the cap on a share
-/// key's running jobs `?7`), in fair-share order, each set as `set` says.
+/// The ids a claim takes: up to `?4` queued jobs of pool `?1` that runner
+/// `?2` may take (labels `?5`, the cap on a share key's running jobs `?7`),
+/// in fair-share order.
+const CLAIMABLE: &str = "SELECT id FROM jobs WHERE state = 'queued' AND pool = ?1 \
+     AND (excluded_runners = '[]' OR NOT EXISTS \
+          (SELECT 1 FROM json_each(jobs.excluded_runners) WHERE json_each.value = ?2)) \
+     AND (?5 IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(jobs.labels) AS l \
+          WHERE lower(l.value) NOT IN (SELECT value FROM json_each(?5)))) \
+     AND (?7 IS NULL OR (SELECT count(*) FROM jobs AS r WHERE r.pool = jobs.pool \
+          AND r.share_key = jobs.share_key AND r.state IN ('provisioning', 'running')) < ?7) \
+     ORDER BY share_tag, id LIMIT ?4";
+
+/// The claim: the [`CLAIMABLE`] jobs, for runner `?2` under a lease ending
+/// at `?3` (history `?6`), each set as `set` says.
 fn claim(set: &str) -> String {
     format!(
         "UPDATE jobs SET {set}, runner_id = ?2, lease_deadline = ?3, history = history || ?6 \
-         WHERE id IN (SELECT id FROM jobs WHERE state = 'queued' AND pool = ?1 \
-           AND (excluded_runners = '[]' OR NOT EXISTS \
-                (SELECT 1 FROM json_each(jobs.excluded_runners) WHERE json_each.value = ?2)) \
-           AND (?5 IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(jobs.labels) AS l \
-                WHERE lower(l.value) NOT IN (SELECT value FROM json_each(?5)))) \
-           AND (?7 IS NULL OR (SELECT count(*) FROM jobs AS r WHERE r.pool = jobs.pool \
-                AND r.share_key = jobs.share_key AND r.state IN ('provisioning', 'running')) < ?7) \
-           ORDER BY share_tag, id LIMIT ?4) \
-         RETURNING id, {JOB_COLUMNS}"
+         WHERE id IN ({CLAIMABLE}) RETURNING id, {JOB_COLUMNS}"
+    )
+}
+
+/// A claim that starts its job, and its runner's compare-and-set, as one
+/// script: one hop to the connection's thread instead of five (begin, the
+/// claim, the runner, commit; or, with nothing queued, begin, the claim,
+/// rollback and a read of the runner). Parameters and answer as
+/// `common::claim_start_postgres`: the claim's `$1`–`$7`, the start time
+/// `$8`, the version the runner must still have `$9`, its next columns
+/// `$10`…; one row, the started job's columns (NULL when none started) and
+/// the runner's version as stored.
+///
+/// All or nothing under a savepoint (a transaction of its own when the
+/// group commit runs it alone, nested in the batch's otherwise; a failed
+/// write closes the connection, which rolls back what it left open). The
+/// runner is written first, busy with the claimable job, only if it is
+/// still the row decided on and there is such a job; the job starts only
+/// if that write did (`changes()`, the rows the statement before wrote),
+/// and the answer shows it only if it did.
+fn claim_start_script() -> String {
+    // One style of parameter only: SQLite numbers a `$n` by its first
+    // appearance, so in a statement that also has `?n`, a `$n` and a `?m`
+    // can share a slot.
+    let claimable = CLAIMABLE.replace('?', "$");
+    let runner = crate::common::runner_assignments_with_job(10, "(SELECT id FROM next)");
+    format!(
+        "SAVEPOINT claim_start; \
+         WITH next AS MATERIALIZED ({claimable}) \
+         UPDATE runners SET {runner} \
+           WHERE id = $2 AND version = $9 AND EXISTS (SELECT 1 FROM next); \
+         UPDATE jobs SET state = 'running', runner_id = $2, lease_deadline = $3, started_at = $8, \
+           history = history || $6, version = version + 2 \
+           WHERE changes() = 1 AND state = 'queued' \
+           AND id = (SELECT job_id FROM runners WHERE id = $2); \
+         SELECT job.*, (SELECT version FROM runners WHERE id = $2) AS runner_version \
+           FROM (SELECT 1) AS one LEFT JOIN \
+           (SELECT id, {JOB_COLUMNS} FROM jobs WHERE changes() = 1 \
+             AND id = (SELECT job_id FROM runners WHERE id = $2)) AS job ON 1; \
+         RELEASE claim_start"
     )
 }
 
@@ -132,10 +174,15 @@ impl Dialect for SqliteDialect {
         claim("state = 'provisioning', version = version + 1")
     }
 
+    fn guarded_pair_statement() -> Option<String> {
+        Some(crate::common::guarded_pair_sqlite())
+    }
+
     fn claim_start_statement() -> ClaimStartSql {
-        ClaimStartSql::ThenRunner(claim(
-            "state = 'running', started_at = ?8, version = version + 2",
-        ))
+        ClaimStartSql::Script {
+            script: claim_start_script(),
+            claim: claim("state = 'running', started_at = ?8, version = version + 2"),
+        }
     }
 
     async fn reclaim_space(store: &SqliteStore, pages: u32) -> Result<(), StoreError> {

@@ -433,7 +433,24 @@ mod cases {
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(found.id, runner.id);
+        assert_eq!(found, runner, "the runner answered is the row as stored");
+        // A token replaced moves the runner's version: a start guarded by
+        // the version read with the old token no longer holds.
+        store
+            .set_runner_token(runner.id, "runner-hash-1b")
+            .await
+            .unwrap();
+        let replaced = store
+            .find_runner_by_token("runner-hash-1b")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(replaced.version, runner.version + 1);
+        assert!(store
+            .find_runner_by_token("runner-hash-1")
+            .await
+            .unwrap()
+            .is_none());
         assert!(store
             .find_runner_by_token("hash-1")
             .await
@@ -463,6 +480,11 @@ mod cases {
             .unwrap();
         assert!(again.repeated);
         assert_eq!(again.runner.id, first.runner.id, "no second runner");
+        assert_eq!(
+            store.find_runner_by_token("rt-a2").await.unwrap().as_ref(),
+            Some(&again.runner),
+            "the runner answered again is the row as stored"
+        );
         assert_eq!(
             store
                 .find_runner_by_token("rt-a2")

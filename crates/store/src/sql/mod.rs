@@ -187,9 +187,9 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     /// ([`Store::claim_and_start`]).
     fn claim_start_statement() -> ClaimStartSql;
 
-    /// A guarded job change with its runner's compare-and-set and the
-    /// job's log in one statement ([`crate::common::guarded_pair_postgres`]);
-    /// `None` runs them as a transaction of their own statements.
+    /// A guarded job change with its runner's compare-and-set and the job's
+    /// log in one statement or script (`common::guarded_pair_postgres`,
+    /// `common::guarded_pair_sqlite`); `None`: a transaction of statements.
     fn guarded_pair_statement() -> Option<String> {
         None
     }

@@ -239,8 +239,9 @@ sql_store_methods!(
         // Nothing claimed: no job for this runner, or the runner is no
         // longer the row the decision was made on. Versions only grow, so
         // the same version means the former. Where the claim read the
-        // runner's version itself (PostgreSQL), a waiting runner woken for
-        // a job another took pays one statement, not two.
+        // runner's version itself (PostgreSQL's statement, SQLite's
+        // script), a waiting runner woken for a job another took pays one
+        // statement, not two.
         if stored_version == Some(runner.version) {
             return Ok(ClaimStart::NoJob);
         }

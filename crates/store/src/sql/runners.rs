@@ -197,7 +197,11 @@ sql_store_methods!(
                     .await?;
                 transaction.commit().await?;
                 return Ok(Registration {
-                    runner,
+                    // As stored: the token's write moved its version.
+                    runner: Runner {
+                        version: runner.version + 1,
+                        ..runner
+                    },
                     repeated: true,
                 });
             };
@@ -272,7 +276,11 @@ sql_store_methods!(
                 .await?;
             transaction.commit().await?;
             Ok(Registration {
-                runner,
+                // As stored: the token's write moved its version.
+                runner: Runner {
+                    version: runner.version + 1,
+                    ..runner
+                },
                 repeated: false,
             })
         }

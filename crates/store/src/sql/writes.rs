@@ -142,14 +142,15 @@ shared_methods!(
             .bind(now.as_millis())
         };
         match &self.statements.claim_start {
-            ClaimStartSql::OneStatement(sql) => {
+            ClaimStartSql::OneStatement(sql) | ClaimStartSql::Script { script: sql, .. } => {
                 let columns = Columns::from(runner_next);
                 // Run to its end, as every write (see `insert_job`).
                 let rows = bind_columns(started(sql).bind(runner_version), &columns)
                     .fetch_all(&mut *connection)
                     .await?;
-                // One row: the started job's columns (NULL when none
-                // started) and the runner's stored version.
+                // One row (the script's one row): the started job's
+                // columns (NULL when none started) and the runner's
+                // stored version.
                 let Some(row) = rows.first() else {
                     return Err(StoreError::Corrupt(
                         "a claim that starts answered no row".into(),
@@ -276,7 +277,7 @@ shared_methods!(
         connection: &mut <D::Db as Database>::Connection,
         next: &CompleteNext,
     ) -> Result<Outcome, StoreError> {
-        let ClaimStartSql::ThenRunner(claim_sql) = &self.statements.claim_start else {
+        let Some(claim_sql) = self.statements.claim_start.then_runner() else {
             // A dialect whose claim writes the runner too has the one
             // statement (`Dialect::complete_next_statement`) instead.
             return Err(StoreError::Corrupt(
