@@ -520,55 +520,141 @@ async fn a_runner_waiting_on_an_empty_queue_makes_no_store_query_while_it_polls(
 }
 
 /// A renewal waits on its runner as an earlier poll read it, but never
-/// looks on that: a runner drained, or its token replaced, behind this
-/// replica's back (on another replica; here straight in the store, so
-/// nothing here wakes it) is read again before its next look, and takes
-/// nothing it could not.
+/// acts on that unchecked: a runner drained, or its token replaced, behind
+/// this replica's back (on another replica; here straight in the store, so
+/// nothing here wakes it) takes nothing it could not. Without `start` it is
+/// read again by its token before its look; with `start` the start's
+/// compare-and-set of its version does not hold (both changes move it on),
+/// and then it is read again.
 #[tokio::test]
-async fn a_remembered_runner_is_read_again_before_it_looks() {
-    let harness = Harness::runner_api_polling(None, Duration::from_millis(200)).await;
-    let store = harness.service.store.clone();
-    let replaced = harness.runner("replaced", &["linux"]).await;
-    let drained = harness.runner("drained", &["linux"]).await;
-    for token in [&replaced, &drained] {
-        let (status, _) = harness.request_job(token).await;
-        assert_eq!(status, StatusCode::NO_CONTENT);
-    }
-    let id = |name: &'static str| {
-        let store = store.clone();
-        async move { store.find_runner(name).await.unwrap().unwrap().id }
-    };
-    store
-        .set_runner_token(id("replaced").await, "another token's hash")
-        .await
-        .unwrap();
-    store
-        .apply_runner_event(
-            id("drained").await,
-            &RunnerEvent::DrainRequested,
-            runway_server::clock::now(),
-        )
-        .await
-        .unwrap();
-    // Nothing was queued since: both still wait on what was read.
-    for token in [&replaced, &drained] {
-        let (status, _) = harness.request_job(token).await;
-        assert_eq!(status, StatusCode::NO_CONTENT);
-    }
-    let job = harness.submit(&["linux"], None).await;
-    for (token, status, code) in [
-        (&replaced, StatusCode::UNAUTHORIZED, "unauthorized"),
-        (&drained, StatusCode::GONE, "runner_draining"),
-    ] {
-        let (answered, body) = harness.request_job(token).await;
+async fn a_remembered_runner_takes_nothing_it_could_not() {
+    for start in [false, true] {
+        let harness = Harness::runner_api_polling(None, Duration::from_millis(200)).await;
+        let store = harness.service.store.clone();
+        let poll = |token: String| {
+            let harness = &harness;
+            async move {
+                match start {
+                    true => request_started(harness, &token).await,
+                    false => harness.request_job(&token).await,
+                }
+            }
+        };
+        let replaced = harness.runner("replaced", &["linux"]).await;
+        let drained = harness.runner("drained", &["linux"]).await;
+        for token in [&replaced, &drained] {
+            assert_eq!(poll(token.clone()).await.0, StatusCode::NO_CONTENT);
+        }
+        let id = |name: &'static str| {
+            let store = store.clone();
+            async move { store.find_runner(name).await.unwrap().unwrap().id }
+        };
+        store
+            .set_runner_token(id("replaced").await, "another token's hash")
+            .await
+            .unwrap();
+        store
+            .apply_runner_event(
+                id("drained").await,
+                &RunnerEvent::DrainRequested,
+                runway_server::clock::now(),
+            )
+            .await
+            .unwrap();
+        // Nothing was queued since: both still wait on what was read.
+        for token in [&replaced, &drained] {
+            assert_eq!(poll(token.clone()).await.0, StatusCode::NO_CONTENT);
+        }
+        let job = harness.submit(&["linux"], None).await;
+        for (token, status, code) in [
+            (&replaced, StatusCode::UNAUTHORIZED, "unauthorized"),
+            (&drained, StatusCode::GONE, "runner_draining"),
+        ] {
+            let (answered, body) = poll(token.clone()).await;
+            assert_eq!(
+                (answered, body["code"].as_str()),
+                (status, Some(code)),
+                "start {start}: {body}"
+            );
+        }
+        let queued = store.get_job(JobId(job)).await.unwrap().unwrap();
         assert_eq!(
-            (answered, body["code"].as_str()),
-            (status, Some(code)),
-            "{body}"
+            queued.state,
+            JobState::Queued,
+            "start {start}: nobody took it"
         );
     }
-    let queued = store.get_job(JobId(job)).await.unwrap().unwrap();
-    assert_eq!(queued.state, JobState::Queued, "nobody took it");
+}
+
+/// A runner that starts its jobs as it asks for them (`"start": true`)
+/// and completes them is read by its token once, not once a call: each
+/// start and each completion checks the runner as runway wrote it (its
+/// version). A token replaced in between moves that version on: the
+/// completion with the old token is refused, and the job keeps running
+/// (issue 59: two reads of the eleven statements a job).
+#[tokio::test]
+async fn a_runner_working_through_jobs_is_read_once_and_a_replaced_token_still_fails() {
+    let harness = Harness::runner_api_polling(None, Duration::from_millis(200)).await;
+    let token = harness.runner("worker", &["linux"]).await;
+    let reads = |metrics: &str| {
+        runway_testkit::process::sum_of(metrics, "runway_long_poll_runner_reads_total")
+    };
+    assert_eq!(
+        request_started(&harness, &token).await.0,
+        StatusCode::NO_CONTENT
+    );
+    let complete = |job: i64, token: String| {
+        let harness = &harness;
+        async move {
+            let path = format!("/api/v1/jobs/{job}/complete");
+            harness
+                .post(&path, &token, json!({"conclusion": "success"}))
+                .await
+        }
+    };
+    for round in 0..3 {
+        let job = harness.submit(&["linux"], None).await;
+        let (status, started) = request_started(&harness, &token).await;
+        assert_eq!(
+            (status, started["id"].as_i64()),
+            (StatusCode::CREATED, Some(job)),
+            "round {round}"
+        );
+        let (status, done) = complete(job, token.clone()).await;
+        assert_eq!(
+            (status, done["state"].as_str()),
+            (StatusCode::OK, Some("completed"))
+        );
+        assert_eq!(
+            reads(&harness.metrics().await),
+            1.0,
+            "round {round}: no read"
+        );
+    }
+    let job = harness.submit(&["linux"], None).await;
+    assert_eq!(
+        request_started(&harness, &token).await.0,
+        StatusCode::CREATED
+    );
+    let store = &harness.service.store;
+    let runner = store.find_runner("worker").await.unwrap().unwrap();
+    store
+        .set_runner_token(runner.id, "another token's hash")
+        .await
+        .unwrap();
+    let (status, body) = complete(job, token.clone()).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("unauthorized")),
+        "{body}"
+    );
+    let running = store.get_job(JobId(job)).await.unwrap().unwrap();
+    assert_eq!(running.state, JobState::Running, "the job keeps running");
+    assert_eq!(
+        reads(&harness.metrics().await),
+        2.0,
+        "read again, then refused"
+    );
 }
 
 /// A job requeued because its lease ran out wakes a runner that waits for
@@ -1240,7 +1326,6 @@ async fn tell_runner(harness: &Harness, name: &str, event: RunnerEvent) {
         .unwrap();
 }
 
-/// `jobs/request` for a job that starts at once (`"start": true`).
 /// A `jobs/request` running in the background.
 type Poll = tokio::task::JoinHandle<(StatusCode, Value)>;
 
@@ -1257,7 +1342,6 @@ fn poll_in_background(harness: &Arc<Harness>, token: String, start: bool) -> Pol
     })
 }
 
-/// What a background poll answered, within 10 s.
 /// Until `count` runners wait in long polls (10 s at most).
 async fn until_waiting(harness: &Harness, count: usize) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -1271,6 +1355,7 @@ async fn until_waiting(harness: &Harness, count: usize) {
     }
 }
 
+/// What a background poll answered, within 10 s.
 async fn answer(poll: Poll) -> (StatusCode, Value) {
     tokio::time::timeout(Duration::from_secs(10), poll)
         .await
@@ -1278,6 +1363,7 @@ async fn answer(poll: Poll) -> (StatusCode, Value) {
         .expect("task")
 }
 
+/// `jobs/request` for a job that starts at once (`"start": true`).
 async fn request_started(harness: &Harness, token: &str) -> (StatusCode, Value) {
     harness
         .post("/api/v1/jobs/request", token, json!({"start": true}))

@@ -38,19 +38,25 @@ pub const RENEWAL_TTL: Duration = Duration::from_secs(300);
 /// all of them, were none stale).
 const RENEWALS_KEPT: usize = 100_000;
 
-/// Long-polling runners by their token's hash, as a poll read them from
-/// the store, for up to [`RENEWAL_TTL`]. A renewal that waits without a
-/// look (nothing was queued for its runner since its last look found
-/// nothing) then needs no store read at all: at 10,000 waiting runners that
-/// read was a third of what waiting cost.
+/// Runners by their token's hash, as runway last read them from the store
+/// for a long poll or wrote them for one of its starts or completions,
+/// for up to [`RENEWAL_TTL`]. A renewal that waits without a look (nothing
+/// was queued for its runner since its last look found nothing) then
+/// needs no store read at all: at 10,000 waiting runners that read was a
+/// third of what waiting cost. A poll that starts its job and the
+/// completion that ends it need none either.
 ///
-/// Never trusted for a look: before one, `jobs::claim` reads the runner by
-/// its token again (a token replaced or a runner ended answers 401, a
-/// runner draining 410), so a remembered runner never takes a job it
-/// could not. What staleness costs: a runner drained or ended elsewhere
-/// (another replica, the reconciler) and never woken here keeps waiting
-/// until its poll times out, for at most [`RENEWAL_TTL`] plus one poll.
-/// One drained or ended on this replica is woken, and looks, at once.
+/// Trusted only where a write checks it: a start's and a completion's
+/// compare-and-set of the runner's version, which anything that changes
+/// the runner moves on (drained, ended, its token replaced). Where such a
+/// write does not hold, and before any other look (a claim that does not
+/// start), `jobs` reads the runner by its token again (a token replaced or
+/// a runner ended answers 401, a runner draining 410), so a remembered
+/// runner never takes or ends a job it could not. What staleness costs: a
+/// runner drained or ended elsewhere (another replica, the reconciler) and
+/// never woken here keeps waiting until its poll times out, for at most
+/// [`RENEWAL_TTL`] plus one poll. One drained or ended on this replica is
+/// woken, and looks, at once.
 #[derive(Default)]
 pub struct Renewals {
     runners: Mutex<Remembered>,
@@ -90,6 +96,16 @@ impl Renewals {
     fn lock(&self) -> MutexGuard<'_, Remembered> {
         self.runners.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// A runner as a runner API call named it by its token: read from the
+/// store, or `remembered` from [`Renewals`] (not proven current until a
+/// write guarded by its version holds, or it is read again).
+pub struct ByToken {
+    pub runner: Arc<Runner>,
+    /// The hash of the runner token the call was made with.
+    pub token_hash: String,
+    pub remembered: bool,
 }
 
 /// The runner a runner token named, if it may still call the runner API;

@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use runway_core::Runner;
 use subtle::ConstantTimeEq;
 
-use crate::app::tokens::token_hash;
+use crate::app::tokens::{token_hash, ByToken};
 use crate::app::Service;
 use crate::config::{Role, Scope, Secret};
 use crate::http::error::ApiError;
@@ -274,40 +274,38 @@ impl FromRequestParts<Arc<Service>> for RunnerAuth {
     }
 }
 
-/// The runner of a long poll (`POST /api/v1/jobs/request`): read as
-/// [`RunnerAuth`] reads it, or, renewed by the same token within
-/// `tokens::RENEWAL_TTL`, as an earlier poll read it
-/// (`Service::renewals`). Then `remembered` holds the token's hash, and
-/// `jobs::claim` reads the runner by it again before any look.
-pub struct PollingRunner {
-    pub runner: Arc<Runner>,
-    pub remembered: Option<String>,
-}
+/// The runner of a long poll (`POST /api/v1/jobs/request`) or a
+/// completion: read as [`RunnerAuth`] reads it, or, asked again with the
+/// same token within `tokens::RENEWAL_TTL`, as runway last read or wrote
+/// it for that token (`Service::renewals`; see there for when that is
+/// trusted).
+pub struct RememberedRunner(pub ByToken);
 
-impl FromRequestParts<Arc<Service>> for PollingRunner {
+impl FromRequestParts<Arc<Service>> for RememberedRunner {
     type Rejection = ApiError;
 
     async fn from_request_parts(
         parts: &mut Parts,
         service: &Arc<Service>,
-    ) -> Result<PollingRunner, ApiError> {
-        let hash = token_hash(bearer(parts)?);
-        if let Some(runner) = service.renewals.get(&hash, std::time::Instant::now()) {
-            return Ok(PollingRunner {
+    ) -> Result<RememberedRunner, ApiError> {
+        let token_hash = token_hash(bearer(parts)?);
+        let now = std::time::Instant::now();
+        if let Some(runner) = service.renewals.get(&token_hash, now) {
+            return Ok(RememberedRunner(ByToken {
                 runner,
-                remembered: Some(hash),
-            });
+                token_hash,
+                remembered: true,
+            }));
         }
         service.metrics.long_poll_runner_reads.inc();
         let RunnerAuth(runner) = RunnerAuth::from_request_parts(parts, service).await?;
         let runner = Arc::new(runner);
-        service
-            .renewals
-            .put(&hash, runner.clone(), std::time::Instant::now());
-        Ok(PollingRunner {
+        service.renewals.put(&token_hash, runner.clone(), now);
+        Ok(RememberedRunner(ByToken {
             runner,
-            remembered: None,
-        })
+            token_hash,
+            remembered: false,
+        }))
     }
 }
 

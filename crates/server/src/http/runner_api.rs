@@ -18,7 +18,7 @@ use utoipa_axum::routes;
 use crate::app::jobs::{self, Completion, ProvisioningStatus, Submission};
 use crate::app::{runners, AppError, Service};
 use crate::clock::rfc3339;
-use crate::http::auth::{Operator, PollingRunner, Reader, RunnerAuth};
+use crate::http::auth::{Operator, Reader, RememberedRunner, RunnerAuth};
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::extract::{optional_json, path_id, whole, Path};
 use crate::http::openapi::{HolderRefusals, ReadRefusals, RunnerRefusals, WriteRefusals};
@@ -279,21 +279,12 @@ pub struct AssignedJobDto {
         RunnerRefusals,
     ))]
 async fn request_job(
-    polling: PollingRunner,
+    RememberedRunner(runner): RememberedRunner,
     State(service): State<Arc<Service>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let request: JobRequest = optional_json(&body)?;
-    let PollingRunner { runner, remembered } = polling;
-    match jobs::claim(
-        &service,
-        runner,
-        remembered.as_deref(),
-        request.labels,
-        request.start,
-    )
-    .await?
-    {
+    match jobs::claim(&service, runner, request.labels, request.start).await? {
         Some(assigned) => Ok((StatusCode::CREATED, Json(assigned_dto(assigned))).into_response()),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }
@@ -461,7 +452,7 @@ fn conclusions() -> utoipa::openapi::Object {
         HolderRefusals,
     ))]
 async fn complete(
-    RunnerAuth(runner): RunnerAuth,
+    RememberedRunner(runner): RememberedRunner,
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
     body: Bytes,
@@ -489,7 +480,7 @@ async fn complete(
         exit_code: request.exit_code,
         log_tail: request.log_tail,
     };
-    let (job, next) = jobs::complete(&service, &runner, id, completion, request.next).await?;
+    let (job, next) = jobs::complete(&service, runner, id, &completion, request.next).await?;
     Ok(Json(CompletedDto {
         id: job.id.0,
         state: job.state.as_str().to_owned(),

@@ -5,8 +5,10 @@
 //! quiet runner's job back in the queue. A change that moves a job and its
 //! runner together is one store transaction.
 
+mod complete;
 mod leases;
 
+pub use complete::*;
 pub use leases::*;
 
 use std::sync::Arc;
@@ -14,15 +16,16 @@ use std::time::Duration;
 
 use runway_core::job::{NewJob, Route};
 use runway_core::routing::RouteDecision;
-use runway_core::{Conclusion, Job, JobEvent, JobId, JobState, Runner, RunnerState, Timestamp};
+use runway_core::{Job, JobEvent, JobId, JobState, Runner, RunnerState, Timestamp};
 use runway_store::{Claim, ClaimStart, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::app::tokens::ByToken;
 use crate::app::{AppError, ErrorKind, Service};
 use crate::clock::now;
 use crate::telemetry::events::JobContext;
-use crate::telemetry::metrics::{JobConclusionLabels, PoolLabel};
+use crate::telemetry::metrics::PoolLabel;
 
 /// The most a runner may report of a job's output.
 pub const MAX_LOG_TAIL: usize = 64 * 1024;
@@ -156,16 +159,23 @@ pub struct Assigned {
 /// waiting under its lease for the runner's accept; a runner that cannot
 /// start a job (busy with another) is refused.
 ///
-/// `remembered`: `runner` is as an earlier poll read it
-/// (`Service::renewals`), and this is its token's hash. It may wait on
-/// that, but it is read again by the token before any look.
+/// `asked`: the runner as the poll's token named it, maybe as runway
+/// last read or wrote it for that token (`Service::renewals`). Such a
+/// remembered runner may wait, and start a job (the start's
+/// compare-and-set of its version proves it current: its token not
+/// replaced, not drained, not ended); before a look that does not start,
+/// or where the start's check did not hold, it is read again by the token.
 pub async fn claim(
     service: &Service,
-    runner: Arc<Runner>,
-    mut remembered: Option<&str>,
+    asked: ByToken,
     labels: Option<Vec<String>>,
     start: bool,
 ) -> Result<Option<Assigned>, AppError> {
+    let ByToken {
+        runner,
+        token_hash,
+        remembered,
+    } = asked;
     let lease = service.config().runner_api.lease;
     let claim = Claim {
         runner_labels: labels.or_else(|| Some(runner.labels.clone())),
@@ -174,6 +184,8 @@ pub async fn claim(
     let deadline = tokio::time::Instant::now() + service.config().runner_api.poll_timeout;
     // Shared with the renewals' copy until the runner is read again.
     let mut current = runner.clone();
+    // `current` came from the renewals and no write has proved it yet.
+    let mut unproven = remembered;
     let mut changes = 0;
     let mut waiting = service
         .waiters
@@ -201,9 +213,11 @@ pub async fn claim(
             ));
         }
         if look {
-            if let Some(token_hash) = remembered.take() {
-                // Decide on the runner as it is now (draining? ended?).
-                current = crate::app::tokens::read_again(service, token_hash).await?;
+            if unproven && !start {
+                // A claim that does not start checks nothing of the
+                // runner: decide on it as it is now (draining? ended?).
+                unproven = false;
+                current = crate::app::tokens::read_again(service, &token_hash).await?;
                 continue;
             }
             // Listen before looking, so a job enqueued in between still
@@ -215,16 +229,26 @@ pub async fn claim(
                     Ok(ClaimStart::Started(moved)) => {
                         waiting.settled();
                         started(service, &current, &moved.job, now);
+                        if let Some(busy) = moved.runner {
+                            // As written: what its completion checks.
+                            let busy = Arc::new(busy);
+                            let at = std::time::Instant::now();
+                            service.renewals.put(&token_hash, busy, at);
+                        }
                         Some(moved.job)
                     }
                     Ok(ClaimStart::NoJob) => {
+                        // The runner is the row it was decided on.
+                        unproven = false;
                         waiting.found_nothing();
                         None
                     }
-                    // Decide again on the runner as it is now (draining?).
-                    Ok(ClaimStart::RunnerChanged(fresh)) if changes < MAX_RUNNER_CHANGES => {
+                    // The runner changed (its token too, maybe): decide
+                    // again on it as its token names it now.
+                    Ok(ClaimStart::RunnerChanged(_)) if changes < MAX_RUNNER_CHANGES => {
                         changes += 1;
-                        current = Arc::new(*fresh);
+                        unproven = false;
+                        current = crate::app::tokens::read_again(service, &token_hash).await?;
                         continue;
                     }
                     // Not settled: the job it was woken for, if any, is
@@ -232,6 +256,15 @@ pub async fn claim(
                     Ok(ClaimStart::RunnerChanged(fresh)) => {
                         current = Arc::new(*fresh);
                         None
+                    }
+                    // A remembered runner that is gone, or says it cannot
+                    // start: as its token names it now, it may.
+                    Err(StoreError::RunnerNotFound(_) | StoreError::RunnerTransition(_))
+                        if unproven =>
+                    {
+                        unproven = false;
+                        current = crate::app::tokens::read_again(service, &token_hash).await?;
+                        continue;
                     }
                     Err(StoreError::RunnerTransition(refused)) => {
                         return Err(AppError::new(
@@ -278,8 +311,9 @@ pub async fn claim(
         }
         // A claim that starts its job holds only if the runner is still the
         // row it was decided on, and answers with the row as it is when not
-        // (`RunnerChanged`): no need to read it first.
-        if !start && remembered.is_none() {
+        // (`RunnerChanged`): no need to read it first. An unproven one is
+        // read by its token before the look.
+        if !start && !unproven {
             current = match service.store.get_runner(runner.id).await {
                 Ok(Some(fresh)) => Arc::new(fresh),
                 Ok(None) => current,
@@ -520,112 +554,6 @@ pub async fn heartbeat(service: &Service, runner: &Runner, id: JobId) -> Result<
     }
 }
 
-/// How a runner ended a job.
-#[derive(Debug, Clone)]
-pub struct Completion {
-    pub conclusion: Conclusion,
-    pub exit_code: Option<i64>,
-    /// The end of the job's output; only the last [`MAX_LOG_TAIL`] bytes are kept.
-    pub log_tail: String,
-}
-
-/// The last `MAX_LOG_TAIL` bytes of `log`, cut at a character boundary.
-fn tail(log: &str) -> &str {
-    if log.len() <= MAX_LOG_TAIL {
-        return log;
-    }
-    let mut start = log.len() - MAX_LOG_TAIL;
-    while !log.is_char_boundary(start) {
-        start += 1;
-    }
-    &log[start..]
-}
-
-/// Ends job `id` that `runner` holds: the job and its runner move in one
-/// write with the job's log, so the runner is free (or, ephemeral,
-/// stopping) exactly when its job is over and an acknowledged completion
-/// has its log. With `next`, the runner's next job starts in the same
-/// write when one is queued and the runner can take it (not stopping, not
-/// draining): one write a job for a runner that works through a queue.
-/// No long poll: without a queued job the runner asks `jobs/request`.
-pub async fn complete(
-    service: &Service,
-    runner: &Runner,
-    id: JobId,
-    completion: Completion,
-    next: bool,
-) -> Result<(Job, Option<Assigned>), AppError> {
-    let now = now();
-    let conclusion = completion.conclusion;
-    let terminate = service.stops_after_its_job(runner);
-    let event = JobEvent::Complete {
-        runner: runner.id,
-        conclusion,
-    };
-    let log = tail(&completion.log_tail);
-    let claim = next_claim(service, runner);
-    // The hot path: one statement ends the job (if this runner runs it),
-    // frees or stops the runner (if it is still the row this request
-    // authenticated with), stores the log and, asked, starts the next job,
-    // all or nothing. Anything else takes the general path below.
-    let hot = match (
-        event.guarded(now),
-        runway_core::moves::finish_by_id(id, runner, terminate, now),
-    ) {
-        (Some(change), Some(free)) if next => service
-            .store
-            .complete_and_start_next(
-                id,
-                &change,
-                (runner, &free),
-                Some((completion.exit_code, log)),
-                &claim,
-                now,
-            )
-            .await
-            .map_err(|e| AppError::transition(service, "complete", e))?
-            .map(|(moved, started)| (moved.job, free, started)),
-        (Some(change), Some(free)) => service
-            .store
-            .apply_guarded_with_runner(
-                id,
-                &change,
-                (runner, &free),
-                Some((completion.exit_code, log)),
-            )
-            .await
-            .map_err(|e| AppError::transition(service, "complete", e))?
-            .map(|moved| (moved.job, free, None)),
-        _ => None,
-    };
-    let (job, free, started_job) = match hot {
-        Some(done) => done,
-        None => {
-            let log = (completion.exit_code, log);
-            let moved =
-                complete_in_general(service, runner, (id, &event), log, terminate, now).await?;
-            let free = moved.runner.unwrap_or_else(|| runner.clone());
-            let started_job = match next {
-                true => start_now(service, &free, &claim, now).await?,
-                false => None,
-            };
-            (moved.job, free, started_job)
-        }
-    };
-    completed(service, Some(&free), &job, conclusion, now);
-    if claim.max_running_per_key.is_some() && job.state.is_terminal() {
-        // Under a cap, this job's end may free its key's next: the pool's
-        // waiting runners look again (a wake-up per job would not know
-        // which key is now free).
-        service.waiters.wake_all(Some(&claim.pool));
-    }
-    let assigned = started_job.map(|started_job| {
-        started(service, &free, &started_job, now);
-        assigned(started_job, claim.lease)
-    });
-    Ok((job, assigned))
-}
-
 /// The claim of a runner's next job: its pool, its registered labels, the
 /// configured lease, the pool's cap on one key's running jobs.
 fn next_claim(service: &Service, runner: &Runner) -> Claim {
@@ -642,25 +570,6 @@ fn next_claim(service: &Service, runner: &Runner) -> Claim {
     }
 }
 
-/// One attempt to start `runner`'s next job, without waiting: the job, or
-/// `None` when none is queued or the runner cannot take one now.
-async fn start_now(
-    service: &Service,
-    runner: &Runner,
-    claim: &Claim,
-    now: Timestamp,
-) -> Result<Option<Job>, AppError> {
-    if runway_core::moves::start_on_claim(runner, now).is_err() {
-        return Ok(None);
-    }
-    match service.store.claim_and_start(claim, runner, now).await {
-        Ok(ClaimStart::Started(moved)) => Ok(Some(moved.job)),
-        Ok(ClaimStart::NoJob | ClaimStart::RunnerChanged(_)) => Ok(None),
-        Err(StoreError::RunnerTransition(_)) => Ok(None),
-        Err(e) => Err(AppError::store(service, "claim_and_start", e)),
-    }
-}
-
 /// A started job as the runner API hands it out, its script and timeout
 /// read from its payload.
 fn assigned(job: Job, lease: Duration) -> Assigned {
@@ -674,98 +583,6 @@ fn assigned(job: Job, lease: Duration) -> Assigned {
         timeout_seconds: payload.timeout_seconds,
         lease,
     }
-}
-
-/// [`complete`] when its one statement did not apply: the job is read and
-/// refused as the state machine says, the log stored, and the job and its
-/// runner moved as they are found.
-async fn complete_in_general(
-    service: &Service,
-    runner: &Runner,
-    (id, event): (JobId, &JobEvent),
-    (exit_code, log): (Option<i64>, &str),
-    terminate: bool,
-    now: Timestamp,
-) -> Result<runway_store::Moved, AppError> {
-    let current = service
-        .store
-        .get_job(id)
-        .await
-        .map_err(|e| AppError::store(service, "get_job", e))?
-        .ok_or_else(|| AppError::not_found(format!("no job {id}")))?;
-    if current.state.is_terminal() {
-        return Err(AppError::new(
-            ErrorKind::Conflict,
-            "invalid_transition",
-            format!("job {id} is {}, which is final", current.state),
-        ));
-    }
-    if !current.is_held_by(runner.id) {
-        return Err(AppError::transition(
-            service,
-            "complete",
-            StoreError::JobTransition(runway_core::JobTransitionError::NotHolder {
-                job: id,
-                runner: runner.id,
-            }),
-        ));
-    }
-    service
-        .store
-        .put_job_log(id, exit_code, log)
-        .await
-        .map_err(|e| AppError::store(service, "put_job_log", e))?;
-    let finish = |_: &Job, after: &Job, current: &Runner, now: Timestamp| {
-        Ok(runway_core::moves::finish(after, current, terminate, now))
-    };
-    service
-        .store
-        .move_job_and_runner(id, event, Some(runner.id), &finish, now)
-        .await
-        .map_err(|e| AppError::transition(service, "complete", e))
-}
-
-/// What a job that ended (its runner now `runner_after`) is counted as.
-fn completed(
-    service: &Service,
-    runner_after: Option<&Runner>,
-    job: &Job,
-    conclusion: Conclusion,
-    now: Timestamp,
-) {
-    let pool = job.pool.clone().unwrap_or_default();
-    let labels = service.metrics.job_labels(&pool, None, None, None);
-    service
-        .metrics
-        .jobs_completed
-        .get_or_create(&JobConclusionLabels {
-            job: labels.clone(),
-            conclusion: conclusion.as_str().to_owned(),
-        })
-        .inc();
-    if let Some(started) = job.started_at {
-        let ran = now.since(started).as_secs_f64();
-        service
-            .metrics
-            .job_run_duration
-            .get_or_create(&labels)
-            .observe(ran);
-        // The runner reported its job's end itself: the spec's `normal`
-        // stop (its post-job phase); how the job went is its conclusion.
-        service.events.emit(
-            "runner_stop",
-            api_job(&pool).fields(
-                now,
-                crate::app::reports::stop_fields(
-                    "normal",
-                    Some(ran),
-                    json!({"conclusion": conclusion.as_str()}),
-                ),
-            ),
-            now,
-        );
-    }
-    service.runner_moved(runner_after);
 }
 
 #[cfg(test)]
