@@ -132,28 +132,28 @@ pub enum ClaimStartSql {
     /// The job and its runner in one statement
     /// ([`claim_start_postgres`]'s parameters).
     OneStatement(String),
-    /// The dialect's claim statement that makes the job `running` at once
-    /// (the same parameters, `$6` holding both history lines — claimed,
-    /// started — and `$7` the start time; the version moves by two, as a
-    /// claim and its accept move it), followed in the same transaction by
-    /// the runner's compare-and-set. For SQLite, where a statement costs no
-    /// round trip to a server, only a hop to the connection's thread.
-    ThenRunner(String),
-    /// Statements sent as one script (one hop to the connection's thread)
-    /// that answer as [`ClaimStartSql::OneStatement`] does, with the same
-    /// parameters; `claim` is the dialect's claim that starts its job, as
-    /// [`ClaimStartSql::ThenRunner`] holds it, for the writes that still
-    /// take it apart (a completion that starts the next job).
-    Script { script: String, claim: String },
+    /// Statements sent as one script (one hop to the connection's thread:
+    /// SQLite, where a statement costs no round trip to a server, only
+    /// that hop) that answer as [`ClaimStartSql::OneStatement`] does, with
+    /// the same parameters; `complete_next` the completion that starts the
+    /// runner's next job as a script too ([`complete_next_script`]), with
+    /// its log and without.
+    Script {
+        script: String,
+        complete_next: (String, String),
+    },
 }
 
 impl ClaimStartSql {
-    /// The claim that starts its job on its own, followed by the runner's
-    /// compare-and-set apart: `None` for a dialect with one statement.
-    pub fn then_runner(&self) -> Option<&str> {
+    /// [`complete_next_script`] with a log or without, where the dialect
+    /// has it.
+    pub fn complete_next_script(&self, with_log: bool) -> Option<&str> {
         match self {
+            ClaimStartSql::Script { complete_next, .. } => Some(match with_log {
+                true => &complete_next.0,
+                false => &complete_next.1,
+            }),
             ClaimStartSql::OneStatement(_) => None,
-            ClaimStartSql::ThenRunner(claim) | ClaimStartSql::Script { claim, .. } => Some(claim),
         }
     }
 }
@@ -164,7 +164,7 @@ pub(crate) struct DialectSql {
     pub backend: crate::Backend,
     pub claim: String,
     pub claim_start: ClaimStartSql,
-    pub guarded_pair: Option<String>,
+    pub guarded_pair: String,
     pub complete_next: Option<String>,
     pub enqueue_delivery: Option<String>,
 }
@@ -175,7 +175,7 @@ pub(crate) struct Statements {
     /// the dialect\'s `claim_start_statement`.
     pub claim_start: ClaimStartSql,
     /// the dialect\'s `guarded_pair_statement`.
-    pub guarded_pair: Option<String>,
+    pub guarded_pair: String,
     /// the dialect\'s `complete_next_statement`.
     pub complete_next: Option<String>,
     /// the dialect\'s `enqueue_delivery_statement`.
@@ -547,6 +547,54 @@ pub(crate) fn guarded_pair_sqlite() -> String {
         flag = log,
         exit = log + 1,
         text = log + 2,
+    )
+}
+
+/// SQLite: a completion that starts the runner's next job, as one script
+/// (one hop instead of six). Parameters: [`guarded_job`]'s `$1`–`$14`, the
+/// runner's id (`$15`) and the version it must still have (`$16`), its
+/// columns finished (`$17`…) and busy (the job NULL: the claimed one is
+/// written), then the claim's seven and the start time, and with `log` the
+/// exit code and the text. `claimable` selects the job to start, its
+/// parameters numbered from the claim's first. Under a savepoint, each
+/// step only if the one before wrote (`changes()`): the runner finished
+/// while the job's guard holds, the job ended, its log, the runner busy
+/// with the next claimable job, that job started. Rows: the ended job
+/// (`part` 0) and the started one (`part` 1), none when nothing held.
+pub(crate) fn complete_next_script(claimable: &str, log: bool) -> String {
+    let count = column_count(RUNNER_COLUMNS);
+    let (finished, busy) = (17, 17 + count);
+    let claim = busy + count;
+    let log_step = match log {
+        true => format!(
+            "INSERT INTO job_logs (job_id, exit_code, log) SELECT $1, ${}, ${} \
+             WHERE changes() = 1 \
+             ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log; ",
+            claim + 8,
+            claim + 9
+        ),
+        false => String::new(),
+    };
+    format!(
+        "SAVEPOINT complete_next; \
+         UPDATE runners SET {finished} WHERE id = $15 AND version = $16 \
+           AND EXISTS (SELECT 1 FROM jobs WHERE id = $1 AND {GUARD}); \
+         UPDATE jobs SET {GUARDED_SET} WHERE changes() = 1 AND id = $1 AND {GUARD} \
+           RETURNING 0 AS part, id, {JOB_COLUMNS}; \
+         {log_step}\
+         WITH next AS MATERIALIZED ({claimable}) \
+         UPDATE runners SET {busy} WHERE changes() = 1 AND id = $15 AND EXISTS (SELECT 1 FROM next); \
+         UPDATE jobs SET state = 'running', runner_id = $15, lease_deadline = ${lease}, \
+           started_at = ${now}, history = history || ${steps}, version = version + 2 \
+           WHERE changes() = 1 AND state = 'queued' \
+           AND id = (SELECT job_id FROM runners WHERE id = $15) \
+           RETURNING 1 AS part, id, {JOB_COLUMNS}; \
+         RELEASE complete_next",
+        finished = assignments(RUNNER_COLUMNS, finished),
+        busy = runner_assignments_with_job(busy, "(SELECT id FROM next)"),
+        lease = claim + 2,
+        steps = claim + 5,
+        now = claim + 7,
     )
 }
 

@@ -143,7 +143,8 @@ impl Op {
     pub fn is_one_statement(&self) -> bool {
         match self {
             Op::Enqueue { delivery, .. } => delivery.is_none(),
-            // Opens its own (nested) transaction for its two writes.
+            // Opens its own (nested) transaction for its two writes, or
+            // is one statement, or one script under a savepoint of its own.
             Op::ReplaceWithRunner { .. }
             | Op::ClaimStart { .. }
             | Op::GuardedWithRunner { .. }

@@ -299,8 +299,8 @@ impl Dialect for PostgresDialect {
         ClaimStartSql::OneStatement(crate::common::claim_start_postgres(NEXT_QUEUED))
     }
 
-    fn guarded_pair_statement() -> Option<String> {
-        Some(crate::common::guarded_pair_postgres())
+    fn guarded_pair_statement() -> String {
+        crate::common::guarded_pair_postgres()
     }
 
     fn complete_next_statement() -> Option<String> {

@@ -113,6 +113,16 @@ const CLAIMABLE: &str = "SELECT id FROM jobs WHERE state = 'queued' AND pool = ?
           AND r.share_key = jobs.share_key AND r.state IN ('provisioning', 'running')) < ?7) \
      ORDER BY share_tag, id LIMIT ?4";
 
+/// [`CLAIMABLE`] with its parameters numbered from `$first` (`?1` is
+/// `$first`). In `$n` style only: SQLite numbers a `$n` by its first
+/// appearance, so in a statement that also has `?n`, a `$n` and a `?m`
+/// can share a slot.
+fn claimable_from(first: usize) -> String {
+    (1..=7).fold(CLAIMABLE.to_owned(), |sql, n| {
+        sql.replace(&format!("?{n}"), &format!("${}", first + n - 1))
+    })
+}
+
 /// The claim: the [`CLAIMABLE`] jobs, for runner `?2` under a lease ending
 /// at `?3` (history `?6`), each set as `set` says.
 fn claim(set: &str) -> String {
@@ -139,10 +149,7 @@ fn claim(set: &str) -> String {
 /// if that write did (`changes()`, the rows the statement before wrote),
 /// and the answer shows it only if it did.
 fn claim_start_script() -> String {
-    // One style of parameter only: SQLite numbers a `$n` by its first
-    // appearance, so in a statement that also has `?n`, a `$n` and a `?m`
-    // can share a slot.
-    let claimable = CLAIMABLE.replace('?', "$");
+    let claimable = claimable_from(1);
     let runner = crate::common::runner_assignments_with_job(10, "(SELECT id FROM next)");
     format!(
         "SAVEPOINT claim_start; \
@@ -174,14 +181,18 @@ impl Dialect for SqliteDialect {
         claim("state = 'provisioning', version = version + 1")
     }
 
-    fn guarded_pair_statement() -> Option<String> {
-        Some(crate::common::guarded_pair_sqlite())
+    fn guarded_pair_statement() -> String {
+        crate::common::guarded_pair_sqlite()
     }
 
     fn claim_start_statement() -> ClaimStartSql {
+        // The completion's claim comes after its 16 parameters and the
+        // runner's columns twice.
+        let first = 17 + 2 * crate::rows::column_count(crate::rows::RUNNER_COLUMNS);
+        let complete_next = |log| crate::common::complete_next_script(&claimable_from(first), log);
         ClaimStartSql::Script {
             script: claim_start_script(),
-            claim: claim("state = 'running', started_at = ?8, version = version + 2"),
+            complete_next: (complete_next(true), complete_next(false)),
         }
     }
 

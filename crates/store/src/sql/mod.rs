@@ -189,10 +189,8 @@ pub trait Dialect: Sized + Send + Sync + 'static {
 
     /// A guarded job change with its runner's compare-and-set and the job's
     /// log in one statement or script (`common::guarded_pair_postgres`,
-    /// `common::guarded_pair_sqlite`); `None`: a transaction of statements.
-    fn guarded_pair_statement() -> Option<String> {
-        None
-    }
+    /// `common::guarded_pair_sqlite`).
+    fn guarded_pair_statement() -> String;
 
     /// A completion with its runner and log, then the runner's next job
     /// started, in one statement ([`crate::common::complete_next_postgres`]);

@@ -117,10 +117,8 @@ shared_methods!(
         connection.settle(result)
     }
 
-    /// [`Op::ClaimStart`]: one statement where the dialect has one, else
-    /// the dialect's claim that starts its job and the runner's
-    /// compare-and-set, in a transaction (a savepoint within a shared one):
-    /// all or nothing.
+    /// [`Op::ClaimStart`]: the dialect's one statement or script, all or
+    /// nothing.
     pub(super) async fn claim_start(
         &self,
         connection: &mut <D::Db as Database>::Connection,
@@ -141,59 +139,31 @@ shared_methods!(
             )
             .bind(now.as_millis())
         };
-        match &self.statements.claim_start {
-            ClaimStartSql::OneStatement(sql) | ClaimStartSql::Script { script: sql, .. } => {
-                let columns = Columns::from(runner_next);
-                // Run to its end, as every write (see `insert_job`).
-                let rows = bind_columns(started(sql).bind(runner_version), &columns)
-                    .fetch_all(&mut *connection)
-                    .await?;
-                // One row (the script's one row): the started job's
-                // columns (NULL when none started) and the runner's
-                // stored version.
-                let Some(row) = rows.first() else {
-                    return Err(StoreError::Corrupt(
-                        "a claim that starts answered no row".into(),
-                    ));
-                };
-                let started: Option<i64> = row.try_get("id")?;
-                if started.is_none() {
-                    return Ok(Outcome::ClaimedStart(Err(row.try_get("runner_version")?)));
-                }
-                let job = Job::try_from(JobRow::from_row(row)?)?;
-                Ok(Outcome::ClaimedStart(Ok(Box::new(job))))
-            }
-            ClaimStartSql::ThenRunner(sql) => {
-                let mut both = sqlx::Connection::begin(&mut *connection).await?;
-                let Some(claimed) = started(sql).fetch_all(&mut *both).await?.pop() else {
-                    both.rollback().await?;
-                    return Ok(Outcome::ClaimedStart(Err(None)));
-                };
-                let job = Job::try_from(JobRow::from_row(&claimed)?)?;
-                let mut busy = runner_next.clone();
-                busy.job = Some(job.id);
-                let busy = Columns::from(&busy);
-                let replaced = bind_columns(sqlx::query(&self.statements.replace_runner), &busy)
-                    .bind(claim.runner.0)
-                    .bind(runner_version)
-                    .execute(&mut *both)
-                    .await?
-                    .rows_affected()
-                    == 1;
-                if replaced {
-                    both.commit().await?;
-                    Ok(Outcome::ClaimedStart(Ok(Box::new(job))))
-                } else {
-                    both.rollback().await?;
-                    Ok(Outcome::ClaimedStart(Err(None)))
-                }
-            }
+        let (ClaimStartSql::OneStatement(sql) | ClaimStartSql::Script { script: sql, .. }) =
+            &self.statements.claim_start;
+        let columns = Columns::from(runner_next);
+        // Run to its end, as every write (see `insert_job`).
+        let rows = bind_columns(started(sql).bind(runner_version), &columns)
+            .fetch_all(&mut *connection)
+            .await?;
+        // One row (the script's one row): the started job's columns (NULL
+        // when none started) and the runner's stored version.
+        let Some(row) = rows.first() else {
+            return Err(StoreError::Corrupt(
+                "a claim that starts answered no row".into(),
+            ));
+        };
+        let started: Option<i64> = row.try_get("id")?;
+        if started.is_none() {
+            return Ok(Outcome::ClaimedStart(Err(row.try_get("runner_version")?)));
         }
+        let job = Job::try_from(JobRow::from_row(row)?)?;
+        Ok(Outcome::ClaimedStart(Ok(Box::new(job))))
     }
 
     /// [`Op::GuardedWithRunner`]: the job after the change, or `None` and
     /// nothing written when the job's guard or the runner's version does
-    /// not hold. One statement where the dialect has one.
+    /// not hold, in the dialect's one statement or script.
     pub(super) async fn guarded_with_runner(
         &self,
         connection: &mut <D::Db as Database>::Connection,
@@ -202,138 +172,81 @@ shared_methods!(
         (runner, runner_version, runner_next): (RunnerId, i64, &Columns),
         log: Option<&(Option<i64>, String)>,
     ) -> Result<Option<Job>, StoreError> {
-        if let Some(sql) = &self.statements.guarded_pair {
-            let query = bind_guarded(sqlx::query_as(sql), id, change, step)
-                .bind(runner.0)
-                .bind(runner_version);
-            let row: Option<JobRow> = bind_columns(query, runner_next)
-                .bind(i64::from(log.is_some()))
-                .bind(log.and_then(|(exit, _)| *exit))
-                .bind(log.map(|(_, text)| text.as_str()))
-                .fetch_all(&mut *connection)
-                .await?
-                .pop();
-            return row.map(Job::try_from).transpose();
-        }
-        let mut both = sqlx::Connection::begin(&mut *connection).await?;
-        let row: Option<JobRow> = bind_guarded(
-            sqlx::query_as(&self.statements.guarded_job),
+        let query = bind_guarded(
+            sqlx::query_as(&self.statements.guarded_pair),
             id,
             change,
             step,
         )
-        .fetch_all(&mut *both)
-        .await?
-        .pop();
-        let Some(row) = row else {
-            both.rollback().await?;
-            return Ok(None);
-        };
-        let runner = (runner, runner_version, runner_next);
-        if !self.runner_then_log(&mut both, runner, id, log).await? {
-            both.rollback().await?;
-            return Ok(None);
-        }
-        both.commit().await?;
-        Ok(Some(Job::try_from(row)?))
-    }
-
-    /// The runner's compare-and-set to `columns`, then, if it held, job
-    /// `id`'s log: whether it held (the caller rolls back when not).
-    pub(super) async fn runner_then_log(
-        &self,
-        connection: &mut <D::Db as Database>::Connection,
-        (runner, version, columns): (RunnerId, i64, &Columns),
-        id: JobId,
-        log: Option<&(Option<i64>, String)>,
-    ) -> Result<bool, StoreError> {
-        let replaced = bind_columns(sqlx::query(&self.statements.replace_runner), columns)
-            .bind(runner.0)
-            .bind(version)
-            .execute(&mut *connection)
+        .bind(runner.0)
+        .bind(runner_version);
+        let row: Option<JobRow> = bind_columns(query, runner_next)
+            .bind(i64::from(log.is_some()))
+            .bind(log.and_then(|(exit, _)| *exit))
+            .bind(log.map(|(_, text)| text.as_str()))
+            .fetch_all(&mut *connection)
             .await?
-            .rows_affected()
-            == 1;
-        if let (true, Some((exit, text))) = (replaced, log) {
-            sqlx::query(&self.statements.runner_api.put_log)
-                .bind(id.0)
-                .bind(*exit)
-                .bind(text.as_str())
-                .execute(&mut *connection)
-                .await?;
-        }
-        Ok(replaced)
+            .pop();
+        row.map(Job::try_from).transpose()
     }
 
-    /// [`Op::CompleteNext`], for a dialect whose claim that starts a job is
-    /// a statement of its own (SQLite), in the fewest statements: the guarded
-    /// completion, the claim, then the runner's compare-and-set straight to
-    /// its final row (busy with the claimed job, or free), then the log;
-    /// anything that does not hold rolls all of it back. The runner is
-    /// written once, and its compare-and-set comes after the claim, which
-    /// is safe because nothing is kept unless it holds.
+    /// [`Op::CompleteNext`]: queued only by a dialect without the one
+    /// statement (`Dialect::complete_next_statement`), which has the script
+    /// (`common::complete_next_script`).
     pub(super) async fn complete_next(
         &self,
         connection: &mut <D::Db as Database>::Connection,
         next: &CompleteNext,
     ) -> Result<Outcome, StoreError> {
-        let Some(claim_sql) = self.statements.claim_start.then_runner() else {
-            // A dialect whose claim writes the runner too has the one
-            // statement (`Dialect::complete_next_statement`) instead.
+        let Some(script) = self
+            .statements
+            .claim_start
+            .complete_next_script(next.log.is_some())
+        else {
             return Err(StoreError::Corrupt(
                 "a completion with its next job was queued for a dialect that writes it in one statement".into(),
             ));
         };
-        // A savepoint inside a shared transaction, a transaction of its
-        // own otherwise: the completion and the start commit together.
-        let mut both = sqlx::Connection::begin(&mut *connection).await?;
-        let ended: Option<JobRow> = bind_guarded(
-            sqlx::query_as(&self.statements.guarded_job),
-            next.id,
-            &next.change,
-            &next.step,
-        )
-        .fetch_all(&mut *both)
-        .await?
-        .pop();
-        let Some(ended) = ended else {
-            both.rollback().await?;
-            return Ok(Outcome::CompletedNext(None, None));
-        };
+        self.complete_next_script(connection, next, script).await
+    }
+
+    /// [`Op::CompleteNext`] as the dialect's one script
+    /// (`common::complete_next_script`).
+    async fn complete_next_script(
+        &self,
+        connection: &mut <D::Db as Database>::Connection,
+        next: &CompleteNext,
+        script: &str,
+    ) -> Result<Outcome, StoreError> {
+        let (finished, busy) = (Columns::from(&next.finished), Columns::from(&next.busy));
         let labels = claim_labels(&next.claim);
         let lease_deadline = next.now.plus(next.claim.lease).as_millis();
-        let started: Option<JobRow> = bind_claim(
-            sqlx::query_as(claim_sql),
+        let query = bind_guarded(sqlx::query(script), next.id, &next.change, &next.step)
+            .bind(next.runner.0)
+            .bind(next.runner_version);
+        let query = bind_columns(bind_columns(query, &finished), &busy);
+        let query = bind_claim(
+            query,
             &next.claim,
             (1, lease_deadline),
             labels.as_deref(),
             &next.steps,
         )
-        .bind(next.now.as_millis())
-        .fetch_all(&mut *both)
-        .await?
-        .pop();
-        let started = started.map(Job::try_from).transpose()?;
-        let final_row = match &started {
-            Some(job) => Columns::from(&Runner {
-                job: Some(job.id),
-                ..next.busy.clone()
-            }),
-            None => Columns::from(&next.finished),
+        .bind(next.now.as_millis());
+        let query = match &next.log {
+            Some((exit, text)) => query.bind(*exit).bind(text.as_str()),
+            None => query,
         };
-        let runner = (next.runner, next.runner_version, &final_row);
-        if !self
-            .runner_then_log(&mut both, runner, next.id, next.log.as_ref())
-            .await?
-        {
-            both.rollback().await?;
-            return Ok(Outcome::CompletedNext(None, None));
+        let (mut ended, mut started) = (None, None);
+        for row in &query.fetch_all(&mut *connection).await? {
+            let part: i64 = row.try_get("part")?;
+            let job = Box::new(Job::try_from(JobRow::from_row(row)?)?);
+            match part {
+                0 => ended = Some(job),
+                _ => started = Some(job),
+            }
         }
-        both.commit().await?;
-        Ok(Outcome::CompletedNext(
-            Some(Box::new(Job::try_from(ended)?)),
-            started.map(Box::new),
-        ))
+        Ok(Outcome::CompletedNext(ended, started))
     }
 
     pub(super) async fn execute_one(
