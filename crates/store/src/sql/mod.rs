@@ -194,7 +194,7 @@ pub trait Dialect: Sized + Send + Sync + 'static {
 
     /// A completion with its runner and log, then the runner's next job
     /// started, in one statement ([`crate::common::complete_next_postgres`]);
-    /// `None` writes them one after the other.
+    /// `None`: the group commit runs the dialect's script.
     fn complete_next_statement() -> Option<String> {
         None
     }

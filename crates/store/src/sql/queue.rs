@@ -297,8 +297,8 @@ sql_store_methods!(
         let step = history_line(change.step().as_ref());
         let steps = start_steps(current.id, now);
         let Some(sql) = &self.inner.statements.complete_next else {
-            // No one statement here: both writes as one op of the group
-            // commit, so they share a transaction and its one flush.
+            // No one statement here: the dialect's script as one op of
+            // the group commit, sharing a batch's transaction and flush.
             let op = Op::CompleteNext(Box::new(CompleteNext {
                 id,
                 change: change.clone(),
