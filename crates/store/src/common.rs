@@ -136,7 +136,7 @@ pub enum ClaimStartSql {
     /// SQLite, where a statement costs no round trip to a server, only
     /// that hop) that answer as [`ClaimStartSql::OneStatement`] does, with
     /// the same parameters; `complete_next` the completion that starts the
-    /// runner's next job as a script too ([`complete_next_script`]), with
+    /// runner's next job as a script too (`sqlite::complete_next_script`), with
     /// its log and without.
     Script {
         script: String,
@@ -145,7 +145,7 @@ pub enum ClaimStartSql {
 }
 
 impl ClaimStartSql {
-    /// [`complete_next_script`] with a log or without, where the dialect
+    /// `sqlite::complete_next_script` with a log or without, where the dialect
     /// has it.
     pub fn complete_next_script(&self, with_log: bool) -> Option<&str> {
         match self {
@@ -258,9 +258,7 @@ impl RunnerApiStatements {
             prune_once: "DELETE FROM once_keys WHERE done_at < $1".into(),
             forget_once: "DELETE FROM once_keys WHERE key = $1".into(),
             get_external_id: "SELECT external_id FROM runners WHERE id = $1".into(),
-            put_log: "INSERT INTO job_logs (job_id, exit_code, log) VALUES ($1, $2, $3) \
-                 ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log"
-                    .into(),
+            put_log: format!("INSERT INTO job_logs (job_id, exit_code, log) VALUES ($1, $2, $3) {LOG_UPSERT}"),
             get_log: "SELECT exit_code, log FROM job_logs WHERE job_id = $1".into(),
             add_report: "INSERT INTO runner_reports (runner_id, phase, body, reported_at) VALUES ($1, $2, $3, $4)".into(),
             reports: "SELECT phase, body FROM runner_reports WHERE runner_id = $1 ORDER BY id".into(),
@@ -462,7 +460,7 @@ fn guarded_job() -> String {
 }
 
 /// What a guarded change writes (parameters `$2`–`$9` and `$14`).
-const GUARDED_SET: &str = "state = $2, \
+pub(crate) const GUARDED_SET: &str = "state = $2, \
      lease_deadline = CASE WHEN $3 = 1 THEN $4 ELSE jobs.lease_deadline END, \
      started_at = CASE WHEN $5 = 1 THEN $6 ELSE jobs.started_at END, \
      finished_at = CASE WHEN $7 = 1 THEN $8 ELSE jobs.finished_at END, \
@@ -472,8 +470,12 @@ const GUARDED_SET: &str = "state = $2, \
      version = jobs.version + 1";
 
 /// A guarded change's guard (parameters `$10`–`$13`).
-const GUARD: &str = "state = $10 AND runner_id = $11 \
+pub(crate) const GUARD: &str = "state = $10 AND runner_id = $11 \
      AND ($12 = 0 OR (lease_deadline IS NOT NULL AND lease_deadline <= $13))";
+
+/// A job's log written where it has one already: replaced.
+pub(crate) const LOG_UPSERT: &str =
+    "ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log";
 
 /// `col = $k, …` over a runner's columns from `$first`, except that the
 /// job is `job` when the bound value is NULL: the job a statement picks
@@ -510,91 +512,13 @@ pub(crate) fn guarded_pair_postgres() -> String {
                RETURNING runners.id), \
          j AS (UPDATE jobs SET {GUARDED_SET} FROM u WHERE jobs.id = $1 RETURNING jobs.id, {job_columns}), \
          l AS (INSERT INTO job_logs (job_id, exit_code, log) SELECT lj.id, ${exit}, ${text} FROM lj, u \
-               WHERE ${flag} = 1 \
-               ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log) \
+               WHERE ${flag} = 1 {LOG_UPSERT}) \
          SELECT * FROM j",
         job_columns = qualified("jobs", JOB_COLUMNS),
         runner = assignments(RUNNER_COLUMNS, runner_first),
         flag = log,
         exit = log + 1,
         text = log + 2,
-    )
-}
-
-/// SQLite: [`guarded_pair_postgres`] as one script (the same parameters,
-/// the same answer), one hop to the connection's thread instead of five
-/// (begin, the job, the runner, the log, commit). All or nothing under a
-/// savepoint (a transaction of its own alone, nested in a group commit's
-/// batch; a failed write closes the connection, which rolls back what it
-/// left open). The runner's compare-and-set comes first and holds only
-/// while the job's guard does; the job is written only if it did and the
-/// log only if the job was (`changes()`: the rows the statement before
-/// wrote), so nothing is written unless both rows were as expected.
-pub(crate) fn guarded_pair_sqlite() -> String {
-    let runner_first = 17;
-    let log = runner_first + column_count(RUNNER_COLUMNS);
-    format!(
-        "SAVEPOINT guarded_pair; \
-         UPDATE runners SET {runner} WHERE id = $15 AND version = $16 \
-           AND EXISTS (SELECT 1 FROM jobs WHERE id = $1 AND {GUARD}); \
-         UPDATE jobs SET {GUARDED_SET} WHERE changes() = 1 AND id = $1 AND {GUARD} \
-           RETURNING id, {JOB_COLUMNS}; \
-         INSERT INTO job_logs (job_id, exit_code, log) SELECT $1, ${exit}, ${text} \
-           WHERE ${flag} = 1 AND changes() = 1 \
-           ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log; \
-         RELEASE guarded_pair",
-        runner = assignments(RUNNER_COLUMNS, runner_first),
-        flag = log,
-        exit = log + 1,
-        text = log + 2,
-    )
-}
-
-/// SQLite: a completion that starts the runner's next job, as one script
-/// (one hop instead of six). Parameters: [`guarded_job`]'s `$1`–`$14`, the
-/// runner's id (`$15`) and the version it must still have (`$16`), its
-/// columns finished (`$17`…) and busy (the job NULL: the claimed one is
-/// written), then the claim's seven and the start time, and with `log` the
-/// exit code and the text. `claimable` selects the job to start, its
-/// parameters numbered from the claim's first. Under a savepoint, each
-/// step only if the one before wrote (`changes()`): the runner finished
-/// while the job's guard holds, the job ended, its log, the runner busy
-/// with the next claimable job, that job started. Rows: the ended job
-/// (`part` 0) and the started one (`part` 1), none when nothing held.
-pub(crate) fn complete_next_script(claimable: &str, log: bool) -> String {
-    let count = column_count(RUNNER_COLUMNS);
-    let (finished, busy) = (17, 17 + count);
-    let claim = busy + count;
-    let log_step = match log {
-        true => format!(
-            "INSERT INTO job_logs (job_id, exit_code, log) SELECT $1, ${}, ${} \
-             WHERE changes() = 1 \
-             ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log; ",
-            claim + 8,
-            claim + 9
-        ),
-        false => String::new(),
-    };
-    format!(
-        "SAVEPOINT complete_next; \
-         UPDATE runners SET {finished} WHERE id = $15 AND version = $16 \
-           AND EXISTS (SELECT 1 FROM jobs WHERE id = $1 AND {GUARD}); \
-         UPDATE jobs SET {GUARDED_SET} WHERE changes() = 1 AND id = $1 AND {GUARD} \
-           RETURNING 0 AS part, id, {JOB_COLUMNS}; \
-         {log_step}\
-         WITH next AS MATERIALIZED ({claimable}) \
-         UPDATE runners SET {busy} WHERE changes() = 1 AND id = $15 AND EXISTS (SELECT 1 FROM next); \
-         UPDATE jobs SET state = 'running', runner_id = $15, lease_deadline = ${lease}, \
-           started_at = ${now}, history = history || ${steps}, version = version + 2 \
-           WHERE changes() = 1 AND state = 'queued' \
-           AND id = (SELECT job_id FROM runners WHERE id = $15) \
-           RETURNING 1 AS part, id, {JOB_COLUMNS}; \
-         RELEASE complete_next",
-        finished = assignments(RUNNER_COLUMNS, finished),
-        busy = runner_assignments_with_job(busy, "(SELECT id FROM next)"),
-        lease = claim + 2,
-        steps = claim + 5,
-        now = claim + 7,
     )
 }
 
@@ -668,8 +592,7 @@ pub(crate) fn complete_next_postgres() -> String {
                                     ${cap}::bigint) AS started), \
          j AS (UPDATE jobs SET {GUARDED_SET} FROM lr WHERE jobs.id = $1 RETURNING jobs.id, {job_columns}), \
          lg AS (INSERT INTO job_logs (job_id, exit_code, log) SELECT lj.id, ${exit}, ${text} FROM lj, lr \
-                WHERE ${flag} = 1 \
-                ON CONFLICT (job_id) DO UPDATE SET exit_code = excluded.exit_code, log = excluded.log), \
+                WHERE ${flag} = 1 {LOG_UPSERT}), \
          u AS (UPDATE runners SET {runner} FROM lr LEFT JOIN next ON true \
                WHERE runners.id = lr.id RETURNING runners.id) \
          SELECT 0::bigint AS part, j.* FROM j UNION ALL SELECT 1::bigint AS part, next.id, {next_columns} FROM next",

@@ -14,9 +14,10 @@ use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::common::ClaimStartSql;
+use crate::common::{runner_assignments_with_job, GUARD, GUARDED_SET, LOG_UPSERT};
 use crate::conn::describe_sqlx_error;
 use crate::group_commit::{BatchExecutor, GroupCommit, Op, Outcome};
-use crate::rows::JOB_COLUMNS;
+use crate::rows::{assignments, column_count, JOB_COLUMNS, RUNNER_COLUMNS};
 use crate::sql::{Dialect, Shared, SqlStore};
 use crate::{Backend, Enqueued, Leadership, StoreError};
 
@@ -149,22 +150,111 @@ fn claim(set: &str) -> String {
 /// if that write did (`changes()`, the rows the statement before wrote),
 /// and the answer shows it only if it did.
 fn claim_start_script() -> String {
-    let claimable = claimable_from(1);
-    let runner = crate::common::runner_assignments_with_job(10, "(SELECT id FROM next)");
+    let start = start_job(
+        &claimable_from(1),
+        "id = $2 AND version = $9",
+        10,
+        (2, 3, 6, 8),
+    );
     format!(
-        "SAVEPOINT claim_start; \
-         WITH next AS MATERIALIZED ({claimable}) \
-         UPDATE runners SET {runner} \
-           WHERE id = $2 AND version = $9 AND EXISTS (SELECT 1 FROM next); \
-         UPDATE jobs SET state = 'running', runner_id = $2, lease_deadline = $3, started_at = $8, \
-           history = history || $6, version = version + 2 \
-           WHERE changes() = 1 AND state = 'queued' \
-           AND id = (SELECT job_id FROM runners WHERE id = $2); \
+        "SAVEPOINT claim_start; {start}; \
          SELECT job.*, (SELECT version FROM runners WHERE id = $2) AS runner_version \
            FROM (SELECT 1) AS one LEFT JOIN \
            (SELECT id, {JOB_COLUMNS} FROM jobs WHERE changes() = 1 \
              AND id = (SELECT job_id FROM runners WHERE id = $2)) AS job ON 1; \
          RELEASE claim_start"
+    )
+}
+
+/// SQLite: [`crate::common::guarded_pair_postgres`] as one script (the same parameters,
+/// the same answer), one hop to the connection's thread instead of five
+/// (begin, the job, the runner, the log, commit). All or nothing under a
+/// savepoint (a transaction of its own alone, nested in a group commit's
+/// batch; a failed write closes the connection, which rolls back what it
+/// left open). Each step writes only if the one before did
+/// (`changes()`), so nothing is written unless both rows were as expected.
+fn guarded_pair_script() -> String {
+    let log = 17 + column_count(RUNNER_COLUMNS);
+    format!(
+        "SAVEPOINT guarded_pair; {end}{log}RELEASE guarded_pair",
+        end = end_job(""),
+        log = log_step(&format!("${log} = 1 AND "), log + 1, log + 2),
+    )
+}
+
+/// SQLite: a completion that starts the runner's next job, as one script
+/// (one hop instead of six). Parameters: `common::guarded_job`'s `$1`–`$14`, the
+/// runner's id (`$15`) and the version it must still have (`$16`), its
+/// columns finished (`$17`…) and busy (the job NULL: the claimed one is
+/// written), then the claim's seven and the start time, and with `log` the
+/// exit code and the text. `claimable` selects the job to start, its
+/// parameters numbered from the claim's first. Under a savepoint, each
+/// step only if the one before wrote (`changes()`): the runner finished
+/// while the job's guard holds, the job ended, its log, the runner busy
+/// with the next claimable job, that job started. Rows: the ended job
+/// (`part` 0) and the started one (`part` 1), none when nothing held.
+fn complete_next_script(claimable: &str, log: bool) -> String {
+    let busy = 17 + column_count(RUNNER_COLUMNS);
+    let claim = busy + column_count(RUNNER_COLUMNS);
+    let log = match log {
+        true => log_step("", claim + 8, claim + 9),
+        false => String::new(),
+    };
+    format!(
+        "SAVEPOINT complete_next; {end}{log}{start} RETURNING 1 AS part, id, {JOB_COLUMNS}; \
+         RELEASE complete_next",
+        end = end_job("0 AS part, "),
+        start = start_job(
+            claimable,
+            "changes() = 1 AND id = $15",
+            busy,
+            (15, claim + 2, claim + 5, claim + 7),
+        ),
+    )
+}
+
+/// A SQLite script's completion steps: runner `$15`'s compare-and-set
+/// (version `$16`) to its columns from `$17`, only while job `$1`'s guard
+/// holds; then, only if that wrote, the job's guarded change, returning
+/// `part` (a column or nothing) and the job.
+fn end_job(part: &str) -> String {
+    format!(
+        "UPDATE runners SET {runner} WHERE id = $15 AND version = $16 \
+           AND EXISTS (SELECT 1 FROM jobs WHERE id = $1 AND {GUARD}); \
+         UPDATE jobs SET {GUARDED_SET} WHERE changes() = 1 AND id = $1 AND {GUARD} \
+           RETURNING {part}id, {JOB_COLUMNS}; ",
+        runner = assignments(RUNNER_COLUMNS, 17),
+    )
+}
+
+/// A SQLite script's log step: job `$1`'s log (`$exit`, `$text`), only if
+/// `when` (a condition and `AND`, or nothing) and the step before wrote.
+fn log_step(when: &str, exit: usize, text: usize) -> String {
+    format!(
+        "INSERT INTO job_logs (job_id, exit_code, log) SELECT $1, ${exit}, ${text} \
+         WHERE {when}changes() = 1 {LOG_UPSERT}; "
+    )
+}
+
+/// A SQLite script's start steps: runner `$runner` busy (its columns from
+/// `$busy`, the job the first `claimable` one) where `guard` holds and a
+/// job is claimable; then, only if that wrote, that job started under the
+/// lease ending `$lease`, with the history `$steps`, at `$now`. No `;` at
+/// the end: the caller may return the started job.
+fn start_job(
+    claimable: &str,
+    guard: &str,
+    busy: usize,
+    (runner, lease, steps, now): (usize, usize, usize, usize),
+) -> String {
+    format!(
+        "WITH next AS MATERIALIZED ({claimable}) \
+         UPDATE runners SET {busy} WHERE {guard} AND EXISTS (SELECT 1 FROM next); \
+         UPDATE jobs SET state = 'running', runner_id = ${runner}, lease_deadline = ${lease}, \
+           started_at = ${now}, history = history || ${steps}, version = version + 2 \
+           WHERE changes() = 1 AND state = 'queued' \
+           AND id = (SELECT job_id FROM runners WHERE id = ${runner})",
+        busy = runner_assignments_with_job(busy, "(SELECT id FROM next)"),
     )
 }
 
@@ -182,14 +272,14 @@ impl Dialect for SqliteDialect {
     }
 
     fn guarded_pair_statement() -> String {
-        crate::common::guarded_pair_sqlite()
+        guarded_pair_script()
     }
 
     fn claim_start_statement() -> ClaimStartSql {
         // The completion's claim comes after its 16 parameters and the
         // runner's columns twice.
-        let first = 17 + 2 * crate::rows::column_count(crate::rows::RUNNER_COLUMNS);
-        let complete_next = |log| crate::common::complete_next_script(&claimable_from(first), log);
+        let first = 17 + 2 * column_count(RUNNER_COLUMNS);
+        let complete_next = |log| complete_next_script(&claimable_from(first), log);
         ClaimStartSql::Script {
             script: claim_start_script(),
             complete_next: (complete_next(true), complete_next(false)),

@@ -189,7 +189,7 @@ pub trait Dialect: Sized + Send + Sync + 'static {
 
     /// A guarded job change with its runner's compare-and-set and the job's
     /// log in one statement or script (`common::guarded_pair_postgres`,
-    /// `common::guarded_pair_sqlite`).
+    /// `sqlite::guarded_pair_script`).
     fn guarded_pair_statement() -> String;
 
     /// A completion with its runner and log, then the runner's next job

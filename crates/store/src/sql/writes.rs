@@ -192,7 +192,7 @@ shared_methods!(
 
     /// [`Op::CompleteNext`]: queued only by a dialect without the one
     /// statement (`Dialect::complete_next_statement`), which has the script
-    /// (`common::complete_next_script`).
+    /// (`sqlite::complete_next_script`).
     pub(super) async fn complete_next(
         &self,
         connection: &mut <D::Db as Database>::Connection,
@@ -211,7 +211,7 @@ shared_methods!(
     }
 
     /// [`Op::CompleteNext`] as the dialect's one script
-    /// (`common::complete_next_script`).
+    /// (`sqlite::complete_next_script`).
     async fn complete_next_script(
         &self,
         connection: &mut <D::Db as Database>::Connection,
