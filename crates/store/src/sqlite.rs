@@ -320,3 +320,49 @@ impl Dialect for SqliteDialect {
         crate::conn::settle(connection, result)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every statement of the hot path's scripts finds its rows by key or
+    /// through an index, never by reading a whole table: a start or a
+    /// completion costs the same with a long history as with none.
+    #[tokio::test]
+    async fn the_scripts_read_no_whole_table() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("runway.db").display());
+        let store = SqliteStore::open(&url).await.expect("open");
+        let first = 17 + 2 * column_count(RUNNER_COLUMNS);
+        let scripts = [
+            claim_start_script(),
+            guarded_pair_script(),
+            complete_next_script(&claimable_from(first), true),
+            complete_next_script(&claimable_from(first), false),
+        ];
+        let mut planned = 0;
+        for script in &scripts {
+            for statement in script.split(';').map(str::trim) {
+                if statement.is_empty()
+                    || statement.starts_with("SAVEPOINT")
+                    || statement.starts_with("RELEASE")
+                {
+                    continue;
+                }
+                let plan: Vec<(i64, i64, i64, String)> =
+                    sqlx::query_as(&format!("EXPLAIN QUERY PLAN {statement}"))
+                        .fetch_all(store.writer())
+                        .await
+                        .expect("plan");
+                for (_, _, _, detail) in &plan {
+                    let whole = ["jobs", "runners", "job_logs"].iter().any(|table| {
+                        detail.starts_with(&format!("SCAN {table}")) && !detail.contains("USING")
+                    });
+                    assert!(!whole, "{statement}\n{plan:?}");
+                }
+                planned += 1;
+            }
+        }
+        assert_eq!(planned, 3 + 3 + 5 + 4, "every statement was planned");
+    }
+}
