@@ -343,6 +343,80 @@ async fn postgres_fair_share_reads_live_indexes_in_generic_plans() {
     }
 }
 
+/// A claim reads its pool's queue in tag order through `jobs_live`, one
+/// entry, even when the statistics say the queue is empty: a long history
+/// analysed while nothing was queued, then a burst of 3,000 jobs in a new
+/// pool. Before migration 0028 the planner guessed one queued row, chose
+/// the smaller per-key index (partial on the same `state = 'queued'`),
+/// and read and sorted the whole queue for every claim. The per-key
+/// lookups still read that index, one entry. And the chained completion's
+/// claim, a statement in a PL/pgSQL function, keeps its generic plan
+/// rather than being planned again each call.
+#[tokio::test]
+async fn postgres_a_claim_reads_one_entry_whatever_the_statistics_say() {
+    let harness = common::Harness::postgres().await;
+    let pool = postgres_schema(&harness).await;
+    let insert = |pool: &str, count: u32| {
+        format!(
+            "INSERT INTO jobs (source, external_id, pool, labels, state, max_attempts, \
+             created_at, enqueued_at, share_tag) \
+             SELECT 'api', '{pool}-' || g, '{pool}', '[]', 'queued', 3, 1, 1, g \
+             FROM generate_series(1, {count}) AS g"
+        )
+    };
+    let set_up = [
+        // No analysis behind the test's back: the statistics stay stale.
+        "ALTER TABLE jobs SET (autovacuum_enabled = false)".to_owned(),
+        insert("history", 20_000),
+        "UPDATE jobs SET state = 'running' WHERE pool = 'history'".to_owned(),
+        "UPDATE jobs SET state = 'completed' WHERE pool = 'history'".to_owned(),
+        "ANALYZE jobs".to_owned(),
+        insert("burst", 3_000),
+    ];
+    for statement in &set_up {
+        sqlx::query(statement).execute(&pool).await.expect("set up");
+    }
+    let explain = |query: &str| {
+        let pool = pool.clone();
+        let query = format!("EXPLAIN {query}");
+        async move {
+            let plan: Vec<(String,)> = sqlx::query_as(&query).fetch_all(&pool).await.expect("plan");
+            plan.into_iter().map(|row| row.0).collect::<Vec<_>>()
+        }
+    };
+    let claim = explain(
+        "SELECT id FROM jobs WHERE state = 'queued' AND pool = 'burst' \
+         AND (excluded_runners = '[]' OR NOT (excluded_runners::jsonb @> to_jsonb(7::bigint))) \
+         ORDER BY share_tag, id LIMIT 1 FOR UPDATE SKIP LOCKED",
+    )
+    .await;
+    assert!(
+        claim.iter().any(|line| line.contains("using jobs_live"))
+            && !claim.iter().any(|line| line.contains("Sort")),
+        "the claim reads the queue in order: {claim:?}"
+    );
+    let last_of_key = explain(
+        "SELECT share_tag FROM jobs WHERE pool = 'burst' AND share_key = '' \
+         AND state = 'queued' ORDER BY share_tag DESC LIMIT 1",
+    )
+    .await;
+    assert!(
+        last_of_key
+            .iter()
+            .any(|line| line.contains("using jobs_share"))
+            && !last_of_key.iter().any(|line| line.contains("Sort")),
+        "a key's last queued tag: {last_of_key:?}"
+    );
+    let (settings,): (Vec<String>,) = sqlx::query_as(
+        "SELECT proconfig FROM pg_proc WHERE proname = 'runway_start_next' \
+             AND pronamespace = current_schema()::regnamespace",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("the chained claim's function");
+    assert_eq!(settings, ["plan_cache_mode=force_generic_plan"]);
+}
+
 /// SQLite: each of the four lookups that give an inserted job its
 /// fair-share tag (the store's insert, and sqlite migration 0020's
 /// trigger) reads one index in tag order, neither the table nor a sort of
