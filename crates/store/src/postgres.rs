@@ -14,7 +14,7 @@ use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
 
-use crate::common::ClaimStartSql;
+use crate::common::{ClaimForm, ClaimStartSql};
 use crate::conn::describe_sqlx_error;
 use crate::group_commit::{BatchExecutor, GroupCommit, Op, Outcome};
 use crate::held::PING_AFTER_IDLE;
@@ -254,26 +254,48 @@ fn key(job: &Job) -> (&'static str, String) {
     (job.source.as_str(), job.external_id.clone())
 }
 
-/// The queued jobs a claim takes, locked: up to `$4` of pool `$1` that
-/// runner `$2` did not decline, whose labels the runner's (`$5`, a JSON
-/// list in lowercase, or NULL for any) all cover and whose share key has
-/// fewer than `$7` jobs provisioning or running (NULL: no cap), in the
-/// pool's fair-share order (`share_tag`, migration 0021); rows
-/// another claimer holds are skipped, not waited for. The cover is one
-/// jsonb containment of the job's labels, lowercased as JSON text, in the
-/// runner's: the labels are written as plain JSON strings, whose escapes
-/// hold no letter to lowercase, so that is each label lowercased; and a
-/// subplan per label would be set up again each execution. The chained
-/// completion's claim, `runway_start_next` (migrations 0019, 0021), repeats this
+/// The queued jobs a claim takes, locked: up to `$4` (the literal 1 in the
+/// form for claims of one) of pool `$1` that runner `$2` did not decline,
+/// whose labels the runner's (`$5`, a JSON list in lowercase; in the form
+/// for runners without labels `$5` is NULL and any job's labels do) all
+/// cover and whose share key has fewer than `$7` jobs provisioning or
+/// running (in the form without a cap `$7` is NULL), in the pool's
+/// fair-share order (`share_tag`, migration 0021); rows another claimer
+/// holds are skipped, not waited for. [`crate::common::ClaimForms`] says why
+/// each form says only what its claims need; a parameter a form leaves
+/// out is still checked to be NULL (or 1), so a form can never serve a
+/// claim it was not made for. The cover is one jsonb containment of the
+/// job's labels, lowercased as JSON text, in the runner's: the labels are
+/// written as plain JSON strings, whose escapes hold no letter to
+/// lowercase, so that is each label lowercased; and a subplan per label
+/// would be set up again each execution. The chained completion's claim,
+/// `runway_start_next` (migrations 0019, 0021, 0028), repeats this
 /// selection in PL/pgSQL: a change here is a migration there too (the
 /// conformance cases on labels and declines run both).
-const NEXT_QUEUED: &str = "SELECT id FROM jobs WHERE state = 'queued' AND pool = $1 \
-     AND (excluded_runners = '[]' OR NOT (excluded_runners::jsonb @> to_jsonb($2::bigint))) \
-     AND ($5::text IS NULL OR lower(labels)::jsonb <@ $5::jsonb) \
-     AND ($7::bigint IS NULL OR (SELECT count(*) FROM jobs AS r WHERE r.pool = jobs.pool \
-          AND r.share_key = jobs.share_key AND r.state IN ('provisioning', 'running')) < $7) \
-     ORDER BY share_tag, id LIMIT $4 \
-     FOR UPDATE SKIP LOCKED";
+fn next_queued(form: ClaimForm) -> String {
+    let labels = match form.labelled {
+        true => "lower(labels)::jsonb <@ $5::jsonb",
+        false => "$5::text IS NULL",
+    };
+    let cap = match form.capped {
+        true => {
+            "(SELECT count(*) FROM jobs AS r WHERE r.pool = jobs.pool \
+             AND r.share_key = jobs.share_key AND r.state IN ('provisioning', 'running')) < $7::bigint"
+        }
+        false => "$7::bigint IS NULL",
+    };
+    let (limit, one) = match form.one {
+        true => ("1", "$4::bigint = 1"),
+        false => ("$4", "true"),
+    };
+    format!(
+        "SELECT id FROM jobs WHERE state = 'queued' AND pool = $1 \
+         AND (excluded_runners = '[]' OR NOT (excluded_runners::jsonb @> to_jsonb($2::bigint))) \
+         AND {labels} AND {cap} AND {one} \
+         ORDER BY share_tag, id LIMIT {limit} \
+         FOR UPDATE SKIP LOCKED"
+    )
+}
 
 #[async_trait]
 impl Dialect for PostgresDialect {
@@ -284,19 +306,22 @@ impl Dialect for PostgresDialect {
         &MIGRATOR
     }
 
-    fn claim_statement() -> String {
+    fn claim_statement(form: ClaimForm) -> String {
         format!(
-            "WITH next AS ({NEXT_QUEUED}) \
+            "WITH next AS ({}) \
              UPDATE jobs SET state = 'provisioning', runner_id = $2, lease_deadline = $3, \
                history = jobs.history || $6, version = jobs.version + 1 \
              FROM next WHERE jobs.id = next.id \
              RETURNING jobs.id, {}",
+            next_queued(form),
             crate::common::qualified("jobs", JOB_COLUMNS)
         )
     }
 
-    fn claim_start_statement() -> ClaimStartSql {
-        ClaimStartSql::OneStatement(crate::common::claim_start_postgres(NEXT_QUEUED))
+    /// Every start claims one job (`$4` is bound 1).
+    fn claim_start_statement(form: ClaimForm) -> ClaimStartSql {
+        let form = ClaimForm { one: true, ..form };
+        ClaimStartSql::OneStatement(crate::common::claim_start_postgres(&next_queued(form)))
     }
 
     fn guarded_pair_statement() -> String {
@@ -480,5 +505,85 @@ impl Dialect for PostgresDialect {
             results.push(result);
         }
         Ok(results)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A claim of one job without a cap, by a runner with labels or
+    /// without, keeps one generic plan once PostgreSQL has tried five custom
+    /// ones, on a queue whose statistics say it is long. With the labels'
+    /// `$5 IS NULL OR …`, the cap's subquery or `LIMIT $4` in one statement
+    /// for every claim, the generic plan looked dearer than the custom ones
+    /// and the claim was planned again at each execution.
+    #[tokio::test]
+    async fn a_claim_of_one_keeps_its_generic_plan() {
+        let url = std::env::var("RUNWAY_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let schema = format!("runway_unit_plans_{}", std::process::id());
+        PostgresStore::open(&url, Some(&schema), &OpenOptions::default())
+            .await
+            .expect("PostgreSQL must be running for the store tests");
+        let options = PgConnectOptions::from_str(&url).expect("PostgreSQL URL");
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.options([("search_path", schema.as_str())]))
+            .await
+            .expect("connect");
+        sqlx::query(
+            "INSERT INTO jobs (source, external_id, pool, labels, state, max_attempts, \
+             created_at, enqueued_at, share_tag) \
+             SELECT 'api', 'q-' || g, 'p', '[\"linux\"]', 'queued', 3, 1, 1, g \
+             FROM generate_series(1, 20000) AS g",
+        )
+        .execute(&pool)
+        .await
+        .expect("fill");
+        sqlx::query("ANALYZE jobs")
+            .execute(&pool)
+            .await
+            .expect("analyze");
+        let mut counts = Vec::new();
+        for (name, labelled, labels) in
+            [("bare", false, "NULL"), ("labelled", true, "'[\"linux\"]'")]
+        {
+            let form = ClaimForm {
+                labelled,
+                capped: false,
+                one: true,
+            };
+            sqlx::query(&format!(
+                "PREPARE {name}(text, bigint, bigint, bigint, text, text, bigint) AS {}",
+                next_queued(form)
+            ))
+            .execute(&pool)
+            .await
+            .expect("prepare");
+            for _ in 0..8 {
+                let claimed =
+                    sqlx::query(&format!("EXECUTE {name}('p', 1, 0, 1, {labels}, '', NULL)"))
+                        .fetch_all(&pool)
+                        .await
+                        .expect("claim");
+                assert_eq!(claimed.len(), 1, "{name}");
+            }
+            let plans: (i64, i64) = sqlx::query_as(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = $1",
+            )
+            .bind(name)
+            .fetch_one(&pool)
+            .await
+            .expect("plan counts");
+            counts.push((name, plans));
+        }
+        pool.close().await;
+        PostgresStore::drop_schema(&url, &schema)
+            .await
+            .expect("drop schema");
+        for (name, (generic, custom)) in counts {
+            assert!(generic > 0, "{name}: {custom} custom plans, no generic one");
+        }
     }
 }

@@ -13,8 +13,8 @@ use runway_core::Timestamp;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
-use crate::common::ClaimStartSql;
 use crate::common::{runner_assignments_with_job, GUARD, GUARDED_SET, LOG_UPSERT};
+use crate::common::{ClaimForm, ClaimStartSql};
 use crate::conn::describe_sqlx_error;
 use crate::group_commit::{BatchExecutor, GroupCommit, Op, Outcome};
 use crate::rows::{assignments, column_count, JOB_COLUMNS, RUNNER_COLUMNS};
@@ -267,7 +267,10 @@ impl Dialect for SqliteDialect {
         &MIGRATOR
     }
 
-    fn claim_statement() -> String {
+    /// One statement for every form: SQLite plans a statement once, with
+    /// no statistics, and evaluates the labels' and the cap's subqueries
+    /// only where `?5` and `?7` are not NULL.
+    fn claim_statement(_form: ClaimForm) -> String {
         claim("state = 'provisioning', version = version + 1")
     }
 
@@ -275,7 +278,7 @@ impl Dialect for SqliteDialect {
         guarded_pair_script()
     }
 
-    fn claim_start_statement() -> ClaimStartSql {
+    fn claim_start_statement(_form: ClaimForm) -> ClaimStartSql {
         // The completion's claim comes after its 16 parameters and the
         // runner's columns twice.
         let first = 17 + 2 * column_count(RUNNER_COLUMNS);

@@ -54,6 +54,7 @@ macro_rules! shared_methods {
     };
 }
 
+mod claims;
 mod filter;
 mod history;
 mod queue;
@@ -63,6 +64,7 @@ mod terms;
 mod worker_configs;
 mod writes;
 
+use claims::{claim_labels, completed_next, holder_step, start_steps};
 use filter::Filter;
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,7 +78,10 @@ use sqlx::{
     ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Type,
 };
 
-use crate::common::{bind_claim, bind_guarded, ClaimStartSql, DialectSql, Statements, LIVE_RUNNER};
+use crate::common::{
+    bind_claim, bind_guarded, ClaimForm, ClaimForms, ClaimStartSql, DialectSql, Statements,
+    LIVE_RUNNER,
+};
 use crate::conn::{describe_sqlx_error, RowsAffected};
 use crate::group_commit::{CompleteNext, Op, Outcome};
 use crate::held::Held;
@@ -104,61 +109,6 @@ where
         .collect()
 }
 
-/// A claim's runner labels as its statement takes them: a JSON list in
-/// lowercase, or NULL for any.
-fn claim_labels(claim: &Claim) -> Option<String> {
-    claim.runner_labels.as_ref().map(|labels| {
-        let lower: Vec<String> = labels.iter().map(|l| l.to_lowercase()).collect();
-        crate::rows::json_list(&lower)
-    })
-}
-
-/// The history line of a move of a job to `state` on `runner` at `now`
-/// that the statement makes itself (a claim, a claim that starts).
-fn holder_step(state: JobState, runner: RunnerId, now: Timestamp) -> String {
-    history_line(Some(&runway_core::JobStep {
-        at: now,
-        state,
-        runner: Some(runner),
-        attempts: None,
-        conclusion: None,
-        reason: None,
-    }))
-}
-
-/// What `complete_and_start_next` answers: the ended job with the runner's
-/// final row (busy with the started job, or as it was left by the
-/// completion), and the started job.
-fn completed_next(
-    ended: Job,
-    started: Option<Job>,
-    finished: &Runner,
-    busy: Runner,
-) -> (Moved, Option<Job>) {
-    let runner = match &started {
-        Some(next) => Runner {
-            job: Some(next.id),
-            ..busy
-        },
-        None => finished.clone(),
-    };
-    (
-        Moved {
-            job: ended,
-            runner: Some(runner),
-        },
-        started,
-    )
-}
-
-/// The history a claim that starts its job writes: claimed, then started.
-fn start_steps(runner: RunnerId, now: Timestamp) -> String {
-    format!(
-        "{}{}",
-        holder_step(JobState::Provisioning, runner, now),
-        holder_step(JobState::Running, runner, now)
-    )
-}
 use crate::{
     Backend, Claim, ClaimStart, Delivery, Enqueued, Expect, JobCount, JobFilter, Leadership, Moved,
     Registration, RunnerFilter, Store, StoreError, StoredWorkerConfig, Wake, WakeListener,
@@ -180,12 +130,14 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     /// lease ending at `$3`, in the pool's fair-share order; `$5` is the
     /// runner's labels (a JSON list, lowercase) or NULL, `$6` the history
     /// line, `$7` the cap on a share key's running jobs or NULL. Returns
-    /// the claimed rows (`id, JOB_COLUMNS`).
-    fn claim_statement() -> String;
+    /// the claimed rows (`id, JOB_COLUMNS`). In `form`, for the claims it
+    /// serves ([`ClaimForms`] says why there are forms; a dialect may give
+    /// one statement for all).
+    fn claim_statement(form: ClaimForm) -> String;
 
     /// How the dialect claims a job that starts at once
-    /// ([`Store::claim_and_start`]).
-    fn claim_start_statement() -> ClaimStartSql;
+    /// ([`Store::claim_and_start`]), in `form`.
+    fn claim_start_statement(form: ClaimForm) -> ClaimStartSql;
 
     /// A guarded job change with its runner's compare-and-set and the job's
     /// log in one statement or script (`common::guarded_pair_postgres`,
@@ -285,8 +237,8 @@ impl<D: Dialect> Shared<D> {
             readers,
             statements: Statements::new(DialectSql {
                 backend: D::BACKEND,
-                claim: D::claim_statement(),
-                claim_start: D::claim_start_statement(),
+                claim: ClaimForms::new(D::claim_statement),
+                claim_start: ClaimForms::new(D::claim_start_statement),
                 guarded_pair: D::guarded_pair_statement(),
                 complete_next: D::complete_next_statement(),
                 enqueue_delivery: D::enqueue_delivery_statement(),

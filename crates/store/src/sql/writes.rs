@@ -140,7 +140,7 @@ shared_methods!(
             .bind(now.as_millis())
         };
         let (ClaimStartSql::OneStatement(sql) | ClaimStartSql::Script { script: sql, .. }) =
-            &self.statements.claim_start;
+            self.statements.claim_start.of(claim);
         let columns = Columns::from(runner_next);
         // Run to its end, as every write (see `insert_job`).
         let rows = bind_columns(started(sql).bind(runner_version), &columns)
@@ -201,6 +201,7 @@ shared_methods!(
         let Some(script) = self
             .statements
             .claim_start
+            .of(&next.claim)
             .complete_next_script(next.log.is_some())
         else {
             return Err(StoreError::Corrupt(
@@ -372,7 +373,7 @@ shared_methods!(
                 let step = holder_step(JobState::Provisioning, claim.runner, *now);
                 let lease_deadline = now.plus(claim.lease).as_millis();
                 let rows: Vec<JobRow> = bind_claim(
-                    sqlx::query_as(&self.statements.claim),
+                    sqlx::query_as(self.statements.claim.of(claim)),
                     claim,
                     (i64::from(claim.limit), lease_deadline),
                     labels.as_deref(),
