@@ -512,9 +512,9 @@ impl Dialect for PostgresDialect {
 mod tests {
     use super::*;
 
-    /// A claim of one job without a cap, by a runner with labels or
-    /// without, keeps one generic plan once PostgreSQL has tried five custom
-    /// ones, on a queue whose statistics say it is long. With the labels'
+    /// A claim of one job, by a runner with labels or without, with a cap
+    /// or without, keeps one generic plan once PostgreSQL has tried five
+    /// custom ones, on a queue whose statistics say it is long. With the labels'
     /// `$5 IS NULL OR …`, the cap's subquery or `LIMIT $4` in one statement
     /// for every claim, the generic plan looked dearer than the custom ones
     /// and the claim was planned again at each execution.
@@ -546,12 +546,15 @@ mod tests {
             .await
             .expect("analyze");
         let mut counts = Vec::new();
-        for (name, labelled, labels) in
-            [("bare", false, "NULL"), ("labelled", true, "'[\"linux\"]'")]
-        {
+        let forms = [
+            ("bare", false, false, "NULL", "NULL"),
+            ("labelled", true, false, "'[\"linux\"]'", "NULL"),
+            ("capped", true, true, "'[\"linux\"]'", "100000"),
+        ];
+        for (name, labelled, capped, labels, cap) in forms {
             let form = ClaimForm {
                 labelled,
-                capped: false,
+                capped,
                 one: true,
             };
             sqlx::query(&format!(
@@ -562,11 +565,12 @@ mod tests {
             .await
             .expect("prepare");
             for _ in 0..8 {
-                let claimed =
-                    sqlx::query(&format!("EXECUTE {name}('p', 1, 0, 1, {labels}, '', NULL)"))
-                        .fetch_all(&pool)
-                        .await
-                        .expect("claim");
+                let claimed = sqlx::query(&format!(
+                    "EXECUTE {name}('p', 1, 0, 1, {labels}, '', {cap})"
+                ))
+                .fetch_all(&pool)
+                .await
+                .expect("claim");
                 assert_eq!(claimed.len(), 1, "{name}");
             }
             let plans: (i64, i64) = sqlx::query_as(
