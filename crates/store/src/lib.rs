@@ -49,7 +49,9 @@ use runway_core::{
     RunnerState, Timestamp,
 };
 
-pub use common::{queue_times, FINISHED_JOB, LIVE_JOB, LIVE_RUNNER, REGISTERED_ENDED_RUNNER};
+pub use common::{
+    queue_times, ClaimForm, FINISHED_JOB, LIVE_JOB, LIVE_RUNNER, REGISTERED_ENDED_RUNNER,
+};
 pub use model::*;
 pub use postgres::{PostgresDialect, PostgresStore};
 pub use sql::{Dialect, SqlStore};

@@ -10,8 +10,8 @@
 use crate::common;
 
 use runway_store::{
-    queue_times, Backend, SqliteStore, Store, FINISHED_JOB, LIVE_JOB, LIVE_RUNNER,
-    REGISTERED_ENDED_RUNNER,
+    queue_times, Backend, ClaimForm, Dialect, PostgresDialect, SqliteStore, Store, FINISHED_JOB,
+    LIVE_JOB, LIVE_RUNNER, REGISTERED_ENDED_RUNNER,
 };
 use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::SqlitePoolOptions;
@@ -343,15 +343,25 @@ async fn postgres_fair_share_reads_live_indexes_in_generic_plans() {
     }
 }
 
-/// A claim reads its pool's queue in tag order through `jobs_live`, one
-/// entry, even when the statistics say the queue is empty: a long history
-/// analysed while nothing was queued, then a burst of 3,000 jobs in a new
-/// pool. Before migration 0028 the planner guessed one queued row, chose
-/// the smaller per-key index (partial on the same `state = 'queued'`),
-/// and read and sorted the whole queue for every claim. The per-key
-/// lookups still read that index, one entry. And the chained completion's
-/// claim, a statement in a PL/pgSQL function, keeps its generic plan
-/// rather than being planned again each call.
+/// `PREPARE {name}` of the store's claim statement in `form` (PostgreSQL),
+/// its parameters typed as the store binds them.
+fn prepare_claim(name: &str, form: ClaimForm) -> String {
+    format!(
+        "PREPARE {name}(text, bigint, bigint, bigint, text, text, bigint) AS {}",
+        <PostgresDialect as Dialect>::claim_statement(form)
+    )
+}
+
+/// The store's claim of one job, as the runner API makes it (a runner
+/// with labels, and one without), reads its pool's queue in tag order
+/// through `jobs_live`, one entry, even when the statistics say the queue
+/// is empty: a long history analysed while nothing was queued, then a
+/// burst of 3,000 jobs in a new pool. Before migration 0028 the planner
+/// guessed one queued row, chose the smaller per-key index (partial on the
+/// same `state = 'queued'`), and read and sorted the whole queue for every
+/// claim. The per-key lookups still read that index, one entry. And the
+/// chained completion's claim, a statement in a PL/pgSQL function, keeps
+/// its generic plan rather than being planned again each call.
 #[tokio::test]
 async fn postgres_a_claim_reads_one_entry_whatever_the_statistics_say() {
     let harness = common::Harness::postgres().await;
@@ -372,29 +382,35 @@ async fn postgres_a_claim_reads_one_entry_whatever_the_statistics_say() {
         "UPDATE jobs SET state = 'completed' WHERE pool = 'history'".to_owned(),
         "ANALYZE jobs".to_owned(),
         insert("burst", 3_000),
+        prepare_claim("labelled", claim_of_one(true, false)),
+        prepare_claim("bare", claim_of_one(false, false)),
     ];
+    // One connection: the prepared statements live on it.
+    let mut connection = pool.acquire().await.expect("connection");
     for statement in &set_up {
-        sqlx::query(statement).execute(&pool).await.expect("set up");
+        sqlx::query(statement)
+            .execute(&mut *connection)
+            .await
+            .expect("set up");
     }
-    let explain = |query: &str| {
-        let pool = pool.clone();
-        let query = format!("EXPLAIN {query}");
-        async move {
-            let plan: Vec<(String,)> = sqlx::query_as(&query).fetch_all(&pool).await.expect("plan");
-            plan.into_iter().map(|row| row.0).collect::<Vec<_>>()
-        }
+    let mut explain = async |query: &str| {
+        let plan: Vec<(String,)> = sqlx::query_as(&format!("EXPLAIN {query}"))
+            .fetch_all(&mut *connection)
+            .await
+            .expect("plan");
+        plan.into_iter().map(|row| row.0).collect::<Vec<_>>()
     };
-    let claim = explain(
-        "SELECT id FROM jobs WHERE state = 'queued' AND pool = 'burst' \
-         AND (excluded_runners = '[]' OR NOT (excluded_runners::jsonb @> to_jsonb(7::bigint))) \
-         ORDER BY share_tag, id LIMIT 1 FOR UPDATE SKIP LOCKED",
-    )
-    .await;
-    assert!(
-        claim.iter().any(|line| line.contains("using jobs_live"))
-            && !claim.iter().any(|line| line.contains("Sort")),
-        "the claim reads the queue in order: {claim:?}"
-    );
+    for execute in [
+        "EXECUTE labelled('burst', 7, 0, 1, '[]', '', NULL)",
+        "EXECUTE bare('burst', 7, 0, 1, NULL, '', NULL)",
+    ] {
+        let claim = explain(execute).await;
+        assert!(
+            claim.iter().any(|line| line.contains("using jobs_live"))
+                && !claim.iter().any(|line| line.contains("Sort")),
+            "the claim reads the queue in order: {execute}: {claim:?}"
+        );
+    }
     let last_of_key = explain(
         "SELECT share_tag FROM jobs WHERE pool = 'burst' AND share_key = '' \
          AND state = 'queued' ORDER BY share_tag DESC LIMIT 1",
@@ -411,10 +427,73 @@ async fn postgres_a_claim_reads_one_entry_whatever_the_statistics_say() {
         "SELECT proconfig FROM pg_proc WHERE proname = 'runway_start_next' \
              AND pronamespace = current_schema()::regnamespace",
     )
-    .fetch_one(&pool)
+    .fetch_one(&mut *connection)
     .await
     .expect("the chained claim's function");
     assert_eq!(settings, ["plan_cache_mode=force_generic_plan"]);
+}
+
+/// The form of a claim of one job, with labels or without, a cap or not.
+fn claim_of_one(labelled: bool, capped: bool) -> ClaimForm {
+    ClaimForm {
+        labelled,
+        capped,
+        one: true,
+    }
+}
+
+/// The store's claim of one job, by a runner with labels or without, with
+/// a cap or without, keeps one generic plan once PostgreSQL has tried five
+/// custom ones, on a queue whose statistics say it is long. With the
+/// labels' `$5 IS NULL OR …`, the cap's subquery or `LIMIT $4` in one
+/// statement for every claim, the generic plan looked dearer than the
+/// custom ones and the claim was planned again at each execution.
+#[tokio::test]
+async fn postgres_a_claim_of_one_keeps_its_generic_plan() {
+    let harness = common::Harness::postgres().await;
+    let pool = postgres_schema(&harness).await;
+    // One connection: the prepared statements live on it.
+    let mut connection = pool.acquire().await.expect("connection");
+    for statement in [
+        "INSERT INTO jobs (source, external_id, pool, labels, state, max_attempts, \
+         created_at, enqueued_at, share_tag) \
+         SELECT 'api', 'q-' || g, 'p', '[\"linux\"]', 'queued', 3, 1, 1, g \
+         FROM generate_series(1, 20000) AS g",
+        "ANALYZE jobs",
+    ] {
+        sqlx::query(statement)
+            .execute(&mut *connection)
+            .await
+            .expect("set up");
+    }
+    let forms = [
+        ("bare", false, false, "NULL", "NULL"),
+        ("labelled", true, false, "'[\"linux\"]'", "NULL"),
+        ("capped", true, true, "'[\"linux\"]'", "100000"),
+    ];
+    for (name, labelled, capped, labels, cap) in forms {
+        sqlx::query(&prepare_claim(name, claim_of_one(labelled, capped)))
+            .execute(&mut *connection)
+            .await
+            .expect("prepare");
+        for _ in 0..8 {
+            let claimed = sqlx::query(&format!(
+                "EXECUTE {name}('p', 1, 0, 1, {labels}, '', {cap})"
+            ))
+            .fetch_all(&mut *connection)
+            .await
+            .expect("claim");
+            assert_eq!(claimed.len(), 1, "{name}");
+        }
+        let (generic, custom): (i64, i64) = sqlx::query_as(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = $1",
+        )
+        .bind(name)
+        .fetch_one(&mut *connection)
+        .await
+        .expect("plan counts");
+        assert!(generic > 0, "{name}: {custom} custom plans, no generic one");
+    }
 }
 
 /// SQLite: each of the four lookups that give an inserted job its
