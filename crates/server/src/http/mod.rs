@@ -160,7 +160,24 @@ pub fn documented() -> OpenApiRouter<Arc<Service>> {
 
 /// Gives every request an id (`x-request-id`: the caller's, or a new one),
 /// answers with it, and logs the request in a span that carries it.
-pub fn with_request_ids(router: Router) -> Router {
+///
+/// These layers wrap the router once, as one tower service, not each
+/// route (`Router::layer`): a layer given to the router wraps every route
+/// in a boxed service of its own, and each request then clones that box
+/// and boxes its future again, once per layer. At 10,000 long-polling
+/// runners, three such layers were about a tenth of what waiting cost
+/// (issue 59: BENCHMARKS.md, "eighth round").
+pub fn with_request_ids(
+    router: Router,
+) -> impl tower::Service<
+    axum::extract::Request,
+    Response = Response,
+    Error = std::convert::Infallible,
+    Future = impl Send,
+> + Clone
+       + Send
+       + Sync
+       + 'static {
     let header = axum::http::HeaderName::from_static("x-request-id");
     let trace = tower_http::trace::TraceLayer::new_for_http().make_span_with(
         |request: &axum::http::Request<axum::body::Body>| {
@@ -177,10 +194,12 @@ pub fn with_request_ids(router: Router) -> Router {
             )
         },
     );
-    router
-        .layer(PropagateRequestIdLayer::new(header.clone()))
+    tower::ServiceBuilder::new()
+        .layer(SetRequestIdLayer::new(header.clone(), RequestIds::new()))
+        .map_response(|response: Response<_>| response.map(axum::body::Body::new))
         .layer(trace)
-        .layer(SetRequestIdLayer::new(header, RequestIds::new()))
+        .layer(PropagateRequestIdLayer::new(header))
+        .service(router)
 }
 
 /// Request ids: a random prefix per process and a counter.
@@ -336,14 +355,16 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let router = with_request_ids(router(service));
+    let router = axum::ServiceExt::<axum::extract::Request>::into_make_service(with_request_ids(
+        router(service),
+    ));
     // As a make-service, every connection gets a clone of one router (an
     // `Arc`). Served as a plain `Router`, axum rebuilds the whole route
     // table for each connection (`Router::with_state` per accepted
     // stream): 37 KiB and its CPU per connection, held as long as the
     // connection lives — most of what 10,000 long-polling runners cost
     // the heap (issue 59).
-    axum::serve(listener, router.into_make_service())
+    axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
 }
