@@ -110,7 +110,8 @@ pub struct RoutingConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunnerApiConfig {
-    /// How long `POST /api/v1/jobs/request` waits for a job before 204.
+    /// How long `POST /api/v1/jobs/request` waits for a job before 204 (on
+    /// the last whole second before it is up: `jobs::poll_end`).
     #[serde(with = "duration")]
     pub poll_timeout: Duration,
     /// How long a claim holds without a keepalive or heartbeat.

@@ -98,7 +98,7 @@ async fn complete_as(
         conclusion,
     };
     let log = tail(&completion.log_tail);
-    let claim = next_claim(service, runner);
+    let claim = next_claim(service, runner, None);
     // The hot path: one statement ends the job (if this runner runs it),
     // frees or stops the runner (if it is still the row this request
     // authenticated with), stores the log and, asked, starts the next job,

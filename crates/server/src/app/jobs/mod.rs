@@ -176,20 +176,24 @@ pub async fn claim(
         token_hash,
         remembered,
     } = asked;
-    let lease = service.config().runner_api.lease;
-    let claim = Claim {
-        runner_labels: labels.or_else(|| Some(runner.labels.clone())),
-        ..next_claim(service, &runner)
+    let (lease, poll_timeout) = {
+        let config = service.config();
+        (config.runner_api.lease, config.runner_api.poll_timeout)
     };
-    let deadline = tokio::time::Instant::now() + service.config().runner_api.poll_timeout;
+    // Built at the poll's first look: a poll spared its look (most of
+    // what a waiting fleet makes) needs none.
+    let mut claim: Option<Claim> = None;
+    let deadline = poll_end(tokio::time::Instant::now(), poll_timeout);
     // Shared with the renewals' copy until the runner is read again.
     let mut current = runner.clone();
     // `current` came from the renewals and no write has proved it yet.
     let mut unproven = remembered;
     let mut changes = 0;
-    let mut waiting = service
-        .waiters
-        .enter(&claim.pool, runner.id, claim.runner_labels.as_deref());
+    let mut waiting = service.waiters.enter(
+        &runner.pool,
+        runner.id,
+        Some(labels.as_deref().unwrap_or(&runner.labels)),
+    );
     // The runner's previous poll found nothing, and nothing has been
     // queued in its pool since: this poll waits without a look, and makes
     // no store query until a wake-up comes.
@@ -220,12 +224,13 @@ pub async fn claim(
                 current = crate::app::tokens::read_again(service, &token_hash).await?;
                 continue;
             }
+            let claim = claim.get_or_insert_with(|| next_claim(service, &runner, labels.clone()));
             // Listen before looking, so a job enqueued in between still
             // wakes us.
             waiting.looking();
             let claimed = if start {
                 let now = now();
-                match service.store.claim_and_start(&claim, &current, now).await {
+                match service.store.claim_and_start(claim, &current, now).await {
                     Ok(ClaimStart::Started(moved)) => {
                         waiting.settled();
                         started(service, &current, &moved.job, now);
@@ -278,7 +283,7 @@ pub async fn claim(
             } else {
                 let claimed = service
                     .store
-                    .claim(&claim, now())
+                    .claim(claim, now())
                     .await
                     .map_err(|e| AppError::store(service, "claim", e))?
                     .into_iter()
@@ -320,6 +325,47 @@ pub async fn claim(
                 Err(e) => return Err(AppError::store(service, "get_runner", e)),
             };
         }
+    }
+}
+
+/// The step on which long polls end: a poll that finds no job is answered
+/// at the last whole step of the process's clock before its
+/// `poll_timeout` is up, so the polls that end within one step end
+/// together. 10,000 runners polling every 30 s end 333 polls a second;
+/// ended one by one, each was a timer of its own firing and a worker
+/// thread woken for it, and the renewals that follow came in one by one
+/// too. Ended together, one wake-up answers them all, and their renewals
+/// arrive together (issue 59: BENCHMARKS.md, "eighth round").
+pub const POLL_END_STEP: Duration = Duration::from_secs(1);
+
+/// When a long poll begun at `start` ends without a job: the last whole
+/// [`POLL_END_STEP`] of the process's clock at or before `start +
+/// timeout`, never later, and never before three quarters of `timeout`
+/// (a short poll, as tests use, ends at its exact time).
+pub fn poll_end(start: tokio::time::Instant, timeout: Duration) -> tokio::time::Instant {
+    static EPOCH: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+    poll_end_since(
+        *EPOCH.get_or_init(tokio::time::Instant::now),
+        start,
+        timeout,
+    )
+}
+
+/// [`poll_end`] with the clock's origin given: a pure function.
+fn poll_end_since(
+    epoch: tokio::time::Instant,
+    start: tokio::time::Instant,
+    timeout: Duration,
+) -> tokio::time::Instant {
+    let exact = start + timeout;
+    let since = exact.saturating_duration_since(epoch);
+    let step = POLL_END_STEP.as_nanos();
+    let whole = since.as_nanos() / step * step;
+    let stepped = epoch + Duration::from_nanos(u64::try_from(whole).unwrap_or(u64::MAX));
+    if stepped > exact || stepped < start + timeout.mul_f64(0.75) {
+        exact
+    } else {
+        stepped
     }
 }
 
@@ -556,14 +602,15 @@ pub async fn heartbeat(service: &Service, runner: &Runner, id: JobId) -> Result<
 
 /// The claim of a runner's next job: its pool, its registered labels, the
 /// configured lease, the pool's cap on one key's running jobs.
-fn next_claim(service: &Service, runner: &Runner) -> Claim {
+/// `runner`'s claim of one job: for `labels`, or by default its own.
+fn next_claim(service: &Service, runner: &Runner, labels: Option<Vec<String>>) -> Claim {
     let config = service.config();
     Claim {
         pool: runner.pool.clone(),
         runner: runner.id,
         limit: 1,
         lease: config.runner_api.lease,
-        runner_labels: Some(runner.labels.clone()),
+        runner_labels: Some(labels.unwrap_or_else(|| runner.labels.clone())),
         max_running_per_key: config
             .pool(&runner.pool)
             .and_then(|pool| pool.max_running_per_key()),
@@ -587,3 +634,58 @@ fn assigned(job: Job, lease: Duration) -> Assigned {
 
 #[cfg(test)]
 mod queue_time_tests;
+
+#[cfg(test)]
+mod poll_end_tests {
+    use super::*;
+
+    /// Polls begun at these offsets (ms) from the clock's origin, with
+    /// these timeouts (ms), end at these offsets (ms).
+    #[test]
+    fn polls_end_on_the_last_whole_step_before_their_timeout() {
+        let cases: [(u64, u64, u64); 16] = [
+            // (start, timeout, end)
+            (0, 30_000, 30_000),
+            (250, 30_000, 30_000),
+            (999, 30_000, 30_000),
+            (1_000, 30_000, 31_000),
+            (1_001, 30_000, 31_000),
+            (4_999, 30_000, 34_000),
+            (12_345, 30_000, 42_000),
+            // Polls begun within one step end together.
+            (40_001, 60_000, 100_000),
+            (40_999, 60_000, 100_000),
+            // Short polls step only where three quarters of their time
+            // is still theirs, and otherwise end at their exact time.
+            (600, 2_000, 2_600),
+            (500, 2_000, 2_000),
+            (100, 1_000, 1_000),
+            (300, 1_000, 1_300),
+            (0, 0, 0),
+            (1_500, 4_000, 5_000),
+            (2_100, 4_000, 6_000),
+        ];
+        let epoch = tokio::time::Instant::now() + Duration::from_secs(10);
+        let at = |ms: u64| epoch + Duration::from_millis(ms);
+        for (start, timeout, end) in cases {
+            let got = poll_end_since(epoch, at(start), Duration::from_millis(timeout));
+            assert_eq!(
+                got.duration_since(epoch).as_millis(),
+                u128::from(end),
+                "begun at {start} ms with a {timeout} ms timeout"
+            );
+            assert!(got <= at(start + timeout), "never after the timeout");
+            assert!(
+                got >= at(start) + Duration::from_millis(timeout).mul_f64(0.75),
+                "never before three quarters of it"
+            );
+        }
+        // A poll begun before the clock's origin (another runtime's paused
+        // clock, in tests) ends at its exact time.
+        let before = epoch - Duration::from_millis(5_000);
+        assert_eq!(
+            poll_end_since(epoch, before, Duration::from_millis(3_000)),
+            before + Duration::from_millis(3_000)
+        );
+    }
+}

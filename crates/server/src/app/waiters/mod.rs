@@ -36,8 +36,9 @@ use crate::telemetry::metrics::PoolLabel;
 #[derive(Debug, Clone)]
 struct Serves {
     runner: RunnerId,
-    /// Lowercase; `None`: any labels.
-    labels: Option<Vec<String>>,
+    /// Lowercase; `None`: any labels. Shared with the runner's remembered
+    /// look ([`FoundNothing`]), so a renewal copies no labels.
+    labels: Option<Arc<[String]>>,
 }
 
 impl Serves {
@@ -97,7 +98,8 @@ enum Woken {
 
 struct Slot {
     id: u64,
-    pool: String,
+    /// Shared by every slot of the pool ([`PoolSeries::name`]).
+    pool: Arc<str>,
     serves: Serves,
     notify: Notify,
     woken: Mutex<Woken>,
@@ -106,9 +108,69 @@ struct Slot {
 /// A runner's latest look found nothing it could take: in `pool`, with
 /// `labels`, as of the pool's `epoch`.
 struct FoundNothing {
-    pool: String,
-    labels: Option<Vec<String>>,
+    pool: Arc<str>,
+    labels: Option<Arc<[String]>>,
     epoch: u64,
+}
+
+/// Whether `given` (as a poll names them) are `lowercase` (as a look
+/// remembered them), without building their lowercase copy.
+fn same_labels(lowercase: Option<&[String]>, given: Option<&[String]>) -> bool {
+    let same = |lower: &String, given: &String| {
+        if given.is_ascii() {
+            given.len() == lower.len()
+                && given
+                    .bytes()
+                    .zip(lower.bytes())
+                    .all(|(g, l)| g.to_ascii_lowercase() == l)
+        } else {
+            given.to_lowercase() == *lower
+        }
+    };
+    match (lowercase, given) {
+        (None, None) => true,
+        (Some(lowercase), Some(given)) => {
+            lowercase.len() == given.len() && lowercase.iter().zip(given).all(|(l, g)| same(l, g))
+        }
+        _ => false,
+    }
+}
+
+/// A pool's name and its series, looked up once: a poll counts in them
+/// without a label built and hashed into each family every time.
+struct PoolSeries {
+    name: Arc<str>,
+    polling: Gauge,
+    woken: Counter,
+    looks: Counter,
+    spared: Counter,
+}
+
+impl PoolSeries {
+    fn of<'a>(
+        series: &'a mut HashMap<String, PoolSeries>,
+        metrics: &WaiterMetrics,
+        pool: &str,
+    ) -> &'a PoolSeries {
+        if !series.contains_key(pool) {
+            let label = PoolLabel {
+                pool: pool.to_owned(),
+            };
+            let made = PoolSeries {
+                name: Arc::from(pool),
+                polling: metrics.polling.get_or_create(&label).clone(),
+                woken: metrics.woken.get_or_create(&label).clone(),
+                looks: metrics.looks.get_or_create(&label).clone(),
+                spared: metrics.spared.get_or_create(&label).clone(),
+            };
+            series.insert(pool.to_owned(), made);
+        }
+        &series[pool]
+    }
+}
+
+fn as_count(count: usize) -> u64 {
+    u64::try_from(count).unwrap_or(u64::MAX)
 }
 
 /// Past this many remembered looks, the stale ones are forgotten.
@@ -141,6 +203,8 @@ struct Pools {
     found_nothing: HashMap<RunnerId, FoundNothing>,
     /// How many `found_nothing` held after its latest pruning.
     pruned_to: usize,
+    /// Each pool's name and series, once it had a waiter.
+    series: HashMap<String, PoolSeries>,
 }
 
 impl Pools {
@@ -217,64 +281,59 @@ impl Waiters {
         }
     }
 
-    fn count_in(family: &Family<PoolLabel, Counter>, pool: &str) {
-        Self::count_by(family, pool, 1);
-    }
-
-    fn count_by(family: &Family<PoolLabel, Counter>, pool: &str, by: usize) {
-        family
-            .get_or_create(&PoolLabel {
-                pool: pool.to_owned(),
-            })
-            .inc_by(u64::try_from(by).unwrap_or(u64::MAX));
-    }
-
-    fn count_woken(&self, pool: &str, woken: usize) {
-        Self::count_by(&self.metrics.woken, pool, woken);
-    }
-
-    fn count(&self, pool: &str, waiting: usize) {
-        self.metrics
-            .polling
-            .get_or_create(&PoolLabel {
-                pool: pool.to_owned(),
-            })
-            .set(i64::try_from(waiting).unwrap_or(i64::MAX));
+    /// `pool`'s series (made at its first use).
+    fn series<'a>(&self, pools: &'a mut Pools, pool: &str) -> &'a PoolSeries {
+        PoolSeries::of(&mut pools.series, &self.metrics, pool)
     }
 
     /// Registers a runner that will wait for jobs of `pool` it can take
     /// (`labels`: its labels, `None` for any). It stays registered until
     /// the returned [`Waiting`] is dropped.
     pub fn enter(&self, pool: &str, runner: RunnerId, labels: Option<&[String]>) -> Waiting<'_> {
-        let labels: Option<Vec<String>> =
-            labels.map(|labels| labels.iter().map(|l| l.to_lowercase()).collect());
-        let mut pools = lock(&self.pools);
+        let mut guard = lock(&self.pools);
+        let pools = &mut *guard;
         pools.next_id += 1;
         let epoch = pools.epoch(pool);
-        let known_empty = pools.found_nothing.remove(&runner).is_some_and(|found| {
-            found.pool == pool && found.labels == labels && found.epoch == epoch
+        // What the runner's previous look found nothing with: its labels,
+        // if they are these, are shared rather than built again.
+        let found = pools.found_nothing.remove(&runner);
+        let remembered = found
+            .as_ref()
+            .filter(|found| same_labels(found.labels.as_deref(), labels))
+            .map(|found| found.labels.clone());
+        let known_empty = remembered.is_some()
+            && found
+                .as_ref()
+                .is_some_and(|found| &*found.pool == pool && found.epoch == epoch);
+        let labels = remembered.unwrap_or_else(|| {
+            labels.map(|labels| labels.iter().map(|l| l.to_lowercase()).collect())
         });
+        let id = pools.next_id;
+        let series = self.series(pools, pool);
         if known_empty {
-            Self::count_in(&self.metrics.spared, pool);
+            series.spared.inc();
         }
         let slot = Arc::new(Slot {
-            id: pools.next_id,
-            pool: pool.to_owned(),
+            id,
+            pool: series.name.clone(),
             serves: Serves { runner, labels },
             notify: Notify::new(),
             woken: Mutex::new(Woken::No),
         });
+        let polling = series.polling.clone();
         pools
             .by_runner
             .entry(runner)
             .or_default()
             .push(slot.clone());
-        let slots = pools.waiting.entry(pool.to_owned()).or_default();
+        let slots = match pools.waiting.get_mut(pool) {
+            Some(slots) => slots,
+            None => pools.waiting.entry(pool.to_owned()).or_default(),
+        };
         slots.insert(slot.id, slot.clone());
-        self.count(pool, slots.len());
+        polling.set(i64::try_from(slots.len()).unwrap_or(i64::MAX));
         Waiting {
             waiters: self,
-            pool: pool.to_owned(),
             slot,
             pending: None,
             known_empty,
@@ -321,7 +380,8 @@ impl Waiters {
                 *woken = Woken::For(wanted);
                 *pools.woken.entry(pool.to_owned()).or_default() += 1;
                 slot.notify.notify_one();
-                self.count_woken(pool, 1);
+                drop(woken);
+                self.series(pools, pool).woken.inc();
                 return true;
             }
         }
@@ -345,7 +405,9 @@ impl Waiters {
                 }
                 slot.notify.notify_one();
             }
-            self.count_woken(pool, slots.len());
+            PoolSeries::of(&mut pools.series, &self.metrics, pool)
+                .woken
+                .inc_by(as_count(slots.len()));
         }
     }
 
@@ -385,7 +447,8 @@ impl Waiters {
             *woken = Woken::ForAny;
             *pools.woken.entry(pool.to_owned()).or_default() += 1;
             slot.notify.notify_one();
-            self.count_woken(pool, 1);
+            drop(woken);
+            self.series(pools, pool).woken.inc();
         }
         true
     }
@@ -400,7 +463,7 @@ impl Waiters {
             let mut woken = lock(&slot.woken);
             if *woken == Woken::No {
                 *woken = Woken::ForAny;
-                *pools.woken.entry(slot.pool.clone()).or_default() += 1;
+                *pools.woken.entry(slot.pool.to_string()).or_default() += 1;
             }
             slot.notify.notify_one();
         }
@@ -415,7 +478,6 @@ impl Waiters {
 /// A runner registered as waiting ([`Waiters::enter`]).
 pub struct Waiting<'a> {
     waiters: &'a Waiters,
-    pool: String,
     slot: Arc<Slot>,
     /// The job its latest look acts on, until [`Waiting::settled`].
     pending: Option<JobWanted>,
@@ -440,24 +502,27 @@ impl Waiting<'_> {
     /// Call before each look at the queue: a wake-up from here on is for
     /// what that look may miss, and one before it is what it acts on.
     pub fn looking(&mut self) {
-        let woken = {
-            let mut pools = lock(&self.waiters.pools);
+        let pool = &*self.slot.pool;
+        let (woken, mut epoch) = {
+            let mut guard = lock(&self.waiters.pools);
+            let pools = &mut *guard;
             let woken = std::mem::replace(&mut *lock(&self.slot.woken), Woken::No);
             if woken != Woken::No {
-                pools.unwoken(&self.pool);
+                pools.unwoken(pool);
             }
-            woken
+            self.waiters.series(pools, pool).looks.inc();
+            (woken, pools.epoch(pool))
         };
         if let Woken::For(job) = woken {
             if let Some(earlier) = self.pending.replace(job) {
-                self.waiters.wake_one(&self.pool, earlier);
+                self.waiters.wake_one(pool, earlier);
+                epoch = lock(&self.waiters.pools).epoch(pool);
             }
         }
         // Only this look's outcome is remembered: one that neither took
         // a job nor found nothing (its runner changed) spares no poll.
         self.found_nothing_at = None;
-        self.looked_at = Some(lock(&self.waiters.pools).epoch(&self.pool));
-        Waiters::count_in(&self.waiters.metrics.looks, &self.pool);
+        self.looked_at = Some(epoch);
     }
 
     /// The look took a job, or it was given up: its wake-up is spent.
@@ -483,44 +548,51 @@ impl Waiting<'_> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        {
-            let mut pools = lock(&self.waiters.pools);
-            if let Some(slots) = pools.waiting.get_mut(&self.pool) {
-                if slots.remove(&self.slot.id).is_some() && *lock(&self.slot.woken) != Woken::No {
-                    pools.unwoken(&self.pool);
+        let pool = &*self.slot.pool;
+        let runner = self.slot.serves.runner;
+        let woken = {
+            let mut guard = lock(&self.waiters.pools);
+            let pools = &mut *guard;
+            if let Some(slots) = pools.waiting.get_mut(pool) {
+                let removed = slots.remove(&self.slot.id).is_some();
+                let left = slots.len();
+                if removed && *lock(&self.slot.woken) != Woken::No {
+                    pools.unwoken(pool);
                 }
-                let slots = pools.waiting.get(&self.pool).map_or(0, BTreeMap::len);
-                self.waiters.count(&self.pool, slots);
-                if slots == 0 {
-                    pools.waiting.remove(&self.pool);
-                    pools.woken.remove(&self.pool);
+                let polling = &self.waiters.series(pools, pool).polling;
+                polling.set(i64::try_from(left).unwrap_or(i64::MAX));
+                if left == 0 {
+                    pools.waiting.remove(pool);
+                    pools.woken.remove(pool);
                 }
             }
-            let runner = self.slot.serves.runner;
             if let Some(slots) = pools.by_runner.get_mut(&runner) {
                 slots.retain(|slot| slot.id != self.slot.id);
                 if slots.is_empty() {
                     pools.by_runner.remove(&runner);
                 }
             }
-        }
+            // Wake-ups are made under this lock, and none reaches the
+            // slot from here on.
+            let woken = std::mem::replace(&mut *lock(&self.slot.woken), Woken::No);
+            if let (Some(epoch), Woken::No) = (self.found_nothing_at, &woken) {
+                let found = FoundNothing {
+                    pool: self.slot.pool.clone(),
+                    labels: self.slot.serves.labels.clone(),
+                    epoch,
+                };
+                pools.remember_nothing(runner, found);
+            }
+            woken
+        };
         // Woken for a job and gone before a look settled it: someone else
         // should look.
-        let woken = std::mem::replace(&mut *lock(&self.slot.woken), Woken::No);
-        if let (Some(epoch), Woken::No) = (self.found_nothing_at, &woken) {
-            let found = FoundNothing {
-                pool: self.pool.clone(),
-                labels: self.slot.serves.labels.clone(),
-                epoch,
-            };
-            lock(&self.waiters.pools).remember_nothing(self.slot.serves.runner, found);
-        }
         let unsettled = self.pending.take();
         for job in unsettled.into_iter().chain(match woken {
             Woken::For(job) => Some(job),
             _ => None,
         }) {
-            self.waiters.wake_one(&self.pool, job);
+            self.waiters.wake_one(pool, job);
         }
     }
 }

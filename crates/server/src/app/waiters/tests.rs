@@ -372,3 +372,58 @@ fn quiet_pools_are_those_whose_waiters_are_all_unwoken() {
     assert_eq!(quiet(&waiters), Vec::<String>::new());
     assert!(lock(&waiters.pools).woken.is_empty());
 }
+
+/// A renewal's labels are compared with the remembered lowercase ones
+/// without being lowercased first; the answer is the same as comparing
+/// their lowercase copies.
+#[test]
+fn labels_compare_as_their_lowercase_copies() {
+    /// Remembered, and given.
+    type Labels<'a> = Option<&'a [&'a str]>;
+    let cases: [(Labels, Labels); 12] = [
+        (None, None),
+        (None, Some(&[])),
+        (Some(&[]), Some(&[])),
+        (Some(&["linux"]), Some(&["linux"])),
+        (Some(&["linux"]), Some(&["Linux"])),
+        (Some(&["linux"]), Some(&["LINUX", "x64"])),
+        (Some(&["linux", "x64"]), Some(&["x64", "linux"])),
+        (Some(&["linux"]), Some(&["linu"])),
+        (Some(&["größe"]), Some(&["GRÖSSE"])),
+        (Some(&["größe"]), Some(&["Größe"])),
+        (Some(&["σοφός"]), Some(&["ΣΟΦΌΣ"])),
+        (Some(&["ǆ"]), Some(&["ǅ"])),
+    ];
+    for (remembered, given) in cases {
+        let remembered: Option<Vec<String>> =
+            remembered.map(|l| l.iter().map(|l| l.to_lowercase()).collect());
+        let given: Option<Vec<String>> = given.map(labels);
+        let expected = remembered
+            == given
+                .as_ref()
+                .map(|l| l.iter().map(|l| l.to_lowercase()).collect::<Vec<_>>());
+        assert_eq!(
+            same_labels(remembered.as_deref(), given.as_deref()),
+            expected,
+            "{remembered:?} against {given:?}"
+        );
+    }
+}
+
+/// A spared poll shares its runner's remembered labels instead of copying
+/// them again.
+#[test]
+fn a_spared_poll_shares_the_remembered_labels() {
+    let waiters = Waiters::default();
+    let mixed = labels(&["Self-Hosted", "linux"]);
+    assert!(!poll_finding_nothing(&waiters, 1, Some(&mixed)));
+    let remembered = lock(&waiters.pools).found_nothing[&RunnerId(1)]
+        .labels
+        .clone()
+        .expect("labels");
+    assert_eq!(&*remembered, ["self-hosted", "linux"]);
+    let waiting = waiters.enter("default", RunnerId(1), Some(&mixed));
+    assert!(waiting.known_empty());
+    let shared = waiting.slot.serves.labels.clone().expect("labels");
+    assert!(Arc::ptr_eq(&remembered, &shared));
+}
