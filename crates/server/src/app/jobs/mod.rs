@@ -168,7 +168,7 @@ pub struct Assigned {
 pub async fn claim(
     service: &Service,
     asked: ByToken,
-    labels: Option<Vec<String>>,
+    mut labels: Option<Vec<String>>,
     start: bool,
 ) -> Result<Option<Assigned>, AppError> {
     let ByToken {
@@ -224,7 +224,7 @@ pub async fn claim(
                 current = crate::app::tokens::read_again(service, &token_hash).await?;
                 continue;
             }
-            let claim = claim.get_or_insert_with(|| next_claim(service, &runner, labels.clone()));
+            let claim = claim.get_or_insert_with(|| next_claim(service, &runner, labels.take()));
             // Listen before looking, so a job enqueued in between still
             // wakes us.
             waiting.looking();
@@ -340,8 +340,8 @@ pub const POLL_END_STEP: Duration = Duration::from_secs(1);
 
 /// When a long poll begun at `start` ends without a job: the last whole
 /// [`POLL_END_STEP`] of the process's clock at or before `start +
-/// timeout`, never later, and never before three quarters of `timeout`
-/// (a short poll, as tests use, ends at its exact time).
+/// timeout`, never later; where that step falls before three quarters
+/// of `timeout` (short polls, as tests use), at its exact time.
 pub fn poll_end(start: tokio::time::Instant, timeout: Duration) -> tokio::time::Instant {
     static EPOCH: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
     poll_end_since(
@@ -600,9 +600,9 @@ pub async fn heartbeat(service: &Service, runner: &Runner, id: JobId) -> Result<
     }
 }
 
-/// The claim of a runner's next job: its pool, its registered labels, the
-/// configured lease, the pool's cap on one key's running jobs.
-/// `runner`'s claim of one job: for `labels`, or by default its own.
+/// The claim of a runner's next job: its pool, `labels` (by default its
+/// registered ones), the configured lease, the pool's cap on one key's
+/// running jobs.
 fn next_claim(service: &Service, runner: &Runner, labels: Option<Vec<String>>) -> Claim {
     let config = service.config();
     Claim {

@@ -116,13 +116,10 @@ struct FoundNothing {
 /// Whether `given` (as a poll names them) are `lowercase` (as a look
 /// remembered them), without building their lowercase copy.
 fn same_labels(lowercase: Option<&[String]>, given: Option<&[String]>) -> bool {
+    // `lower` is a lowercase copy, so for ASCII this is the whole test.
     let same = |lower: &String, given: &String| {
         if given.is_ascii() {
-            given.len() == lower.len()
-                && given
-                    .bytes()
-                    .zip(lower.bytes())
-                    .all(|(g, l)| g.to_ascii_lowercase() == l)
+            given.eq_ignore_ascii_case(lower)
         } else {
             given.to_lowercase() == *lower
         }
